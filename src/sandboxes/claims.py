@@ -1,0 +1,97 @@
+"""Claims: "the theory predicts X, we measured Y, within a stated tolerance", and their verdicts.
+
+A chapter returns a :class:`Verdict`; notebooks display it as a table and call
+:meth:`Verdict.check`, which prints a summary that is stable across machines (no measured
+numbers) and raises :class:`ClaimFailed` when any claim fails, so a failed claim fails the
+notebook, the book build and the tests.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass
+
+
+class ClaimFailed(AssertionError):
+    """At least one claim of a chapter did not hold."""
+
+
+def _fmt(value: float | str, digits: int) -> str:
+    return value if isinstance(value, str) else f"{value:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One predicted-versus-measured comparison and whether it holds."""
+
+    name: str
+    predicted: str
+    measured: str
+    tolerance: str
+    reason: str
+    holds: bool
+
+    @classmethod
+    def close(
+        cls, name: str, predicted: float, measured: float, tol: float, reason: str, digits: int = 4
+    ) -> "Claim":
+        """Holds when ``|measured - predicted| <= tol``."""
+        return cls(
+            name, _fmt(predicted, digits), _fmt(measured, digits), f"± {tol:.2g}", reason,
+            bool(abs(measured - predicted) <= tol),
+        )
+
+    @classmethod
+    def at_most(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
+        """Holds when ``measured <= bound``."""
+        return cls(name, f"≤ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured <= bound))
+
+    @classmethod
+    def at_least(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
+        """Holds when ``measured >= bound``."""
+        return cls(name, f"≥ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured >= bound))
+
+    @classmethod
+    def exact(cls, name: str, predicted: str, measured: str, reason: str) -> "Claim":
+        """Holds when the two descriptions agree exactly (signs, labels, counts)."""
+        return cls(name, predicted, measured, "exact", reason, predicted == measured)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Verdict(list):
+    """The claims of one run, displayable as a table."""
+
+    @property
+    def holds(self) -> bool:
+        return all(c.holds for c in self)
+
+    def failures(self) -> list[Claim]:
+        return [c for c in self if not c.holds]
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
+        rows = []
+        for c in self:
+            mark = "✅ holds" if c.holds else "❌ fails"
+            cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason, mark)
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+    def text(self, measured: bool = True) -> str:
+        """A plain-text table; ``measured=False`` leaves out the machine-dependent column."""
+        lines = []
+        for c in self:
+            mark = "holds" if c.holds else "FAILS"
+            middle = f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})" if measured else f"predicted {c.predicted}"
+            lines.append(f"[{mark}] {c.name}: {middle}")
+        return "\n".join(lines)
+
+    def check(self) -> None:
+        """Print a machine-independent summary; raise :class:`ClaimFailed` if a claim fails."""
+        print(self.text(measured=False))
+        failed = self.failures()
+        if failed:
+            raise ClaimFailed("claims that failed:\n" + Verdict(failed).text())
+        print(f"all {len(self)} claims hold")

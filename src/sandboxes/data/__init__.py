@@ -1,0 +1,1 @@
+"""Data generators, one module per sandbox; none of them knows a model."""

@@ -1,0 +1,200 @@
+"""One GPT-style transformer for the whole book.
+
+Every option a chapter needs is a plain field of :class:`GPTConfig` (tying, positional
+encoding, layer norm, attention or MLP off, activation, biases), and the attention weights of
+every head come back from ``forward(..., return_attention=True)`` instead of through hooks.
+The model knows no chapter: a chapter picks a config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+PositionalEncoding = Literal["learned", "sinusoidal", "linear", "none"]
+Activation = Literal["relu", "gelu"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape and options of a decoder-only transformer."""
+
+    vocab_size: int
+    block_size: int  # longest sequence the positional encoding covers
+    n_layer: int = 1
+    n_head: int = 1
+    d_model: int = 8
+    d_mlp: int | None = None  # defaults to 4 * d_model
+    tied: bool = True  # output matrix is the token embedding
+    positional: PositionalEncoding = "learned"
+    layer_norm: bool = False
+    attention: bool = True
+    mlp: bool = True
+    activation: Activation = "relu"
+    bias: bool = False  # biases inside attention and MLP layers
+    head_bias: bool = True  # bias of the output layer (the ``b`` of the Markov paper)
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.positional not in ("learned", "sinusoidal", "linear", "none"):
+            raise ValueError(f"unknown positional encoding {self.positional!r}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"unknown activation {self.activation!r}")
+
+    @property
+    def mlp_width(self) -> int:
+        return 4 * self.d_model if self.d_mlp is None else self.d_mlp
+
+
+def _norm(config: GPTConfig) -> nn.Module:
+    return nn.LayerNorm(config.d_model) if config.layer_norm else nn.Identity()
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal softmax attention that can hand back its weights."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        weights = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        out = (weights @ v).transpose(1, 2).reshape(B, T, C)
+        return self.proj(out), weights
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward layer ``W_2 act(W_1 x)``."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.mlp_width, bias=config.bias)
+        self.proj = nn.Linear(config.mlp_width, config.d_model, bias=config.bias)
+        self.act = nn.ReLU() if config.activation == "relu" else nn.GELU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Residual block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; either part may be off."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = _norm(config)
+        self.attn = CausalSelfAttention(config) if config.attention else None
+        self.ln_2 = _norm(config)
+        self.mlp = MLP(config) if config.mlp else None
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        weights = None
+        if self.attn is not None:
+            out, weights = self.attn(self.ln_1(x))
+            x = x + out
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x, weights
+
+
+def sinusoidal_table(length: int, d_model: int) -> Tensor:
+    """The fixed sine/cosine position table of Vaswani et al. (2017)."""
+    position = torch.arange(length, dtype=torch.float64)[:, None]
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq)[:, : d_model // 2]
+    return table.float()
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer mapping token ids ``(B, T)`` to next-token logits ``(B, T, V)``."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        if config.positional == "learned":
+            self.wpe = nn.Parameter(torch.zeros(config.block_size, config.d_model))
+        elif config.positional == "linear":
+            # p_t = (t / block_size) * u, a learned direction scaled linearly in the position
+            self.wpe = nn.Parameter(torch.zeros(config.d_model))
+        elif config.positional == "sinusoidal":
+            self.register_buffer("wpe", sinusoidal_table(config.block_size, config.d_model))
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = _norm(config)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
+        if config.tied:
+            self.head.weight = self.wte.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Gaussian ``N(0, init_std^2)`` weights, zero biases, unit layer norms."""
+        for name, param in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(param)
+            elif "ln_" in name:
+                nn.init.ones_(param)
+            else:
+                nn.init.normal_(param, mean=0.0, std=self.config.init_std)
+
+    def positions(self, T: int) -> Tensor | None:
+        """The ``(T, d_model)`` positional encoding added to the token embeddings, if any."""
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        if self.config.positional in ("learned", "sinusoidal"):
+            return self.wpe[:T]
+        if self.config.positional == "linear":
+            t = torch.arange(T, device=self.wpe.device, dtype=self.wpe.dtype)
+            return (t / self.config.block_size)[:, None] * self.wpe
+        return None
+
+    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits for every position; with ``return_attention`` also one ``(B, H, T, T)`` per layer."""
+        x = self.wte(idx)
+        pos = self.positions(idx.shape[1])
+        if pos is not None:
+            x = x + pos
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x)
+            if weights is not None:
+                attention.append(weights)
+        logits = self.head(self.ln_f(x))
+        return (logits, attention) if return_attention else logits
+
+
+class LSTM(nn.Module):
+    """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out."""
+
+    def __init__(self, vocab_size: int, hidden: int = 128, n_layer: int = 1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=n_layer, batch_first=True)
+        self.head = nn.Linear(hidden, vocab_size)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        out, _ = self.lstm(self.embed(idx))
+        return self.head(out)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable scalars (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+

@@ -1,0 +1,127 @@
+"""Result files: a run's config, claims, curves and provenance in one small JSON file."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .claims import Claim, Verdict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = REPO_ROOT / "results"
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def provenance(device_type: str, device_name: str, wall_time: float) -> dict[str, Any]:
+    """Where and how a result was made: commit, versions, hardware, wall time, date."""
+    return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": _git("status", "--porcelain", "--untracked-files=no") not in ("", "unknown"),
+        "versions": {p: _version(p) for p in ("torch", "numpy", "scipy", "sandboxes")},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device_type": device_type,
+        "device_name": device_name,
+        "wall_time_s": round(wall_time, 2),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass
+class Result:
+    """Everything one chapter run produced that a reader or a later run needs."""
+
+    chapter: str
+    profile: str
+    config: dict[str, Any]
+    seeds: list[int]
+    claims: list[Claim]
+    data: dict[str, Any]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(self.claims)
+
+    @property
+    def from_gpu(self) -> bool:
+        return self.provenance.get("device_type") == "cuda"
+
+    def to_json(self) -> str:
+        body = {
+            "chapter": self.chapter,
+            "profile": self.profile,
+            "config": self.config,
+            "seeds": self.seeds,
+            "claims": [c.to_dict() for c in self.claims],
+            "provenance": self.provenance,
+            "data": self.data,
+        }
+        return json.dumps(_jsonable(body), indent=1)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Result":
+        body = json.loads(Path(path).read_text())
+        return cls(
+            chapter=body["chapter"],
+            profile=body["profile"],
+            config=body["config"],
+            seeds=body["seeds"],
+            claims=[Claim(**c) for c in body["claims"]],
+            data=body["data"],
+            provenance=body["provenance"],
+        )
+
+
+def full_result_path(chapter: str) -> Path:
+    """Where the committed full-profile result of ``chapter`` lives."""
+    return RESULTS_DIR / f"{chapter}-full.json"
+
+
+def load_full_result(chapter: str) -> Result | None:
+    """The committed full-profile result, only if it exists and a GPU really produced it."""
+    path = full_result_path(chapter)
+    if not path.exists():
+        return None
+    result = Result.load(path)
+    return result if result.from_gpu and result.profile == "full" else None

@@ -1,0 +1,49 @@
+"""Seeding and device choice, the two things every run needs first."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+
+import numpy as np
+import torch
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a fresh CPU generator for data with the same seed."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """``auto`` takes cuda, then mps, then cpu; a named device that is absent is an error."""
+    if name not in DEVICES:
+        raise ValueError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
+    if name == "auto":
+        env = os.environ.get("SANDBOXES_DEVICE")
+        if env and env != "auto":
+            return pick_device(env)
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but torch sees no CUDA GPU")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' was asked for but torch sees no Apple GPU")
+    return torch.device(name)
+
+
+def device_name(device: torch.device) -> str:
+    """A human-readable name of the hardware behind ``device`` (the GPU model, or the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple MPS"
+    return platform.processor() or platform.machine() or "cpu"

@@ -1,0 +1,1 @@
+"""Exact theory of each chapter: closed forms, weight constructions and bounds. Nothing trains."""

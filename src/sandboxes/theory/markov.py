@@ -1,0 +1,197 @@
+"""Exact theory of one-layer transformers on Markov chains (Makkuva et al., "Attention with Markov").
+
+Closed forms (entropy rate, unigram entropy, the curvature ``c`` that decides the sign of the
+Hessian), the explicit parameter points of Theorems 1 and 2 written into the book's
+:class:`~sandboxes.model.GPT`, and the exact population loss of any model on short sequences,
+by enumerating every sequence with its probability. Nothing here trains.
+
+Our GPT has a two-row embedding table and a two-row output layer with bias. Fixing row 0 of
+each to zero gives back the paper's model exactly: its ``e`` is ``wte[1]``, its linear weight
+``a`` is ``head.weight[1]`` and its bias ``b`` is ``head.bias[1]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..data.markov import binary_kernel, check_kernel, stationary_law
+from ..model import GPT, GPTConfig
+
+
+def binary_entropy(x: float) -> float:
+    """``h(x) = -x ln x - (1-x) ln(1-x)`` in nats."""
+    return 0.0 if x in (0.0, 1.0) else -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+
+def entropy_rate(kernel: np.ndarray) -> float:
+    """``sum_i pi_i H(P_i)``: the loss of the bigram predictor, the global minimum."""
+    kernel = check_kernel(kernel)
+    pi = stationary_law(kernel)
+    logs = np.where(kernel > 0, np.log(np.where(kernel > 0, kernel, 1.0)), 0.0)
+    return float(-(pi[:, None] * kernel * logs).sum())
+
+
+def unigram_entropy(kernel: np.ndarray) -> float:
+    """``H(pi)``: the loss of predicting the stationary law regardless of the input."""
+    pi = stationary_law(check_kernel(kernel))
+    return float(-(pi * np.log(pi)).sum())
+
+
+def curvature(p: float, q: float) -> float:
+    """``c = E[(pi_1 - x_{n+1}) x_n] = pq(p+q-1)/(p+q)^2``, the loss's rate in ``||e||^2`` at ``e=0``.
+
+    Its sign is the sign of ``p+q-1``; it sets the Hessian at the unigram point.
+    """
+    binary_kernel(p, q)
+    return p * q * (p + q - 1) / (p + q) ** 2
+
+
+def kernel_log_odds_gap(p: float, q: float) -> float:
+    """``ln[(1-p)(1-q)/(pq)]``: the logit slope in ``x_n`` that a bigram predictor needs."""
+    return math.log((1 - p) * (1 - q) / (p * q))
+
+
+def binary_config(d_model: int, length: int, tied: bool, d_mlp: int | None = None) -> GPTConfig:
+    """The paper's architecture: one layer, one head, ReLU MLP, no layer norm, no inner biases."""
+    return GPTConfig(
+        vocab_size=2, block_size=length, n_layer=1, n_head=1, d_model=d_model, d_mlp=d_mlp,
+        tied=tied, positional="learned", layer_norm=False, activation="relu", bias=False, head_bias=True,
+    )
+
+
+def _zero_model(config: GPTConfig) -> GPT:
+    model = GPT(config).double()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+    return model
+
+
+def unigram_point(p: float, q: float, d_model: int, length: int, tied: bool) -> GPT:
+    """``theta_pi`` of Theorem 2: ``e = a = 0`` and ``b = ln(p/q)``, so the model predicts ``pi_1``."""
+    binary_kernel(p, q)
+    model = _zero_model(binary_config(d_model, length, tied))
+    with torch.no_grad():
+        model.head.bias[1] = math.log(p / q)
+    return model
+
+
+def global_minimum_point(p: float, q: float, d_model: int, length: int, tied: bool = True) -> GPT:
+    """``theta_*`` of Theorem 1: a model whose prediction is the Markov kernel at every position.
+
+    Attention is switched off by zero value/output weights, so the prediction depends on
+    ``x_n`` only. For ``p+q <= 1`` the slope ``||e||^2 = ln[(1-p)(1-q)/(pq)] >= 0`` comes from
+    the embedding alone; for ``p+q > 1`` it is negative, which a tied ``||e||^2`` cannot be, so
+    the ReLU MLP adds the missing negative part (the seed's appendix B.2 route, in our words:
+    centre the embedding with ``p_n = -e/2``, let the MLP fire on ``x_n = 1`` only, and scale
+    its output by ``m = 2(gap - 1)``).
+    """
+    binary_kernel(p, q)
+    gap = kernel_log_odds_gap(p, q)
+    model = _zero_model(binary_config(d_model, length, tied))
+    u = torch.zeros(d_model, dtype=torch.float64)
+    u[0] = 1.0
+    with torch.no_grad():
+        if p + q <= 1:
+            model.wte.weight[1] = math.sqrt(gap) * u
+            model.head.bias[1] = math.log(p / (1 - p))
+        else:
+            model.wte.weight[1] = u
+            model.wpe[:] = -0.5 * u
+            model.blocks[0].mlp.fc.weight[0] = u
+            model.blocks[0].mlp.proj.weight[:, 0] = 2 * (gap - 1) * u
+            model.head.bias[1] = math.log(p / (1 - p)) + 0.5
+        if not tied:
+            model.head.weight[1] = model.wte.weight[1]
+    return model
+
+
+def all_sequences(kernel: np.ndarray, length: int) -> tuple[Tensor, Tensor]:
+    """Every sequence of ``length + 1`` states and its probability under the stationary chain."""
+    kernel = check_kernel(kernel)
+    pi = stationary_law(kernel)
+    n = kernel.shape[0]
+    seqs = np.array(list(itertools.product(range(n), repeat=length + 1)))
+    probs = pi[seqs[:, 0]] * np.prod(kernel[seqs[:, :-1], seqs[:, 1:]], axis=1)
+    return torch.as_tensor(seqs), torch.as_tensor(probs, dtype=torch.float64)
+
+
+class PopulationLoss:
+    """The exact population loss of a model as a function of its flattened parameters.
+
+    Exact because it sums over all ``n_states ** (length + 1)`` sequences with their true
+    probabilities; usable for gradients and Hessians by autograd.
+    """
+
+    def __init__(self, model: GPT, kernel: np.ndarray, length: int) -> None:
+        self.model = model
+        self.names = [name for name, _ in model.named_parameters()]
+        self.shapes = [p.shape for _, p in model.named_parameters()]
+        self.sizes = [p.numel() for _, p in model.named_parameters()]
+        seqs, self.probs = all_sequences(kernel, length)
+        self.inputs, self.targets = seqs[:, :-1], seqs[:, 1:]
+
+    def flat(self) -> Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
+
+    def slices(self) -> dict[str, slice]:
+        """Where each named parameter sits in the flat vector."""
+        offsets = np.cumsum([0, *self.sizes])
+        return {n: slice(int(a), int(b)) for n, a, b in zip(self.names, offsets[:-1], offsets[1:])}
+
+    def __call__(self, flat: Tensor) -> Tensor:
+        chunks = torch.split(flat, self.sizes)
+        params = {n: c.reshape(s) for n, c, s in zip(self.names, chunks, self.shapes)}
+        logits = torch.func.functional_call(self.model, params, (self.inputs,))
+        logp = logits.log_softmax(dim=-1).gather(-1, self.targets[..., None]).squeeze(-1)
+        return -(self.probs * logp.mean(dim=1)).sum()
+
+    def value(self) -> float:
+        return float(self(self.flat()))
+
+    def gradient(self) -> Tensor:
+        flat = self.flat().requires_grad_(True)
+        (grad,) = torch.autograd.grad(self(flat), flat)
+        return grad
+
+    def hessian(self) -> Tensor:
+        return torch.autograd.functional.hessian(self, self.flat())
+
+
+def paper_block(loss: PopulationLoss, tied: bool) -> list[int]:
+    """Indices of the paper's ``(e, a, b)`` parameters: ``wte[1]``, ``head.weight[1]`` if untied, ``head.bias[1]``."""
+    where = loss.slices()
+    d = loss.model.config.d_model
+    e = list(range(where["wte.weight"].start + d, where["wte.weight"].start + 2 * d))
+    a = [] if tied else list(range(where["head.weight"].start + d, where["head.weight"].start + 2 * d))
+    return e + a + [where["head.bias"].start + 1]
+
+
+def predicted_block_spectrum(p: float, q: float, d_model: int, tied: bool) -> np.ndarray:
+    """Eigenvalues of the Hessian at ``theta_pi`` on the paper's ``(e, a, b)`` block, sorted.
+
+    Tied: ``H = diag(2c I_d, pi_0 pi_1)``, positive definite iff ``p+q > 1`` (Theorem 2).
+    Untied: the ``(e, a)`` part is ``[[0, cI], [cI, 0]]`` with eigenvalues ``+-c``, indefinite
+    whenever ``p+q != 1`` (Theorem 3).
+    """
+    c = curvature(p, q)
+    pi0, pi1 = stationary_law(binary_kernel(p, q))
+    values = [2 * c] * d_model if tied else [c] * d_model + [-c] * d_model
+    return np.sort(np.array(values + [pi0 * pi1]))
+
+
+def hessian_at_unigram_point(p: float, q: float, d_model: int, length: int, tied: bool) -> dict[str, np.ndarray]:
+    """Autograd Hessian of the exact population loss at ``theta_pi``: block and full spectra."""
+    model = unigram_point(p, q, d_model, length, tied)
+    loss = PopulationLoss(model, binary_kernel(p, q), length)
+    hess = loss.hessian()
+    block = paper_block(loss, tied)
+    return {
+        "block": np.sort(torch.linalg.eigvalsh(hess[block][:, block]).numpy()),
+        "full": np.sort(torch.linalg.eigvalsh(hess).numpy()),
+    }

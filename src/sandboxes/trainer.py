@@ -1,0 +1,244 @@
+"""One online trainer for every chapter: fresh samples each step, AdamW, schedules, seeds.
+
+``train`` fits one model per seed. With ``batched=True`` (the default) the K seeds are trained
+as one :class:`Ensemble`: their parameters are stacked and a single ``torch.func.vmap`` runs the
+forward and backward pass of all of them at once. Adam's update is element-wise, so one
+optimizer over the stacked tensors is K independent optimizers, and member k of a K-run is the
+same training run as the single run with seed k (``tests/test_trainer.py`` checks this).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from .runtime import seed_everything
+
+EVAL_SEED = 10_000_019  # the held-out set is drawn from this seed, never from a training seed
+
+
+class Task(Protocol):
+    """What the trainer needs of a data source: a sampler and a per-model loss."""
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """``n`` fresh (input, target) pairs drawn with ``generator``."""
+        ...
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """Scalar loss of one model's outputs on one batch."""
+        ...
+
+
+def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over positions whose target is not ``-100``."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings shared by all members of a run."""
+
+    steps: int
+    batch_size: int
+    lr: float = 2e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 1e-3
+    warmup: int = 0
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    final_lr_fraction: float = 0.1
+    eval_every: int = 10
+    eval_size: int = 256
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of ``lr`` at ``step``: linear warm-up, then the chosen decay."""
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        if self.schedule == "constant":
+            return 1.0
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        floor = self.final_lr_fraction
+        if self.schedule == "linear":
+            return 1.0 - (1.0 - floor) * progress
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class TrainResult:
+    """Trained models (on the CPU) and their loss curves, one row per seed."""
+
+    seeds: list[int]
+    models: list[nn.Module]
+    train_loss: np.ndarray  # (K, steps)
+    eval_steps: np.ndarray  # (n_evals,)
+    eval_loss: np.ndarray  # (K, n_evals)
+    wall_time: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def final_eval_loss(self) -> np.ndarray:
+        return self.eval_loss[:, -1]
+
+
+class Ensemble(nn.Module):
+    """K models of one architecture whose forward pass runs as one vmapped call."""
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        params, buffers = stack_module_state(list(models))
+        self.stacked = nn.ParameterDict({k.replace(".", ":"): nn.Parameter(v) for k, v in params.items()})
+        self._buffers_stacked = buffers
+        self._base = [copy.deepcopy(models[0])]  # a list keeps it out of the module tree
+        self.size = len(models)
+
+    def _params(self) -> dict[str, Tensor]:
+        return {k.replace(":", "."): v for k, v in self.stacked.items()}
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` has a leading member axis of length K; so does the output."""
+        base = self._base[0].to(x.device)
+
+        def one(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor) -> Tensor:
+            return functional_call(base, (params, buffers), (inputs,))
+
+        buffers = {k: v.to(x.device) for k, v in self._buffers_stacked.items()}
+        return vmap(one)(self._params(), buffers, x)
+
+    def member(self, k: int, template: nn.Module) -> nn.Module:
+        """A plain copy of ``template`` carrying member ``k``'s weights, on the CPU."""
+        model = copy.deepcopy(template).cpu()
+        state = {name: value[k].detach().cpu() for name, value in self._params().items()}
+        state.update({name: value[k].cpu() for name, value in self._buffers_stacked.items()})
+        model.load_state_dict(state, strict=False)
+        return model
+
+
+class Single(nn.Module):
+    """One plain model behind the ensemble interface (member axis of length 1)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.size = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x[0])[None]
+
+    def member(self, k: int, template: nn.Module) -> nn.Module:
+        return copy.deepcopy(self.model).cpu()
+
+
+def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> list[dict]:
+    """Weight decay on matrices (and embeddings) only, as in GPT-2; never on biases or norms."""
+    decay, no_decay = [], []
+    for p in module.parameters():
+        ndim = p.dim() - (1 if member_axis else 0)
+        (decay if ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _fit(
+    seeds: list[int],
+    make_model: Callable[[], nn.Module],
+    task: Task,
+    config: TrainConfig,
+    device: torch.device,
+    eval_data: tuple[Tensor, Tensor],
+    batched: bool,
+    progress: bool,
+) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray]:
+    models = []
+    for seed in seeds:
+        seed_everything(seed)
+        models.append(make_model())
+    template = models[0]
+    runner: nn.Module = Ensemble(models) if batched else Single(models[0])
+    runner.to(device)
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+    optimizer = torch.optim.AdamW(
+        _decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr, betas=config.betas
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
+    per_member_loss = vmap(task.loss)
+    x_eval, y_eval = (t.to(device) for t in eval_data)
+    x_eval_k = x_eval.expand(runner.size, *x_eval.shape)
+
+    train_curve = np.zeros((len(seeds), config.steps))
+    eval_steps, eval_curve = [], []
+    label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
+    bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
+    for step in bar:
+        batches = [task.sample(config.batch_size, g) for g in generators]
+        x = torch.stack([b[0] for b in batches]).to(device)
+        y = torch.stack([b[1] for b in batches]).to(device)
+        losses = per_member_loss(runner(x), y)
+        if not torch.isfinite(losses).all():
+            bad = [seeds[i] for i in torch.nonzero(~torch.isfinite(losses)).flatten().tolist()]
+            raise FloatingPointError(
+                f"training loss became NaN/inf at step {step} for seed(s) {bad}; "
+                f"lower the learning rate (lr={config.lr}) or check the data"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        optimizer.step()
+        schedule.step()
+        train_curve[:, step] = losses.detach().cpu().numpy()
+        if step % config.eval_every == 0 or step == config.steps - 1:
+            with torch.no_grad():
+                y_eval_k = y_eval.expand(runner.size, *y_eval.shape)
+                eval_curve.append(per_member_loss(runner(x_eval_k), y_eval_k).cpu().numpy())
+            eval_steps.append(step)
+            bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
+    trained = [runner.member(k, template) for k in range(runner.size)]
+    return trained, train_curve, eval_steps, np.stack(eval_curve, axis=1)
+
+
+def train(
+    make_model: Callable[[], nn.Module],
+    task: Task,
+    config: TrainConfig,
+    seeds: Sequence[int],
+    device: torch.device | str = "cpu",
+    batched: bool = True,
+    progress: bool | None = None,
+) -> TrainResult:
+    """Train one model per seed on fresh samples from ``task`` and log train and held-out loss.
+
+    ``make_model`` is called after seeding, so a seed fixes the initialisation; the data stream
+    of each seed comes from its own generator, so it does not depend on the other seeds.
+    """
+    if not seeds:
+        raise ValueError("train() needs at least one seed")
+    device = torch.device(device)
+    progress = sys.stderr.isatty() if progress is None else progress
+    eval_data = task.sample(config.eval_size, torch.Generator().manual_seed(EVAL_SEED))
+    groups = [list(seeds)] if batched else [[s] for s in seeds]
+    start = time.perf_counter()
+    models, train_curves, eval_curves = [], [], []
+    eval_steps: list[int] = []
+    for group in groups:
+        trained, train_curve, eval_steps, eval_curve = _fit(
+            group, make_model, task, config, device, eval_data, batched, progress
+        )
+        models += trained
+        train_curves.append(train_curve)
+        eval_curves.append(eval_curve)
+    return TrainResult(
+        seeds=list(seeds),
+        models=models,
+        train_loss=np.concatenate(train_curves),
+        eval_steps=np.asarray(eval_steps),
+        eval_loss=np.concatenate(eval_curves),
+        wall_time=time.perf_counter() - start,
+    )
