@@ -150,16 +150,15 @@ def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> 
 
 def _fit(
     seeds: list[int],
-    make_model: Callable[[], nn.Module],
-    task: Task,
+    make_models: list[Callable[[], nn.Module]],
+    tasks: list[Task],
     config: TrainConfig,
     device: torch.device,
-    eval_data: tuple[Tensor, Tensor],
     batched: bool,
     progress: bool,
 ) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray]:
     models = []
-    for seed in seeds:
+    for seed, make_model in zip(seeds, make_models):
         seed_everything(seed)
         models.append(make_model())
     template = models[0]
@@ -170,16 +169,17 @@ def _fit(
         _decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr, betas=config.betas
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
-    per_member_loss = vmap(task.loss)
-    x_eval, y_eval = (t.to(device) for t in eval_data)
-    x_eval_k = x_eval.expand(runner.size, *x_eval.shape)
+    per_member_loss = vmap(tasks[0].loss)
+    held_out = [t.sample(config.eval_size, torch.Generator().manual_seed(EVAL_SEED)) for t in tasks]
+    x_eval = torch.stack([h[0] for h in held_out]).to(device)
+    y_eval = torch.stack([h[1] for h in held_out]).to(device)
 
     train_curve = np.zeros((len(seeds), config.steps))
     eval_steps, eval_curve = [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
     for step in bar:
-        batches = [task.sample(config.batch_size, g) for g in generators]
+        batches = [t.sample(config.batch_size, g) for t, g in zip(tasks, generators)]
         x = torch.stack([b[0] for b in batches]).to(device)
         y = torch.stack([b[1] for b in batches]).to(device)
         losses = per_member_loss(runner(x), y)
@@ -196,8 +196,7 @@ def _fit(
         train_curve[:, step] = losses.detach().cpu().numpy()
         if step % config.eval_every == 0 or step == config.steps - 1:
             with torch.no_grad():
-                y_eval_k = y_eval.expand(runner.size, *y_eval.shape)
-                eval_curve.append(per_member_loss(runner(x_eval_k), y_eval_k).cpu().numpy())
+                eval_curve.append(per_member_loss(runner(x_eval), y_eval).cpu().numpy())
             eval_steps.append(step)
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
     trained = [runner.member(k, template) for k in range(runner.size)]
@@ -205,8 +204,8 @@ def _fit(
 
 
 def train(
-    make_model: Callable[[], nn.Module],
-    task: Task,
+    make_model: Callable[[], nn.Module] | Sequence[Callable[[], nn.Module]],
+    task: Task | Sequence[Task],
     config: TrainConfig,
     seeds: Sequence[int],
     device: torch.device | str = "cpu",
@@ -217,19 +216,27 @@ def train(
 
     ``make_model`` is called after seeding, so a seed fixes the initialisation; the data stream
     of each seed comes from its own generator, so it does not depend on the other seeds.
+    ``make_model`` and ``task`` may also be sequences with one entry per seed: members then
+    differ in data (say ``p`` and ``q``) or initialisation but must share their shapes.
+    Each member is evaluated on a held-out set drawn from its own task with a fixed seed.
     """
     if not seeds:
         raise ValueError("train() needs at least one seed")
+    seeds = list(seeds)
+    tasks = list(task) if isinstance(task, Sequence) else [task] * len(seeds)
+    makers = list(make_model) if isinstance(make_model, Sequence) else [make_model] * len(seeds)
+    if not len(tasks) == len(makers) == len(seeds):
+        raise ValueError("give one task and one model factory per seed, or a single one of each")
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
-    eval_data = task.sample(config.eval_size, torch.Generator().manual_seed(EVAL_SEED))
-    groups = [list(seeds)] if batched else [[s] for s in seeds]
+    groups = [list(range(len(seeds)))] if batched else [[i] for i in range(len(seeds))]
     start = time.perf_counter()
     models, train_curves, eval_curves = [], [], []
     eval_steps: list[int] = []
     for group in groups:
         trained, train_curve, eval_steps, eval_curve = _fit(
-            group, make_model, task, config, device, eval_data, batched, progress
+            [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
+            config, device, batched, progress,
         )
         models += trained
         train_curves.append(train_curve)

@@ -79,18 +79,19 @@ class MarkovChain:
         return self.kernel.shape[0]
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
-        """``n`` chains of ``length + 1`` symbols, shape ``(n, length + 1)``, dtype long."""
-        kernel = torch.as_tensor(self.kernel, dtype=torch.float64)
-        cumulative = kernel.cumsum(dim=1)
-        cumulative[:, -1] = 1.0 + 1e-9  # guard against round-off at the top of each row
-        start = torch.as_tensor(stationary_law(self.kernel), dtype=torch.float64)
-        uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64)
-        out = torch.empty(n, self.length + 1, dtype=torch.long)
-        out[:, 0] = (uniform[:, 0:1] >= start.cumsum(0)[None, :-1]).sum(dim=1)
+        """``n`` chains of ``length + 1`` symbols, shape ``(n, length + 1)``, dtype long.
+
+        The uniforms come from ``generator`` in one draw; the recursion runs in NumPy, whose
+        per-step overhead on small arrays is a fraction of torch's.
+        """
+        uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
+        cumulative = np.cumsum(self.kernel, axis=1)[:, :-1]  # upper edges of all but the last state
+        start = np.cumsum(stationary_law(self.kernel))[:-1]
+        out = np.empty((n, self.length + 1), dtype=np.int64)
+        out[:, 0] = (uniform[:, 0:1] >= start[None, :]).sum(axis=1)
         for t in range(1, self.length + 1):
-            rows = cumulative[out[:, t - 1]]
-            out[:, t] = (uniform[:, t : t + 1] >= rows).sum(dim=1)
-        return out.clamp_(max=self.n_states - 1)
+            out[:, t] = (uniform[:, t : t + 1] >= cumulative[out[:, t - 1]]).sum(axis=1)
+        return torch.from_numpy(out)
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seq = self.sequences(n, generator)

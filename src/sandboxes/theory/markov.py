@@ -195,3 +195,15 @@ def hessian_at_unigram_point(p: float, q: float, d_model: int, length: int, tied
         "block": np.sort(torch.linalg.eigvalsh(hess[block][:, block]).numpy()),
         "full": np.sort(torch.linalg.eigvalsh(hess).numpy()),
     }
+
+
+def excess_loss(logits: Tensor, inputs: Tensor, kernel: np.ndarray) -> Tensor:
+    """Per-sequence mean of ``KL(P(. | x_n) || model(. | x_1..x_n))`` over positions.
+
+    The loss minus the entropy rate, averaged exactly over the next symbol instead of over a
+    sampled one, so it is 0 at the bigram and ``H(pi) - H`` at the unigram with no target noise.
+    """
+    target = torch.as_tensor(check_kernel(kernel), dtype=logits.dtype)[inputs]
+    logq = logits.log_softmax(dim=-1)
+    logp = torch.where(target > 0, target.clamp_min(1e-300).log(), torch.zeros_like(target))
+    return (target * (logp - logq)).sum(dim=-1).mean(dim=-1)

@@ -1,0 +1,73 @@
+"""Command line: ``python -m sandboxes run <chapter> ...`` and ``python -m sandboxes list``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .chapters import all_chapters, get_chapter
+from .profiles import PROFILES
+from .runtime import DEVICES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a chapter's experiment and print its verdict table")
+    run.add_argument("chapter", help="chapter name (see `list`)")
+    run.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default quick)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a chapter parameter; repeatable")
+    run.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the profile's)")
+    run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
+    run.add_argument("--out", default=None, help="result JSON path, or - for stdout (default runs/<chapter>-<profile>.json)")
+    run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails")
+    commands.add_parser("list", help="name the chapters and their parameters")
+    return parser
+
+
+def _overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _list() -> None:
+    for chapter in all_chapters():
+        print(f"{chapter.name}: {chapter.title} (seeds: quick {chapter.seeds['quick']}, full {chapter.seeds['full']})")
+        for p in chapter.params:
+            print(f"  {p.name:<14} {p.kind.__name__:<5} quick={p.quick!s:<10} full={p.full!s:<10} {p.help}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    chapter = get_chapter(args.chapter)
+    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device)
+    verdict = result.verdict
+    report = sys.stderr if args.out == "-" else sys.stdout
+    print(verdict.text(), file=report)
+    failed = len(verdict.failures())
+    print(f"{len(verdict) - failed} of {len(verdict)} claims hold; wall time "
+          f"{result.provenance['wall_time_s']} s on {result.provenance['device_name']}", file=report)
+    if args.out == "-":
+        print(result.to_json())
+    else:
+        path = result.save(Path(args.out or f"runs/{chapter.name}-{args.profile}.json"))
+        print(f"result written to {path}", file=report)
+    return 1 if failed and args.strict else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            _list()
+            return 0
+        return _run(args)
+    except (ValueError, FloatingPointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,118 @@
+"""Flip-flop languages ``FFL(T, p)`` (Liu et al., "Exposing attention glitches with flip-flop language modeling").
+
+A flip-flop string of even length ``T`` alternates instructions (even positions) and data bits
+(odd positions). The first instruction is ``w``, the last is ``r``, the others are i.i.d. with
+probabilities ``(p_w, p_r, p_i)``; the bit after ``w`` or ``i`` is uniform and the bit after
+``r`` repeats the bit of the latest ``w``. As a task, the input is the first ``T - 1`` tokens and
+the target the next token; in ``clean`` mode only the bits after a read are scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..trainer import next_token_loss
+
+W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
+VOCAB = ("w", "r", "i", "0", "1")
+IGNORE_INDEX = -100
+
+Mode = Literal["clean", "generative"]
+
+
+@dataclass(frozen=True)
+class FlipFlop:
+    """``FFL(length, (p_w, p_r, p_i))`` as a next-token task; ``mode`` picks the scored positions."""
+
+    length: int
+    p_w: float
+    p_r: float
+    mode: Mode = "clean"
+
+    def __post_init__(self) -> None:
+        if self.length < 4 or self.length % 2:
+            raise ValueError(f"a flip-flop string has an even length of at least 4, got {self.length}")
+        if self.p_w < 0 or self.p_r < 0 or self.p_w + self.p_r > 1:
+            raise ValueError(f"need p_w, p_r >= 0 and p_w + p_r <= 1, got p_w={self.p_w}, p_r={self.p_r}")
+        if self.mode not in ("clean", "generative"):
+            raise ValueError(f"unknown mode {self.mode!r}; choose clean or generative")
+
+    @classmethod
+    def with_ignore(cls, length: int, p_i: float, mode: Mode = "clean") -> "FlipFlop":
+        """``FFL(length, p_i)``: writes and reads share the rest equally, ``p_w = p_r = (1 - p_i) / 2``."""
+        if not 0.0 <= p_i <= 1.0:
+            raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
+        return cls(length, (1 - p_i) / 2, (1 - p_i) / 2, mode)
+
+    @property
+    def p_i(self) -> float:
+        return 1.0 - self.p_w - self.p_r
+
+    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` flip-flop strings, shape ``(n, length)``, dtype long."""
+        pairs = self.length // 2
+        u = torch.rand(n, pairs, generator=generator, dtype=torch.float64)
+        instr = torch.where(u < self.p_w, W, torch.where(u < self.p_w + self.p_r, R, I))
+        instr[:, 0], instr[:, -1] = W, R
+        bits = torch.randint(0, 2, (n, pairs), generator=generator)
+        bits = torch.where(instr == R, latest_write_bits(instr, bits), bits)
+        out = torch.empty(n, self.length, dtype=torch.long)
+        out[:, 0::2], out[:, 1::2] = instr, bits + ZERO
+        return out
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        seq = self.sequences(n, generator)
+        inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+        if self.mode == "clean":
+            targets[inputs != R] = IGNORE_INDEX
+        return inputs, targets
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
+
+
+def latest_write_bits(instr: Tensor, bits: Tensor) -> Tensor:
+    """For each instruction slot, the bit written by the latest ``w`` at or before it."""
+    slot = torch.arange(instr.shape[1]).expand_as(instr)
+    last = torch.where(instr == W, slot, torch.full_like(slot, -1)).cummax(dim=1).values
+    if (last < 0).any():
+        raise ValueError("every flip-flop string starts with a write")
+    return bits.gather(1, last)
+
+
+def check_sequences(seq: Tensor) -> None:
+    """Raise unless every row is a valid flip-flop string (the language's definition, checked)."""
+    instr, data = seq[:, 0::2], seq[:, 1::2]
+    if not ((instr >= W) & (instr <= I)).all() or not ((data == ZERO) | (data == ONE)).all():
+        raise ValueError("instructions must sit at even positions and bits at odd ones")
+    if not ((instr[:, 0] == W) & (instr[:, -1] == R)).all():
+        raise ValueError("the first instruction must be w and the last r")
+    bits = data - ZERO
+    reads = instr == R
+    if not (bits[reads] == latest_write_bits(instr, bits)[reads]).all():
+        raise ValueError("a read does not return the bit of the latest write")
+
+
+def read_targets(inputs: Tensor) -> tuple[Tensor, Tensor]:
+    """The positions of ``inputs`` that hold a read, and the bit each must be answered with."""
+    instr = inputs[:, 0::2]
+    n_pairs = (inputs.shape[1] + 1) // 2
+    bits = torch.zeros(inputs.shape[0], n_pairs, dtype=torch.long)
+    bits[:, : inputs[:, 1::2].shape[1]] = inputs[:, 1::2] - ZERO
+    answer = latest_write_bits(instr, bits)
+    reads = torch.zeros_like(inputs, dtype=torch.bool)
+    reads[:, 0::2] = instr == R
+    full = torch.zeros_like(inputs)
+    full[:, 0::2] = answer + ZERO
+    return reads, full
+
+
+def read_errors(logits: Tensor, inputs: Tensor) -> tuple[int, int]:
+    """Wrong and total reads: a read is wrong when the argmax next token is not the latest written bit."""
+    reads, answers = read_targets(inputs)
+    wrong = (logits.argmax(dim=-1) != answers) & reads
+    return int(wrong.sum()), int(reads.sum())
