@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn import functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .runtime import seed_everything
 

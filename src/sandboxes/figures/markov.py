@@ -54,7 +54,7 @@ def predictions(data: dict[str, Any]) -> Figure:
         reference_line(ax, stationary_law(binary_kernel(p, q))[1], "π₁", ":")
         ax.set(title=f"p = {p}, q = {q}: prediction where x_n = 0", xlabel="position n",
                ylabel="predicted P(x_n+1 = 1)", ylim=(0, 1))
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -134,7 +134,7 @@ def basin(data: dict[str, Any]) -> Figure:
         ax.set_xticks(np.arange(len(scales)), [f"{s:g}" for s in scales])
         ax.set(title=f"{name}, p = {data['basin']['p']}, q = {data['basin']['q']}", xlabel="init std",
                ylabel="fraction of seeds")
-    axes[1].legend(loc="upper left", fontsize=8)
+    axes[1].legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine with Python 3.10+:
+#   make book   installs what is missing, executes every chapter, writes _build/html
+#   make test   unit tests, CLI tests, and every chapter notebook under nbval
+# PROFILE=full builds the book with the full (GPU) profile. TORCH=... picks the torch build
+# installed first (default: the CPU build 2.13.0; TORCH=torch takes PyPI's default build).
+
+PYTHON ?= python3
+PROFILE ?= quick
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: book test clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build
+	SANDBOXES_PROFILE=$(PROFILE) $(BIN)/jupyter-book build . --warningiserror --keep-going
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider book
+
+clean:
+	rm -rf _build $(VENV) runs

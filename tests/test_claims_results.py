@@ -1,0 +1,57 @@
+"""Claims decide and fail loudly; result files round-trip with their provenance."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sandboxes.claims import Claim, ClaimFailed, Verdict
+from sandboxes.results import Result, provenance
+
+
+def test_close_claim_holds_inside_and_fails_outside_its_tolerance():
+    assert Claim.close("x", 1.0, 1.05, 0.1, "r").holds
+    assert not Claim.close("x", 1.0, 1.2, 0.1, "r").holds
+
+
+def test_bound_and_exact_claims():
+    assert Claim.at_most("x", 1.0, 0.5, "r").holds and not Claim.at_most("x", 1.0, 1.5, "r").holds
+    assert Claim.at_least("x", 1.0, 1.5, "r").holds and not Claim.at_least("x", 1.0, 0.5, "r").holds
+    assert Claim.exact("x", "a", "a", "r").holds and not Claim.exact("x", "a", "b", "r").holds
+
+
+def test_failed_claim_makes_check_raise_and_names_it(capsys):
+    verdict = Verdict([Claim.close("fine", 0, 0, 1, "r"), Claim.close("broken claim", 0, 5, 1, "r")])
+    with pytest.raises(ClaimFailed, match="broken claim"):
+        verdict.check()
+
+
+def test_check_prints_no_measured_numbers(capsys):
+    Verdict([Claim.close("stable", 1.0, 1.0123456, 0.1, "r")]).check()
+    out = capsys.readouterr().out
+    assert "1.012" not in out and "all 1 claims hold" in out
+
+
+def test_verdict_renders_an_html_table():
+    html = Verdict([Claim.close("a < b", 0, 0, 1, "because")])._repr_html_()
+    assert "<table>" in html and "a &lt; b" in html and "because" in html
+
+
+def test_result_file_round_trips_with_provenance(tmp_path):
+    result = Result("markov", "quick", {"p": 0.5}, [0, 1], [Claim.close("x", 1, 1, 0.1, "r")],
+                    {"curve": np.arange(3.0), "nested": {"k": np.float64(2.5)}},
+                    provenance("cpu", "test cpu", 1.234))
+    path = result.save(tmp_path / "r.json")
+    loaded = Result.load(path)
+    assert loaded.config == {"p": 0.5} and loaded.data["curve"] == [0.0, 1.0, 2.0]
+    assert loaded.claims == result.claims
+    body = json.loads(path.read_text())
+    for key in ("git_commit", "versions", "device_name", "wall_time_s", "created"):
+        assert key in body["provenance"]
+    assert not loaded.from_gpu
+
+
+def test_only_results_made_on_a_gpu_count_as_gpu_results():
+    made = Result("markov", "full", {}, [0], [], {}, {"device_type": "cuda"})
+    assert made.from_gpu
+    assert not Result("markov", "full", {}, [0], [], {}, {"device_type": "cpu"}).from_gpu

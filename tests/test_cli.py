@@ -1,0 +1,51 @@
+"""The command line: list, a small run with overrides, JSON to stdout, and one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sandboxes.cli import main
+
+TINY = ["--set", "length=8", "--set", "steps=3", "--set", "depth2_steps=3", "--set", "grid=2",
+        "--set", "init_scales=0.02", "--set", "switch_probs=0.5", "--set", "flow_points=2", "--seeds", "1"]
+
+
+def test_list_names_chapters_and_parameters(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "markov" in out and "init_scales" in out
+
+
+def test_run_with_overrides_writes_json_to_stdout(capsys):
+    assert main(["run", "markov", "--set", "p=0.7", "--set", "q=0.6", "--set", "tied=false", *TINY,
+                 "--device", "cpu", "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    body = json.loads(captured.out)
+    assert body["config"]["p"] == 0.7 and body["config"]["tied"] is False
+    assert body["provenance"]["device_type"] == "cpu"
+    assert "claims hold" in captured.err
+
+
+def test_run_writes_the_result_file(tmp_path, capsys):
+    out = tmp_path / "markov.json"
+    assert main(["run", "markov", *TINY, "--device", "cpu", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["chapter"] == "markov"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "markov", "--set", "p=1.5"], "bad value for p: must lie strictly between 0 and 1"),
+    (["run", "markov", "--set", "colour=red"], "unknown parameter 'colour'"),
+    (["run", "nope"], "unknown chapter 'nope'"),
+    (["run", "markov", "--profile", "huge"], "unknown profile 'huge'"),
+    (["run", "markov", "--device", "tpu"], "unknown device 'tpu'"),
+    (["run", "markov", "--set", "tied=maybe"], "expected true or false"),
+    (["run", "markov", "--set", "switch_probs=0.5,2"], "strictly between 0 and 1"),
+    (["run", "markov", "--set", "p"], "KEY=VALUE"),
+])
+def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
+    proc = subprocess.run([sys.executable, "-m", "sandboxes", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]

@@ -1,0 +1,55 @@
+"""The Markov chain generators: frequencies match the kernel, bad kernels are refused."""
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes.data.markov import MarkovChain, binary_kernel, check_kernel, stationary_law, symmetric_kernel
+
+
+@pytest.mark.parametrize("p, q", [(0.5, 0.8), (0.2, 0.3), (0.9, 0.05)])
+def test_empirical_transition_frequencies_match_the_kernel(p, q):
+    seqs = MarkovChain.binary(p, q, 200).sequences(400, torch.Generator().manual_seed(0)).numpy()
+    current, nxt = seqs[:, :-1].ravel(), seqs[:, 1:].ravel()
+    for state, leave in ((0, p), (1, q)):
+        observed = (nxt[current == state] != state).mean()
+        n = (current == state).sum()
+        # five standard errors of a binomial proportion: fails by chance with probability < 1e-6
+        assert abs(observed - leave) < 5 * np.sqrt(leave * (1 - leave) / n)
+
+
+def test_chains_start_from_the_stationary_law():
+    chain = MarkovChain(symmetric_kernel(3, 0.4), 1)
+    first = chain.sequences(20000, torch.Generator().manual_seed(1))[:, 0].numpy()
+    freq = np.bincount(first, minlength=3) / len(first)
+    assert np.abs(freq - 1 / 3).max() < 5 * np.sqrt(2 / 9 / len(first))
+
+
+def test_stationary_law_solves_pi_equals_pi_p():
+    kernel = binary_kernel(0.5, 0.8)
+    pi = stationary_law(kernel)
+    assert np.allclose(pi @ kernel, pi, atol=1e-14)
+    assert np.allclose(pi, [0.8 / 1.3, 0.5 / 1.3], atol=1e-14)
+
+
+def test_same_generator_seed_gives_the_same_sequences():
+    chain = MarkovChain.binary(0.3, 0.6, 50)
+    a = chain.sequences(8, torch.Generator().manual_seed(3))
+    b = chain.sequences(8, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.1, 1.5])
+def test_probability_outside_the_open_unit_interval_is_refused(p):
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        binary_kernel(p, 0.5)
+
+
+@pytest.mark.parametrize("kernel, message", [
+    ([[0.5, 0.6], [0.5, 0.5]], "sum to 1"),
+    ([[1.2, -0.2], [0.5, 0.5]], "negative"),
+    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "square"),
+])
+def test_non_stochastic_matrices_are_refused(kernel, message):
+    with pytest.raises(ValueError, match=message):
+        check_kernel(np.array(kernel))

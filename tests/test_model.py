@@ -1,0 +1,94 @@
+"""The shared GPT and LSTM: options do what they say."""
+
+import pytest
+import torch
+
+from sandboxes.model import GPT, LSTM, GPTConfig, count_parameters
+
+
+def small(**kw) -> GPTConfig:
+    return GPTConfig(**{"vocab_size": 5, "block_size": 16, "d_model": 8, "n_head": 2, **kw})
+
+
+def test_tied_model_shares_input_and_output_embedding():
+    model = GPT(small(tied=True))
+    assert model.head.weight is model.wte.weight
+    with torch.no_grad():
+        model.wte.weight[1, 0] = 3.0
+    assert model.head.weight[1, 0] == 3.0
+    assert count_parameters(GPT(small(tied=False))) - count_parameters(model) == 5 * 8
+
+
+def test_untied_model_has_its_own_output_matrix():
+    model = GPT(small(tied=False))
+    assert model.head.weight.data_ptr() != model.wte.weight.data_ptr()
+
+
+def test_attention_off_removes_attention_parameters_and_mixing():
+    model = GPT(small(attention=False))
+    assert not any("attn" in name for name, _ in model.named_parameters())
+    x = torch.randint(0, 5, (2, 10))
+    y = x.clone()
+    y[:, 0] = (y[:, 0] + 1) % 5  # change the first token only
+    # without attention, position t sees token t only, so later outputs are unchanged
+    assert torch.equal(model(x)[:, 1:], model(y)[:, 1:])
+
+
+def test_attention_is_causal():
+    model = GPT(small())
+    x = torch.randint(0, 5, (2, 10))
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % 5
+    assert torch.allclose(model(x)[:, :-1], model(y)[:, :-1])
+
+
+def test_mlp_off_removes_the_mlp():
+    assert not any("mlp" in name for name, _ in GPT(small(mlp=False)).named_parameters())
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "linear", "none"])
+def test_every_positional_encoding_runs_and_none_is_permutation_equivariant_without_attention(positional):
+    model = GPT(small(positional=positional, attention=False))
+    x = torch.randint(0, 5, (1, 12))
+    out = model(x)
+    assert out.shape == (1, 12, 5)
+    if positional == "none":
+        perm = torch.randperm(12)
+        assert torch.allclose(model(x[:, perm]), out[:, perm])
+
+
+def test_attention_weights_come_back_per_layer_and_head_and_sum_to_one():
+    model = GPT(small(n_layer=3))
+    logits, attention = model(torch.randint(0, 5, (4, 9)), return_attention=True)
+    assert len(attention) == 3
+    for weights in attention:
+        assert weights.shape == (4, 2, 9, 9)
+        assert torch.allclose(weights.sum(-1), torch.ones(4, 2, 9))
+        assert torch.all(weights.triu(1) == 0)
+
+
+def test_layer_norm_option_adds_norms():
+    names = [n for n, _ in GPT(small(layer_norm=True)).named_parameters()]
+    assert any(n.startswith("ln_f") for n in names)
+    assert not any("ln" in n for n, _ in GPT(small(layer_norm=False)).named_parameters())
+
+
+def test_sequence_longer_than_block_size_is_refused():
+    with pytest.raises(ValueError, match="exceeds block_size"):
+        GPT(small())(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kw, message", [({"d_model": 9, "n_head": 2}, "divisible"), ({"positional": "rope"}, "positional"),
+                                         ({"n_layer": 0}, "at least 1")])
+def test_bad_configs_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        small(**kw)
+
+
+def test_initialisation_scale_follows_init_std():
+    model = GPT(small(init_std=0.5, d_model=64, n_head=1))
+    assert abs(float(model.wte.weight.std()) - 0.5) < 0.05  # 320 samples: std error about 0.02
+
+
+def test_lstm_maps_tokens_to_logits():
+    assert LSTM(vocab_size=5, hidden=16)(torch.randint(0, 5, (3, 7))).shape == (3, 7, 5)

@@ -1,0 +1,72 @@
+"""The trainer: reproducible, batched equals looped, NaN is an error, schedules are right."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes.data.markov import MarkovChain
+from sandboxes.model import GPT
+from sandboxes.theory.markov import binary_config
+from sandboxes.trainer import TrainConfig, train
+
+TASK = MarkovChain.binary(0.5, 0.8, 16)
+CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
+
+
+def make_model():
+    return GPT(binary_config(4, 16, tied=True))
+
+
+def test_same_seed_gives_the_same_numbers_twice():
+    a = train(make_model, TASK, CONFIG, seeds=[3], batched=False)
+    b = train(make_model, TASK, CONFIG, seeds=[3], batched=False)
+    assert np.array_equal(a.train_loss, b.train_loss)
+    assert np.array_equal(a.eval_loss, b.eval_loss)
+
+
+def test_different_seeds_give_different_runs():
+    result = train(make_model, TASK, CONFIG, seeds=[0, 1], batched=False)
+    assert not np.array_equal(result.train_loss[0], result.train_loss[1])
+
+
+def test_member_of_a_batched_run_is_the_single_run_with_its_seed():
+    batched = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], batched=True)
+    single = train(make_model, TASK, CONFIG, seeds=[1], batched=False)
+    # float32 with a different reduction order (bmm against mm): agree to about 1e-6 relative
+    assert np.allclose(batched.train_loss[1], single.train_loss[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(batched.models[1].state_dict().values(), single.models[0].state_dict().values()):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_members_may_differ_in_task_and_initialisation():
+    tasks = [MarkovChain.binary(0.5, 0.8, 16), MarkovChain.binary(0.2, 0.3, 16)]
+    makers = [lambda: GPT(binary_config(4, 16, True)), lambda: GPT(binary_config(4, 16, True))]
+    result = train(makers, tasks, CONFIG, seeds=[0, 0])
+    assert result.eval_loss.shape == (2, len(result.eval_steps))
+    assert not np.array_equal(result.train_loss[0], result.train_loss[1])
+
+
+def test_nan_loss_raises_a_clear_error():
+    def broken_model():
+        model = make_model()
+        with torch.no_grad():
+            model.wte.weight.fill_(float("nan"))
+        return model
+
+    with pytest.raises(FloatingPointError, match="NaN"):
+        train(broken_model, TASK, CONFIG, seeds=[0])
+
+
+def test_training_lowers_the_held_out_loss():
+    result = train(make_model, TASK, TrainConfig(steps=60, batch_size=8, lr=1e-2, eval_every=59), seeds=[0])
+    assert result.eval_loss[0, -1] < result.eval_loss[0, 0] - 0.01
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_schedule_warms_up_then_decays_to_the_final_fraction(schedule):
+    config = TrainConfig(steps=100, batch_size=1, warmup=10, schedule=schedule, final_lr_fraction=0.1)
+    assert math.isclose(config.lr_factor(0), 0.1)
+    assert math.isclose(config.lr_factor(10), 1.0)
+    assert math.isclose(config.lr_factor(100), 1.0 if schedule == "constant" else 0.1)
