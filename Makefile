@@ -25,7 +25,7 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
-	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider book
+	$(BIN)/python -m pytest --nbval --nbval-current-env book
 
 clean:
 	rm -rf _build $(VENV) runs

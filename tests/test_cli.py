@@ -49,3 +49,16 @@ def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_bench_reports_all_three_modes_and_the_ratio(capsys):
+    assert main(["bench", "--k", "2", "--steps", "2", "--batch-size", "2", "--sizes", "markov", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("single", "loop", "batched"):
+        assert f"markov    {mode}" in out
+    assert "batched / loop throughput" in out
+
+
+def test_bench_refuses_an_unknown_size(capsys):
+    assert main(["bench", "--sizes", "huge", "--steps", "1", "--device", "cpu"]) == 2
+    assert "unknown model size" in capsys.readouterr().err

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import bench
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES
-from .runtime import DEVICES
+from .runtime import DEVICES, device_name, pick_device
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help="result JSON path, or - for stdout (default runs/<chapter>-<profile>.json)")
     run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails")
     commands.add_parser("list", help="name the chapters and their parameters")
+    bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
+    bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
+    bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    bench.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
+    bench.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
+    bench.add_argument("--sizes", default=None, help="comma-separated model sizes (default all)")
     return parser
 
 
@@ -61,12 +68,24 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if failed and args.strict else 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    if args.k < 1 or args.steps < 1 or args.batch_size < 1:
+        raise ValueError("--k, --steps and --batch-size must be at least 1")
+    device = pick_device(args.device)
+    sizes = args.sizes.split(",") if args.sizes else None
+    print(f"device: {device_name(device)} ({device.type}), K = {args.k}, {args.steps} steps, batch {args.batch_size}")
+    print(bench.report(bench.run(args.k, args.steps, args.batch_size, device, sizes)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
             _list()
             return 0
+        if args.command == "bench":
+            return _bench(args)
         return _run(args)
     except (ValueError, FloatingPointError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -74,6 +74,33 @@ def positive(value: float) -> None:
         raise ValueError(f"must be positive, got {value}")
 
 
+def float_list(text: str) -> list[float]:
+    """Parse a comma-separated list parameter such as ``"0.01,0.1,1"``."""
+    try:
+        values = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError("expected at least one number")
+    return values
+
+
+def each(check: Callable[[float], None]) -> Callable[[str], None]:
+    """Apply a single-value check to every entry of a comma-separated list parameter."""
+    def check_all(text: str) -> None:
+        for value in float_list(text):
+            check(value)
+    return check_all
+
+
+def at_least(bound: int) -> Callable[[int], None]:
+    """A check that an integer parameter is at least ``bound``."""
+    def check(value: int) -> None:
+        if value < bound:
+            raise ValueError(f"must be at least {bound}, got {value}")
+    return check
+
+
 def resolve(params: tuple[Param, ...], profile: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's values with ``overrides`` applied; an unknown key is an error."""
     known = {p.name: p for p in params}

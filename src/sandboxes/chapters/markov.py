@@ -15,7 +15,7 @@ import torch
 from ..claims import Claim
 from ..data.markov import MarkovChain, binary_kernel, stationary_law, symmetric_kernel
 from ..model import GPT, GPTConfig
-from ..profiles import Param, in_open_unit_interval, positive
+from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, positive
 from ..results import Result
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
@@ -29,33 +29,6 @@ GAP_REASON = "a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the two
 MIN_GAP = 0.01  # below this mutual information the two minima are too close to tell apart
 
 
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise ValueError("expected at least one number")
-    return values
-
-
-def _check_probabilities(text: str) -> None:
-    for v in _float_list(text):
-        in_open_unit_interval(v)
-
-
-def _check_positive_list(text: str) -> None:
-    for v in _float_list(text):
-        positive(v)
-
-
-def _at_least(n: int):
-    def check(value: int) -> None:
-        if value < n:
-            raise ValueError(f"must be at least {n}, got {value}")
-    return check
-
-
 PARAMS = (
     Param("p", float, 0.5, 0.5, "P(x_n+1 = 1 | x_n = 0) of the featured chain", in_open_unit_interval),
     Param("q", float, 0.8, 0.8, "P(x_n+1 = 0 | x_n = 1) of the featured chain", in_open_unit_interval),
@@ -63,21 +36,21 @@ PARAMS = (
           "(the loss-curve section always trains both)"),
     Param("p2", float, 0.2, 0.2, "p of the contrast chain (the book uses p+q<1)", in_open_unit_interval),
     Param("q2", float, 0.3, 0.3, "q of the contrast chain", in_open_unit_interval),
-    Param("length", int, 64, 1024, "sequence length T", _at_least(2)),
-    Param("d_model", int, 8, 8, "embedding dimension", _at_least(1)),
-    Param("steps", int, 300, 400, "training steps of one-layer runs", _at_least(1)),
-    Param("batch_size", int, 16, 16, "sequences per step", _at_least(1)),
+    Param("length", int, 64, 1024, "sequence length T", at_least(2)),
+    Param("d_model", int, 8, 8, "embedding dimension", at_least(1)),
+    Param("steps", int, 300, 400, "training steps of one-layer runs", at_least(1)),
+    Param("batch_size", int, 16, 16, "sequences per step", at_least(1)),
     Param("lr", float, 2e-3, 2e-3, "AdamW learning rate (cosine schedule)", positive),
     Param("init_std", float, 0.02, 0.02, "std of the Gaussian initialisation", positive),
-    Param("depth2_steps", int, 1000, 1000, "training steps of the depth-2 runs", _at_least(1)),
-    Param("grid", int, 4, 9, "phase diagram: values of p and of q in (0.1, 0.9)", _at_least(2)),
-    Param("grid_seeds", int, 1, 5, "phase diagram: seeds per (p, q) cell", _at_least(1)),
+    Param("depth2_steps", int, 1000, 1000, "training steps of the depth-2 runs", at_least(1)),
+    Param("grid", int, 4, 9, "phase diagram: values of p and of q in (0.1, 0.9)", at_least(2)),
+    Param("grid_seeds", int, 1, 5, "phase diagram: seeds per (p, q) cell", at_least(1)),
     Param("init_scales", str, "0.01,0.03,0.1,0.3", "0.005,0.01,0.02,0.03,0.05,0.1,0.2,0.3,0.5,1.0",
-          "basin: initialisation stds to compare", _check_positive_list),
-    Param("states", int, 5, 5, "multi-state chain: number of states", _at_least(2)),
+          "basin: initialisation stds to compare", each(positive)),
+    Param("states", int, 5, 5, "multi-state chain: number of states", at_least(2)),
     Param("switch_probs", str, "0.3,0.9", "0.1,0.3,0.5,0.7,0.8,0.9",
-          "multi-state chain: switching probabilities p", _check_probabilities),
-    Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", _at_least(1)),
+          "multi-state chain: switching probabilities p", each(in_open_unit_interval)),
+    Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", at_least(1)),
     Param("flow_init_std", float, 0.5, 0.5, "reduced flow: std of the initial points", positive),
 )
 
@@ -270,7 +243,7 @@ def classify(excess: np.ndarray, gap: float) -> np.ndarray:
 def basin_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
     """Where seeds end at the featured chain, against the initialisation scale, tied and untied."""
     p, q, gap = config["p"], config["q"], _gap(config["p"], config["q"])
-    scales = _float_list(config["init_scales"])
+    scales = float_list(config["init_scales"])
     task = MarkovChain.binary(p, q, config["length"])
     outcome: dict[str, dict[str, list[float]]] = {}
     for tied in (True, False):
@@ -315,7 +288,7 @@ def depth_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
 
 def multistate_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
     """Tied and untied one-layer runs on the symmetric multi-state chain."""
-    n, probs = config["states"], _float_list(config["switch_probs"])
+    n, probs = config["states"], float_list(config["switch_probs"])
     tasks = [MarkovChain(symmetric_kernel(n, p), config["length"]) for p in probs]
     gaps = [theory.unigram_entropy(t.kernel) - theory.entropy_rate(t.kernel) for t in tasks]
     claims, out = [], {"switch_probs": probs, "gaps": gaps}

@@ -32,7 +32,8 @@ import torch
 from scipy.integrate import solve_ivp
 
 from ..data.markov import binary_kernel, stationary_law
-from .markov import _zero_model, kernel_log_odds_gap
+from ..model import GPT
+from .markov import binary_config, kernel_log_odds_gap, zero_model
 
 
 def _sigmoid(x: float) -> float:
@@ -115,11 +116,9 @@ class ReducedFlow:
         """Whether the stationary point ``(0, w)`` attracts in the ``e`` direction."""
         return self.dloss_dslope(0.0) * (1 + 2 * w * abs(w)) > 0
 
-    def gpt_weights(self, e: float, w: float, d_model: int, length: int):
+    def gpt_weights(self, e: float, w: float, d_model: int, length: int) -> GPT:
         """The full :class:`~sandboxes.model.GPT` (tied, float64) that this ``(e, w)`` stands for."""
-        from .markov import binary_config
-
-        model = _zero_model(binary_config(d_model, length, tied=True))
+        model = zero_model(binary_config(d_model, length, tied=True))
         u = torch.zeros(d_model, dtype=torch.float64)
         u[0] = 1.0
         with torch.no_grad():
