@@ -193,6 +193,22 @@ class LSTM(nn.Module):
         return self.head(out)
 
 
+class MultiLayerPerceptron(nn.Module):
+    """Fully connected network on vectors: ``widths[0]`` inputs, ReLU between layers, ``widths[-1]`` outputs."""
+
+    def __init__(self, widths: tuple[int, ...]) -> None:
+        super().__init__()
+        if len(widths) < 2 or min(widths) < 1:
+            raise ValueError(f"need an input and an output width, all at least 1, got {widths}")
+        layers: list[nn.Module] = [nn.Linear(widths[0], widths[1])]
+        for fan_in, fan_out in zip(widths[1:-1], widths[2:]):
+            layers += [nn.ReLU(), nn.Linear(fan_in, fan_out)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of distinct trainable scalars (a tied matrix counts once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

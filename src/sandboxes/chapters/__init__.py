@@ -58,9 +58,9 @@ class Chapter:
 
 
 def _registry() -> dict[str, Chapter]:
-    from . import markov
+    from . import hmm, markov
 
-    return {chapter.name: chapter for chapter in (markov.CHAPTER,)}
+    return {chapter.name: chapter for chapter in (markov.CHAPTER, hmm.CHAPTER)}
 
 
 def get_chapter(name: str) -> Chapter:

@@ -1,0 +1,275 @@
+"""HMM chapter: data checks and samplers, closed-form predictors against brute force, the
+counterexamples of Theorems 4 and 6 and Claim 1, recovery by tensor decomposition (Theorem 7),
+the G-HMM Householder ambiguity (Lemma 7, Theorem 5), and a tiny run of the chapter."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes.chapters import hmm as chapter
+from sandboxes.data.hmm import (HMM, FiniteSample, GaussianHMM, MaskedPrediction, check_ghmm, check_hmm,
+                                check_transition)
+from sandboxes.theory import hmm as theory
+
+EXACT = 1e-12  # float64 round-off on products of a few small stochastic matrices
+RECOVERY = 1e-9  # round-off amplified by condition numbers <= 100 and Jennrich's eigenvalue gaps
+SHAPES = [(3, 2), (4, 3), (6, 4), (5, 5)]
+ORDERS = chapter.TASK_ORDERS
+
+
+def valid_hmm(d: int = 4, k: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    return theory.random_hmm(d, k, np.random.default_rng(seed))
+
+
+def brute_force_joint(O: np.ndarray, T: np.ndarray, positions: tuple[int, ...]) -> np.ndarray:
+    """``P(x_p1 = a, x_p2 = b, ...)`` by summing over every hidden path, from the uniform start."""
+    d, k = O.shape
+    length = max(positions)
+    joint = np.zeros((d,) * len(positions))
+    for path in itertools.product(range(k), repeat=length):
+        prob = 1 / k * np.prod([T[path[t + 1], path[t]] for t in range(length - 1)])
+        factors = [O[:, path[p - 1]] for p in positions]
+        joint += prob * np.einsum(",".join("abc"[: len(factors)]) + "->" + "abc"[: len(factors)], *factors)
+    return joint
+
+
+# ---------------------------------------------------------------- data: checks and samplers
+def _broken(name: str) -> tuple[np.ndarray, np.ndarray]:
+    O, T = valid_hmm()
+    if name == "negative T":
+        T = np.array([[1.2, -0.2, 0.0], [-0.2, 1.2, 0.0], [0.0, 0.0, 1.0]])
+    elif name == "T rows":
+        T = np.array([[0.5, 0.5, 0.5], [0.25, 0.25, 0.25], [0.25, 0.25, 0.25]])
+    elif name == "O columns":
+        O = O * np.array([1.0, 1.0, 1.1])
+    elif name == "O zero row":
+        O = np.vstack([O[:3] / O[:3].sum(axis=0), np.zeros(3)])
+    elif name == "O rank":
+        O = np.column_stack([O[:, 0], O[:, 0], O[:, 2]])
+    elif name == "T rank":
+        T = np.full((3, 3), 1 / 3)
+    elif name == "d < k":
+        O = np.full((2, 3), 0.5)
+    return O, T
+
+
+@pytest.mark.parametrize("name, message", [
+    ("negative T", "Assumption 5"), ("T rows", "Assumption 5"), ("O columns", "column of O"),
+    ("O zero row", "Assumption 6"), ("O rank", "Assumption 7 (rank O"), ("T rank", "Assumption 7 (rank T"),
+    ("d < k", "d >= k"),
+])
+def test_check_hmm_names_the_assumption_that_fails(name, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        check_hmm(*_broken(name))
+
+
+def test_check_ghmm_names_unit_norms_and_rank():
+    T = theory.random_doubly_stochastic(3, np.random.default_rng(0))
+    M = np.eye(3)
+    check_ghmm(M, T)
+    with pytest.raises(ValueError, match="Assumption 9"):
+        check_ghmm(2 * M, T)
+    with pytest.raises(ValueError, match=r"Assumption 8 \(rank M"):
+        check_ghmm(np.column_stack([M[:, 0], M[:, 0], M[:, 1]]), T)
+
+
+def test_hmm_sampler_matches_the_exact_law_of_three_tokens():
+    O, T = valid_hmm(seed=1)
+    n = 200_000
+    tokens, states = HMM(O, T).sequences(n, 3, torch.Generator().manual_seed(0))
+    counts = np.zeros((4, 4, 4))
+    np.add.at(counts, tuple(tokens.numpy().T), 1)
+    exact = brute_force_joint(O, T, (1, 2, 3))
+    z = np.abs(counts / n - exact) / np.sqrt(exact * (1 - exact) / n)
+    assert z.max() < 5  # 5 standard errors over 64 cells: a false alarm has probability < 1e-4
+    first = np.bincount(states[:, 0].numpy(), minlength=3) / n
+    assert np.abs(first - 1 / 3).max() < 5 * np.sqrt(2 / 9 / n)  # h_1 is uniform, the stationary law
+
+
+def test_ghmm_sampler_matches_the_second_moment():
+    M, T = theory.random_ghmm(3, 3, np.random.default_rng(2))
+    x, _ = GaussianHMM(M, T).sequences(100_000, 2, torch.Generator().manual_seed(0))
+    moment = (x[:, 1, :, None] * x[:, 0, None, :]).mean(dim=0).numpy()
+    # E[x_2 x_1^T] = M T M^T / k; each entry averages products of two unit-variance coordinates
+    assert np.abs(moment - M @ T @ M.T / 3).max() < 5 * np.sqrt(4 / 100_000)
+
+
+@pytest.mark.parametrize("given, targets", [(1, (2,)), (3, (1,)), (1, (2, 3)), (2, (3, 1))])
+def test_masked_prediction_gives_one_hot_inputs_and_tensor_product_targets(given, targets):
+    task = MaskedPrediction(HMM(*valid_hmm()), given, targets)
+    x, y = task.sample(64, torch.Generator().manual_seed(0))
+    assert x.shape == (64, 4) and y.shape == (64, 4 ** len(targets))
+    assert torch.equal(x.sum(dim=1), torch.ones(64)) and torch.equal(y.sum(dim=1), torch.ones(64))
+    tokens, _ = task.hmm.sequences(64, max(given, *targets), torch.Generator().manual_seed(0))
+    index = sum(tokens[:, t - 1] * 4 ** (len(targets) - 1 - i) for i, t in enumerate(targets))
+    assert torch.equal(x.argmax(dim=1), tokens[:, given - 1]) and torch.equal(y.argmax(dim=1), index)
+
+
+def test_masked_prediction_rejects_repeated_positions():
+    with pytest.raises(ValueError, match="distinct"):
+        MaskedPrediction(HMM(*valid_hmm()), 2, (2, 3))
+
+
+def test_finite_sample_draws_only_its_fixed_pairs():
+    task = MaskedPrediction(HMM(*valid_hmm()), 1, (2, 3))
+    sample = FiniteSample(task, 50, seed=3)
+    again = FiniteSample(task, 50, seed=3)
+    assert torch.equal(sample.inputs, again.inputs) and torch.equal(sample.targets, again.targets)
+    x, y = sample.sample(500, torch.Generator().manual_seed(0))
+    stored = {tuple(row) for row in torch.cat([sample.inputs, sample.targets], dim=1).tolist()}
+    assert {tuple(row) for row in torch.cat([x, y], dim=1).tolist()} <= stored
+
+
+# ---------------------------------------------------------------- closed-form predictors
+@pytest.mark.parametrize("given, target", [(1, 2), (2, 1), (1, 3), (3, 1), (2, 4), (4, 1)])
+def test_pairwise_predictor_matches_brute_force(given, target):
+    O, T = valid_hmm(seed=4)
+    joint = brute_force_joint(O, T, (given, target))
+    expected = joint / joint.sum(axis=1, keepdims=True)
+    assert np.abs(theory.pairwise_predictor(O, T, given, target) - expected).max() < EXACT
+
+
+@pytest.mark.parametrize("given, targets", ORDERS)
+def test_two_token_predictor_matches_brute_force(given, targets):
+    O, T = valid_hmm(seed=5)
+    joint = brute_force_joint(O, T, (given, *targets))
+    expected = joint / joint.sum(axis=(1, 2), keepdims=True)
+    assert np.abs(theory.two_token_predictor(O, T, given, targets) - expected).max() < EXACT
+
+
+# ---------------------------------------------------------------- Theorems 4, 6 and Claim 1
+@pytest.mark.parametrize("k", [3, 4, 6])
+def test_rotation_about_ones_is_orthogonal_and_keeps_sums(k):
+    R = theory.rotation_about_ones(k, 0.7, theory.random_plane(k, np.random.default_rng(k)))
+    assert np.abs(R @ R.T - np.eye(k)).max() < EXACT
+    assert np.abs(R.sum(axis=0) - 1).max() < EXACT and np.abs(R.sum(axis=1) - 1).max() < EXACT
+    assert abs(np.linalg.det(R) - 1) < EXACT
+
+
+@pytest.mark.parametrize("d, k", [(3, 3), (4, 3), (6, 4), (8, 6)])
+def test_rotated_pair_keeps_every_pairwise_predictor_but_not_the_two_token_one(d, k):
+    rng = np.random.default_rng(d + k)
+    O, T = theory.random_hmm(d, k, rng)
+    O2, T2 = theory.rotated(O, T, theory.rotation_about_ones(k, 0.4, theory.random_plane(k, rng)))
+    for s, t in [(1, 2), (2, 1), (1, 3), (3, 1), (1, 5), (5, 1)]:
+        assert np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max() < EXACT
+    gap = np.abs(theory.two_token_predictor(O, T, 1, (2, 3)) - theory.two_token_predictor(O2, T2, 1, (2, 3))).max()
+    assert gap > 1e-4  # a generic rotation changes the two-token predictor far beyond round-off
+
+
+def test_the_seed_example_agrees_on_pairs_and_differs_on_pairs_of_tokens():
+    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+    for s, t in [(1, 2), (2, 1), (1, 3), (3, 1)]:
+        # the paper prints 8 decimals, so agreement is at the 1e-8 level, not at machine precision
+        assert np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max() < 3e-8
+    gap = np.abs(theory.two_token_predictor(O, T, 1, (2, 3)) - theory.two_token_predictor(O2, T2, 1, (2, 3))).max()
+    assert 1.5e-4 < gap < 2e-4  # THEORY.md: "differ by only about 1.7e-4"
+
+
+@pytest.mark.parametrize("power", [2, 3, 4, 7, 10, 25])
+def test_power_counterexample_is_stochastic_with_equal_powers(power):
+    T, T2 = theory.power_counterexample(power)
+    check_transition(T2)  # doubly stochastic, rank 3
+    assert np.abs(np.linalg.matrix_power(T, power) - np.linalg.matrix_power(T2, power)).max() < EXACT
+    assert np.abs(T - T2).max() > 1e-3  # far above round-off
+
+
+def test_parameter_distance_is_zero_exactly_for_relabellings():
+    O, T = valid_hmm(6, 4, seed=6)
+    perm = np.eye(4)[:, [2, 0, 3, 1]]
+    assert theory.parameter_distance(O, T, O @ perm, perm.T @ T @ perm) == 0.0
+    assert theory.parameter_distance(O, T, O @ perm, T) > 1e-3
+
+
+# ---------------------------------------------------------------- Theorem 7 as an algorithm
+@pytest.mark.parametrize("matrix, rank", [
+    (np.eye(3), 3), (np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), 1),
+    (np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]), 2), (np.array([[1.0, 0.0], [0.0, 0.0]]), 0),
+])
+def test_kruskal_rank_of_small_matrices(matrix, rank):
+    assert theory.kruskal_rank(matrix) == rank
+
+
+def test_jennrich_finds_a_random_decomposition_up_to_order_and_scale():
+    rng = np.random.default_rng(7)
+    A, B, C = rng.normal(size=(3, 5, 4))
+    tensor = np.einsum("ji,ai,bi->jab", A, B, C)
+    found = theory.jennrich(tensor, 4, rng)
+    assert theory.cp_residual(tensor, found) < 1e-10 * np.linalg.norm(tensor)
+    unit = [f / np.linalg.norm(f, axis=0) for f in (B, found[1])]
+    assert np.abs(np.abs(unit[0].T @ unit[1]).max(axis=1) - 1).max() < 1e-10  # every column found, up to sign
+
+
+@pytest.mark.parametrize("d, k", SHAPES)
+@pytest.mark.parametrize("given, targets", ORDERS)
+def test_recover_returns_the_parameters_up_to_relabelling(d, k, given, targets):
+    rng = np.random.default_rng(d * 10 + k)
+    O, T = theory.random_hmm(d, k, rng)
+    O_hat, T_hat = theory.recover(theory.two_token_predictor(O, T, given, targets), given, targets, k, rng)
+    assert theory.parameter_distance(O, T, O_hat, T_hat) < RECOVERY
+
+
+def test_recover_tells_the_two_counterexample_hmms_apart():
+    pair = theory.counterexample(4, 3, np.random.default_rng(0), candidates=30)
+    for O, T in ((pair["emission"], pair["transition"]), (pair["other_emission"], pair["other_transition"])):
+        O_hat, T_hat = theory.recover(theory.two_token_predictor(O, T, 1, (2, 3)), 1, (2, 3), 3,
+                                      np.random.default_rng(1), als_steps=20)
+        assert theory.parameter_distance(O, T, O_hat, T_hat) < RECOVERY  # ALS keeps an exact fit exact
+
+
+# ---------------------------------------------------------------- G-HMM
+def test_householder_partner_keeps_the_posterior_and_makes_columns_sum_to_minus_one():
+    rng = np.random.default_rng(8)
+    M, T = theory.random_ghmm(5, 3, rng)
+    HM = theory.householder_partner(M)
+    points = rng.normal(size=(50, 5)) * 2
+    assert np.abs(np.linalg.norm(HM, axis=0) - 1).max() < EXACT
+    assert np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max() < EXACT
+    T2 = theory.partner_transition(M, T, HM)
+    same = theory.ghmm_pairwise_predictor(HM, T2, points) - theory.ghmm_pairwise_predictor(M, T, points)
+    assert np.abs(same).max() < EXACT
+    assert np.abs(T2.sum(axis=0) + 1).max() < EXACT
+    assert theory.parameter_distance(M, T, HM, T2) > 0.1
+
+
+def test_ghmm_fit_with_stochastic_columns_lands_on_the_truth():
+    rng = np.random.default_rng(9)
+    M, T = theory.random_ghmm(3, 3, rng)
+    points = 1.5 * rng.normal(size=(60, 3))
+    M_fit, T_fit, residual = theory.fit_ghmm(points, theory.ghmm_pairwise_predictor(M, T, points), 3, True, rng)
+    assert residual < 1e-9 and theory.parameter_distance(M, T, M_fit, T_fit) < 1e-6
+
+
+# ---------------------------------------------------------------- the chapter
+TINY = {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2,
+        "batch_size": 16, "ghmm_starts": 1, "ghmm_points": 20}
+
+
+def test_tiny_chapter_run_has_every_section_and_serialises():
+    result = chapter.CHAPTER.run("quick", TINY, seeds=2, device="cpu", progress=False)
+    assert set(result.data) == {"seed_example", "counterexample", "powers", "recovery", "learning", "ghmm"}
+    body = json.loads(result.to_json())
+    assert body["chapter"] == "hmm" and len(body["claims"]) == len(result.claims) > 20
+
+
+def test_exact_parts_of_the_chapter_hold():
+    config = {**{p.name: p.quick for p in chapter.PARAMS}, **TINY}
+    claims = chapter.seed_example_part()[0] + chapter.counterexample_part(config)[0] + chapter.power_part(config)[0]
+    claims += chapter.recovery_part(config)[0] + chapter.ghmm_part(config)[0]
+    assert [c.name for c in claims if not c.holds] == []
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("k", "2", "3..8"), ("shapes", "3x4", "d >= k"), ("samples", "1000", "at least two"), ("lr", "0", "positive"),
+])
+def test_bad_parameters_are_refused_with_a_message(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        chapter.CHAPTER.run("quick", {key: value}, device="cpu")
+
+
+def test_learning_needs_two_seeds():
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        chapter.CHAPTER.run("quick", TINY, seeds=1, device="cpu", progress=False)
