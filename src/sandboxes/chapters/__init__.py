@@ -58,9 +58,9 @@ class Chapter:
 
 
 def _registry() -> dict[str, Chapter]:
-    from . import hmm, markov
+    from . import dilution, hmm, markov, shortcuts
 
-    return {chapter.name: chapter for chapter in (markov.CHAPTER, hmm.CHAPTER)}
+    return {chapter.name: chapter for chapter in (markov.CHAPTER, shortcuts.CHAPTER, dilution.CHAPTER, hmm.CHAPTER)}
 
 
 def get_chapter(name: str) -> Chapter:

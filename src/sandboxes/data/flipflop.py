@@ -9,6 +9,7 @@ the target the next token; in ``clean`` mode only the bits after a read are scor
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,6 +74,25 @@ class FlipFlop:
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+def all_strings(length: int) -> Tensor:
+    """Every valid flip-flop string of ``length`` tokens (``3^(T/2-2)`` instruction patterns times free bits)."""
+    if length < 4 or length % 2:
+        raise ValueError(f"a flip-flop string has an even length of at least 4, got {length}")
+    pairs = length // 2
+    patterns = list(itertools.product((W, R, I), repeat=pairs - 2))
+    middle = torch.tensor(patterns, dtype=torch.long).reshape(len(patterns), pairs - 2)
+    instr = torch.cat([torch.full((len(middle), 1), W), middle, torch.full((len(middle), 1), R)], dim=1)
+    bits = torch.tensor(list(itertools.product((0, 1), repeat=pairs)), dtype=torch.long)
+    instr = instr.repeat_interleave(len(bits), dim=0)
+    bits = bits.repeat(len(middle), 1)
+    free = ~((instr == R) & (bits == 1)).any(dim=1)  # a read's bit is not free: keep one copy
+    instr, bits = instr[free], bits[free]
+    bits = torch.where(instr == R, latest_write_bits(instr, bits), bits)
+    out = torch.empty(len(instr), length, dtype=torch.long)
+    out[:, 0::2], out[:, 1::2] = instr, bits + ZERO
+    return out
 
 
 def latest_write_bits(instr: Tensor, bits: Tensor) -> Tensor:

@@ -131,7 +131,8 @@ def _composition_mlp(mlp: torch.nn.Module, n: int, L: slice, R: slice, M: float)
     the linear terms ``-sum_q' R[q']``, ``-R[q]`` (replace) and ``-L[q]`` (clear).
     """
     W1, b1, W2 = mlp.fc.weight, mlp.fc.bias, mlp.proj.weight
-    q, qp, kind = (t.reshape(-1) for t in torch.meshgrid(torch.arange(n), torch.arange(n), torch.arange(4), indexing="ij"))
+    grid = torch.meshgrid(torch.arange(n), torch.arange(n), torch.arange(4), indexing="ij")
+    q, qp, kind = (t.reshape(-1) for t in grid)
     unit = torch.arange(4 * n * n)
     sign = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64)[kind]
     with_b = kind % 2 == 0

@@ -1,0 +1,117 @@
+"""Figures of the shortcuts chapter, drawn from a result's ``data`` (fresh or loaded from JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..plotting import COLORS
+
+SERIES = {"gpt": ("GPT (shortcut)", COLORS["tied"]), "lstm": ("LSTM", COLORS["lstm"]),
+          "scratchpad": ("scratchpad + recency", COLORS["depth2"])}
+
+
+def depth_vs_length(data: dict[str, Any]) -> Figure:
+    """Theorem 10's depth ceil(log2 T) against the T steps of a recurrent network, with checked builds."""
+    curve = data["construction"]["depth_vs_T"]
+    fig, ax = plt.subplots(figsize=(6.0, 3.4))
+    T = np.asarray(curve["T"])
+    ax.plot(T, T, color=COLORS["lstm"], label="RNN: T sequential steps")
+    ax.step(T, curve["transformer"], where="post", color=COLORS["tied"], label="Theorem 10: ⌈log₂ T⌉ layers")
+    checks = data["construction"]["checks"]
+    exact = [c for c in checks if c["errors"] == 0]
+    ax.scatter([c["T"] for c in exact], [c["depth"] for c in exact], color="black", s=14, zorder=3,
+               label="built and run: exact")
+    ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel="sequential depth")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def temperature(data: dict[str, Any]) -> Figure:
+    """Accuracy of the Theorem 10 build against the attention scale gamma / (Lemma 13's sufficient gamma)."""
+    sweep = data["construction"]["temperature"]
+    fig, ax = plt.subplots(figsize=(5.6, 3.2))
+    ax.plot(sweep["scales"], sweep["accuracy"], "o-", color=COLORS["tied"])
+    ax.axvline(1.0, color=COLORS["theory"], linestyle="--", linewidth=1)
+    ax.annotate("Lemma 13 suffices", (1.0, 0.5), xytext=(4, 0), textcoords="offset points", fontsize=8,
+                color=COLORS["theory"])
+    ax.set(xlabel="γ / sufficient γ", ylabel="accuracy", ylim=(0, 1.05),
+           title=f"{sweep['automaton']} at T = {sweep['T']}")
+    fig.tight_layout()
+    return fig
+
+
+def depth_sweep(data: dict[str, Any]) -> Figure:
+    """Best and median accuracy over seeds against depth, with the paper's values (T = 100) beside them."""
+    sweep = data["sweep"]
+    names, depths = sweep["names"], np.asarray(sweep["depths"])
+    acc = np.asarray(sweep["accuracy"])
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.5 * rows), squeeze=False, sharey=True)
+    for ax, name, a, chance, solvable in zip(axes.flat, names, acc, sweep["chance"], sweep["solvable"]):
+        ax.plot(depths, a.max(axis=1), "o-", color=COLORS["quick"], label=f"ours, best (T={sweep['T']})")
+        ax.plot(depths, np.median(a, axis=1), "o:", color=COLORS["quick"], alpha=0.6, label="ours, median")
+        for key, style in (("paper_best", "s-"), ("paper_median", "s:")):
+            row = sweep[key].get(name)
+            if row:
+                x = [d for d in range(1, len(row) + 1) if row[d - 1] is not None and d <= depths.max()]
+                ax.plot(x, [row[d - 1] / 100 for d in x], style, color=COLORS["full"], alpha=0.7, markersize=3,
+                        label="paper, " + key.split("_")[1] + " (T=100)")
+        ax.axhline(chance, color=COLORS["theory"], linewidth=0.8, linestyle="--")
+        ax.set(title=f"{name} ({'solvable' if solvable else 'non-solvable'})", xlabel="depth", ylim=(0, 1.03),
+               xticks=depths)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("accuracy")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def boundary_attention(data: dict[str, Any]) -> Figure | None:
+    """Last-layer attention of a trained depth-2 gridworld GPT, with the times at a wall marked."""
+    att = data["sweep"]["grid_attention"]
+    if att is None:
+        return None
+    weights, states = np.asarray(att["weights"]), np.asarray(att["states"])
+    heads = weights.shape[0]
+    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.8), squeeze=False)
+    low, high = att["walls"]
+    for h, ax in enumerate(axes[0]):
+        ax.imshow(np.where(np.tril(np.ones_like(weights[h])) > 0, weights[h], np.nan), cmap="viridis", vmin=0, vmax=1)
+        for t, q in enumerate(states):
+            if q in (low, high):
+                ax.axvline(t, color="white" if q == low else "grey", linewidth=0.8, alpha=0.8)
+        ax.set(title=f"head {h}: {att['boundary_mass'][h]:.2f} on walls", xlabel="key position",
+               ylabel="query position" if h == 0 else None)
+    fig.suptitle("white: state 0, grey: last state; uniform attention would put "
+                 f"{att['boundary_rate']:.2f} on walls", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def brittleness(data: dict[str, Any]) -> Figure:
+    """Parity: accuracy against the input law, the count of ones and the length (the paper's Figs. 3.8, 3.9)."""
+    b = data["brittleness"]
+    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.2), sharey=True)
+    panels = (("by_prob", b["probs"], "test Pr[σ = 1] (trained at 0.5)"),
+              ("by_count", b["counts"], f"number of ones in {b['T']} inputs"),
+              ("by_length", b["lengths"], f"test length (trained at {b['T']})"))
+    for ax, (key, x, label) in zip(axes, panels):
+        for name, (legend, color) in SERIES.items():
+            if key in b[name]:
+                ys = np.asarray(b[name][key])
+                for y in ys:
+                    ax.plot(x, y, color=color, alpha=0.3, linewidth=0.8)
+                ax.plot(x, np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)
+        ax.set(xlabel=label, ylim=(0, 1.03))
+    axes[0].set_ylabel("accuracy")
+    axes[0].legend(loc="lower center")
+    fig.tight_layout()
+    return fig

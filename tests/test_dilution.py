@@ -1,0 +1,316 @@
+"""Flip-flop data, attention-dilution theory and the dilution chapter's helpers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes.chapters import dilution as chapter
+from sandboxes.data.flipflop import I, IGNORE_INDEX, ONE, R, W, ZERO, FlipFlop, all_strings, check_sequences, read_errors
+from sandboxes.model import GPT, GPTConfig
+from sandboxes.profiles import resolve
+from sandboxes.theory import dilution as theory
+from sandboxes.trainer import TrainConfig, train
+
+EXACT = 1e-12  # float64 round-off
+
+
+def _latest_write_by_scanning(seq: list[int]) -> list[int | None]:
+    """Reference answer at every position: the bit after the latest ``w`` before it (plain loop)."""
+    answers, bit = [], None
+    for t, token in enumerate(seq):
+        if t % 2 == 1 and seq[t - 1] == W:
+            bit = token
+        answers.append(bit)
+    return answers
+
+
+# ---------------------------------------------------------------- data
+@pytest.mark.parametrize("p_i", [0.0, 0.1, 0.8, 0.98, 1.0])
+def test_every_read_is_answered_by_the_latest_write(p_i):
+    seq = FlipFlop.with_ignore(40, p_i).sequences(200, torch.Generator().manual_seed(0))
+    check_sequences(seq)
+    for row in seq.tolist():
+        answers = _latest_write_by_scanning(row)
+        for t in range(1, len(row), 2):
+            if row[t - 1] == R:
+                assert row[t] == answers[t - 2]
+
+
+def test_strings_start_with_a_write_end_with_a_read_and_alternate():
+    seq = FlipFlop.with_ignore(20, 0.5).sequences(500, torch.Generator().manual_seed(1))
+    assert (seq[:, 0] == W).all() and (seq[:, -2] == R).all()
+    assert ((seq[:, 0::2] >= W) & (seq[:, 0::2] <= I)).all()
+    assert ((seq[:, 1::2] == ZERO) | (seq[:, 1::2] == ONE)).all()
+
+
+@pytest.mark.parametrize("p_w, p_r", [(0.1, 0.1), (0.45, 0.45), (0.01, 0.01), (0.3, 0.1)])
+def test_instruction_frequencies_match_p(p_w, p_r):
+    n, length = 4000, 52
+    seq = FlipFlop(length, p_w, p_r).sequences(n, torch.Generator().manual_seed(2))
+    middle = seq[:, 2:-2:2].reshape(-1)  # the i.i.d. instructions
+    for token, p in ((W, p_w), (R, p_r), (I, 1 - p_w - p_r)):
+        freq = float((middle == token).double().mean())
+        tol = 5 * math.sqrt(p * (1 - p) / middle.numel()) + 1e-12  # five binomial standard deviations
+        assert abs(freq - p) <= tol
+
+
+def test_bits_after_writes_and_ignores_are_fair_coins():
+    seq = FlipFlop.with_ignore(64, 0.5).sequences(3000, torch.Generator().manual_seed(3))
+    free = seq[:, 1::2][seq[:, 0::2] != R]
+    tol = 5 * math.sqrt(0.25 / free.numel())  # five binomial standard deviations
+    assert abs(float((free == ONE).double().mean()) - 0.5) <= tol
+
+
+def test_clean_mode_scores_only_the_bit_after_each_read():
+    x, y = FlipFlop.with_ignore(30, 0.5).sample(100, torch.Generator().manual_seed(4))
+    assert ((y != IGNORE_INDEX) == (x == R)).all()
+    assert ((y[x == R] == ZERO) | (y[x == R] == ONE)).all()
+
+
+def test_generative_mode_scores_every_next_token():
+    task = FlipFlop.with_ignore(30, 0.5, mode="generative")
+    x, y = task.sample(50, torch.Generator().manual_seed(5))
+    seq = task.sequences(50, torch.Generator().manual_seed(5))
+    assert (y != IGNORE_INDEX).all() and torch.equal(torch.cat([x[:, :1], y], dim=1), seq)
+
+
+def test_sampling_is_reproducible_from_the_generator_seed():
+    task = FlipFlop.with_ignore(16, 0.8)
+    a = task.sequences(10, torch.Generator().manual_seed(7))
+    assert torch.equal(a, task.sequences(10, torch.Generator().manual_seed(7)))
+
+
+@pytest.mark.parametrize("length", [4, 6, 8, 12])
+def test_all_strings_enumerates_each_valid_string_once(length):
+    strings = all_strings(length)
+    check_sequences(strings)
+    assert len(strings) == 2 * 5 ** (length // 2 - 2)  # w: 2 bits, r: 1, i: 2 -> 5 per free slot
+    assert len(strings.unique(dim=0)) == len(strings)
+
+
+def test_read_errors_counts_reads_whose_argmax_is_not_the_written_bit():
+    seq = torch.tensor([[W, ONE, I, ZERO, R, ONE, R, ONE]])
+    x = seq[:, :-1]
+    logits = torch.zeros(1, 7, 5)
+    logits[0, 4, ONE] = 1.0  # first read right
+    logits[0, 6, ZERO] = 1.0  # second read wrong
+    logits[0, 0, ZERO] = 5.0  # a non-read position: not counted
+    assert read_errors(logits, x) == (1, 2)
+
+
+@pytest.mark.parametrize("kwargs", [dict(length=7, p_w=0.1, p_r=0.1), dict(length=2, p_w=0.1, p_r=0.1),
+                                    dict(length=8, p_w=0.7, p_r=0.4), dict(length=8, p_w=-0.1, p_r=0.1),
+                                    dict(length=8, p_w=0.1, p_r=0.1, mode="noisy")])
+def test_invalid_languages_are_rejected(kwargs):
+    with pytest.raises(ValueError):
+        FlipFlop(**kwargs)
+
+
+def test_a_read_that_returns_a_stale_bit_is_invalid():
+    with pytest.raises(ValueError):
+        check_sequences(torch.tensor([[W, ONE, W, ZERO, R, ONE]]))
+
+
+# ---------------------------------------------------------------- Proposition 4
+@pytest.mark.parametrize("T", [1, 2, 17, 1000])
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 2.0, 7.0])
+def test_bound_is_the_propositions_expression(T, sigma):
+    written = 1 - (T - 1) / (T - 1 + math.exp(2 * sigma))
+    assert abs(float(theory.max_weight_bound(T, sigma)) - written) <= EXACT
+
+
+@pytest.mark.parametrize("T", [2, 3, 50, 500])
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 4.0])
+def test_extremal_input_attains_the_bound_through_gpt_attention(T, sigma):
+    model, idx = theory.extremal_attention(sigma, T)
+    assert abs(float(theory.spectral_norms(model.blocks[0].attn)[0]) - sigma) <= EXACT
+    with torch.no_grad():
+        weight = float(model(idx, return_attention=True)[1][0][0, 0, -1, 0])
+    assert abs(weight - float(theory.max_weight_bound(T, sigma))) <= EXACT
+
+
+def _random_gpt(d: int, n_head: int, std: float, seed: int) -> GPT:
+    torch.manual_seed(seed)
+    config = GPTConfig(vocab_size=7, block_size=64, n_layer=2, n_head=n_head, d_model=d, positional="learned",
+                       init_std=std, tied=False)
+    return GPT(config).double()
+
+
+@pytest.mark.parametrize("n_head", [1, 2, 4])
+def test_bilinear_forms_reproduce_the_gpt_attention(n_head):
+    model = _random_gpt(8, n_head, 0.5, seed=n_head)
+    idx = torch.randint(0, 7, (3, 20), generator=torch.Generator().manual_seed(0))
+    x = theory.attention_inputs(model, idx)[0]
+    scores = torch.einsum("bid,hde,bje->bhij", x, theory.bilinear_forms(model.blocks[0].attn), x)
+    causal = torch.ones(20, 20, dtype=torch.bool).tril()
+    expected = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    with torch.no_grad():
+        got = model(idx, return_attention=True)[1][0]
+    assert torch.allclose(got, expected, atol=EXACT, rtol=0)
+
+
+@pytest.mark.parametrize("std", [0.05, 0.5, 2.0])
+def test_attention_of_any_gpt_obeys_the_bound_at_every_query(std):
+    model = _random_gpt(8, 2, std, seed=11)
+    idx = torch.randint(0, 7, (8, 64), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, attention = model(idx, return_attention=True)
+        sigmas = theory.effective_sigmas(model, idx)
+    for att, sigma in zip(attention, sigmas):
+        bound = theory.max_weight_bound(np.arange(1, 65), sigma.numpy())
+        assert (att.max(dim=-1).values.numpy() <= bound + EXACT).all()
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 2.5, 4.0])
+@pytest.mark.parametrize("threshold", [0.1, 0.5, 0.9, 0.99])
+def test_dilution_length_is_the_first_length_at_or_below_threshold(sigma, threshold):
+    T = theory.dilution_length(sigma, threshold)
+    assert theory.max_weight_bound(T, sigma) <= threshold
+    assert T == 1 or theory.max_weight_bound(T - 1, sigma) > threshold
+
+
+@pytest.mark.parametrize("T", [2, 8, 100])
+def test_worst_case_of_a_form_is_below_the_bound_and_attains_it_for_scaled_identities(T):
+    rng = np.random.default_rng(T)
+    for _ in range(5):
+        M = rng.normal(size=(2, 2))
+        M *= 1.5 / np.linalg.norm(M, 2)
+        assert theory.worst_case_max_weight(M, T) <= theory.max_weight_bound(T, 1.5) + EXACT
+    for sign in (1.0, -1.0):
+        assert abs(theory.worst_case_max_weight(sign * 1.5 * np.eye(2), T) - theory.max_weight_bound(T, 1.5)) <= EXACT
+
+
+# ---------------------------------------------------------------- Proposition 3
+@pytest.fixture(scope="module")
+def construction():
+    return theory.flipflop_construction(theory.FlipFlopWeights())
+
+
+def _wrong_reads(model: GPT, seq: torch.Tensor) -> int:
+    x = seq[:, :-1]
+    with torch.no_grad():
+        return read_errors(model(x), x)[0]
+
+
+@pytest.mark.parametrize("length", [4, 8, 12])
+def test_construction_answers_every_read_of_every_short_string(construction, length):
+    assert _wrong_reads(construction, all_strings(length)) == 0
+
+
+@pytest.mark.parametrize("p_i", [0.0, 0.1, 0.8, 0.98])
+def test_construction_answers_every_read_at_its_base_length(construction, p_i):
+    seq = FlipFlop.with_ignore(64, p_i).sequences(100, torch.Generator().manual_seed(8))
+    assert _wrong_reads(construction, seq) == 0
+
+
+def test_construction_is_certified_up_to_the_safe_length_and_not_beyond():
+    weights = theory.FlipFlopWeights()
+    safe = theory.safe_length(weights)
+    assert min(theory.construction_conditions(weights, safe).values()) > 0
+    assert min(theory.construction_conditions(weights, safe + 2).values()) <= 0
+
+
+@pytest.mark.parametrize("block_size", [64, 100, 130, 132, 134, 136, 160])
+def test_witness_closed_form_agrees_with_the_gpt(block_size):
+    weights = theory.FlipFlopWeights()
+    x = torch.tensor([theory.WITNESS])
+    model = theory.flipflop_construction(weights, block_size)
+    assert (_wrong_reads(model, torch.cat([x, x[:, :1]], dim=1)) == 1) == theory.witness_answer_wrong(weights, block_size)
+
+
+def test_construction_keeps_its_weights_when_the_block_size_grows():
+    weights = theory.FlipFlopWeights()
+    small, large = (theory.flipflop_construction(weights, size).state_dict() for size in (64, 256))
+    assert all(torch.equal(small[k], large[k]) for k in small)
+
+
+# ---------------------------------------------------------------- Proposition 5
+@pytest.mark.parametrize("delta", [0.5, -0.45, 0.0, 1e-3])
+def test_simulator_position_product_is_delta(delta):
+    weights = replace(theory.SimulatorWeights(), delta=delta)
+    assert abs(theory.position_product(theory.simulator(weights), weights.scale) - delta) <= EXACT
+
+
+def _top_keys(model: GPT, seq: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(seq, return_attention=True)[1][0][:, 0].argmax(-1)
+
+
+@pytest.mark.parametrize("delta", [0.5, 0.2, 2.0])
+def test_case1_top_key_leaves_the_write_at_the_predicted_query(delta):
+    weights = replace(theory.SimulatorWeights(), delta=delta)
+    switch = theory.case1_switch(weights)
+    top = _top_keys(theory.simulator(weights), theory.case1_sequence(switch + 20))[0]
+    assert (top[:switch] == 0).all() and (top[switch:] != 0).all()
+
+
+@pytest.mark.parametrize("delta", [-0.45, -1.3, -3.0])
+def test_case2_top_key_and_output_turn_stale_at_the_predicted_length(delta):
+    weights = replace(theory.SimulatorWeights(), delta=delta)
+    switch = theory.case2_switch(weights)
+    seq = theory.case2_sequences(switch + 10)
+    model = theory.simulator(weights)
+    rows = torch.arange(2, switch + 10)
+    top = _top_keys(model, seq)[rows, rows]
+    with torch.no_grad():
+        out = model(seq).argmax(-1)[rows, rows]
+    stale = rows >= switch
+    assert (top[~stale] == rows[~stale] - 1).all() and (top[stale] == 0).all()
+    assert (out[~stale] == theory.WRITE0).all() and (out[stale] == theory.WRITE1).all()
+
+
+def test_orthogonal_simulator_tracks_the_latest_write_on_long_strings():
+    model = theory.simulator(theory.SimulatorWeights())
+    seq = chapter._random_simulator_strings(1024, 2)
+    assert torch.equal(_top_keys(model, seq), theory.latest_write_position(seq))
+    with torch.no_grad():
+        assert torch.equal(model(seq).argmax(-1), theory.simulator_states(seq))
+
+
+@pytest.mark.parametrize("switch, delta", [(theory.case1_switch, -0.5), (theory.case2_switch, 0.5)])
+def test_each_case_needs_its_sign(switch, delta):
+    with pytest.raises(ValueError):
+        switch(replace(theory.SimulatorWeights(), delta=delta))
+
+
+# ---------------------------------------------------------------- chapter helpers
+def test_entropy_is_zero_for_one_hot_rows_and_log_n_for_uniform_ones():
+    rows = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0]])
+    assert torch.allclose(chapter.entropy(rows), torch.tensor([0.0, math.log(4), math.log(2)]), atol=1e-6, rtol=0)
+
+
+def test_sharpened_loss_is_cross_entropy_plus_weighted_mean_entropy():
+    task = FlipFlop.with_ignore(8, 0.5)
+    x, y = task.sample(4, torch.Generator().manual_seed(0))
+    logits = torch.randn(4, 7, 5, generator=torch.Generator().manual_seed(1))
+    uniform = torch.ones(7, 7).tril()
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(4, 1, 7, 7)
+    expected = task.loss(logits, y) + 0.3 * float(np.mean([math.log(t) for t in range(1, 8)]))
+    got = chapter.Sharpened(task, 0.3).loss((logits, [uniform, uniform]), y)
+    assert abs(float(got) - float(expected)) <= 1e-6  # float32 logs
+
+
+def test_sharpened_training_runs_batched_and_changes_the_weights():
+    config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
+    task = chapter.Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
+    result = train(lambda: chapter.WithAttention(GPT(config)), task, TrainConfig(steps=3, batch_size=4, eval_size=4),
+                   seeds=[0, 1], progress=False)
+    torch.manual_seed(0)
+    start = GPT(config)
+    assert not torch.equal(result.models[0].gpt.wte.weight, start.wte.weight)
+    assert not torch.equal(result.models[0].gpt.wte.weight, result.models[1].gpt.wte.weight)
+
+
+@pytest.mark.parametrize("name, value", [("T", "31"), ("T", "2"), ("p_i", "1.0"), ("sharpen", "-1"), ("base", "63")])
+def test_bad_parameters_are_rejected(name, value):
+    with pytest.raises(ValueError):
+        resolve(chapter.PARAMS, "quick", {name: value})
+
+
+def test_sharpen_zero_is_a_valid_setting():
+    assert resolve(chapter.PARAMS, "quick", {"sharpen": "0"})["sharpen"] == 0.0

@@ -1,0 +1,299 @@
+"""Tests of the shortcuts chapter: automata tables, solvability, exact constructions, tasks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes.chapters import shortcuts as chapter
+from sandboxes.data.automata import (
+    AutomatonTask, Semiautomaton, bernoulli_probs, binary_with_count, compose, cyclic, derived_series_orders,
+    dyck, gridworld, inverse, is_solvable, make_automaton, memory, order_profile, transition_group,
+)
+from sandboxes.model import CausalSelfAttention, GPTConfig
+from sandboxes.profiles import resolve
+from sandboxes.theory import shortcuts as theory
+
+torch.set_num_threads(1)
+
+# name -> (group order, number of elements of each order); standard facts of these groups
+GROUPS = {
+    "C2": (2, {1: 1, 2: 1}),
+    "C3": (3, {1: 1, 3: 2}),
+    "C2xC2xC2": (8, {1: 1, 2: 7}),
+    "D6": (6, {1: 1, 2: 3, 3: 2}),
+    "D8": (8, {1: 1, 2: 5, 4: 2}),
+    "Q8": (8, {1: 1, 2: 1, 4: 6}),
+    "A4": (12, {1: 1, 2: 3, 3: 8}),
+    "S4": (24, {1: 1, 2: 9, 3: 8, 4: 6}),
+    "A5": (60, {1: 1, 2: 15, 3: 20, 5: 24}),
+    "S5": (120, {1: 1, 2: 25, 3: 20, 4: 30, 5: 24, 6: 20}),
+}
+SOLVABLE = {**{name: name not in ("A5", "S5") for name in GROUPS},
+            "Grid4": True, "Grid9": True, "Dyck": True, "flipflop": True, "memory3": True}
+
+
+def _stepwise(automaton: Semiautomaton, sigma: np.ndarray) -> np.ndarray:
+    """The recursion q_t = delta(q_{t-1}, sigma_t), one sequence and one step at a time."""
+    out = np.empty_like(sigma)
+    for b, row in enumerate(sigma):
+        q = automaton.q0
+        for t, s in enumerate(row):
+            q = automaton.table[s, q]
+            out[b, t] = q
+    return out
+
+
+# ---------------------------------------------------------------- tables and algebra
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_cyclic_automaton_adds_modulo_n(n):
+    a = cyclic(n)
+    for s in range(n):
+        for q in range(n):
+            assert a.table[s, q] == (q + s) % n
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_group_automaton_satisfies_group_axioms_and_acts_regularly(name):
+    a = make_automaton(name)
+    group = set(transition_group(a))
+    identity = tuple(range(a.n_states))
+    assert identity in group
+    assert all(compose(g, h) in group for g in group for h in group)
+    assert all(inverse(g) in group for g in group)
+    assert len(group) == a.n_states  # the states are the group elements
+    for q in range(a.n_states):  # exactly one element moves q0 to each state: a regular action
+        assert sum(g[a.q0] == q for g in group) == 1
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_group_has_expected_order_and_element_orders(name):
+    order, profile = GROUPS[name]
+    group = transition_group(make_automaton(name))
+    assert len(group) == order
+    assert order_profile(group) == profile
+
+
+@pytest.mark.parametrize("name", sorted(SOLVABLE))
+def test_solvability_from_derived_series(name):
+    assert is_solvable(make_automaton(name)) == SOLVABLE[name]
+
+
+@pytest.mark.parametrize("name, series", [("S4", [24, 12, 4, 1]), ("A4", [12, 4, 1]), ("A5", [60]), ("S5", [120, 60])])
+def test_derived_series_orders(name, series):
+    assert derived_series_orders(transition_group(make_automaton(name))) == series
+
+
+@pytest.mark.parametrize("name, solvable", [("A5", False), ("C3", True)])
+def test_non_solvable_group_is_found_inside_a_semigroup(name, solvable):
+    """Adding a reset input makes the semigroup non-invertible; its group part still decides."""
+    group = make_automaton(name)
+    reset = np.zeros((1, group.n_states), dtype=np.int64)
+    with_reset = Semiautomaton(name + "+reset", np.vstack([group.table, reset]), group.symbols + ("reset",),
+                               group.states)
+    assert not with_reset.is_permutation_automaton()
+    assert is_solvable(with_reset) == solvable
+
+
+@pytest.mark.parametrize("n", [2, 4, 9])
+def test_gridworld_moves_and_stops_at_walls(n):
+    a = gridworld(n)
+    q = np.arange(n)
+    np.testing.assert_array_equal(a.table[0], np.maximum(q - 1, 0))
+    np.testing.assert_array_equal(a.table[1], np.minimum(q + 1, n - 1))
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_memory_unit_writes_and_holds(m):
+    a = memory(m)
+    for q in range(m):
+        assert a.table[m, q] == q  # ⊥ keeps the state
+        for w in range(m):
+            assert a.table[w, q] == w
+
+
+def test_flipflop_is_the_two_state_memory_unit():
+    np.testing.assert_array_equal(make_automaton("flipflop").table, memory(2).table)
+
+
+def test_dyck_pushes_and_pops_and_sampler_draws_only_legal_moves():
+    a = dyck(4, 2)
+    assert a.n_states == 1 + 2 + 4 + 8 + 16 + 1  # stacks of depth <= 4 over 2 kinds, plus fail
+    empty, fail = a.states.index("ε"), a.states.index("fail")
+    assert a.table[a.symbols.index(")"), empty] == fail
+    pushed = a.table[a.symbols.index("["), empty]
+    assert a.table[a.symbols.index("]"), pushed] == empty
+    assert a.table[a.symbols.index(")"), pushed] == fail
+    _, states = AutomatonTask(a, 64).sample(256, torch.Generator().manual_seed(0))
+    assert not (states == fail).any()
+
+
+@pytest.mark.parametrize("name", ["C3", "D8", "Q8", "A4", "Grid4", "Dyck", "flipflop", "C2xC2xC2"])
+def test_run_matches_the_stepwise_recursion(name):
+    a = make_automaton(name)
+    sigma, states = AutomatonTask(a, 17).sample(8, torch.Generator().manual_seed(1))
+    np.testing.assert_array_equal(states.numpy(), _stepwise(a, sigma.numpy()))
+
+
+def test_task_is_reproducible_from_its_generator():
+    task = AutomatonTask(make_automaton("S4"), 10)
+    x1, y1 = task.sample(4, torch.Generator().manual_seed(3))
+    x2, y2 = task.sample(4, torch.Generator().manual_seed(3))
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert x1.dtype == torch.long and x1.shape == y1.shape == (4, 10)
+
+
+def test_symbol_law_sets_the_frequency_of_ones():
+    n = 20_000
+    x, _ = AutomatonTask(cyclic(2), 10, bernoulli_probs(0.9)).sample(n // 10, torch.Generator().manual_seed(0))
+    std = math.sqrt(0.9 * 0.1 / n)
+    assert abs(float(x.float().mean()) - 0.9) < 5 * std  # 5 binomial standard deviations
+
+
+def test_sequences_with_a_fixed_count_have_exactly_that_many_ones():
+    x = binary_with_count(50, 12, 5, torch.Generator().manual_seed(0))
+    assert (x.sum(dim=1) == 5).all()
+
+
+@pytest.mark.parametrize("name", ["B3", "D7", "C1", "Grid", ""])
+def test_unknown_automaton_names_are_rejected(name):
+    with pytest.raises(ValueError):
+        make_automaton(name)
+
+
+# ---------------------------------------------------------------- Theorem 10
+CASES = [("C2", 1), ("C2", 2), ("C3", 7), ("D8", 8), ("Q8", 9), ("Grid4", 16), ("flipflop", 5),
+         ("Dyck2,1", 12), ("C2xC2", 6), ("A4", 4)]
+
+
+def _run_construction(name: str, T: int, gamma_scale: float = 1.0, n: int = 64):
+    a = make_automaton(name)
+    gamma = gamma_scale * theory.sufficient_gamma(T, a.n_states)
+    model = theory.prefix_composition_gpt(a, T, gamma)
+    sigma, states = AutomatonTask(a, T).sample(n, torch.Generator().manual_seed(T))
+    with torch.no_grad():
+        logits, attention = model(theory.with_bos(sigma, a), return_attention=True)
+    return a, model, gamma, states, logits[:, 1:], attention
+
+
+@pytest.mark.parametrize("name, T", CASES)
+def test_prefix_composition_gpt_simulates_exactly_at_log_depth(name, T):
+    a, model, _, states, logits, _ = _run_construction(name, T)
+    assert model.config.n_layer == max(1, math.ceil(math.log2(T)))
+    assert model.config.d_model == 2 * a.n_states + 2
+    assert torch.equal(logits.argmax(-1), states)
+    value = theory.read_out_value(logits, offset=1)
+    assert float((value - (states + 1)).abs().max()) < 1e-9  # float64 round-off only
+
+
+@pytest.mark.parametrize("name, T", [("C3", 7), ("D8", 8), ("Grid4", 16)])
+def test_attention_error_stays_within_lemma_13(name, T):
+    _, _, gamma, _, _, attention = _run_construction(name, T)
+    for layer, weights in enumerate(attention):
+        errors = theory.attention_errors(weights, theory.lookback_targets(T, layer)).max(dim=0).values
+        bound = torch.tensor([theory.lemma13_bound(t + 1, gamma * theory.lookback_gap(T)) for t in range(T + 1)],
+                             dtype=torch.float64)
+        assert (errors <= bound).all()
+
+
+@pytest.mark.parametrize("name, T", [("C3", 7), ("D8", 8)])
+def test_too_soft_attention_breaks_the_construction(name, T):
+    """A tenth of the sufficient scale lets the noise through: the tolerance is not vacuous."""
+    _, _, _, states, logits, _ = _run_construction(name, T, gamma_scale=0.1)
+    assert not torch.equal(logits.argmax(-1), states)
+
+
+def test_construction_serves_any_start_state_through_its_read_out():
+    a = make_automaton("Grid4")
+    shifted = Semiautomaton(a.name, a.table, a.symbols, a.states, q0=2)
+    model = theory.prefix_composition_gpt(shifted, 6)
+    sigma, states = AutomatonTask(shifted, 6).sample(32, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(model(theory.with_bos(sigma, shifted))[:, 1:].argmax(-1), states)
+
+
+# ---------------------------------------------------------------- Lemmas 15, 16 and Algorithm 1
+@pytest.mark.parametrize("n, T, q0", [(2, 20, 0), (3, 11, 2), (5, 6, 1)])
+def test_one_layer_counter_is_exact(n, T, q0):
+    a = cyclic(n)
+    shifted = Semiautomaton(a.name, a.table, a.symbols, a.states, q0=q0)
+    sigma, states = AutomatonTask(shifted, T).sample(128, torch.Generator().manual_seed(n))
+    model = theory.counter_gpt(n, T, q0)
+    assert model.config.n_layer == 1
+    with torch.no_grad():
+        assert torch.equal(model(theory.with_bos(sigma, a))[:, 1:].argmax(-1), states)
+
+
+@pytest.mark.parametrize("m, T, q0", [(2, 30, 0), (4, 13, 3)])
+def test_one_layer_memory_unit_is_exact(m, T, q0):
+    a = memory(m)
+    shifted = Semiautomaton(a.name, a.table, a.symbols, a.states, q0=q0)
+    sigma, states = AutomatonTask(shifted, T).sample(128, torch.Generator().manual_seed(m))
+    with torch.no_grad():
+        assert torch.equal(theory.memory_gpt(m, T, q0)(sigma).argmax(-1), states)
+
+
+@pytest.mark.parametrize("n, T", [(2, 9), (4, 40), (9, 80)])
+def test_boundary_algorithm_reproduces_gridworld(n, T):
+    a = gridworld(n)
+    sigma, states = AutomatonTask(a, T).sample(32, torch.Generator().manual_seed(n))
+    np.testing.assert_array_equal(theory.gridworld_by_boundaries(sigma.numpy(), n), states.numpy())
+
+
+# ---------------------------------------------------------------- chapter pieces
+def test_paper_tables_cover_sixteen_depths():
+    for table in (chapter.PAPER_BEST, chapter.PAPER_MEDIAN):
+        assert all(len(row) == 16 for row in table.values())
+        assert all(v is None or 0 <= v <= 100 for row in table.values() for v in row)
+
+
+def test_bad_automaton_parameter_is_rejected():
+    with pytest.raises(ValueError, match="automaton"):
+        resolve(chapter.PARAMS, "quick", {"automaton": "Z9"})
+    assert resolve(chapter.PARAMS, "quick", {"automaton": "S5", "T": "12"})["T"] == 12
+
+
+def test_recency_bias_of_zero_is_plain_causal_attention():
+    config = GPTConfig(vocab_size=4, block_size=6, d_model=8, n_head=2)
+    torch.manual_seed(0)
+    plain = CausalSelfAttention(config)
+    biased = chapter.RecencyBiasedAttention(config, slope=0.0)
+    biased.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 6, 8)
+    torch.testing.assert_close(biased(x)[0], plain(x)[0])
+
+
+def test_recency_bias_favours_recent_positions():
+    config = GPTConfig(vocab_size=4, block_size=6, d_model=8, n_head=1)
+    attention = chapter.RecencyBiasedAttention(config, slope=2.0)
+    torch.nn.init.zeros_(attention.qkv.weight)
+    _, weights = attention(torch.randn(1, 6, 8))
+    last = weights[0, 0, -1]
+    assert torch.all(last[1:] > last[:-1])  # with equal scores the bias alone orders them
+
+
+def test_scratchpad_task_interleaves_inputs_and_states():
+    tokens, targets = chapter.ScratchpadParity(5).sample(4, torch.Generator().manual_seed(0))
+    sigma = tokens[:, 0::2]
+    states = torch.from_numpy(cyclic(2).run(sigma.numpy()))
+    assert tokens.shape == (4, 9)
+    torch.testing.assert_close(tokens[:, 1::2], states[:, :4] + 2)
+    torch.testing.assert_close(targets[:, 0::2], states)
+    assert (targets[:, 1::2] == -100).all()
+
+
+def test_tiny_chapter_run_produces_claims_and_data():
+    tiny = {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1, "T": 4,
+            "steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4, "eval_size": 8,
+            "construct": "C2", "construct_lengths": "3", "construct_samples": 4, "d_model": 8, "n_head": 2,
+            "shift_probs": "0.3,0.5"}
+    result = chapter.CHAPTER.run("quick", tiny, seeds=1, device="cpu", progress=False)
+    names = [c.name for c in result.claims]
+    assert any(n.startswith("Thm 10") for n in names) and any("LSTM" in n for n in names)
+    assert set(result.data) == {"algebra", "construction", "lemmas", "sweep", "brittleness"}
+    exact = [c for c in result.claims if c.tolerance == "exact" or c.name.startswith(("Thm 10", "Lemma 13"))]
+    assert all(c.holds for c in exact)
+    result.to_json()  # every piece of data is JSON-able
