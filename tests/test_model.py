@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sandboxes.model import GPT, LSTM, GPTConfig, count_parameters
+from sandboxes.model import GPT, LSTM, CausalSelfAttention, GPTConfig, count_parameters
 
 
 def small(**kw) -> GPTConfig:
@@ -92,3 +92,21 @@ def test_initialisation_scale_follows_init_std():
 
 def test_lstm_maps_tokens_to_logits():
     assert LSTM(vocab_size=5, hidden=16)(torch.randint(0, 5, (3, 7))).shape == (3, 7, 5)
+
+
+def test_recency_slope_of_zero_is_plain_causal_attention():
+    torch.manual_seed(0)
+    plain = CausalSelfAttention(small())
+    biased = CausalSelfAttention(small(recency_slope=1e-30))
+    biased.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 6, 8)
+    torch.testing.assert_close(biased(x)[0], plain(x)[0])
+
+
+def test_recency_slope_favours_recent_positions():
+    attention = CausalSelfAttention(small(n_head=1, recency_slope=2.0))
+    torch.nn.init.zeros_(attention.qkv.weight)
+    _, weights = attention(torch.randn(1, 6, 8))
+    last = weights[0, 0, -1]
+    assert torch.all(last[1:] > last[:-1])  # with equal scores the bias alone orders them
+    torch.testing.assert_close(last[1:] / last[:-1], torch.full((5,), 2.0).exp())

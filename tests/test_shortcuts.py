@@ -13,7 +13,6 @@ from sandboxes.data.automata import (
     AutomatonTask, Semiautomaton, bernoulli_probs, binary_with_count, compose, cyclic, derived_series_orders,
     dyck, gridworld, inverse, is_solvable, make_automaton, memory, order_profile, transition_group,
 )
-from sandboxes.model import CausalSelfAttention, GPTConfig
 from sandboxes.profiles import resolve
 from sandboxes.theory import shortcuts as theory
 
@@ -254,25 +253,6 @@ def test_bad_automaton_parameter_is_rejected():
     with pytest.raises(ValueError, match="automaton"):
         resolve(chapter.PARAMS, "quick", {"automaton": "Z9"})
     assert resolve(chapter.PARAMS, "quick", {"automaton": "S5", "T": "12"})["T"] == 12
-
-
-def test_recency_bias_of_zero_is_plain_causal_attention():
-    config = GPTConfig(vocab_size=4, block_size=6, d_model=8, n_head=2)
-    torch.manual_seed(0)
-    plain = CausalSelfAttention(config)
-    biased = chapter.RecencyBiasedAttention(config, slope=0.0)
-    biased.load_state_dict(plain.state_dict())
-    x = torch.randn(3, 6, 8)
-    torch.testing.assert_close(biased(x)[0], plain(x)[0])
-
-
-def test_recency_bias_favours_recent_positions():
-    config = GPTConfig(vocab_size=4, block_size=6, d_model=8, n_head=1)
-    attention = chapter.RecencyBiasedAttention(config, slope=2.0)
-    torch.nn.init.zeros_(attention.qkv.weight)
-    _, weights = attention(torch.randn(1, 6, 8))
-    last = weights[0, 0, -1]
-    assert torch.all(last[1:] > last[:-1])  # with equal scores the bias alone orders them
 
 
 def test_scratchpad_task_interleaves_inputs_and_states():

@@ -37,6 +37,7 @@ class GPTConfig:
     activation: Activation = "relu"
     bias: bool = False  # biases inside attention and MLP layers
     head_bias: bool = True  # bias of the output layer (the ``b`` of the Markov paper)
+    recency_slope: float = 0.0  # score penalty -slope * (i - j): Press et al.'s ALiBi with one slope
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -65,6 +66,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
+        self.recency_slope = config.recency_slope
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
 
@@ -73,8 +75,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        position = torch.arange(T, device=x.device)
+        distance = position[:, None] - position[None, :]
+        if self.recency_slope:
+            scores = scores - self.recency_slope * distance.to(scores.dtype)
+        weights = scores.masked_fill(distance < 0, float("-inf")).softmax(dim=-1)
         out = (weights @ v).transpose(1, 2).reshape(B, T, C)
         return self.proj(out), weights
 
@@ -164,12 +169,15 @@ class GPT(nn.Module):
             return (t / self.config.block_size)[:, None] * self.wpe
         return None
 
-    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """Logits for every position; with ``return_attention`` also one ``(B, H, T, T)`` per layer."""
+    def embed(self, idx: Tensor) -> Tensor:
+        """The residual stream entering the first block: token embeddings plus positions."""
         x = self.wte(idx)
         pos = self.positions(idx.shape[1])
-        if pos is not None:
-            x = x + pos
+        return x if pos is None else x + pos
+
+    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits for every position; with ``return_attention`` also one ``(B, H, T, T)`` per layer."""
+        x = self.embed(idx)
         attention = []
         for block in self.blocks:
             x, weights = block(x)

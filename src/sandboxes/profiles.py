@@ -93,11 +93,40 @@ def each(check: Callable[[float], None]) -> Callable[[str], None]:
     return check_all
 
 
+def probability(value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must lie in [0, 1], got {value}")
+
+
+def non_negative(value: float) -> None:
+    if value < 0:
+        raise ValueError(f"must be at least 0, got {value}")
+
+
+def int_list(text: str) -> list[int]:
+    """Parse a comma-separated list of positive integers such as ``"1,2,4"``."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"expected positive integers, got {text!r}")
+    return values
+
+
 def at_least(bound: int) -> Callable[[int], None]:
     """A check that an integer parameter is at least ``bound``."""
     def check(value: int) -> None:
         if value < bound:
             raise ValueError(f"must be at least {bound}, got {value}")
+    return check
+
+
+def in_range(low: int, high: int) -> Callable[[int], None]:
+    """A check that an integer parameter lies in ``low..high``."""
+    def check(value: int) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"must lie in {low}..{high}, got {value}")
     return check
 
 

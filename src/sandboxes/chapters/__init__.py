@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..claims import Claim
 from ..profiles import Param, check_profile, resolve
 from ..results import Result, provenance
 from ..runtime import device_name, pick_device
@@ -55,6 +56,21 @@ class Chapter:
             context.device.type, device_name(context.device), time.perf_counter() - start
         )
         return result
+
+
+Section = Callable[[], tuple[list[Claim], dict[str, Any]]]
+
+
+def run_sections(sections: Iterable[tuple[str, Section]], data: dict[str, Any]) -> list[Claim]:
+    """Run a chapter's sections in reading order, storing each one's data under its name.
+
+    ``data`` fills up as the sections run, so a later section may read what an earlier one made.
+    """
+    claims: list[Claim] = []
+    for name, section in sections:
+        section_claims, data[name] = section()
+        claims += section_claims
+    return claims
 
 
 def _registry() -> dict[str, Chapter]:

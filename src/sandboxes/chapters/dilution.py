@@ -17,11 +17,11 @@ from torch import Tensor, nn
 from ..claims import Claim
 from ..data.flipflop import R, W, FlipFlop, all_strings, read_errors
 from ..model import GPT, LSTM, GPTConfig
-from ..profiles import Param, in_open_unit_interval, positive
+from ..profiles import Param, at_least, in_open_unit_interval, non_negative, positive, probability
 from ..results import Result
 from ..theory import dilution as theory
 from ..trainer import EVAL_SEED, TrainConfig, next_token_loss, train
-from . import Chapter, RunContext
+from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -38,52 +38,35 @@ def _even_at_least_4(value: int) -> None:
         raise ValueError(f"must be an even number of at least 4, got {value}")
 
 
-def _at_least(n: int):
-    def check(value: int) -> None:
-        if value < n:
-            raise ValueError(f"must be at least {n}, got {value}")
-    return check
-
-
-def _probability(value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must lie in [0, 1], got {value}")
-
-
-def _non_negative(value: float) -> None:
-    if value < 0:
-        raise ValueError(f"must be at least 0, got {value}")
-
-
 PARAMS = (
     Param("T", int, 32, 512, "training length in tokens (instruction/bit pairs times 2)", _even_at_least_4),
     Param("p_i", float, 0.8, 0.8, "probability of an ignore instruction in training (p_w = p_r = (1 - p_i)/2)",
           in_open_unit_interval),
-    Param("sparse_p_i", float, 0.98, 0.98, "p_i of the sparse (long-range) test set", _probability),
-    Param("dense_p_i", float, 0.1, 0.1, "p_i of the dense (many writes) test set", _probability),
-    Param("n_sparse", int, 4000, 100_000, "sequences in the sparse test set", _at_least(1)),
-    Param("n_dense", int, 4000, 10_000, "sequences in the dense test set", _at_least(1)),
-    Param("n_layer", int, 2, 6, "transformer layers", _at_least(1)),
-    Param("d_model", int, 32, 512, "transformer width", _at_least(1)),
-    Param("n_head", int, 1, 8, "attention heads per layer", _at_least(1)),
+    Param("sparse_p_i", float, 0.98, 0.98, "p_i of the sparse (long-range) test set", probability),
+    Param("dense_p_i", float, 0.1, 0.1, "p_i of the dense (many writes) test set", probability),
+    Param("n_sparse", int, 4000, 100_000, "sequences in the sparse test set", at_least(1)),
+    Param("n_dense", int, 4000, 10_000, "sequences in the dense test set", at_least(1)),
+    Param("n_layer", int, 2, 6, "transformer layers", at_least(1)),
+    Param("d_model", int, 32, 512, "transformer width", at_least(1)),
+    Param("n_head", int, 1, 8, "attention heads per layer", at_least(1)),
     Param("layer_norm", bool, False, True, "layer norm in the transformer"),
-    Param("steps", int, 1000, 10_000, "training steps of the transformers", _at_least(1)),
-    Param("batch_size", int, 32, 16, "sequences per step", _at_least(1)),
+    Param("steps", int, 1000, 10_000, "training steps of the transformers", at_least(1)),
+    Param("batch_size", int, 32, 16, "sequences per step", at_least(1)),
     Param("lr", float, 1e-2, 3e-4, "peak AdamW learning rate (linear warm-up and decay)", positive),
-    Param("weight_decay", float, 0.1, 0.1, "AdamW weight decay", _non_negative),
-    Param("warmup", int, 20, 50, "linear warm-up steps of the first phase", _at_least(0)),
-    Param("finetune_steps", int, 300, 2000, "steps of the second phase, with and without sharpening", _at_least(1)),
+    Param("weight_decay", float, 0.1, 0.1, "AdamW weight decay", non_negative),
+    Param("warmup", int, 20, 50, "linear warm-up steps of the first phase", at_least(0)),
+    Param("finetune_steps", int, 300, 2000, "steps of the second phase, with and without sharpening", at_least(1)),
     Param("finetune_lr", float, 3e-3, 1e-4, "peak learning rate of the second phase", positive),
     Param("sharpen", float, 0.03, 0.03, "weight of the attention-entropy penalty in the second phase (0: skip)",
-          _non_negative),
-    Param("lstm_hidden", int, 128, 128, "LSTM hidden size", _at_least(1)),
-    Param("lstm_steps", int, 100, 500, "LSTM training steps", _at_least(1)),
+          non_negative),
+    Param("lstm_hidden", int, 128, 128, "LSTM hidden size", at_least(1)),
+    Param("lstm_steps", int, 100, 500, "LSTM training steps", at_least(1)),
     Param("lstm_lr", float, 1e-2, 3e-3, "LSTM learning rate", positive),
     Param("batched_seeds", bool, True, False, "train the seeds as one vmapped ensemble (memory grows with seeds)"),
     Param("threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position",
           in_open_unit_interval),
     Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", _even_at_least_4),
-    Param("n_construction", int, 200, 2000, "random strings per test set of the construction", _at_least(1)),
+    Param("n_construction", int, 200, 2000, "random strings per test set of the construction", at_least(1)),
 )
 
 
@@ -470,12 +453,11 @@ def _sharpness_claims(sharpness: dict[str, list[dict[str, Any]]]) -> list[Claim]
 
 def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
     """Every section of the chapter, in the order the chapter reads."""
-    claims: list[Claim] = []
     data: dict[str, Any] = {}
-    for name, part in (("bound", lambda: bound_part(config)), ("construction", lambda: construction_part(config)),
-                       ("simulator", lambda: simulator_part(config)), ("training", lambda: training_part(config, ctx))):
-        part_claims, data[name] = part()
-        claims += part_claims
+    claims = run_sections((("bound", lambda: bound_part(config)),
+                           ("construction", lambda: construction_part(config)),
+                           ("simulator", lambda: simulator_part(config)),
+                           ("training", lambda: training_part(config, ctx))), data)
     return Result("dilution", ctx.profile, config, ctx.seeds, claims, data)
 
 

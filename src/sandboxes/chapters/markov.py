@@ -13,14 +13,14 @@ import numpy as np
 import torch
 
 from ..claims import Claim
-from ..data.markov import MarkovChain, binary_kernel, stationary_law, symmetric_kernel
+from ..data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ..model import GPT, GPTConfig
 from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, positive
 from ..results import Result
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
 from ..trainer import TrainConfig, TrainResult, train
-from . import Chapter, RunContext
+from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
@@ -313,14 +313,11 @@ def multistate_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim
 
 def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
     """Every section of the chapter, in the order the chapter reads."""
-    claims: list[Claim] = []
     data: dict[str, Any] = {}
-    for name, part in (("theory", lambda: theory_part(config)), ("flow", lambda: flow_part(config)),
-                       ("training", lambda: training_part(config, ctx)), ("phase", lambda: phase_part(config, ctx)),
-                       ("basin", lambda: basin_part(config, ctx)), ("depth", lambda: depth_part(config, ctx)),
-                       ("multistate", lambda: multistate_part(config, ctx))):
-        part_claims, data[name] = part()
-        claims += part_claims
+    claims = run_sections((("theory", lambda: theory_part(config)), ("flow", lambda: flow_part(config)),
+                           ("training", lambda: training_part(config, ctx)), ("phase", lambda: phase_part(config, ctx)),
+                           ("basin", lambda: basin_part(config, ctx)), ("depth", lambda: depth_part(config, ctx)),
+                           ("multistate", lambda: multistate_part(config, ctx))), data)
     return Result("markov", ctx.profile, config, ctx.seeds, claims, data)
 
 

@@ -9,7 +9,6 @@ GPTs next to the paper's reported accuracies, and the brittleness of the learned
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,12 @@ from ..data.automata import (
     AutomatonTask, Semiautomaton, bernoulli_probs, binary_with_count, check_automaton_name, cyclic,
     derived_series_orders, gridworld, is_solvable, make_automaton, memory, transformation_semigroup, transition_group,
 )
-from ..model import GPT, LSTM, CausalSelfAttention, GPTConfig
-from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, positive
+from ..model import GPT, LSTM, GPTConfig
+from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, int_list, positive
 from ..results import Result
 from ..theory import shortcuts as theory
 from ..trainer import EVAL_SEED, TrainConfig, next_token_loss, train
-from . import Chapter, RunContext
+from . import Chapter, RunContext, run_sections
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
 ROUND_OFF = 1e-9
@@ -76,21 +75,11 @@ def _names(text: str) -> list[str]:
     return [n.strip() for n in str(text).split(",") if n.strip()]
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in float_list(text)]
-
-
 def _check_names(text: str) -> None:
     if not _names(text):
         raise ValueError("expected at least one automaton name")
     for name in _names(text):
         check_automaton_name(name)
-
-
-def _check_ints(text: str) -> None:
-    for v in float_list(text):
-        if v != int(v) or v < 1:
-            raise ValueError(f"expected positive integers, got {text!r}")
 
 
 PARAMS = (
@@ -100,7 +89,7 @@ PARAMS = (
     Param("depth", int, 2, 4, "depth of the featured trained GPT (added to the sweep)", at_least(1)),
     Param("sweep", str, "C2,C3,Grid4,D8,Q8,A5", "C2,C3,Grid9,D8,Q8,A4,A5,S5",
           "automata of the depth sweep", _check_names),
-    Param("depths", str, "1,2", "1,2,3,4,6,8", "depths of the sweep", _check_ints),
+    Param("depths", str, "1,2", "1,2,3,4,6,8", "depths of the sweep", int_list),
     Param("easy", str, "Grid4", "C2,Grid9,D8", "solvable automata claimed to reach `threshold` by `shallow_depth`",
           _check_names),
     Param("hard", str, "A5", "A5,S5", "non-solvable automata claimed to stay below it there", _check_names),
@@ -114,7 +103,7 @@ PARAMS = (
     Param("eval_size", int, 256, 2048, "held-out sequences per accuracy", at_least(1)),
     Param("construct", str, "C2,C3,Grid4,D8,Q8,flipflop,A4", "C2,C3,Grid9,D8,Q8,flipflop,A4,Dyck,A5",
           "automata built by Theorem 10 and checked exactly", _check_names),
-    Param("construct_lengths", str, "3,8,16", "3,8,16,33,64", "lengths of those checks", _check_ints),
+    Param("construct_lengths", str, "3,8,16", "3,8,16,33,64", "lengths of those checks", int_list),
     Param("construct_samples", int, 64, 256, "random input sequences per check", at_least(1)),
     Param("parity_length", int, 16, 40, "training length of the parity brittleness runs", at_least(2)),
     Param("parity_depth", int, 2, 8, "depth of the parity GPT", at_least(1)),
@@ -176,7 +165,7 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
     """Theorem 10 built and run on several automata and lengths, a temperature sweep, and depth vs T."""
     generator = torch.Generator().manual_seed(EVAL_SEED)
     n = config["construct_samples"]
-    cases = [(name, T) for name in _names(config["construct"]) for T in _ints(config["construct_lengths"])]
+    cases = [(name, T) for name in _names(config["construct"]) for T in int_list(config["construct_lengths"])]
     cases.append((config["automaton"], config["T"]))
     checks = [_check_construction(make_automaton(name), T, n, generator) for name, T in cases]
     featured = make_automaton(config["automaton"])
@@ -250,7 +239,7 @@ def sweep_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
     names = list(dict.fromkeys(_names(config["sweep"]) + [config["automaton"]] + _names(config["easy"])
                                + _names(config["hard"])))
-    depths = sorted(set(_ints(config["depths"]) + [config["depth"], config["shallow_depth"]]))
+    depths = sorted(set(int_list(config["depths"]) + [config["depth"], config["shallow_depth"]]))
     automata = [make_automaton(n) for n in names]
     vocab = max(max(a.n_states, a.n_symbols) for a in automata)
     tasks = [AutomatonTask(a, config["T"]) for a in automata for _ in ctx.seeds]
@@ -306,37 +295,12 @@ def boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> dict[str
 
 
 # ---------------------------------------------------------------- brittleness
-class RecencyBiasedAttention(CausalSelfAttention):
-    """Causal attention with the score penalty ``-slope * (i - j)`` (Press et al.'s ALiBi, one slope)."""
-
-    def __init__(self, config: GPTConfig, slope: float) -> None:
-        super().__init__(config)
-        self.slope = slope
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        position = torch.arange(T, device=x.device)
-        distance = (position[:, None] - position[None, :]).to(x.dtype)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head) - self.slope * distance
-        weights = scores.masked_fill(distance < 0, float("-inf")).softmax(dim=-1)
-        out = (weights @ v).transpose(1, 2).reshape(B, T, C)
-        return self.proj(out), weights
-
-
 def scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], GPT]:
     """A one-layer GPT without positions whose attention is recency-biased, for scratchpad parity."""
     gpt_config = GPTConfig(vocab_size=4, block_size=block_size, n_layer=1, n_head=config["n_head"],
-                           d_model=config["d_model"], positional="none", layer_norm=True, bias=True, tied=False)
-
-    def make() -> GPT:
-        model = GPT(gpt_config)
-        for block in model.blocks:
-            block.attn = RecencyBiasedAttention(gpt_config, config["recency"])
-        model.reset_parameters()
-        return model
-    return make
+                           d_model=config["d_model"], positional="none", layer_norm=True, bias=True, tied=False,
+                           recency_slope=config["recency"])
+    return lambda: GPT(gpt_config)
 
 
 class ScratchpadParity:
@@ -447,15 +411,12 @@ def _brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Cla
 
 def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
     """Every section of the chapter, in the order the chapter reads."""
-    claims: list[Claim] = []
     data: dict[str, Any] = {}
-    for name, part in (("algebra", lambda: algebra_part(config)),
-                       ("construction", lambda: construction_part(config)),
-                       ("lemmas", lambda: lemmas_part(config)),
-                       ("sweep", lambda: sweep_part(config, ctx)),
-                       ("brittleness", lambda: brittleness_part(config, ctx))):
-        part_claims, data[name] = part()
-        claims += part_claims
+    claims = run_sections((("algebra", lambda: algebra_part(config)),
+                           ("construction", lambda: construction_part(config)),
+                           ("lemmas", lambda: lemmas_part(config)),
+                           ("sweep", lambda: sweep_part(config, ctx)),
+                           ("brittleness", lambda: brittleness_part(config, ctx))), data)
     return Result("shortcuts", ctx.profile, config, ctx.seeds, claims, data)
 
 

@@ -58,10 +58,7 @@ def spectral_norms(attn: CausalSelfAttention) -> Tensor:
 
 def attention_inputs(model: GPT, idx: Tensor) -> list[Tensor]:
     """The latents each attention layer reads (after its layer norm), ``(B, T, d)`` per layer."""
-    x = model.wte(idx)
-    pos = model.positions(idx.shape[1])
-    if pos is not None:
-        x = x + pos
+    x = model.embed(idx)
     inputs = []
     for block in model.blocks:
         inputs.append(block.ln_1(x))
