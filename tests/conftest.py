@@ -1,5 +1,19 @@
-"""Shared test settings: two threads, as on the CI machine, so timings and numerics match it."""
+"""Shared test settings: two threads, as on the CI machine, and tiny overrides of every chapter."""
 
 import torch
 
 torch.set_num_threads(2)
+
+# Settings that run each chapter end to end in a few seconds: every section, every claim, tiny scale.
+TINY: dict[str, dict[str, object]] = {
+    "markov": {"length": 8, "steps": 3, "depth2_steps": 3, "grid": 2, "init_scales": "0.02", "switch_probs": "0.5",
+               "flow_points": 2},
+    "shortcuts": {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1,
+                  "T": 4, "steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4,
+                  "eval_size": 8, "construct": "C2", "construct_lengths": "3", "construct_samples": 4, "d_model": 8,
+                  "n_head": 2, "shift_probs": "0.3,0.5"},
+    "dilution": {"T": 8, "n_sparse": 8, "n_dense": 8, "steps": 2, "finetune_steps": 2, "lstm_steps": 2, "d_model": 8,
+                 "n_construction": 4},
+    "hmm": {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16,
+            "ghmm_starts": 1, "ghmm_points": 20},
+}

@@ -5,11 +5,18 @@ import subprocess
 import sys
 
 import pytest
+from conftest import TINY as TINY_CONFIG
 
 from sandboxes.cli import main
 
-TINY = ["--set", "length=8", "--set", "steps=3", "--set", "depth2_steps=3", "--set", "grid=2",
-        "--set", "init_scales=0.02", "--set", "switch_probs=0.5", "--set", "flow_points=2", "--seeds", "1"]
+
+def tiny(chapter: str) -> list[str]:
+    """Command-line flags that run ``chapter`` at the scale of a unit test."""
+    seeds = "2" if chapter == "hmm" else "1"  # the HMM chapter compares seeds with each other
+    return [arg for key, value in TINY_CONFIG[chapter].items() for arg in ("--set", f"{key}={value}")] + ["--seeds", seeds]
+
+
+TINY = tiny("markov")
 
 
 def test_list_names_chapters_and_parameters(capsys):
@@ -28,6 +35,16 @@ def test_run_with_overrides_writes_json_to_stdout(capsys):
     assert "claims hold" in captured.err
 
 
+@pytest.mark.parametrize("chapter", ["markov", "shortcuts", "dilution", "hmm"])
+def test_every_chapter_runs_from_the_command_line_with_every_section(chapter, capsys):
+    assert main(["run", chapter, *tiny(chapter), "--device", "cpu", "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    body = json.loads(captured.out)
+    assert body["chapter"] == chapter and body["profile"] == "quick" and body["seeds"][0] == 0
+    assert body["provenance"]["device_type"] == "cpu" and len(body["data"]) >= 4
+    assert f"of {len(body['claims'])} claims hold" in captured.err
+
+
 def test_run_writes_the_result_file(tmp_path, capsys):
     out = tmp_path / "markov.json"
     assert main(["run", "markov", *TINY, "--device", "cpu", "--out", str(out)]) == 0
@@ -43,6 +60,12 @@ def test_run_writes_the_result_file(tmp_path, capsys):
     (["run", "markov", "--set", "tied=maybe"], "expected true or false"),
     (["run", "markov", "--set", "switch_probs=0.5,2"], "strictly between 0 and 1"),
     (["run", "markov", "--set", "p"], "KEY=VALUE"),
+    (["run", "shortcuts", "--set", "automaton=Z9"], "automaton"),
+    (["run", "shortcuts", "--set", "depths=1,x"], "integers"),
+    (["run", "dilution", "--set", "T=7"], "even number"),
+    (["run", "dilution", "--set", "p_i=1"], "strictly between 0 and 1"),
+    (["run", "hmm", "--set", "k=2"], "3..8"),
+    (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
 ])
 def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
     proc = subprocess.run([sys.executable, "-m", "sandboxes", *args], capture_output=True, text=True, timeout=120)

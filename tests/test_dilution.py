@@ -10,7 +10,18 @@ import pytest
 import torch
 
 from sandboxes.chapters import dilution as chapter
-from sandboxes.data.flipflop import I, IGNORE_INDEX, ONE, R, W, ZERO, FlipFlop, all_strings, check_sequences, read_errors
+from sandboxes.data.flipflop import (
+    IGNORE_INDEX,
+    ONE,
+    ZERO,
+    FlipFlop,
+    I,
+    R,
+    W,
+    all_strings,
+    check_sequences,
+    read_errors,
+)
 from sandboxes.model import GPT, GPTConfig
 from sandboxes.profiles import resolve
 from sandboxes.theory import dilution as theory

@@ -8,10 +8,18 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import TINY as TINY_CONFIGS
 
 from sandboxes.chapters import hmm as chapter
-from sandboxes.data.hmm import (HMM, FiniteSample, GaussianHMM, MaskedPrediction, check_ghmm, check_hmm,
-                                check_transition)
+from sandboxes.data.hmm import (
+    HMM,
+    FiniteSample,
+    GaussianHMM,
+    MaskedPrediction,
+    check_ghmm,
+    check_hmm,
+    check_transition,
+)
 from sandboxes.theory import hmm as theory
 
 EXACT = 1e-12  # float64 round-off on products of a few small stochastic matrices
@@ -244,8 +252,7 @@ def test_ghmm_fit_with_stochastic_columns_lands_on_the_truth():
 
 
 # ---------------------------------------------------------------- the chapter
-TINY = {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2,
-        "batch_size": 16, "ghmm_starts": 1, "ghmm_points": 20}
+TINY = TINY_CONFIGS["hmm"]
 
 
 def test_tiny_chapter_run_has_every_section_and_serialises():

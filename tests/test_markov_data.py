@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from sandboxes.data.markov import MarkovChain, binary_kernel, check_kernel, stationary_law, symmetric_kernel
+from sandboxes.data.markov import (
+    MarkovChain,
+    binary_kernel,
+    check_kernel,
+    stationary_law,
+    symmetric_kernel,
+)
 
 
 @pytest.mark.parametrize("p, q", [(0.5, 0.8), (0.2, 0.3), (0.9, 0.05)])

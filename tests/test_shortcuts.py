@@ -7,11 +7,25 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import TINY
 
 from sandboxes.chapters import shortcuts as chapter
 from sandboxes.data.automata import (
-    AutomatonTask, Semiautomaton, bernoulli_probs, binary_with_count, compose, cyclic, derived_series_orders,
-    dyck, gridworld, inverse, is_solvable, make_automaton, memory, order_profile, transition_group,
+    AutomatonTask,
+    Semiautomaton,
+    bernoulli_probs,
+    binary_with_count,
+    compose,
+    cyclic,
+    derived_series_orders,
+    dyck,
+    gridworld,
+    inverse,
+    is_solvable,
+    make_automaton,
+    memory,
+    order_profile,
+    transition_group,
 )
 from sandboxes.profiles import resolve
 from sandboxes.theory import shortcuts as theory
@@ -266,11 +280,7 @@ def test_scratchpad_task_interleaves_inputs_and_states():
 
 
 def test_tiny_chapter_run_produces_claims_and_data():
-    tiny = {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1, "T": 4,
-            "steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4, "eval_size": 8,
-            "construct": "C2", "construct_lengths": "3", "construct_samples": 4, "d_model": 8, "n_head": 2,
-            "shift_probs": "0.3,0.5"}
-    result = chapter.CHAPTER.run("quick", tiny, seeds=1, device="cpu", progress=False)
+    result = chapter.CHAPTER.run("quick", TINY["shortcuts"], seeds=1, device="cpu", progress=False)
     names = [c.name for c in result.claims]
     assert any(n.startswith("Thm 10") for n in names) and any("LSTM" in n for n in names)
     assert set(result.data) == {"algebra", "construction", "lemmas", "sweep", "brittleness"}
