@@ -15,11 +15,11 @@ import torch
 from ..claims import Claim
 from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_transition
 from ..model import MultiLayerPerceptron
-from ..profiles import Param, positive
+from ..profiles import Param, at_least, in_range, int_list, positive
 from ..results import Result
 from ..theory import hmm as theory
 from ..trainer import TrainConfig, train
-from . import Chapter, RunContext
+from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -42,30 +42,6 @@ PAIRWISE = (1, (2,))  # the task x_2 | x_1
 TASK_ORDERS = tuple((g, tuple(t for t in (1, 2, 3) if t != g)[::s]) for g in (1, 2, 3) for s in (1, -1))
 
 
-def _in_range(low: int, high: int):
-    def check(value: int) -> None:
-        if not low <= value <= high:
-            raise ValueError(f"must lie in {low}..{high}, got {value}")
-    return check
-
-
-def _at_least(n: int):
-    def check(value: int) -> None:
-        if value < n:
-            raise ValueError(f"must be at least {n}, got {value}")
-    return check
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"expected positive integers, got {text!r}")
-    return values
-
-
 def _shapes(text: str) -> list[tuple[int, int]]:
     """``"4x3,6x4"`` -> ``[(4, 3), (6, 4)]``: (d, k) pairs with ``d >= k``, ``2 <= k <= 8``."""
     try:
@@ -78,28 +54,28 @@ def _shapes(text: str) -> list[tuple[int, int]]:
 
 
 def _check_samples(text: str) -> None:
-    if len(_int_list(text)) < 2:
+    if len(int_list(text)) < 2:
         raise ValueError("give at least two sample sizes, to measure a rate")
 
 
 PARAMS = (
     Param("k", int, 3, 3, "hidden states of the generated HMMs and G-HMM (a rotation about 1 needs k >= 3)",
-          _in_range(3, 8)),
-    Param("d", int, 4, 4, "observed symbols (HMM) or dimension (G-HMM), at least k", _at_least(3)),
-    Param("seed", int, 0, 0, "seed of the random HMMs, counterexamples and G-HMM", _at_least(0)),
+          in_range(3, 8)),
+    Param("d", int, 4, 4, "observed symbols (HMM) or dimension (G-HMM), at least k", at_least(3)),
+    Param("seed", int, 0, 0, "seed of the random HMMs, counterexamples and G-HMM", at_least(0)),
     Param("candidates", int, 300, 1000, "random HMMs searched for the most distinguishable counterexample",
-          _at_least(1)),
-    Param("max_power", int, 10, 30, "Claim 1 is checked for t = 2 .. max_power", _at_least(2)),
+          at_least(1)),
+    Param("max_power", int, 10, 30, "Claim 1 is checked for t = 2 .. max_power", at_least(2)),
     Param("shapes", str, "3x2,4x3,6x4,8x6", "3x2,4x3,6x4,8x5,8x6,10x8", "(d x k) sizes for exact recovery", _shapes),
-    Param("random_hmms", int, 5, 50, "random HMMs per size for exact recovery", _at_least(1)),
+    Param("random_hmms", int, 5, 50, "random HMMs per size for exact recovery", at_least(1)),
     Param("samples", str, "1000,3000,10000,30000", "1000,3000,10000,30000,100000,300000,1000000",
           "sample sizes N of the learning experiment", _check_samples),
-    Param("steps", int, 400, 3000, "training steps per predictor", _at_least(1)),
-    Param("batch_size", int, 1024, 8192, "minibatch drawn (with replacement) from the N samples", _at_least(1)),
+    Param("steps", int, 400, 3000, "training steps per predictor", at_least(1)),
+    Param("batch_size", int, 1024, 8192, "minibatch drawn (with replacement) from the N samples", at_least(1)),
     Param("lr", float, 1e-2, 1e-2, "Adam learning rate (cosine schedule down to 1/1000 of it)", positive),
-    Param("hidden", int, 16, 64, "hidden width of the one-hidden-layer ReLU predictor", _at_least(1)),
-    Param("ghmm_starts", int, 6, 40, "random starts of each G-HMM fit", _at_least(1)),
-    Param("ghmm_points", int, 100, 400, "points x at which the G-HMM predictor is matched", _at_least(1)),
+    Param("hidden", int, 16, 64, "hidden width of the one-hidden-layer ReLU predictor", at_least(1)),
+    Param("ghmm_starts", int, 6, 40, "random starts of each G-HMM fit", at_least(1)),
+    Param("ghmm_points", int, 100, 400, "points x at which the G-HMM predictor is matched", at_least(1)),
 )
 
 
@@ -243,7 +219,7 @@ def recovery_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
 # ---------------------------------------------------------------- learning from samples
 def _train_predictors(config: dict[str, Any], ctx: RunContext, hmms: list[HMM], task: tuple) -> np.ndarray:
     """Predictors learned from N samples: ``(2 HMMs, len(samples), seeds, d, output)`` at the d one-hot inputs."""
-    sizes = _int_list(config["samples"])
+    sizes = int_list(config["samples"])
     members = list(itertools.product(range(2), range(len(sizes)), ctx.seeds))
     given, targets = task
     tasks = [FiniteSample(MaskedPrediction(hmms[h], given, targets), sizes[i], 1_000_003 * (s + 1) + 1_009 * i + h)
@@ -276,7 +252,7 @@ def learning_part(config: dict[str, Any], ctx: RunContext, pair: dict[str, Any])
     if len(ctx.seeds) < 2:
         raise ValueError("the learning part compares seeds: run it with at least 2 seeds")
     hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
-    sizes = np.array(_int_list(config["samples"]), dtype=float)
+    sizes = np.array(int_list(config["samples"]), dtype=float)
     weights = theory.symbol_law(hmms[0].emission)
     claims: list[Claim] = []
     data: dict[str, Any] = {"samples": sizes}
@@ -380,14 +356,12 @@ def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
     """Every section of the chapter, in the order the chapter reads."""
     if config["d"] < config["k"]:
         raise ValueError(f"the HMMs need d >= k, got d={config['d']}, k={config['k']}")
-    claims: list[Claim] = []
     data: dict[str, Any] = {}
-    for name, part in (("seed_example", seed_example_part), ("counterexample", lambda: counterexample_part(config)),
-                       ("powers", lambda: power_part(config)), ("recovery", lambda: recovery_part(config)),
-                       ("learning", lambda: learning_part(config, ctx, data["counterexample"])),
-                       ("ghmm", lambda: ghmm_part(config))):
-        part_claims, data[name] = part()
-        claims += part_claims
+    claims = run_sections((("seed_example", seed_example_part),
+                           ("counterexample", lambda: counterexample_part(config)),
+                           ("powers", lambda: power_part(config)), ("recovery", lambda: recovery_part(config)),
+                           ("learning", lambda: learning_part(config, ctx, data["counterexample"])),
+                           ("ghmm", lambda: ghmm_part(config))), data)
     return Result("hmm", ctx.profile, config, ctx.seeds, claims, data)
 
 
