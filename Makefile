@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.10+:
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
+#   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
 # PROFILE=full builds the book with the full (GPU) profile. TORCH=... picks the torch build
 # installed first (default: the CPU build 2.13.0; TORCH=torch takes PyPI's default build).
 
@@ -11,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test clean
+.PHONY: book test outputs clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +26,10 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
-	$(BIN)/python -m pytest --nbval --nbval-current-env book
+	SANDBOXES_PROFILE=quick $(BIN)/python -m pytest --nbval --nbval-current-env book
+
+outputs: $(STAMP)
+	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
 
 clean:
 	rm -rf _build $(VENV) runs
