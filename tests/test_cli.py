@@ -7,6 +7,7 @@ import sys
 import pytest
 from conftest import TINY as TINY_CONFIG
 
+from sandboxes.chapters import all_chapters
 from sandboxes.cli import main
 
 
@@ -85,3 +86,16 @@ def test_bench_reports_all_three_modes_and_the_ratio(capsys):
 def test_bench_refuses_an_unknown_size(capsys):
     assert main(["bench", "--sizes", "huge", "--steps", "1", "--device", "cpu"]) == 2
     assert "unknown model size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.name)
+@pytest.mark.parametrize("profile", ["quick", "full"])
+def test_every_profile_value_of_every_chapter_passes_its_own_check(chapter, profile):
+    for param in chapter.params:
+        assert param.parse(param.default(profile)) == param.default(profile), param.name
+
+
+def test_full_profile_on_a_cpu_warns_before_it_starts():
+    proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--profile", "full", "--device", "cpu",
+                           "--set", "length=0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "meant for a GPU" in proc.stderr

@@ -53,6 +53,8 @@ def _list() -> None:
 
 def _run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
+    if args.profile == "full" and pick_device(args.device).type == "cpu":
+        print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
     result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device)
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout

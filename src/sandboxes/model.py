@@ -188,7 +188,11 @@ class GPT(nn.Module):
 
 
 class LSTM(nn.Module):
-    """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out."""
+    """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
+
+    ``torch.func.vmap`` has no batching rule for the fused ``nn.LSTM`` kernel, so LSTM seeds are
+    trained one after another (``train(..., batched=False)``).
+    """
 
     def __init__(self, vocab_size: int, hidden: int = 128, n_layer: int = 1) -> None:
         super().__init__()
