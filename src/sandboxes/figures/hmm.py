@@ -22,7 +22,9 @@ def rotation_sweep(data: dict[str, Any]) -> Figure:
                 label="pairwise predictors (max difference)")
     ax.semilogy(angles, np.maximum(sweep["sweep_two_token_gap"], FLOOR), color=COLORS["tied"],
                 label="two-token predictor x2 (x) x3 | x1")
-    ax.fill_between(angles, 1e-18, 1, where=np.asarray(sweep["sweep_admissible"]), color="0.85", label="valid HMM")
+    valid = np.asarray(sweep["sweep_admissible"], dtype=bool)
+    ax.fill_between(angles, 1e-18, 1, where=valid, color="0.85",
+                    label=f"valid HMM ({valid.sum()} of {len(valid)} angles)")
     ax.axvline(sweep["angle"], color=COLORS["theory"], linestyle=":", linewidth=1)
     ax.annotate("printed example", (sweep["angle"], 1e-3), xytext=(5, 0), textcoords="offset points", fontsize=8)
     ax.set(xlabel="rotation angle about (1, 1, 1) (rad)", ylabel="largest entry difference", ylim=(1e-18, 1))
