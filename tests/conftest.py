@@ -17,3 +17,16 @@ TINY: dict[str, dict[str, object]] = {
     "hmm": {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16,
             "ghmm_starts": 1, "ghmm_points": 20},
 }
+
+# The full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays,
+# such as S5, Grid9 and Dyck, depths up to 8, layer norm, 8 heads and 10 x 8 HMMs, so a crash that would end a long
+# GPU run after hours shows up here in seconds.
+FULL_SHRUNK: dict[str, dict[str, object]] = {
+    "markov": {"length": 16, "steps": 2, "depth2_steps": 2, "grid_seeds": 1, "flow_points": 4},
+    "shortcuts": {"steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
+                  "construct_samples": 2, "d_model": 16, "batch_size": 4},
+    "dilution": {"T": 16, "steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8, "n_dense": 8,
+                 "n_construction": 4, "d_model": 16},
+    "hmm": {"candidates": 60, "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16, "ghmm_starts": 1,
+            "ghmm_points": 20},
+}

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FULL_SHRUNK
 from conftest import TINY as TINY_CONFIG
 
 from sandboxes.chapters import all_chapters
@@ -44,6 +45,16 @@ def test_every_chapter_runs_from_the_command_line_with_every_section(chapter, ca
     assert body["chapter"] == chapter and body["profile"] == "quick" and body["seeds"][0] == 0
     assert body["provenance"]["device_type"] == "cpu" and len(body["data"]) >= 4
     assert f"of {len(body['claims'])} claims hold" in captured.err
+
+
+@pytest.mark.parametrize("chapter", ["markov", "shortcuts", "dilution", "hmm"])
+def test_full_profile_runs_every_section_at_a_shrunk_scale(chapter, capsys):
+    def sections(profile: str, flags: list[str]) -> list[str]:
+        assert main(["run", chapter, "--profile", profile, *flags, "--device", "cpu", "--out", "-"]) == 0
+        return sorted(json.loads(capsys.readouterr().out)["data"])
+
+    shrunk = [arg for key, value in FULL_SHRUNK[chapter].items() for arg in ("--set", f"{key}={value}")]
+    assert sections("full", [*shrunk, "--seeds", "2"]) == sections("quick", tiny(chapter))
 
 
 def test_run_writes_the_result_file(tmp_path, capsys):
