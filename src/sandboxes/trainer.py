@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
@@ -84,11 +84,6 @@ class TrainResult:
     eval_steps: np.ndarray  # (n_evals,)
     eval_loss: np.ndarray  # (K, n_evals)
     wall_time: float
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def final_eval_loss(self) -> np.ndarray:
-        return self.eval_loss[:, -1]
 
 
 class Ensemble(nn.Module):

@@ -23,11 +23,6 @@ from ..data.markov import binary_kernel, check_kernel, stationary_law
 from ..model import GPT, GPTConfig
 
 
-def binary_entropy(x: float) -> float:
-    """``h(x) = -x ln x - (1-x) ln(1-x)`` in nats."""
-    return 0.0 if x in (0.0, 1.0) else -x * math.log(x) - (1 - x) * math.log(1 - x)
-
-
 def entropy_rate(kernel: np.ndarray) -> float:
     """``sum_i pi_i H(P_i)``: the loss of the bigram predictor, the global minimum."""
     kernel = check_kernel(kernel)

@@ -206,7 +206,7 @@ def memory_gpt(m: int, T: int, q0: int = 0) -> GPT:
     ``q0``); it leads by ``c/T``. The MLP rounds the read to the nearest state.
     """
     d = 5
-    c = T * math.log(T * max(m - 1, 1) / PLATEAU)  # Lemma 13 keeps the read within PLATEAU
+    c = T * memory_gap(T, m)  # Lemma 13 keeps the read within PLATEAU
     config = GPTConfig(
         vocab_size=m + 1, block_size=T, n_layer=1, n_head=1, d_model=d, d_mlp=4 * m + 1,
         tied=False, positional="learned", layer_norm=False, activation="relu", bias=True, head_bias=True,
