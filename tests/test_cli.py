@@ -57,6 +57,15 @@ def test_full_profile_runs_every_section_at_a_shrunk_scale(chapter, capsys):
     assert sections("full", [*shrunk, "--seeds", "2"]) == sections("quick", tiny(chapter))
 
 
+@pytest.mark.parametrize("chapter", ["markov", "shortcuts", "dilution", "hmm"])
+def test_every_chapter_runs_when_memory_allows_one_member_and_one_sequence_at_a_time(chapter, monkeypatch, capsys):
+    # what a GPU too small for a whole ensemble gets: every model and task of the chapter goes through the
+    # trainer's memory planner (counted on the meta device), trains member by member, evaluates in chunks
+    monkeypatch.setattr("sandboxes.trainer.memory_budget", lambda device: 1)
+    assert main(["run", chapter, *tiny(chapter), "--device", "cpu", "--out", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["chapter"] == chapter
+
+
 def test_run_writes_the_result_file(tmp_path, capsys):
     out = tmp_path / "markov.json"
     assert main(["run", "markov", *TINY, "--device", "cpu", "--out", str(out)]) == 0

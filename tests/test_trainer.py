@@ -9,7 +9,7 @@ import torch
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT
 from sandboxes.theory.markov import binary_config
-from sandboxes.trainer import TrainConfig, train
+from sandboxes.trainer import TrainConfig, _plan, activation_bytes, train
 
 TASK = MarkovChain.binary(0.5, 0.8, 16)
 CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
@@ -38,6 +38,28 @@ def test_member_of_a_batched_run_is_the_single_run_with_its_seed():
     assert np.allclose(batched.train_loss[1], single.train_loss[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(batched.models[1].state_dict().values(), single.models[0].state_dict().values()):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_activation_count_grows_with_the_batch_and_with_the_square_of_the_length():
+    def count(n: int, length: int) -> int:
+        return activation_bytes(GPT(binary_config(4, length, True)), MarkovChain.binary(0.5, 0.8, length), n)
+
+    # linear in the batch on top of what does not depend on it (weights that matmuls keep, the causal mask)
+    assert count(8, 64) - count(4, 64) == count(12, 64) - count(8, 64) > 0
+    # attention keeps T x T weights per sequence, so doubling T more than doubles the count
+    assert count(4, 128) > 2 * count(4, 64)
+
+
+def test_a_small_memory_budget_splits_the_ensemble_into_groups_without_changing_any_run():
+    whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
+    one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
+        p.numel() for p in make_model().parameters())
+    group, chunk = _plan(make_model, TASK, CONFIG, 3, one_member + 1)
+    assert group == 1 and chunk < CONFIG.eval_size
+    split = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], budget=one_member + 1)
+    assert np.allclose(split.train_loss, whole.train_loss, rtol=1e-5, atol=1e-6)
+    assert np.allclose(split.eval_loss, whole.eval_loss, rtol=1e-5, atol=1e-6)
+    assert split.eval_loss.shape == whole.eval_loss.shape
 
 
 def test_members_may_differ_in_task_and_initialisation():

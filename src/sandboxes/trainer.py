@@ -5,6 +5,10 @@ as one :class:`Ensemble`: their parameters are stacked and a single ``torch.func
 forward and backward pass of all of them at once. Adam's update is element-wise, so one
 optimizer over the stacked tensors is K independent optimizers, and member k of a K-run is the
 same training run as the single run with seed k (``tests/test_trainer.py`` checks this).
+
+On a CUDA device an ensemble that would not fit in half the free memory is trained in groups of
+members, one group after another, and held-out sets are evaluated in chunks; the memory a member
+needs is counted on the ``meta`` device before training starts (see :func:`activation_bytes`).
 """
 
 from __future__ import annotations
@@ -143,6 +147,57 @@ def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> 
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def activation_bytes(model: nn.Module, task: Task, n: int) -> int:
+    """Bytes autograd keeps for the backward pass of ``model`` on ``n`` samples of ``task``.
+
+    Counted on a copy of the model on the ``meta`` device, where shapes propagate but nothing is
+    computed, so the count is free even for sizes that would not fit anywhere.
+    """
+    x, y = task.sample(1, torch.Generator().manual_seed(0))
+    x_meta = torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta")
+    y_meta = torch.empty((n, *y.shape[1:]), dtype=y.dtype, device="meta")
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        saved[id(tensor)] = tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        task.loss(copy.deepcopy(model).to("meta")(x_meta), y_meta)
+    return sum(saved.values())
+
+
+def memory_budget(device: torch.device) -> int | None:
+    """Bytes one training step may use: half the free memory of a CUDA device, no limit elsewhere."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return free // 2
+
+
+def _plan(
+    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None
+) -> tuple[int, int]:
+    """Members per group and held-out sequences per chunk that keep one step within ``budget`` bytes."""
+    if budget is None:
+        return members, config.eval_size
+    model = make_model()
+    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())  # weights, grads, Adam's two
+    per_sequence = activation_bytes(model, task, config.batch_size) / config.batch_size
+    group = int(max(1, min(members, budget // (weights + per_sequence * config.batch_size))))
+    chunk = int(max(1, min(config.eval_size, budget // (group * per_sequence))))
+    return group, chunk
+
+
+def _held_out_loss(runner: nn.Module, loss: Callable, x: Tensor, y: Tensor, chunk: int) -> np.ndarray:
+    """Held-out loss of every member, in chunks of ``chunk`` sequences weighted by their size."""
+    with torch.no_grad():
+        if chunk >= x.shape[1]:
+            return loss(runner(x), y).cpu().numpy()
+        parts = [loss(runner(xs), ys) * xs.shape[1] for xs, ys in zip(x.split(chunk, dim=1), y.split(chunk, dim=1))]
+        return (torch.stack(parts).sum(dim=0) / x.shape[1]).cpu().numpy()
+
+
 def _fit(
     seeds: list[int],
     make_models: list[Callable[[], nn.Module]],
@@ -151,6 +206,7 @@ def _fit(
     device: torch.device,
     batched: bool,
     progress: bool,
+    eval_chunk: int,
 ) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray]:
     models = []
     for seed, make_model in zip(seeds, make_models):
@@ -190,8 +246,7 @@ def _fit(
         schedule.step()
         train_curve[:, step] = losses.detach().cpu().numpy()
         if step % config.eval_every == 0 or step == config.steps - 1:
-            with torch.no_grad():
-                eval_curve.append(per_member_loss(runner(x_eval), y_eval).cpu().numpy())
+            eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
     trained = [runner.member(k, template) for k in range(runner.size)]
@@ -206,6 +261,7 @@ def train(
     device: torch.device | str = "cpu",
     batched: bool = True,
     progress: bool | None = None,
+    budget: int | None = None,
 ) -> TrainResult:
     """Train one model per seed on fresh samples from ``task`` and log train and held-out loss.
 
@@ -214,6 +270,8 @@ def train(
     ``make_model`` and ``task`` may also be sequences with one entry per seed: members then
     differ in data (say ``p`` and ``q``) or initialisation but must share their shapes.
     Each member is evaluated on a held-out set drawn from its own task with a fixed seed.
+    ``budget`` caps the bytes of one step (default: :func:`memory_budget` of ``device``); members
+    beyond it train in later groups, which changes no member's run.
     """
     if not seeds:
         raise ValueError("train() needs at least one seed")
@@ -224,14 +282,16 @@ def train(
         raise ValueError("give one task and one model factory per seed, or a single one of each")
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
-    groups = [list(range(len(seeds)))] if batched else [[i] for i in range(len(seeds))]
+    budget = memory_budget(device) if budget is None else budget
+    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if batched else 1, budget)
+    groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     models, train_curves, eval_curves = [], [], []
     eval_steps: list[int] = []
     for group in groups:
         trained, train_curve, eval_steps, eval_curve = _fit(
             [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
-            config, device, batched, progress,
+            config, device, batched, progress, eval_chunk,
         )
         models += trained
         train_curves.append(train_curve)

@@ -62,7 +62,8 @@ PARAMS = (
     Param("lstm_hidden", int, 128, 128, "LSTM hidden size", at_least(1)),
     Param("lstm_steps", int, 100, 500, "LSTM training steps", at_least(1)),
     Param("lstm_lr", float, 1e-2, 3e-3, "LSTM learning rate", positive),
-    Param("batched_seeds", bool, True, False, "train the seeds as one vmapped ensemble (memory grows with seeds)"),
+    Param("batched_seeds", bool, True, True, "train the seeds as vmapped ensembles (on a GPU, in groups that fit "
+          "half its free memory)"),
     Param("threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position",
           in_open_unit_interval),
     Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", _even_at_least_4),
