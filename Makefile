@@ -2,6 +2,7 @@
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
+#   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
 # PROFILE=full builds the book with the full (GPU) profile. TORCH=... picks the torch build
 # installed first (default: the CPU build 2.13.0; TORCH=torch takes PyPI's default build).
 
@@ -12,7 +13,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test outputs clean
+.PHONY: book test outputs results clean
+
+CHAPTERS := markov shortcuts dilution hmm
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +33,11 @@ test: $(STAMP)
 
 outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
+
+results: $(STAMP)
+	for chapter in $(CHAPTERS); do \
+		$(BIN)/python -m sandboxes run $$chapter --profile full --device cuda --out results/$$chapter-full.json || exit 1; \
+	done
 
 clean:
 	rm -rf _build $(VENV) runs
