@@ -317,6 +317,17 @@ def test_sharpened_training_runs_batched_and_changes_the_weights():
     assert not torch.equal(result.models[0].gpt.wte.weight, result.models[1].gpt.wte.weight)
 
 
+def test_sharpened_training_one_seed_after_another_matches_the_batched_run():
+    # a model whose output is a tuple (logits, attention) also trains on the trainer's unbatched path
+    config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
+    task = chapter.Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
+    schedule = TrainConfig(steps=3, batch_size=4, eval_size=4)
+    runs = [train(lambda: chapter.WithAttention(GPT(config)), task, schedule, seeds=[0, 1], batched=batched,
+                  progress=False) for batched in (True, False)]
+    # float32 with a different reduction order (bmm against mm), as in tests/test_trainer.py
+    assert np.allclose(runs[0].train_loss, runs[1].train_loss, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name, value", [("T", "31"), ("T", "2"), ("p_i", "1.0"), ("sharpen", "-1"), ("base", "63")])
 def test_bad_parameters_are_rejected(name, value):
     with pytest.raises(ValueError):

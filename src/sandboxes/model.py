@@ -187,6 +187,15 @@ class GPT(nn.Module):
         return (logits, attention) if return_attention else logits
 
 
+def zero_gpt(config: GPTConfig) -> GPT:
+    """A float64 GPT with every parameter zero: the blank that weight constructions are written into."""
+    model = GPT(config).double()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+    return model
+
+
 class LSTM(nn.Module):
     """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
 

@@ -76,10 +76,7 @@ def positive(value: float) -> None:
 
 def float_list(text: str) -> list[float]:
     """Parse a comma-separated list parameter such as ``"0.01,0.1,1"``."""
-    try:
-        values = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    values = _split(text, float, "numbers")
     if not values:
         raise ValueError("expected at least one number")
     return values
@@ -103,12 +100,17 @@ def non_negative(value: float) -> None:
         raise ValueError(f"must be at least 0, got {value}")
 
 
+def _split(text: str, convert: Callable[[str], float], kind: str) -> list:
+    """The entries of a comma-separated list parameter, converted; a clear error for a bad entry."""
+    try:
+        return [convert(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated {kind}, got {text!r}") from None
+
+
 def int_list(text: str) -> list[int]:
     """Parse a comma-separated list of positive integers such as ``"1,2,4"``."""
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+    values = _split(text, int, "integers")
     if not values or min(values) < 1:
         raise ValueError(f"expected positive integers, got {text!r}")
     return values

@@ -131,11 +131,18 @@ class Single(nn.Module):
         self.model = model
         self.size = 1
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.model(x[0])[None]
+    def forward(self, x: Tensor) -> Tensor | tuple:
+        return _with_member_axis(self.model(x[0]))
 
     def member(self, k: int, template: nn.Module) -> nn.Module:
         return copy.deepcopy(self.model).cpu()
+
+
+def _with_member_axis(out: Tensor | tuple | list) -> Tensor | tuple | list:
+    """``out`` (a tensor, or tuples and lists of them) with a leading member axis of length 1, as vmap gives."""
+    if isinstance(out, Tensor):
+        return out[None]
+    return type(out)(_with_member_axis(part) for part in out)
 
 
 def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> list[dict]:

@@ -338,11 +338,7 @@ def training_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim],
     if config["sharpen"] > 0:
         sharpened = Sharpened(task, config["sharpen"])
         makers = [_copier(m, WithAttention) for m in first.models]
-        # the trainer's unbatched path expects a tensor output, so unbatched seeds run as ensembles of one
-        groups = [list(range(len(seeds)))] if batched else [[k] for k in range(len(seeds))]
-        models["sharpened"] = [m.gpt for g in groups for m in train(
-            [makers[k] for k in g], sharpened, second, seeds=[seeds[k] for k in g], device=ctx.device,
-            progress=ctx.progress).models]
+        models["sharpened"] = [m.gpt for m in train(makers, sharpened, second, batched=batched, **run).models]
     lstm = train(lambda: LSTM(5, config["lstm_hidden"]), task,
                  _schedule(config["lstm_steps"], config["batch_size"], config["lstm_lr"], 0.0, 0), batched=False, **run)
     models["lstm"] = lstm.models

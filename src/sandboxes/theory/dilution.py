@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..data.flipflop import ONE, ZERO, I, R, W
-from ..model import GPT, GPTConfig, CausalSelfAttention
+from ..model import GPT, GPTConfig, CausalSelfAttention, zero_gpt
 
 
 # ---------------------------------------------------------------- Proposition 4
@@ -89,7 +89,7 @@ def extremal_attention(sigma: float, T: int) -> tuple[GPT, Tensor]:
     """
     config = GPTConfig(vocab_size=2, block_size=T, n_layer=1, n_head=1, d_model=2, positional="none",
                        mlp=False, tied=False, head_bias=False)
-    model = _zero_model(config)
+    model = zero_gpt(config)
     a = math.sqrt(sigma * math.sqrt(2))
     with torch.no_grad():
         model.wte.weight[0] = torch.tensor([1.0, 0.0], dtype=torch.float64)
@@ -117,14 +117,6 @@ def worst_case_max_weight(M: np.ndarray, T: int, n_angles: int = 3600, n_radii: 
     other_key = 1.0 / (1.0 + np.exp(s - m) + (T - 2) * np.exp(-2 * m))
     own_key = 1.0 / (1.0 + (T - 1) * np.exp(-m - s))
     return float(np.max(np.maximum(other_key if T > 1 else 0.0, own_key)))
-
-
-def _zero_model(config: GPTConfig) -> GPT:
-    model = GPT(config).double()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.zero_()
-    return model
 
 
 # ---------------------------------------------------------------- Proposition 3
@@ -165,7 +157,7 @@ def flipflop_construction(weights: FlipFlopWeights, block_size: int | None = Non
     config = GPTConfig(vocab_size=5, block_size=block_size or weights.base, n_layer=2, n_head=1, d_model=d,
                        d_mlp=4, tied=False, positional="linear", layer_norm=False, mlp=True, bias=False,
                        head_bias=True)
-    model = _zero_model(config)
+    model = zero_gpt(config)
     root, C, k = math.sqrt(d), weights.base, weights.rounding
     with torch.no_grad():
         emb = model.wte.weight
@@ -296,7 +288,7 @@ def simulator(weights: SimulatorWeights, max_length: int = 1 << 20) -> GPT:
     is_write, sign, const, pos, out = range(d)
     config = GPTConfig(vocab_size=3, block_size=max_length, n_layer=1, n_head=1, d_model=d, positional="linear",
                        mlp=False, tied=False, head_bias=True)
-    model = _zero_model(config)
+    model = zero_gpt(config)
     root = math.sqrt(d)
     with torch.no_grad():
         emb = model.wte.weight

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..data.markov import binary_kernel, check_kernel, stationary_law
-from ..model import GPT, GPTConfig
+from ..model import GPT, GPTConfig, zero_gpt
 
 
 def entropy_rate(kernel: np.ndarray) -> float:
@@ -59,19 +59,10 @@ def binary_config(d_model: int, length: int, tied: bool, d_mlp: int | None = Non
     )
 
 
-def zero_model(config: GPTConfig) -> GPT:
-    """A float64 GPT with every parameter zero, to write a construction into."""
-    model = GPT(config).double()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.zero_()
-    return model
-
-
 def unigram_point(p: float, q: float, d_model: int, length: int, tied: bool) -> GPT:
     """``theta_pi`` of Theorem 2: ``e = a = 0`` and ``b = ln(p/q)``, so the model predicts ``pi_1``."""
     binary_kernel(p, q)
-    model = zero_model(binary_config(d_model, length, tied))
+    model = zero_gpt(binary_config(d_model, length, tied))
     with torch.no_grad():
         model.head.bias[1] = math.log(p / q)
     return model
@@ -89,7 +80,7 @@ def global_minimum_point(p: float, q: float, d_model: int, length: int, tied: bo
     """
     binary_kernel(p, q)
     gap = kernel_log_odds_gap(p, q)
-    model = zero_model(binary_config(d_model, length, tied))
+    model = zero_gpt(binary_config(d_model, length, tied))
     u = torch.zeros(d_model, dtype=torch.float64)
     u[0] = 1.0
     with torch.no_grad():

@@ -32,8 +32,8 @@ import torch
 from scipy.integrate import solve_ivp
 
 from ..data.markov import binary_kernel, stationary_law
-from ..model import GPT
-from .markov import binary_config, kernel_log_odds_gap, zero_model
+from ..model import GPT, zero_gpt
+from .markov import binary_config, kernel_log_odds_gap
 
 
 def _sigmoid(x: float) -> float:
@@ -118,7 +118,7 @@ class ReducedFlow:
 
     def gpt_weights(self, e: float, w: float, d_model: int, length: int) -> GPT:
         """The full :class:`~sandboxes.model.GPT` (tied, float64) that this ``(e, w)`` stands for."""
-        model = zero_model(binary_config(d_model, length, tied=True))
+        model = zero_gpt(binary_config(d_model, length, tied=True))
         u = torch.zeros(d_model, dtype=torch.float64)
         u[0] = 1.0
         with torch.no_grad():

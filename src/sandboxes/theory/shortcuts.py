@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ..data.automata import Semiautomaton
-from ..model import GPT, GPTConfig
+from ..model import GPT, GPTConfig, zero_gpt
 
 PLATEAU = 0.25  # every gadget returns exact values for input noise up to this size
 
@@ -62,14 +62,6 @@ def sufficient_gamma(T: int, n_states: int) -> float:
     return math.log((T + 1) * spread / PLATEAU) / lookback_gap(T)
 
 
-def _zeroed(config: GPTConfig) -> GPT:
-    model = GPT(config).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-    return model
-
-
 def _nearest_integer_head(model: GPT, coordinate: int, offset: int) -> None:
     """Output layer scoring class ``c`` by ``2 (c + offset) v - (c + offset)^2`` with ``v = x[coordinate]``."""
     c = torch.arange(model.config.vocab_size, dtype=torch.float64) + offset
@@ -99,7 +91,7 @@ def prefix_composition_gpt(automaton: Semiautomaton, T: int, gamma: float | None
         n_head=1, d_model=d, d_mlp=4 * n * n + 2 * n, tied=False, positional="learned",
         layer_norm=False, activation="relu", bias=True, head_bias=True,
     )
-    model = _zeroed(config)
+    model = zero_gpt(config)
     angles = math.pi * torch.arange(T + 1, dtype=torch.float64) / (T + 1)
     M = 4.0 * n  # ramp slope: the gadget's ramps end within 1/2 of each lattice point
     with torch.no_grad():
@@ -182,7 +174,7 @@ def counter_gpt(n: int, T: int, q0: int = 0) -> GPT:
         vocab_size=n + 1, block_size=T + 1, n_layer=1, n_head=1, d_model=d, d_mlp=4 * len(counts) + 1,
         tied=False, positional="learned", layer_norm=False, activation="relu", bias=True, head_bias=True,
     )
-    model = _zeroed(config)
+    model = zero_gpt(config)
     with torch.no_grad():
         model.wte.weight[:n, 0] = torch.arange(n, dtype=torch.float64)
         model.wte.weight[n, 1] = 1.0
@@ -211,7 +203,7 @@ def memory_gpt(m: int, T: int, q0: int = 0) -> GPT:
         vocab_size=m + 1, block_size=T, n_layer=1, n_head=1, d_model=d, d_mlp=4 * m + 1,
         tied=False, positional="learned", layer_norm=False, activation="relu", bias=True, head_bias=True,
     )
-    model = _zeroed(config)
+    model = zero_gpt(config)
     with torch.no_grad():
         model.wte.weight[:m, 0] = torch.arange(m, dtype=torch.float64)
         model.wte.weight[m, 0] = float(q0)
