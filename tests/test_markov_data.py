@@ -45,6 +45,20 @@ def test_same_generator_seed_gives_the_same_sequences():
     assert torch.equal(a, b)
 
 
+def test_sampling_many_chains_at_once_gives_each_chain_what_it_samples_alone():
+    chains = [MarkovChain(binary_kernel(p, q), 30) for p, q in ((0.5, 0.8), (0.2, 0.3), (0.9, 0.05))]
+    x, y = MarkovChain.sample_members(chains, 7, [torch.Generator().manual_seed(s) for s in (4, 5, 6)])
+    for k, (chain, seed) in enumerate(zip(chains, (4, 5, 6))):
+        alone = chain.sample(7, torch.Generator().manual_seed(seed))
+        assert torch.equal(x[k], alone[0]) and torch.equal(y[k], alone[1])
+
+
+def test_chains_of_different_lengths_are_not_sampled_together():
+    chains = [MarkovChain.binary(0.5, 0.8, 30), MarkovChain.binary(0.5, 0.8, 31)]
+    with pytest.raises(ValueError, match="share their length"):
+        MarkovChain.sample_members(chains, 2, [torch.Generator(), torch.Generator()])
+
+
 @pytest.mark.parametrize("p", [0.0, 1.0, -0.1, 1.5])
 def test_probability_outside_the_open_unit_interval_is_refused(p):
     with pytest.raises(ValueError, match="strictly between 0 and 1"):

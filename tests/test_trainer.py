@@ -9,7 +9,7 @@ import torch
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT
 from sandboxes.theory.markov import binary_config
-from sandboxes.trainer import TrainConfig, _plan, activation_bytes, train
+from sandboxes.trainer import TrainConfig, _check_finite, _plan, activation_bytes, train
 
 TASK = MarkovChain.binary(0.5, 0.8, 16)
 CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
@@ -79,6 +79,14 @@ def test_nan_loss_raises_a_clear_error():
 
     with pytest.raises(FloatingPointError, match="NaN"):
         train(broken_model, TASK, CONFIG, seeds=[0])
+
+
+def test_a_loss_that_turns_nan_between_checks_is_reported_at_its_first_step_and_seed():
+    losses = torch.ones(3, 6)
+    losses[2, 4] = float("inf")
+    losses[1, 5] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"step 14 for seed\(s\) \[12\]"):
+        _check_finite(losses, 10, [10, 11, 12], lr=1e-3)
 
 
 def test_training_lowers_the_held_out_loss():

@@ -45,6 +45,19 @@ class Task(Protocol):
         ...
 
 
+def sample_members(tasks: Sequence[Task], n: int, generators: Sequence[torch.Generator]) -> tuple[Tensor, Tensor]:
+    """A batch of ``n`` pairs per member, stacked on a leading member axis; member k's from ``generators[k]``.
+
+    Tasks of one class that defines ``sample_members`` (Markov chains: a long per-symbol
+    recursion) are sampled for all members in one call; the others one member at a time.
+    """
+    joint = getattr(type(tasks[0]), "sample_members", None)
+    if joint is not None and all(type(t) is type(tasks[0]) for t in tasks):
+        return joint(tasks, n, generators)
+    batches = [t.sample(n, g) for t, g in zip(tasks, generators)]
+    return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+
+
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy over positions whose target is not ``-100``."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
@@ -205,6 +218,18 @@ def _held_out_loss(runner: nn.Module, loss: Callable, x: Tensor, y: Tensor, chun
         return (torch.stack(parts).sum(dim=0) / x.shape[1]).cpu().numpy()
 
 
+def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float) -> None:
+    """Raise at the first step of ``losses`` (K, steps from ``first_step``) with a NaN or infinite loss."""
+    bad = ~torch.isfinite(losses)
+    if bad.any():
+        step = int(bad.any(dim=0).nonzero()[0])
+        hit = [seeds[k] for k in bad[:, step].nonzero().flatten().tolist()]
+        raise FloatingPointError(
+            f"training loss became NaN/inf at step {first_step + step} for seed(s) {hit}; "
+            f"lower the learning rate (lr={lr}) or check the data"
+        )
+
+
 def _fit(
     seeds: list[int],
     make_models: list[Callable[[], nn.Module]],
@@ -228,36 +253,32 @@ def _fit(
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
-    held_out = [t.sample(config.eval_size, torch.Generator().manual_seed(EVAL_SEED)) for t in tasks]
-    x_eval = torch.stack([h[0] for h in held_out]).to(device)
-    y_eval = torch.stack([h[1] for h in held_out]).to(device)
+    x_eval, y_eval = sample_members(tasks, config.eval_size, [torch.Generator().manual_seed(EVAL_SEED) for _ in tasks])
+    x_eval, y_eval = x_eval.to(device), y_eval.to(device)
 
-    train_curve = np.zeros((len(seeds), config.steps))
+    # Losses stay on the device and are checked at each evaluation, so between evaluations the
+    # host never waits for the device and samples the next batch while the device computes.
+    train_curve = torch.zeros(len(seeds), config.steps, device=device)
+    checked = 0
     eval_steps, eval_curve = [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
     for step in bar:
-        batches = [t.sample(config.batch_size, g) for t, g in zip(tasks, generators)]
-        x = torch.stack([b[0] for b in batches]).to(device)
-        y = torch.stack([b[1] for b in batches]).to(device)
-        losses = per_member_loss(runner(x), y)
-        if not torch.isfinite(losses).all():
-            bad = [seeds[i] for i in torch.nonzero(~torch.isfinite(losses)).flatten().tolist()]
-            raise FloatingPointError(
-                f"training loss became NaN/inf at step {step} for seed(s) {bad}; "
-                f"lower the learning rate (lr={config.lr}) or check the data"
-            )
+        x, y = sample_members(tasks, config.batch_size, generators)
+        losses = per_member_loss(runner(x.to(device)), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         optimizer.step()
         schedule.step()
-        train_curve[:, step] = losses.detach().cpu().numpy()
+        train_curve[:, step] = losses.detach()
         if step % config.eval_every == 0 or step == config.steps - 1:
+            _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr)
+            checked = step + 1
             eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
     trained = [runner.member(k, template) for k in range(runner.size)]
-    return trained, train_curve, eval_steps, np.stack(eval_curve, axis=1)
+    return trained, train_curve.double().cpu().numpy(), eval_steps, np.stack(eval_curve, axis=1)
 
 
 def train(

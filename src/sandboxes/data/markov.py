@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -28,6 +30,22 @@ def check_kernel(kernel: np.ndarray) -> np.ndarray:
     if not np.allclose(kernel.sum(axis=1), 1.0, atol=1e-9):
         raise ValueError(f"each row of a transition kernel must sum to 1, got {kernel.sum(axis=1)}")
     return kernel
+
+
+def _chains(start: np.ndarray, edges: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """Chains ``(K, n, L)`` driven by ``uniform`` ``(K, n, L)``, member ``k`` with edges ``start[k]``, ``edges[k]``.
+
+    A symbol is the number of cumulative-law edges its uniform passes: the first symbol's law
+    is the one whose edges are ``start`` ``(K, S - 1)``, each later one's the row of ``edges``
+    ``(K, S, S - 1)`` of the symbol before. The recursion runs in NumPy, whose per-step overhead
+    on small arrays is a fraction of torch's.
+    """
+    member = np.arange(len(edges))[:, None]
+    out = np.empty(uniform.shape, dtype=np.int64)
+    out[:, :, 0] = (uniform[:, :, 0:1] >= start[:, None, :]).sum(axis=2)
+    for t in range(1, uniform.shape[2]):
+        out[:, :, t] = (uniform[:, :, t : t + 1] >= edges[member, out[:, :, t - 1]]).sum(axis=2)
+    return out
 
 
 def stationary_law(kernel: np.ndarray) -> np.ndarray:
@@ -78,24 +96,39 @@ class MarkovChain:
     def n_states(self) -> int:
         return self.kernel.shape[0]
 
-    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
-        """``n`` chains of ``length + 1`` symbols, shape ``(n, length + 1)``, dtype long.
+    @cached_property
+    def _edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Upper edges of all but the last state: of the stationary law, and of each row of the kernel."""
+        return np.cumsum(stationary_law(self.kernel))[:-1], np.cumsum(self.kernel, axis=1)[:, :-1]
 
-        The uniforms come from ``generator`` in one draw; the recursion runs in NumPy, whose
-        per-step overhead on small arrays is a fraction of torch's.
-        """
-        uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
-        cumulative = np.cumsum(self.kernel, axis=1)[:, :-1]  # upper edges of all but the last state
-        start = np.cumsum(stationary_law(self.kernel))[:-1]
-        out = np.empty((n, self.length + 1), dtype=np.int64)
-        out[:, 0] = (uniform[:, 0:1] >= start[None, :]).sum(axis=1)
-        for t in range(1, self.length + 1):
-            out[:, t] = (uniform[:, t : t + 1] >= cumulative[out[:, t - 1]]).sum(axis=1)
-        return torch.from_numpy(out)
+    def _uniforms(self, n: int, generator: torch.Generator) -> np.ndarray:
+        """The ``(n, length + 1)`` uniforms that drive ``n`` chains, in one draw from ``generator``."""
+        return torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
+
+    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` chains of ``length + 1`` symbols, shape ``(n, length + 1)``, dtype long."""
+        start, edges = self._edges
+        return torch.from_numpy(_chains(start[None], edges[None], self._uniforms(n, generator)[None])[0])
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seq = self.sequences(n, generator)
         return seq[:, :-1], seq[:, 1:]
+
+    @staticmethod
+    def sample_members(
+        chains: Sequence["MarkovChain"], n: int, generators: Sequence[torch.Generator]
+    ) -> tuple[Tensor, Tensor]:
+        """``sample`` of every chain with its own generator, stacked ``(K, n, length)``, in one recursion.
+
+        Member ``k`` gets exactly ``chains[k].sample(n, generators[k])``; one recursion over all
+        members' rows pays NumPy's per-step overhead once instead of K times (the trainer's hot path).
+        """
+        if len({(c.length, c.n_states) for c in chains}) != 1:
+            raise ValueError("chains sampled together must share their length and number of states")
+        uniform = np.stack([c._uniforms(n, g) for c, g in zip(chains, generators)])
+        start, edges = (np.stack(part) for part in zip(*(c._edges for c in chains)))
+        seq = torch.from_numpy(_chains(start, edges, uniform))
+        return seq[:, :, :-1].contiguous(), seq[:, :, 1:].contiguous()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
