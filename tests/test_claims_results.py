@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from sandboxes import results
 from sandboxes.claims import Claim, ClaimFailed, Verdict
 from sandboxes.results import Result, provenance
 
@@ -49,6 +50,15 @@ def test_result_file_round_trips_with_provenance(tmp_path):
     for key in ("git_commit", "versions", "device_name", "wall_time_s", "created"):
         assert key in body["provenance"]
     assert not loaded.from_gpu
+
+
+def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeypatch):
+    monkeypatch.setattr(results, "_git", lambda *args: "unknown")
+    monkeypatch.setenv("SANDBOXES_GIT_COMMIT", "abc123")
+    made = provenance("cuda", "test gpu", 1.0)
+    assert made["git_commit"] == "abc123" and made["git_dirty"] is None
+    monkeypatch.delenv("SANDBOXES_GIT_COMMIT")
+    assert provenance("cuda", "test gpu", 1.0)["git_commit"] == "unknown"
 
 
 def test_only_results_made_on_a_gpu_count_as_gpu_results():

@@ -151,6 +151,17 @@ def test_run_matches_the_stepwise_recursion(name):
     np.testing.assert_array_equal(states.numpy(), _stepwise(a, sigma.numpy()))
 
 
+def test_different_automata_sampled_together_each_get_what_they_sample_alone():
+    tasks = [AutomatonTask(make_automaton(name), 12) for name in ("C2", "S4", "Dyck", "Grid4")]
+    x, y = AutomatonTask.sample_members(tasks, 5, [torch.Generator().manual_seed(s) for s in range(4)])
+    for k, task in enumerate(tasks):
+        alone = task.sample(5, torch.Generator().manual_seed(k))
+        assert torch.equal(x[k], alone[0]) and torch.equal(y[k], alone[1])
+    with pytest.raises(ValueError, match="share their length"):
+        AutomatonTask.sample_members([tasks[0], AutomatonTask(make_automaton("C2"), 13)], 5,
+                                     [torch.Generator(), torch.Generator()])
+
+
 def test_task_is_reproducible_from_its_generator():
     task = AutomatonTask(make_automaton("S4"), 10)
     x1, y1 = task.sample(4, torch.Generator().manual_seed(3))

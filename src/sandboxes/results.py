@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -34,11 +35,21 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _commit() -> tuple[str, bool | None]:
+    """HEAD and whether tracked files differ from it; in a copied tree without ``.git``, the
+    commit the copier names in ``SANDBOXES_GIT_COMMIT`` (dirtiness then unknown: ``None``)."""
+    head = _git("rev-parse", "HEAD")
+    if head == "unknown":
+        return os.environ.get("SANDBOXES_GIT_COMMIT", "unknown"), None
+    return head, _git("status", "--porcelain", "--untracked-files=no") != ""
+
+
 def provenance(device_type: str, device_name: str, wall_time: float) -> dict[str, Any]:
     """Where and how a result was made: commit, versions, hardware, wall time, date."""
+    commit, dirty = _commit()
     return {
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": _git("status", "--porcelain", "--untracked-files=no") not in ("", "unknown"),
+        "git_commit": commit,
+        "git_dirty": dirty,
         "versions": {p: _version(p) for p in ("torch", "numpy", "scipy", "sandboxes")},
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -67,6 +67,21 @@ class Semiautomaton:
         return all(len(set(row)) == self.n_states for row in self.table.tolist())
 
 
+def run_together(automata: Sequence[Semiautomaton], sigma: np.ndarray) -> np.ndarray:
+    """``automata[k].run(sigma[k])`` for every ``k``, ``sigma`` ``(K, n, T)``, in one loop over time."""
+    shape = (len(automata), max(a.n_symbols for a in automata), max(a.n_states for a in automata))
+    tables = np.zeros(shape, dtype=np.int64)  # padding is never read: inputs and states stay in range
+    for k, a in enumerate(automata):
+        tables[k, : a.n_symbols, : a.n_states] = a.table
+    member = np.arange(len(automata))[:, None]
+    q = np.repeat(np.array([a.q0 for a in automata])[:, None], sigma.shape[1], axis=1)
+    out = np.empty(sigma.shape, dtype=np.int64)
+    for t in range(sigma.shape[2]):
+        q = tables[member, sigma[:, :, t], q]
+        out[:, :, t] = q
+    return out
+
+
 # ---------------------------------------------------------------- permutations and groups
 
 
@@ -414,6 +429,21 @@ class AutomatonTask:
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         sigma = self.inputs(n, generator)
         return torch.from_numpy(sigma), torch.from_numpy(self.automaton.run(sigma))
+
+    @staticmethod
+    def sample_members(
+        tasks: Sequence["AutomatonTask"], n: int, generators: Sequence[torch.Generator]
+    ) -> tuple[Tensor, Tensor]:
+        """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
+
+        Member ``k`` gets exactly ``tasks[k].sample(n, generators[k])``; the automata, which may
+        differ, run together in one loop over time (the trainer's hot path).
+        """
+        if len({t.length for t in tasks}) != 1:
+            raise ValueError("tasks sampled together must share their length")
+        sigma = np.stack([t.inputs(n, g) for t, g in zip(tasks, generators)])
+        states = run_together([t.automaton for t in tasks], sigma)
+        return torch.from_numpy(sigma), torch.from_numpy(states)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
