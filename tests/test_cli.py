@@ -72,6 +72,12 @@ def test_run_writes_the_result_file(tmp_path, capsys):
     assert json.loads(out.read_text())["chapter"] == "markov"
 
 
+@pytest.mark.parametrize("flag, shown", [("--progress", True), ("--no-progress", False)])
+def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsys):
+    assert main(["run", "markov", *TINY, "--device", "cpu", "--out", "-", flag]) == 0
+    assert ("it/s]" in capsys.readouterr().err) == shown
+
+
 @pytest.mark.parametrize("args, message", [
     (["run", "markov", "--set", "p=1.5"], "bad value for p: must lie strictly between 0 and 1"),
     (["run", "markov", "--set", "colour=red"], "unknown parameter 'colour'"),

@@ -24,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
     run.add_argument("--out", default=None, help="result JSON path, or - for stdout (default runs/<chapter>-<profile>.json)")
     run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bars on stderr (default: when stderr is a terminal)")
     commands.add_parser("list", help="name the chapters and their parameters")
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
@@ -55,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
     if args.profile == "full" and pick_device(args.device).type == "cpu":
         print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
-    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device)
+    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress)
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
     print(verdict.text(), file=report)
