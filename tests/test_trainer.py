@@ -5,11 +5,22 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.func import vmap
 
+from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain
-from sandboxes.model import GPT
+from sandboxes.model import GPT, GPTConfig
 from sandboxes.theory.markov import binary_config
-from sandboxes.trainer import TrainConfig, _check_finite, _plan, activation_bytes, train
+from sandboxes.trainer import (
+    Ensemble,
+    TrainConfig,
+    _check_finite,
+    _held_out_loss,
+    _plan,
+    activation_bytes,
+    sample_members,
+    train,
+)
 
 TASK = MarkovChain.binary(0.5, 0.8, 16)
 CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
@@ -38,6 +49,17 @@ def test_member_of_a_batched_run_is_the_single_run_with_its_seed():
     assert np.allclose(batched.train_loss[1], single.train_loss[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(batched.models[1].state_dict().values(), single.models[0].state_dict().values()):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_held_out_loss_in_chunks_is_the_mean_over_scored_targets_not_over_sequences():
+    task = FlipFlop.with_ignore(16, 0.5)  # reads, the only scored targets, vary in number per sequence
+    models = [GPT(GPTConfig(vocab_size=5, block_size=15, n_layer=1, n_head=1, d_model=8)) for _ in range(2)]
+    for parameter in (p for m in models for p in m.parameters()):
+        torch.nn.init.normal_(parameter, std=2.0)  # large weights: the loss differs much between sequences
+    x, y = sample_members([task, task], 10, [torch.Generator().manual_seed(s) for s in (0, 1)])
+    loss, runner = vmap(task.loss), Ensemble(models)
+    whole = _held_out_loss(runner, loss, x, y, chunk=10)
+    assert np.allclose(_held_out_loss(runner, loss, x, y, chunk=3), whole, rtol=1e-5)
 
 
 def test_activation_count_grows_with_the_batch_and_with_the_square_of_the_length():

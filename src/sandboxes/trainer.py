@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from .runtime import seed_everything
 
+IGNORE_INDEX = -100  # a target that no loss counts (flip-flop positions that are not reads)
 EVAL_SEED = 10_000_019  # the held-out set is drawn from this seed, never from a training seed
 
 
@@ -59,8 +60,8 @@ def sample_members(tasks: Sequence[Task], n: int, generators: Sequence[torch.Gen
 
 
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy over positions whose target is not ``-100``."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    """Mean cross-entropy over positions whose target is not ``IGNORE_INDEX``."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 @dataclass(frozen=True)
@@ -209,13 +210,22 @@ def _plan(
     return group, chunk
 
 
+def _scored(targets: Tensor) -> Tensor:
+    """Per member, how much a batch weighs in a mean over batches: its class-label targets other
+    than ``-100`` (what :func:`next_token_loss` averages over), or its samples for real targets."""
+    if targets.dtype.is_floating_point:
+        return torch.full((targets.shape[0],), float(targets.shape[1]), device=targets.device)
+    return (targets != IGNORE_INDEX).flatten(1).sum(dim=1).float()
+
+
 def _held_out_loss(runner: nn.Module, loss: Callable, x: Tensor, y: Tensor, chunk: int) -> np.ndarray:
-    """Held-out loss of every member, in chunks of ``chunk`` sequences weighted by their size."""
+    """Held-out loss of every member, in chunks of ``chunk`` sequences weighted by what they score."""
     with torch.no_grad():
         if chunk >= x.shape[1]:
             return loss(runner(x), y).cpu().numpy()
-        parts = [loss(runner(xs), ys) * xs.shape[1] for xs, ys in zip(x.split(chunk, dim=1), y.split(chunk, dim=1))]
-        return (torch.stack(parts).sum(dim=0) / x.shape[1]).cpu().numpy()
+        chunks = list(zip(x.split(chunk, dim=1), y.split(chunk, dim=1)))
+        total = sum(loss(runner(xs), ys) * _scored(ys) for xs, ys in chunks)
+        return (total / _scored(y)).cpu().numpy()
 
 
 def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float) -> None:

@@ -16,11 +16,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..trainer import next_token_loss
+from ..trainer import IGNORE_INDEX, next_token_loss
 
 W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
 VOCAB = ("w", "r", "i", "0", "1")
-IGNORE_INDEX = -100
 
 Mode = Literal["clean", "generative"]
 
