@@ -35,7 +35,11 @@ EVAL_SEED = 10_000_019  # the held-out set is drawn from this seed, never from a
 
 
 class Task(Protocol):
-    """What the trainer needs of a data source: a sampler and a per-model loss."""
+    """What the trainer needs of a data source: a sampler and a per-model loss.
+
+    A task class may also offer a static ``sample_members(tasks, n, generators)`` that samples
+    for many members at once (see :func:`sample_members`).
+    """
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """``n`` fresh (input, target) pairs drawn with ``generator``."""
@@ -49,8 +53,9 @@ class Task(Protocol):
 def sample_members(tasks: Sequence[Task], n: int, generators: Sequence[torch.Generator]) -> tuple[Tensor, Tensor]:
     """A batch of ``n`` pairs per member, stacked on a leading member axis; member k's from ``generators[k]``.
 
-    Tasks of one class that defines ``sample_members`` (Markov chains: a long per-symbol
-    recursion) are sampled for all members in one call; the others one member at a time.
+    Tasks of one class that defines ``sample_members`` with this signature (Markov chains and
+    automata, whose recursions over time then run once for all members) are sampled in one call;
+    the others one member at a time.
     """
     joint = getattr(type(tasks[0]), "sample_members", None)
     if joint is not None and all(type(t) is type(tasks[0]) for t in tasks):
@@ -212,7 +217,7 @@ def _plan(
 
 def _scored(targets: Tensor) -> Tensor:
     """Per member, how much a batch weighs in a mean over batches: its class-label targets other
-    than ``-100`` (what :func:`next_token_loss` averages over), or its samples for real targets."""
+    than ``IGNORE_INDEX`` (what :func:`next_token_loss` averages over), or its samples for real targets."""
     if targets.dtype.is_floating_point:
         return torch.full((targets.shape[0],), float(targets.shape[1]), device=targets.device)
     return (targets != IGNORE_INDEX).flatten(1).sum(dim=1).float()

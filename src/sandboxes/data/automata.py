@@ -52,15 +52,9 @@ class Semiautomaton:
     def n_symbols(self) -> int:
         return self.table.shape[0]
 
-    def run(self, sigma: np.ndarray, q0: int | None = None) -> np.ndarray:
+    def run(self, sigma: np.ndarray) -> np.ndarray:
         """States ``q_1..q_T`` for a batch of inputs ``(n, T)``: ``q_t = delta(q_{t-1}, sigma_t)``."""
-        sigma = np.asarray(sigma)
-        q = np.full(sigma.shape[0], self.q0 if q0 is None else q0, dtype=np.int64)
-        out = np.empty(sigma.shape, dtype=np.int64)
-        for t in range(sigma.shape[1]):
-            q = self.table[sigma[:, t], q]
-            out[:, t] = q
-        return out
+        return run_together([self], np.asarray(sigma)[None])[0]
 
     def is_permutation_automaton(self) -> bool:
         """Every input permutes the states, so the transformation semigroup is a group."""
