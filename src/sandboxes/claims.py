@@ -1,7 +1,7 @@
 """Claims: "the theory predicts X, we measured Y, within a stated tolerance", and their verdicts.
 
-A chapter returns a :class:`Verdict`; notebooks display it as a table and call
-:meth:`Verdict.check`, which prints a summary that is stable across machines (no measured
+Each section of a chapter returns its claims; a page shows them as a table under the section's
+figure, and :meth:`Verdict.check` prints a summary that is stable across machines (no measured
 numbers) and raises :class:`ClaimFailed` when any claim fails, so a failed claim fails the
 notebook, the book build and the tests.
 """
@@ -30,6 +30,7 @@ class Claim:
     tolerance: str
     reason: str
     holds: bool
+    section: str = ""  # the section that made it; set when the section runs
 
     @classmethod
     def close(

@@ -1,4 +1,4 @@
-"""Command line: ``python -m sandboxes run <chapter> ...`` and ``python -m sandboxes list``."""
+"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -17,16 +17,20 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a chapter's experiment and print its verdict table")
     run.add_argument("chapter", help="chapter name (see `list`)")
+    run.add_argument("--section", dest="sections", action="append", default=[], metavar="SECTION",
+                     help="run only this section (and the sections it needs); repeatable (default: all)")
     run.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default quick)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a chapter parameter; repeatable")
     run.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the profile's)")
     run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
-    run.add_argument("--out", default=None, help="result JSON path, or - for stdout (default runs/<chapter>-<profile>.json)")
+    run.add_argument("--out", default=None, help="result JSON path, or - for stdout "
+                     "(default runs/<chapter>-<profile>[-<sections>].json)")
     run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars on stderr (default: when stderr is a terminal)")
-    commands.add_parser("list", help="name the chapters and their parameters")
+    listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
+    listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
     bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
@@ -46,9 +50,13 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _list() -> None:
+def _list(names_only: bool) -> None:
     for chapter in all_chapters():
+        if names_only:
+            print(chapter.name)
+            continue
         print(f"{chapter.name}: {chapter.title} (seeds: quick {chapter.seeds['quick']}, full {chapter.seeds['full']})")
+        print(f"  sections: {', '.join(s.name for s in chapter.sections)}")
         for p in chapter.params:
             print(f"  {p.name:<14} {p.kind.__name__:<5} quick={p.quick!s:<10} full={p.full!s:<10} {p.help}")
 
@@ -57,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
     if args.profile == "full" and pick_device(args.device).type == "cpu":
         print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
-    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress)
+    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress,
+                         args.sections)
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
     print(verdict.text(), file=report)
@@ -67,7 +76,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.out == "-":
         print(result.to_json())
     else:
-        path = result.save(Path(args.out or f"runs/{chapter.name}-{args.profile}.json"))
+        suffix = "".join(f"-{name}" for name in args.sections)
+        path = result.save(Path(args.out or f"runs/{chapter.name}-{args.profile}{suffix}.json"))
         print(f"result written to {path}", file=report)
     return 1 if failed and args.strict else 0
 
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            _list()
+            _list(args.names)
             return 0
         if args.command == "bench":
             return _bench(args)

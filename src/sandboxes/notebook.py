@@ -1,18 +1,79 @@
-"""What chapter notebooks share: the profile they run, and the full-profile result beside it."""
+"""What chapter pages share: a :class:`Page` that runs one section at a time and shows its verdict.
+
+A page reads like a lecture: each section computes, draws its figure, and shows *its* verdict
+rows right under the figure, with the command that remakes that figure; the chapter's summary
+table comes at the end, and the committed full-profile result, if any, after it.
+"""
 
 from __future__ import annotations
 
+import html
 import os
+from collections.abc import Mapping
+from typing import Any
 
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
-from .profiles import check_profile
+from .claims import ClaimFailed, Verdict
+from .profiles import check_profile, resolve
 from .results import Result, full_result_path, load_full_result
+from .sections import Chapter, Run
 
 
 def profile() -> str:
     """The profile the book is built with: ``SANDBOXES_PROFILE``, ``quick`` by default."""
     return check_profile(os.environ.get("SANDBOXES_PROFILE", "quick"))
+
+
+class Page:
+    """One chapter page: its run (profile from the environment unless given) and the sections done so far."""
+
+    def __init__(self, chapter: Chapter, profile_name: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, seeds: int | None = None) -> None:
+        self.chapter = chapter
+        self.run: Run = chapter.start(profile_name or profile(), overrides, seeds)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The values this page runs with."""
+        return self.run.config
+
+    def section(self, name: str) -> Any:
+        """Run section ``name`` (and what it needs) and return its data, for its figures."""
+        return self.run.section(name).data
+
+    def verdict(self, name: str) -> None:
+        """Show section ``name``'s verdict rows and the commands that remake it; raise if a row fails."""
+        done = self.run.section(name)
+        display(HTML(done.verdict._repr_html_() + self._commands(name)))
+        failed = done.verdict.failures()
+        if failed:
+            raise ClaimFailed(f"section {name}: claims that failed:\n" + Verdict(failed).text())
+
+    def _commands(self, name: str) -> str:
+        """The rerun command at this page's values, the full profile's where it differs, and the values read."""
+        params = self.run.section(name).params
+        full = resolve(self.chapter.params, "full", {})
+        values = ", ".join(f"{key} = {self.config[key]}" + (f" (full: {full[key]})" if full[key] != self.config[key]
+                                                              else "") for key in params)
+        lines = [f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>"]
+        if self.run.profile != "full" and any(full[key] != self.config[key] for key in params):
+            lines.append(f"At the full profile: <code>{html.escape(self.run.command(name, 'full'))}</code>")
+        if values:
+            lines.append(f"Parameters it reads: {html.escape(values)}")
+        return "".join(f"<p>{line}</p>" for line in lines)
+
+    def result(self) -> Result:
+        """Every section run so far, as one result."""
+        return self.run.result()
+
+    def summary(self) -> None:
+        """Show every verdict row of the chapter in one table (measured values: not compared by nbval)."""
+        display(self.result().verdict)
+
+    def check(self) -> None:
+        """Print the machine-independent summary of every row; raise if any fails."""
+        self.result().verdict.check()
 
 
 def full_result(chapter: str) -> Result | None:

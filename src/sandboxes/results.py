@@ -81,12 +81,17 @@ class Result:
     config: dict[str, Any]
     seeds: list[int]
     claims: list[Claim]
-    data: dict[str, Any]
+    data: dict[str, Any]  # per section, in reading order
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # per section: params read, wall time
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
         return Verdict(self.claims)
+
+    def verdict_of(self, section: str) -> Verdict:
+        """The claims that ``section`` made."""
+        return Verdict([c for c in self.claims if c.section == section])
 
     @property
     def from_gpu(self) -> bool:
@@ -99,6 +104,7 @@ class Result:
             "config": self.config,
             "seeds": self.seeds,
             "claims": [c.to_dict() for c in self.claims],
+            "sections": self.sections,
             "provenance": self.provenance,
             "data": self.data,
         }
@@ -120,6 +126,7 @@ class Result:
             seeds=body["seeds"],
             claims=[Claim(**c) for c in body["claims"]],
             data=body["data"],
+            sections=body["sections"],
             provenance=body["provenance"],
         )
 

@@ -25,13 +25,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
-from torch.nn import functional as F
 from tqdm import tqdm
 
+from . import heldout
+from .losses import IGNORE_INDEX
 from .runtime import seed_everything
 
-IGNORE_INDEX = -100  # a target that no loss counts (flip-flop positions that are not reads)
-EVAL_SEED = 10_000_019  # the held-out set is drawn from this seed, never from a training seed
 
 
 class Task(Protocol):
@@ -62,11 +61,6 @@ def sample_members(tasks: Sequence[Task], n: int, generators: Sequence[torch.Gen
         return joint(tasks, n, generators)
     batches = [t.sample(n, g) for t, g in zip(tasks, generators)]
     return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
-
-
-def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy over positions whose target is not ``IGNORE_INDEX``."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 @dataclass(frozen=True)
@@ -268,7 +262,7 @@ def _fit(
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
-    x_eval, y_eval = sample_members(tasks, config.eval_size, [torch.Generator().manual_seed(EVAL_SEED) for _ in tasks])
+    x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])
     x_eval, y_eval = x_eval.to(device), y_eval.to(device)
 
     # Losses stay on the device and are checked at each evaluation, so between evaluations the

@@ -20,7 +20,9 @@ from ..model import GPT, LSTM, GPTConfig
 from ..profiles import Param, at_least, in_open_unit_interval, non_negative, positive, probability
 from ..results import Result
 from ..theory import dilution as theory
-from ..trainer import EVAL_SEED, TrainConfig, next_token_loss, train
+from .. import heldout
+from ..losses import next_token_loss
+from ..trainer import TrainConfig, train
 from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-12
@@ -151,7 +153,7 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
     total = sum(t for _, t in exhaustive)
     claims = [Claim.exact("Prop 3 construction: wrong reads over every string of length 4..16",
                           "0", str(wrong), f"exhaustive: {total} reads")]
-    generator = torch.Generator().manual_seed(EVAL_SEED + 7)
+    generator = heldout.generator(heldout.FLIPFLOP_CONSTRUCTION)
     sets = {f"p_i={p}": FlipFlop.with_ignore(weights.base, p).sequences(n, generator) for p in (0.98, 0.8, 0.1, 0.0)}
     at_base = {name: _errors(model, seq) for name, seq in sets.items()}
     claims.append(Claim.exact(f"Prop 3 construction at T = {weights.base}: wrong reads on sparse to all-write strings",
@@ -163,7 +165,7 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
     selection = []
     for size in sizes:
         fixed = theory.flipflop_construction(weights, block_size=size)
-        generator = torch.Generator().manual_seed(EVAL_SEED + size)
+        generator = heldout.generator(heldout.LENGTH_SWEEP + size)
         for p in sweep:
             seq = FlipFlop.with_ignore(size, p).sequences(n, generator)
             sweep[p].append(_errors(fixed, seq)[0])
@@ -274,7 +276,7 @@ def _top_key(model: GPT, seq: Tensor) -> Tensor:
 
 def _random_simulator_strings(length: int, n: int) -> Tensor:
     """Strings of writes (probability 0.05 each) and noops, starting with a write."""
-    g = torch.Generator().manual_seed(EVAL_SEED + 11)
+    g = heldout.generator(heldout.SIMULATOR_STRINGS)
     u = torch.rand(n, length, generator=g)
     seq = torch.where(u < 0.025, theory.WRITE0, torch.where(u < 0.05, theory.WRITE1, theory.NOOP))
     seq[:, 0] = theory.WRITE1
@@ -377,7 +379,7 @@ def _test_sets(config: dict[str, Any]) -> dict[str, Tensor]:
     T = config["T"]
     spec = {"in-distribution": (config["p_i"], 1000), "sparse": (config["sparse_p_i"], config["n_sparse"]),
             "dense": (config["dense_p_i"], config["n_dense"])}
-    return {name: FlipFlop.with_ignore(T, p).sequences(n, torch.Generator().manual_seed(EVAL_SEED + 1 + k))
+    return {name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
             for k, (name, (p, n)) in enumerate(spec.items())}
 
 

@@ -1,26 +1,26 @@
 """Chapter 1: global and local minima of one-layer transformers on Markov data.
 
-Each ``*_part`` function computes one section of the chapter and returns its claims and the
-small arrays its figure needs; :func:`experiment` runs them all into one :class:`Result`.
+Each section function computes one section of the chapter page and returns its claims and its
+data (a ``TypedDict`` per section, which the section's figures in ``figures.markov`` read).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
+from .. import heldout
 from ..claims import Claim
 from ..data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ..model import GPT, GPTConfig
 from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, positive
-from ..results import Result
+from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
 from ..trainer import TrainConfig, TrainResult, train
-from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
@@ -70,7 +70,7 @@ def _excess(trained: TrainResult, tasks: list[MarkovChain]) -> np.ndarray:
     """Exact-expectation excess loss of every trained member on its own held-out sequences."""
     out = []
     for model, task in zip(trained.models, tasks):
-        x, _ = task.sample(256, torch.Generator().manual_seed(1))
+        x, _ = task.sample(256, heldout.generator(heldout.MARKOV_EXCESS))
         with torch.no_grad():
             out.append(float(theory.excess_loss(model(x), x, task.kernel).mean()))
     return np.array(out)
@@ -81,25 +81,54 @@ def _gap(p: float, q: float) -> float:
     return theory.unigram_entropy(kernel) - theory.entropy_rate(kernel)
 
 
-# ---------------------------------------------------------------- theory
-def theory_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
-    """Theorems 1-3 at the featured ``(p, q)``: constructions, gradients, Hessians, and the sweep."""
-    p, q, d = config["p"], config["q"], 3
-    kernel, length = binary_kernel(p, q), 6
-    H, H_pi = theory.entropy_rate(kernel), theory.unigram_entropy(kernel)
-    claims: list[Claim] = []
-    for tied in (True, False):
-        label = "tied" if tied else "untied"
-        star = theory.PopulationLoss(theory.global_minimum_point(p, q, d, length, tied), kernel, length)
-        claims.append(Claim.close(f"Thm 1 ({label}): loss of theta_* = entropy rate", H, star.value(), EXACT, EXACT_REASON, 10))
+# ---------------------------------------------------------------- Theorems 1-3, exactly
+THEORY_LENGTH, THEORY_WIDTH = 6, 3  # the population loss enumerates all 2^6 sequences; width 3 suffices
+
+
+class GlobalData(TypedDict):
+    entropy_rate: float
+    loss: dict[str, float]  # tied / untied: L(theta_*)
+
+
+def global_minimum(config: dict[str, Any], ctx: RunContext) -> Outcome[GlobalData]:
+    """Theorem 1 at the featured chain: the bigram construction has loss H and zero gradient."""
+    p, q = config["p"], config["q"]
+    kernel = binary_kernel(p, q)
+    H = theory.entropy_rate(kernel)
+    claims, loss = [], {}
+    for label, tied in (("tied", True), ("untied", False)):
+        star = theory.PopulationLoss(theory.global_minimum_point(p, q, THEORY_WIDTH, THEORY_LENGTH, tied), kernel,
+                                     THEORY_LENGTH)
+        loss[label] = star.value()
+        claims.append(Claim.close(f"Thm 1 ({label}): loss of theta_* = entropy rate", H, loss[label], EXACT,
+                                  EXACT_REASON, 10))
         claims.append(Claim.close(f"Thm 1 ({label}): gradient at theta_* vanishes", 0.0,
                                   float(star.gradient().abs().max()), EXACT, EXACT_REASON))
+    return Outcome(claims, {"entropy_rate": H, "loss": loss})
+
+
+class UnigramData(TypedDict):
+    unigram_entropy: float
+    curvature: float
+    block_spectrum: dict[str, list[float]]  # tied / untied: eigenvalues of the (e, a, b) block, by autograd
+
+
+def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramData]:
+    """Theorems 2 and 3 at the featured chain: theta_pi is stationary; its Hessian block has the closed form."""
+    p, q, d, length = config["p"], config["q"], THEORY_WIDTH, THEORY_LENGTH
+    kernel = binary_kernel(p, q)
+    H_pi = theory.unigram_entropy(kernel)
+    claims: list[Claim] = []
+    spectrum = {}
+    for label, tied in (("tied", True), ("untied", False)):
         uni = theory.PopulationLoss(theory.unigram_point(p, q, d, length, tied), kernel, length)
-        claims.append(Claim.close(f"Thm 2 ({label}): loss of theta_pi = H(pi)", H_pi, uni.value(), EXACT, EXACT_REASON, 10))
+        claims.append(Claim.close(f"Thm 2 ({label}): loss of theta_pi = H(pi)", H_pi, uni.value(), EXACT,
+                                  EXACT_REASON, 10))
         claims.append(Claim.close(f"Thm 2 ({label}): gradient at theta_pi vanishes", 0.0,
                                   float(uni.gradient().abs().max()), EXACT, EXACT_REASON))
         spectra = theory.hessian_at_unigram_point(p, q, d, length, tied)
         predicted = theory.predicted_block_spectrum(p, q, d, tied)
+        spectrum[label] = spectra["block"]
         claims.append(Claim.close(f"Hessian at theta_pi ({label}): (e, a, b) block spectrum = closed form",
                                   0.0, float(np.abs(spectra["block"] - predicted).max()), EXACT, EXACT_REASON))
         kind = "positive definite" if spectra["block"].min() > EXACT else (
@@ -111,25 +140,48 @@ def theory_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
         if tied and p + q > 1:
             claims.append(Claim.at_least("Thm 2 (tied): no descent direction in the full Hessian",
                                          -EXACT, float(spectra["full"].min()), EXACT_REASON))
+    return Outcome(claims, {"unigram_entropy": H_pi, "curvature": theory.curvature(p, q), "block_spectrum": spectrum})
+
+
+class SweepData(TypedDict):
+    sweep: list[float]  # p + q along p = q
+    tied_min_eig: list[float]
+    untied_min_eig: list[float]
+
+
+def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
+    """The smallest eigenvalue of the Hessian block at theta_pi along p = q = s/2, tied and untied."""
     sweep = np.linspace(0.1, 1.9, 19)
-    tied_eig, untied_eig = [], []
-    for s in sweep:
-        tied_eig.append(theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, True)["block"].min())
-        untied_eig.append(theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, False)["block"].min())
+    tied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, True)["block"].min() for s in sweep]
+    untied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, False)["block"].min() for s in sweep]
     predicted_tied = np.array([min(2 * theory.curvature(s / 2, s / 2), (s / 2 / s) * (1 - s / 2 / s)) for s in sweep])
-    claims.append(Claim.close("Hessian sweep over p+q (p=q): tied block eigenvalue = min(2c, pi0 pi1)",
-                              0.0, float(np.abs(np.array(tied_eig) - predicted_tied).max()), EXACT, EXACT_REASON))
     signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in tied_eig)
     expected = "".join("+" if s > 1 + 1e-9 else ("-" if s < 1 - 1e-9 else "0") for s in sweep)
-    claims.append(Claim.exact("tied Hessian sign along the sweep follows sign(p+q-1)", expected, signs,
-                              "Theorem 2 and its converse for p+q<1"))
-    data = {"entropy_rate": H, "unigram_entropy": H_pi, "curvature": theory.curvature(p, q),
-            "sweep": sweep, "sweep_tied_min_eig": tied_eig, "sweep_untied_min_eig": untied_eig}
-    return claims, data
+    claims = [
+        Claim.close("Hessian sweep over p+q (p=q): tied block eigenvalue = min(2c, pi0 pi1)",
+                    0.0, float(np.abs(np.array(tied_eig) - predicted_tied).max()), EXACT, EXACT_REASON),
+        Claim.exact("tied Hessian sign along the sweep follows sign(p+q-1)", expected, signs,
+                    "Theorem 2 and its converse for p+q<1"),
+    ]
+    return Outcome(claims, {"sweep": sweep.tolist(), "tied_min_eig": tied_eig, "untied_min_eig": untied_eig})
 
 
 # ---------------------------------------------------------------- reduced gradient flow
-def flow_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class FlowChain(TypedDict):
+    p: float
+    q: float
+    starts: list[list[float]]  # Gaussian initial points (e, w)
+    reached_global: list[bool]
+    trajectories: list[list[list[float]]]  # (e, w) along the first few flows
+    optimal_slope: float
+
+
+class FlowData(TypedDict):
+    featured: FlowChain
+    contrast: FlowChain
+
+
+def reduced_flow(config: dict[str, Any], ctx: RunContext) -> Outcome[FlowData]:
     """The two-scalar gradient flow for the featured and the contrast chain."""
     claims: list[Claim] = []
     data: dict[str, Any] = {}
@@ -156,11 +208,30 @@ def flow_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
         measured = "global minimum" if reached.mean() > 0.5 else "unigram (e = 0)"
         claims.append(Claim.exact(f"reduced flow ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) end at",
                                   majority, measured, f"measured fraction reaching the global minimum: {reached.mean():.2f}"))
-    return claims, data
+    return Outcome(claims, data)
 
 
 # ---------------------------------------------------------------- training: loss curves and predictions
-def training_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class Prediction(TypedDict):
+    inputs: list[int]
+    prob_one: list[float]  # predicted P(x_n+1 = 1) at every position
+
+
+class TrainingRun(TypedDict):
+    p: float
+    q: float
+    tied: bool
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seeds x evaluations
+    excess: list[float]  # per seed: exact excess loss over the entropy rate at the end
+    prediction: Prediction  # of the first seed
+
+
+class TrainingData(TypedDict):
+    runs: list[TrainingRun]
+
+
+def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     """One-layer runs, tied and untied, on the featured and contrast chains (the seed's Fig. 3)."""
     chains = [(config["p"], config["q"]), (config["p2"], config["q2"])]
     settings = [(p, q, tied) for p, q in chains for tied in (True, False)]
@@ -191,19 +262,28 @@ def training_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim],
             distance = np.minimum(run["excess"], np.abs(run["excess"] - gap))
             claims.append(Claim.at_most(f"{label}: every seed ends at the entropy rate or at H(pi) (max distance)",
                                         GAP_FRACTION * gap, float(distance.max()), GAP_REASON))
-    return claims, {"runs": runs}
+    return Outcome(claims, {"runs": runs})
 
 
-def _predictions(model: GPT, task: MarkovChain) -> dict[str, Any]:
+def _predictions(model: GPT, task: MarkovChain) -> Prediction:
     """Predicted P(x_n+1 = 1) at every position of one held-out sequence, with its inputs."""
-    x, _ = task.sample(1, torch.Generator().manual_seed(2))
+    x, _ = task.sample(1, heldout.generator(heldout.MARKOV_PREDICTION))
     with torch.no_grad():
         prob = model(x).softmax(dim=-1)[0, :, 1]
     return {"inputs": x[0].numpy(), "prob_one": prob.numpy()}
 
 
 # ---------------------------------------------------------------- phase diagram and basin
-def phase_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class PhaseData(TypedDict):
+    tied: bool
+    values: list[float]  # the grid of p and of q
+    ratio: list[list[float]]  # mean excess loss / gap per (p, q) cell
+    resolvable: list[list[bool]]  # gap at least MIN_GAP
+    trapped_above: int
+    runs_above: int
+
+
+def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]:
     """Tied one-layer runs over a grid of ``(p, q)``: where do they end at the unigram?"""
     values = np.round(np.linspace(0.1, 0.9, config["grid"]), 4)
     cells = [(p, q) for p in values for q in values]
@@ -228,10 +308,10 @@ def phase_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
     else:
         claims.append(Claim.exact("phase diagram: untied runs trapped where p+q>1", "0", str(trapped_above),
                                   "Thm 3: without tying the unigram point is a saddle"))
-    data = {"values": values, "ratio": ratio.reshape(len(values), len(values)),
+    data = {"tied": config["tied"], "values": values, "ratio": ratio.reshape(len(values), len(values)),
             "resolvable": resolvable.reshape(len(values), len(values)),
             "trapped_above": trapped_above, "runs_above": int(above.sum() * len(seeds))}
-    return claims, data
+    return Outcome(claims, data)
 
 
 def classify(excess: np.ndarray, gap: float) -> np.ndarray:
@@ -240,7 +320,14 @@ def classify(excess: np.ndarray, gap: float) -> np.ndarray:
                     np.where(np.abs(excess - gap) < GAP_FRACTION * gap, "unigram", "neither"))
 
 
-def basin_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class BasinData(TypedDict):
+    p: float
+    q: float
+    scales: list[float]
+    outcome: dict[str, dict[str, list[float]]]  # tied / untied -> bigram / unigram / neither -> fraction per scale
+
+
+def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
     """Where seeds end at the featured chain, against the initialisation scale, tied and untied."""
     p, q, gap = config["p"], config["q"], _gap(config["p"], config["q"])
     scales = float_list(config["init_scales"])
@@ -261,11 +348,19 @@ def basin_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
         claims.append(Claim.at_least(f"basin ({p}, {q}): tied trapped fraction, smallest minus largest init scale",
                                      0.0, float(tied_trapped[0] - tied_trapped[-1]),
                                      "theta_pi sits at e = 0, where the smallest initialisations start"))
-    return claims, {"p": p, "q": q, "scales": scales, "outcome": outcome}
+    return Outcome(claims, {"p": p, "q": q, "scales": scales, "outcome": outcome})
 
 
 # ---------------------------------------------------------------- depth 2 and multi-state chains
-def depth_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class DepthData(TypedDict):
+    p: float
+    q: float
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seeds x evaluations
+    excess: list[float]
+
+
+def depth_two(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
     """Tied depth-2 runs at the featured chain: a unigram plateau, then the entropy rate."""
     p, q, gap = config["p"], config["q"], _gap(config["p"], config["q"])
     task = MarkovChain.binary(p, q, config["length"])
@@ -283,10 +378,18 @@ def depth_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
         claims.append(Claim.at_least("depth 2: shortest time on the unigram plateau (fraction of training)",
                                      0.1, float(plateau.min()), "a plateau is a tenth of training or more within "
                                      "a tenth of the gap of H(pi) (+0.005 for held-out sampling noise)"))
-    return claims, {"eval_steps": trained.eval_steps, "eval_loss": trained.eval_loss, "excess": excess}
+    return Outcome(claims, {"p": p, "q": q, "eval_steps": trained.eval_steps, "eval_loss": trained.eval_loss,
+                            "excess": excess})
 
 
-def multistate_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class MultistateData(TypedDict):
+    switch_probs: list[float]
+    gaps: list[float]
+    tied: list[list[float]]  # excess loss / gap, per p and seed
+    untied: list[list[float]]
+
+
+def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateData]:
     """Tied and untied one-layer runs on the symmetric multi-state chain."""
     n, probs = config["states"], float_list(config["switch_probs"])
     tasks = [MarkovChain(symmetric_kernel(n, p), config["length"]) for p in probs]
@@ -308,18 +411,18 @@ def multistate_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim
             claims.append(Claim.at_least(f"{n}-state chain, tied, p = {probs[-1]}: seeds at the unigram (count)", 1,
                                          int((np.abs(ratio[-1] - 1) < GAP_FRACTION).sum()),
                                          "reported (seed's Fig. 5): tied models get stuck for large p"))
-    return claims, out
+    return Outcome(claims, out)
 
 
-def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
-    """Every section of the chapter, in the order the chapter reads."""
-    data: dict[str, Any] = {}
-    claims = run_sections((("theory", lambda: theory_part(config)), ("flow", lambda: flow_part(config)),
-                           ("training", lambda: training_part(config, ctx)), ("phase", lambda: phase_part(config, ctx)),
-                           ("basin", lambda: basin_part(config, ctx)), ("depth", lambda: depth_part(config, ctx)),
-                           ("multistate", lambda: multistate_part(config, ctx))), data)
-    return Result("markov", ctx.profile, config, ctx.seeds, claims, data)
-
-
-CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS,
-                  seeds={"quick": 3, "full": 10}, experiment=experiment)
+CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, seeds={"quick": 3, "full": 10},
+                  sections=(
+                      Section("global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum),
+                      Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),
+                      Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep),
+                      Section("reduced_flow", "The reduced gradient flow", reduced_flow),
+                      Section("training", "Training: loss curves and predictions", training),
+                      Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram),
+                      Section("basin", "The basin of the bad minimum", basin),
+                      Section("depth_two", "Depth two escapes", depth_two),
+                      Section("multistate", "A multi-state chain", multistate),
+                  ))

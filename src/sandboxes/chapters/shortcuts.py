@@ -26,7 +26,9 @@ from ..model import GPT, LSTM, GPTConfig
 from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, int_list, positive
 from ..results import Result
 from ..theory import shortcuts as theory
-from ..trainer import EVAL_SEED, TrainConfig, next_token_loss, train
+from .. import heldout
+from ..losses import next_token_loss
+from ..trainer import TrainConfig, train
 from . import Chapter, RunContext, run_sections
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
@@ -163,7 +165,7 @@ def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: tor
 
 def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
     """Theorem 10 built and run on several automata and lengths, a temperature sweep, and depth vs T."""
-    generator = torch.Generator().manual_seed(EVAL_SEED)
+    generator = heldout.generator(heldout.AUTOMATON_EVAL)
     n = config["construct_samples"]
     cases = [(name, T) for name in _names(config["construct"]) for T in int_list(config["construct_lengths"])]
     cases.append((config["automaton"], config["T"]))
@@ -192,7 +194,7 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
 # ---------------------------------------------------------------- Lemmas 15, 16 and Algorithm 1
 def lemmas_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
     """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
-    generator = torch.Generator().manual_seed(EVAL_SEED + 1)
+    generator = heldout.generator(heldout.LEMMA_INPUTS)
     n, T = config["construct_samples"], max(config["T"], 16)
     rows, claims = [], []
     for modulus in (2, 3, 5):
@@ -228,9 +230,9 @@ def gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Calla
     return lambda: GPT(gpt_config)
 
 
-def accuracy(model: nn.Module, task: AutomatonTask, n: int, seed: int = EVAL_SEED) -> float:
+def accuracy(model: nn.Module, task: AutomatonTask, n: int, seed: int = heldout.AUTOMATON_EVAL) -> float:
     """Per-position accuracy on ``n`` held-out sequences (the paper's token-level accuracy)."""
-    sigma, states = task.sample(n, torch.Generator().manual_seed(seed))
+    sigma, states = task.sample(n, heldout.generator(seed))
     with torch.no_grad():
         return float((model(sigma).argmax(-1) == states).float().mean())
 
@@ -282,7 +284,7 @@ def boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> dict[str
     averaged over held-out sequences and query positions; ``boundary_rate`` is the share of such
     positions among those attended to under uniform attention, the baseline it should beat.
     """
-    sigma, states = AutomatonTask(automaton, T).sample(256, torch.Generator().manual_seed(EVAL_SEED + 2))
+    sigma, states = AutomatonTask(automaton, T).sample(256, heldout.generator(heldout.ATTENTION_MAPS))
     with torch.no_grad():
         _, attention = model(sigma, return_attention=True)
     last = attention[-1]  # (B, H, T, T)
@@ -369,7 +371,7 @@ def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Clai
                 return float((model(sigma).argmax(-1) == torch.from_numpy(parity.run(sigma.numpy()))).float().mean())
 
         def draw(p: float, length: int) -> Tensor:
-            generator = torch.Generator().manual_seed(EVAL_SEED)
+            generator = heldout.generator(heldout.AUTOMATON_EVAL)
             return AutomatonTask(parity, length, bernoulli_probs(p)).sample(n, generator)[0]
 
         out[name] = {
@@ -377,7 +379,7 @@ def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Clai
             "by_length": [[score(draw(0.5, L), m) for L in lengths] for m in models],
         }
         if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
-            out[name]["by_count"] = [[score(binary_with_count(n // 4, T, c, torch.Generator().manual_seed(EVAL_SEED)),
+            out[name]["by_count"] = [[score(binary_with_count(n // 4, T, c, heldout.generator(heldout.AUTOMATON_EVAL)),
                                             m) for c in range(T + 1)] for m in models]
     claims = _brittleness_claims(out, config)
     return claims, out

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..trainer import next_token_loss
+from ..losses import next_token_loss
 
 Perm = tuple[int, ...]
 

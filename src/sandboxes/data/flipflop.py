@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..trainer import IGNORE_INDEX, next_token_loss
+from ..losses import IGNORE_INDEX, next_token_loss
 
 W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
 VOCAB = ("w", "r", "i", "0", "1")

@@ -1,8 +1,8 @@
-"""Figures of the Markov chapter, drawn from a result's ``data`` (fresh or loaded from JSON)."""
+"""Figures of the Markov chapter, each drawn from one section's data (fresh or loaded from JSON)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -13,15 +13,18 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
 
+if TYPE_CHECKING:
+    from ..chapters.markov import BasinData, DepthData, FlowData, MultistateData, PhaseData, SweepData, TrainingData
+
 
 def _lines(p: float, q: float) -> tuple[float, float]:
     kernel = binary_kernel(p, q)
     return theory.entropy_rate(kernel), theory.unigram_entropy(kernel)
 
 
-def loss_curves(data: dict[str, Any]) -> Figure:
+def loss_curves(data: TrainingData) -> Figure:
     """Held-out loss of every seed against the entropy rate and the unigram entropy (Fig. 3a/b)."""
-    runs = data["training"]["runs"]
+    runs = data["runs"]
     chains = list(dict.fromkeys((r["p"], r["q"]) for r in runs))
     fig, axes = plt.subplots(1, len(chains), figsize=(5.0 * len(chains), 3.4), squeeze=False)
     for ax, (p, q) in zip(axes[0], chains):
@@ -38,9 +41,9 @@ def loss_curves(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def predictions(data: dict[str, Any]) -> Figure:
+def predictions(data: TrainingData) -> Figure:
     """Predicted P(x_n+1 = 1) at positions with x_n = 0, against p and pi_1 (Fig. 3c/d)."""
-    runs = data["training"]["runs"]
+    runs = data["runs"]
     chains = list(dict.fromkeys((r["p"], r["q"]) for r in runs))
     fig, axes = plt.subplots(1, len(chains), figsize=(5.0 * len(chains), 3.2), squeeze=False)
     for ax, (p, q) in zip(axes[0], chains):
@@ -59,12 +62,12 @@ def predictions(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def hessian_sweep(data: dict[str, Any]) -> Figure:
+def hessian_sweep(data: SweepData) -> Figure:
     """Smallest eigenvalue of the (e, a, b) Hessian block at theta_pi along p = q = s/2."""
-    sweep = np.asarray(data["theory"]["sweep"])
+    sweep = np.asarray(data["sweep"])
     fig, ax = plt.subplots()
-    ax.plot(sweep, data["theory"]["sweep_tied_min_eig"], "o-", color=COLORS["tied"], label="tied (autograd)")
-    ax.plot(sweep, data["theory"]["sweep_untied_min_eig"], "s-", color=COLORS["untied"], label="untied (autograd)")
+    ax.plot(sweep, data["tied_min_eig"], "o-", color=COLORS["tied"], label="tied (autograd)")
+    ax.plot(sweep, data["untied_min_eig"], "s-", color=COLORS["untied"], label="untied (autograd)")
     fine = np.linspace(sweep.min(), sweep.max(), 200)
     ax.plot(fine, [2 * theory.curvature(s / 2, s / 2) for s in fine], color=COLORS["theory"], lw=1,
             label="2c = 2pq(p+q-1)/(p+q)² (closed form)")
@@ -75,9 +78,9 @@ def hessian_sweep(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def phase_portrait(data: dict[str, Any]) -> Figure:
+def phase_portrait(data: FlowData) -> Figure:
     """Reduced gradient flow in the (e, w) plane, with the Gaussian starts coloured by where they end."""
-    flows = [data["flow"]["featured"], data["flow"]["contrast"]]
+    flows = [data["featured"], data["contrast"]]
     flows.sort(key=lambda f: f["p"] + f["q"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     e_grid, w_grid = np.meshgrid(np.linspace(0.01, 2.0, 25), np.linspace(-2.0, 1.5, 25))
@@ -104,47 +107,47 @@ def phase_portrait(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def phase_diagram(data: dict[str, Any]) -> Figure:
-    """Where tied one-layer runs end over the (p, q) grid: 0 = entropy rate, 1 = unigram."""
-    values = np.asarray(data["phase"]["values"])
-    ratio = np.asarray(data["phase"]["ratio"], dtype=float)
-    ratio = np.where(np.asarray(data["phase"]["resolvable"], dtype=bool), ratio, np.nan)
+def phase_diagram(data: PhaseData) -> Figure:
+    """Where one-layer runs end over the (p, q) grid: 0 = entropy rate, 1 = unigram."""
+    values = np.asarray(data["values"])
+    ratio = np.asarray(data["ratio"], dtype=float)
+    ratio = np.where(np.asarray(data["resolvable"], dtype=bool), ratio, np.nan)
     fig, ax = plt.subplots(figsize=(4.6, 3.8))
     step = values[1] - values[0]
     image = ax.imshow(ratio.T, origin="lower", cmap="coolwarm", vmin=0, vmax=1,
                       extent=(values[0] - step / 2, values[-1] + step / 2, values[0] - step / 2, values[-1] + step / 2))
     ax.plot([0, 1], [1, 0], color="black", lw=1, ls="--")
     ax.set(xlim=(values[0] - step / 2, values[-1] + step / 2), ylim=(values[0] - step / 2, values[-1] + step / 2),
-           xlabel="p", ylabel="q", title="excess loss / (H(π) − H); blank: gap < 0.01")
+           xlabel="p", ylabel="q",
+           title=f"{'tied' if data['tied'] else 'untied'}: excess loss / (H(π) − H); blank: gap < 0.01")
     fig.colorbar(image, ax=ax, label="0 bigram … 1 unigram")
     return fig
 
 
-def basin(data: dict[str, Any]) -> Figure:
+def basin(data: BasinData) -> Figure:
     """Fraction of seeds ending at each critical value against the initialisation scale."""
-    scales = np.asarray(data["basin"]["scales"])
+    scales = np.asarray(data["scales"])
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     for ax, name in zip(axes, ("tied", "untied")):
-        outcome = data["basin"]["outcome"][name]
+        outcome = data["outcome"][name]
         bottom = np.zeros(len(scales))
         for kind, color in (("bigram", COLORS["untied"]), ("unigram", COLORS["tied"]), ("neither", "#aaaaaa")):
             share = np.asarray(outcome[kind])
             ax.bar(np.arange(len(scales)), share, bottom=bottom, color=color, label=kind)
             bottom += share
         ax.set_xticks(np.arange(len(scales)), [f"{s:g}" for s in scales])
-        ax.set(title=f"{name}, p = {data['basin']['p']}, q = {data['basin']['q']}", xlabel="init std",
+        ax.set(title=f"{name}, p = {data['p']}, q = {data['q']}", xlabel="init std",
                ylabel="fraction of seeds")
     axes[1].legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def depth_two(data: dict[str, Any], p: float, q: float) -> Figure:
+def depth_two(data: DepthData) -> Figure:
     """Depth-2 held-out loss: the unigram plateau, then the entropy rate."""
     fig, ax = plt.subplots()
-    curves_with_band(ax, np.asarray(data["depth"]["eval_steps"]), np.asarray(data["depth"]["eval_loss"]),
-                     COLORS["depth2"], "depth 2")
-    H, H_pi = _lines(p, q)
+    curves_with_band(ax, np.asarray(data["eval_steps"]), np.asarray(data["eval_loss"]), COLORS["depth2"], "depth 2")
+    H, H_pi = _lines(data["p"], data["q"])
     reference_line(ax, H, "entropy rate")
     reference_line(ax, H_pi, "H(π) unigram", ":")
     ax.set(xlabel="step", ylabel="held-out loss (nats)", ylim=(H - 0.02, H_pi + 0.04))
@@ -152,12 +155,12 @@ def depth_two(data: dict[str, Any], p: float, q: float) -> Figure:
     return fig
 
 
-def multistate(data: dict[str, Any]) -> Figure:
+def multistate(data: MultistateData) -> Figure:
     """Excess loss over the gap for the symmetric multi-state chain, tied against untied."""
-    probs = np.asarray(data["multistate"]["switch_probs"])
+    probs = np.asarray(data["switch_probs"])
     fig, ax = plt.subplots()
     for offset, name in ((-0.01, "tied"), (0.01, "untied")):
-        ratio = np.asarray(data["multistate"][name])
+        ratio = np.asarray(data[name])
         for p, row in zip(probs, ratio):
             ax.plot(np.full(len(row), p + offset), row, "o", color=COLORS[name], alpha=0.6)
         ax.plot(probs + offset, np.median(ratio, axis=1), "-", color=COLORS[name], label=name)

@@ -1,0 +1,25 @@
+"""Named seeds of the held-out draws, so that no evaluation set shares a stream with training.
+
+Training seeds are small (0..K-1, or ``i * 1000 + k`` in the shortcuts sweep); every held-out
+draw takes one of the seeds below, far above them, and its name says which evaluation it feeds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TRAINER_EVAL = 10_000_019  # the trainer's held-out loss curve
+AUTOMATON_EVAL = TRAINER_EVAL  # automaton inputs for constructions and trained accuracies
+LEMMA_INPUTS = TRAINER_EVAL + 1  # inputs of the one-layer lemma constructions (shortcuts)
+ATTENTION_MAPS = TRAINER_EVAL + 2  # sequences whose attention maps a figure draws (shortcuts)
+FLIPFLOP_TEST_SETS = TRAINER_EVAL + 1  # flip-flop test sets: in-distribution, sparse, dense at +0, +1, +2
+FLIPFLOP_CONSTRUCTION = TRAINER_EVAL + 7  # random strings for the Proposition 3 construction
+SIMULATOR_STRINGS = TRAINER_EVAL + 11  # random strings fed to the flip-flop simulator
+LENGTH_SWEEP = TRAINER_EVAL  # plus the block size: strings of each length in the construction sweep
+MARKOV_EXCESS = 20_000_003  # sequences on which a Markov model's exact excess loss is measured
+MARKOV_PREDICTION = 20_000_011  # the one sequence whose predictions the Markov chapter draws
+
+
+def generator(seed: int) -> torch.Generator:
+    """A fresh CPU generator for the held-out draw named by ``seed``."""
+    return torch.Generator().manual_seed(seed)

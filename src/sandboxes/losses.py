@@ -1,0 +1,13 @@
+"""The next-token loss and the target that no loss counts, shared by data tasks and the trainer."""
+
+from __future__ import annotations
+
+from torch import Tensor
+from torch.nn import functional as F
+
+IGNORE_INDEX = -100  # a target that no loss counts (flip-flop positions that are not reads)
+
+
+def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over positions whose target is not ``IGNORE_INDEX``."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)

@@ -1,0 +1,204 @@
+"""Chapters as lists of sections: each section computes its claims and its data, and can run alone.
+
+A section is one function ``section(config, ctx, *needed) -> Outcome[Data]``: ``config`` is the
+chapter's resolved parameters, ``ctx`` says how to run, and every further parameter is named
+after an earlier section whose data it reads (so the dependency is in the signature). ``Data``
+is the section's declared shape, a ``TypedDict`` that its figure functions read (a ``list`` in
+it may hold a NumPy array until the result is written to JSON).
+
+:class:`Run` runs sections one at a time, each after the sections it needs, and records which
+parameters each one read, so that a page can print the exact command that remakes one figure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar, get_args, get_type_hints
+
+import torch
+
+from .claims import Claim, Verdict
+from .profiles import Param, check_profile, resolve
+from .results import Result, provenance
+from .runtime import device_name, pick_device
+
+D = TypeVar("D")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """How to run: the profile, the device, the seeds and whether to show progress bars."""
+
+    profile: str
+    device: torch.device
+    seeds: list[int]
+    progress: bool | None = None
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[D]):
+    """What a section returns: its verdict rows and its data, of the section's declared shape."""
+
+    claims: list[Claim]
+    data: D
+
+
+@dataclass(frozen=True)
+class Section:
+    """One figure's worth of a chapter: a name for ``--section``, a title, and the function."""
+
+    name: str
+    title: str
+    compute: Callable[..., Outcome[Any]]
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Earlier sections whose data this one reads: its parameters after ``config`` and ``ctx``."""
+        return tuple(inspect.signature(self.compute).parameters)[2:]
+
+    @property
+    def data_type(self) -> type:
+        """The declared shape of this section's data (the ``D`` of its ``Outcome[D]`` return type)."""
+        return get_args(get_type_hints(self.compute)["return"])[0]
+
+
+class _ReadRecorder(dict):
+    """A config that remembers which keys were read, to name the parameters a section depends on."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            self.read.add(key)
+        return super().get(key, default)
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A chapter: parameters with profile values, seeds per profile, and its sections in reading order.
+
+    ``check`` sees the whole config and the number of seeds before any work starts, for the
+    conditions that tie parameters together (``d >= k``); it raises ``ValueError``.
+    """
+
+    name: str
+    title: str
+    params: tuple[Param, ...]
+    seeds: Mapping[str, int]
+    sections: tuple[Section, ...]
+    check: Callable[[dict[str, Any], int], None] | None = None
+
+    def section(self, name: str) -> Section:
+        """The section called ``name``; an unknown name is an error that lists the known ones."""
+        for section in self.sections:
+            if section.name == name:
+                return section
+        raise ValueError(f"unknown section {name!r} of {self.name}; choose one of "
+                         f"{', '.join(s.name for s in self.sections)}")
+
+    def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
+              device: str = "auto", progress: bool | None = None) -> "Run":
+        """Resolve and check the config and the seeds; no section runs yet."""
+        return Run(self, profile, overrides or {}, seeds, device, progress)
+
+    def run(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
+            device: str = "auto", progress: bool | None = None, sections: Sequence[str] | None = None) -> Result:
+        """Run ``sections`` (default: all) and the sections they need; return one result with provenance."""
+        run = self.start(profile, overrides, seeds, device, progress)
+        names = [s.name for s in self.sections] if not sections else [self.section(n).name for n in sections]
+        for name in names:
+            run.section(name)
+        return run.result()
+
+
+@dataclass
+class Done:
+    """A section that has run: its claims (tagged with its name), data, the parameters it read and its time."""
+
+    claims: list[Claim]
+    data: Any
+    params: list[str]
+    wall_time_s: float
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(self.claims)
+
+
+@dataclass
+class Run:
+    """One run of a chapter with fixed config, seeds and device; sections run on demand, once each."""
+
+    chapter: Chapter
+    profile: str
+    overrides: Mapping[str, Any]
+    n_seeds: int | None
+    device_choice: str
+    progress: bool | None
+    done: dict[str, Done] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_profile(self.profile)
+        self.config = resolve(self.chapter.params, self.profile, self.overrides)
+        n_seeds = self.chapter.seeds[self.profile] if self.n_seeds is None else self.n_seeds
+        if n_seeds < 1:
+            raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
+        if self.chapter.check is not None:
+            self.chapter.check(self.config, n_seeds)
+        device = pick_device(self.device_choice)
+        self.context = RunContext(self.profile, device, list(range(n_seeds)), self.progress)
+
+    def section(self, name: str) -> Done:
+        """Run section ``name`` (after the sections it needs) unless it has run; return what it made."""
+        if name not in self.done:
+            section = self.chapter.section(name)
+            needed = {need: self.section(need).data for need in section.needs}
+            config = _ReadRecorder(self.config)
+            start = time.perf_counter()
+            outcome = section.compute(config, self.context, **needed)
+            elapsed = time.perf_counter() - start
+            params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
+            claims = [replace(claim, section=name) for claim in outcome.claims]
+            self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2))
+        return self.done[name]
+
+    def result(self) -> Result:
+        """Everything run so far as one result, sections in the chapter's reading order."""
+        order = [s.name for s in self.chapter.sections if s.name in self.done]
+        done = [self.done[name] for name in order]
+        return Result(
+            chapter=self.chapter.name, profile=self.profile, config=dict(self.config), seeds=self.context.seeds,
+            claims=[claim for d in done for claim in d.claims],
+            data={name: d.data for name, d in zip(order, done)},
+            sections={name: {"params": d.params, "wall_time_s": d.wall_time_s} for name, d in zip(order, done)},
+            provenance=provenance(self.context.device.type, device_name(self.context.device),
+                                  sum(d.wall_time_s for d in done)),
+        )
+
+    def command(self, name: str, profile: str | None = None) -> str:
+        """The command line that remakes section ``name`` with this run's values (or ``profile``'s defaults)."""
+        profile = profile or self.profile
+        parts = ["python -m sandboxes run", self.chapter.name, "--section", name]
+        if profile != "quick":
+            parts += ["--profile", profile]
+        if profile == self.profile:
+            defaults = resolve(self.chapter.params, profile, {})
+            parts += [f"--set {key}={_shown(self.config[key])}" for key in self.section(name).params
+                      if self.config[key] != defaults[key]]
+            if self.n_seeds is not None and self.n_seeds != self.chapter.seeds[profile]:
+                parts += ["--seeds", str(self.n_seeds)]
+        return " ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    """A parameter value as ``--set`` takes it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
