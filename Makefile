@@ -15,7 +15,6 @@ STAMP := $(VENV)/.installed
 
 .PHONY: book test outputs results clean
 
-CHAPTERS := markov shortcuts dilution hmm
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +34,7 @@ outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
 
 results: $(STAMP)
-	for chapter in $(CHAPTERS); do \
+	for chapter in $$($(BIN)/python -m sandboxes list --names); do \
 		$(BIN)/python -m sandboxes run $$chapter --profile full --device cuda --out results/$$chapter-full.json || exit 1; \
 	done
 

@@ -1,6 +1,7 @@
 """Claims decide and fail loudly; result files round-trip with their provenance."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -41,11 +42,11 @@ def test_verdict_renders_an_html_table():
 def test_result_file_round_trips_with_provenance(tmp_path):
     result = Result("markov", "quick", {"p": 0.5}, [0, 1], [Claim.close("x", 1, 1, 0.1, "r")],
                     {"curve": np.arange(3.0), "nested": {"k": np.float64(2.5)}},
-                    provenance("cpu", "test cpu", 1.234))
+                    {"curve": {"params": ["p"], "wall_time_s": 0.5}}, provenance("cpu", "test cpu", 1.234))
     path = result.save(tmp_path / "r.json")
     loaded = Result.load(path)
     assert loaded.config == {"p": 0.5} and loaded.data["curve"] == [0.0, 1.0, 2.0]
-    assert loaded.claims == result.claims
+    assert loaded.claims == result.claims and loaded.sections == result.sections
     body = json.loads(path.read_text())
     for key in ("git_commit", "versions", "device_name", "wall_time_s", "created"):
         assert key in body["provenance"]
@@ -62,6 +63,13 @@ def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeyp
 
 
 def test_only_results_made_on_a_gpu_count_as_gpu_results():
-    made = Result("markov", "full", {}, [0], [], {}, {"device_type": "cuda"})
+    made = Result("markov", "full", {}, [0], [], {}, provenance={"device_type": "cuda"})
     assert made.from_gpu
-    assert not Result("markov", "full", {}, [0], [], {}, {"device_type": "cpu"}).from_gpu
+    assert not Result("markov", "full", {}, [0], [], {}, provenance={"device_type": "cpu"}).from_gpu
+
+
+def test_a_result_gives_each_section_its_own_verdict():
+    claims = [Claim.close("a", 0, 0, 1, "r"), Claim.close("b", 0, 5, 1, "r")]
+    claims = [replace(claims[0], section="one"), replace(claims[1], section="two")]
+    result = Result("markov", "quick", {}, [0], claims, {"one": {}, "two": {}})
+    assert [c.name for c in result.verdict_of("two")] == ["b"] and result.verdict_of("one").holds

@@ -4,6 +4,7 @@ the G-HMM Householder ambiguity (Lemma 7, Theorem 5), and a tiny run of the chap
 
 import itertools
 import json
+import typing
 
 import numpy as np
 import pytest
@@ -253,30 +254,46 @@ def test_ghmm_fit_with_stochastic_columns_lands_on_the_truth():
 
 # ---------------------------------------------------------------- the chapter
 TINY = TINY_CONFIGS["hmm"]
+SECTIONS = ["seed_example", "counterexample", "powers", "recovery", "learning", "ghmm"]
 
 
-def test_tiny_chapter_run_has_every_section_and_serialises():
+def _declared_keys_match(data: object, shape: type, where: str) -> None:
+    """The keys of ``data`` are those ``shape`` declares, down through nested TypedDicts."""
+    hints = typing.get_type_hints(shape)
+    assert set(data) == set(hints), where
+    for key, hint in hints.items():
+        if typing.is_typeddict(hint):
+            _declared_keys_match(data[key], hint, f"{where}.{key}")
+
+
+def test_tiny_chapter_run_has_every_section_with_its_declared_keys_and_serialises():
     result = chapter.CHAPTER.run("quick", TINY, seeds=2, device="cpu", progress=False)
-    assert set(result.data) == {"seed_example", "counterexample", "powers", "recovery", "learning", "ghmm"}
+    assert [s.name for s in chapter.CHAPTER.sections] == SECTIONS and list(result.data) == SECTIONS
+    for section in chapter.CHAPTER.sections:
+        _declared_keys_match(result.data[section.name], section.data_type, section.name)
+    assert chapter.CHAPTER.section("learning").needs == ("counterexample",)
     body = json.loads(result.to_json())
     assert body["chapter"] == "hmm" and len(body["claims"]) == len(result.claims) > 20
+    assert {c["section"] for c in body["claims"]} == set(SECTIONS)
 
 
-def test_exact_parts_of_the_chapter_hold():
-    config = {**{p.name: p.quick for p in chapter.PARAMS}, **TINY}
-    claims = chapter.seed_example_part()[0] + chapter.counterexample_part(config)[0] + chapter.power_part(config)[0]
-    claims += chapter.recovery_part(config)[0] + chapter.ghmm_part(config)[0]
+def test_exact_sections_of_the_chapter_hold():
+    run = chapter.CHAPTER.start("quick", TINY, seeds=2, device="cpu", progress=False)
+    claims = [c for name in ("seed_example", "counterexample", "powers", "recovery", "ghmm")
+              for c in run.section(name).claims]
     assert [c.name for c in claims if not c.holds] == []
+    assert "learning" not in run.done
 
 
 @pytest.mark.parametrize("key, value, message", [
     ("k", "2", "3..8"), ("shapes", "3x4", "d >= k"), ("samples", "1000", "at least two"), ("lr", "0", "positive"),
+    ("k", "5", "d >= k"),
 ])
 def test_bad_parameters_are_refused_with_a_message(key, value, message):
     with pytest.raises(ValueError, match=message):
         chapter.CHAPTER.run("quick", {key: value}, device="cpu")
 
 
-def test_learning_needs_two_seeds():
+def test_learning_needs_two_seeds_and_says_so_before_any_section_runs():
     with pytest.raises(ValueError, match="at least 2 seeds"):
-        chapter.CHAPTER.run("quick", TINY, seeds=1, device="cpu", progress=False)
+        chapter.CHAPTER.start("quick", TINY, seeds=1, device="cpu")  # start runs no section

@@ -1,4 +1,4 @@
-"""The next-token loss and the target that no loss counts, shared by data tasks and the trainer."""
+"""The next-token loss, the target that no loss counts and the attention entropy, shared by data tasks and the trainer."""
 
 from __future__ import annotations
 
@@ -11,3 +11,8 @@ IGNORE_INDEX = -100  # a target that no loss counts (flip-flop positions that ar
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy over positions whose target is not ``IGNORE_INDEX``."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def attention_entropy(weights: Tensor) -> Tensor:
+    """Entropy of each attention row (nats); masked keys have weight 0 and add nothing."""
+    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)

@@ -187,6 +187,17 @@ class GPT(nn.Module):
         return (logits, attention) if return_attention else logits
 
 
+class WithAttention(nn.Module):
+    """A GPT whose forward returns ``(logits, attention)``, so a task's loss can read the attention."""
+
+    def __init__(self, gpt: GPT) -> None:
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
+        return self.gpt(idx, return_attention=True)
+
+
 def zero_gpt(config: GPTConfig) -> GPT:
     """A float64 GPT with every parameter zero: the blank that weight constructions are written into."""
     model = GPT(config).double()

@@ -1,29 +1,28 @@
 """Chapter 3: attention dilution and flip-flop glitches (Liu et al., "Exposing attention glitches").
 
-Each ``*_part`` function computes one section of the chapter and returns its claims and the
-small arrays its figure needs; :func:`experiment` runs them all into one :class:`Result`.
+Each section function computes one section of the chapter page and returns its claims and its
+data (a ``TypedDict`` per section, which the section's figures in ``figures.dilution`` read).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..claims import Claim
-from ..data.flipflop import R, W, FlipFlop, all_strings, read_errors
-from ..model import GPT, LSTM, GPTConfig
-from ..profiles import Param, at_least, in_open_unit_interval, non_negative, positive, probability
-from ..results import Result
-from ..theory import dilution as theory
 from .. import heldout
-from ..losses import next_token_loss
+from ..claims import Claim
+from ..data.flipflop import R, W, FlipFlop, Sharpened, all_strings, read_errors
+from ..losses import attention_entropy
+from ..model import GPT, LSTM, GPTConfig, WithAttention
+from ..profiles import Param, at_least, in_open_unit_interval, non_negative, positive, probability
+from ..sections import Chapter, Outcome, RunContext, Section
+from ..theory import dilution as theory
 from ..trainer import TrainConfig, train
-from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -74,7 +73,17 @@ PARAMS = (
 
 
 # ---------------------------------------------------------------- Proposition 4
-def bound_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class BoundData(TypedDict):
+    sigmas: list[float]  # the spectral norms of the grid
+    lengths: list[int]  # the sequence lengths of the grid
+    random_max: list[list[float]]  # sigma x length: largest weight among 64 random forms and unit-ball inputs
+    worst_ratio: list[list[float]]  # sigma x length: worst-case weight of a random 2-d form / the bound
+    sigma_grid: list[float]  # the sigmas at which the dilution length is drawn
+    thresholds: list[float]
+    dilution_length: dict[str, list[int]]  # threshold (as a string) -> T* at each sigma of sigma_grid
+
+
+def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
     """The bound on a grid: attained by an extremal input, never exceeded by random or worst-case ones."""
     rng = np.random.default_rng(0)
     attained, random_excess, worst_excess = [], [], []
@@ -112,10 +121,11 @@ def bound_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
                     f"{len(crossings)} of {len(crossings)}", f"{sum(crossings)} of {len(crossings)}",
                     f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(LENGTHS)})"),
     ]
-    data = {"sigmas": SIGMAS, "lengths": LENGTHS, "random_max": random_max, "worst_ratio": worst_ratio,
-            "sigma_grid": sigma_grid, "thresholds": THRESHOLDS,
-            "dilution_length": {str(t): [theory.dilution_length(s, t) for s in sigma_grid] for t in THRESHOLDS}}
-    return claims, data
+    data: BoundData = {
+        "sigmas": list(SIGMAS), "lengths": list(LENGTHS), "random_max": random_max, "worst_ratio": worst_ratio,
+        "sigma_grid": sigma_grid, "thresholds": list(THRESHOLDS),
+        "dilution_length": {str(t): [theory.dilution_length(s, t) for s in sigma_grid] for t in THRESHOLDS}}
+    return Outcome(claims, data)
 
 
 def _extremal_weight(sigma: float, T: int) -> float:
@@ -143,7 +153,17 @@ def _random_max_weights(rng: np.random.Generator, sigma: float, T: int, n: int, 
 
 
 # ---------------------------------------------------------------- Proposition 3
-def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class ConstructionData(TypedDict):
+    sizes: list[int]  # block sizes of the sweep, the construction's weights held fixed
+    safe_length: int  # largest block size at which the closed-form conditions certify it
+    onset: int  # first block size at which 'w 1 i 0 r' is answered wrongly (closed form)
+    base: int  # the block size the weights are built for
+    errors: dict[str, list[int]]  # p_i (as a string) -> wrong reads on random strings at each size
+    self_selection: list[float]  # at each size: smallest layer-1 weight an unwritten bit gives itself
+    conditions: dict[str, list[float]]  # written / not_written / latest_wins -> slack at each size
+
+
+def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
     """The 2-layer construction: exact on every short string and on random ones; then held fixed as T grows."""
     weights = theory.FlipFlopWeights(base=config["base"])
     model = theory.flipflop_construction(weights)
@@ -179,11 +199,12 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
                               "closed form: the w three tokens back outweighs the bit once 3 kappa base / C is small"))
     claims.append(Claim.at_least(f"fixed weights: wrong reads on random strings at block size {onset}", 1,
                                  errors_at[onset], "the witness pattern occurs in them", digits=8))
-    data = {"sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
-            "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection,
-            "conditions": {k: [theory.construction_conditions(weights, s)[k] for s in sizes]
-                           for k in ("written", "not_written", "latest_wins")}}
-    return claims, data
+    data: ConstructionData = {
+        "sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
+        "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection,
+        "conditions": {k: [theory.construction_conditions(weights, s)[k] for s in sizes]
+                       for k in ("written", "not_written", "latest_wins")}}
+    return Outcome(claims, data)
 
 
 def _witness_scan(weights: theory.FlipFlopWeights) -> int | None:
@@ -222,7 +243,23 @@ def _self_selection(model: GPT, seq: Tensor) -> float:
 
 
 # ---------------------------------------------------------------- Proposition 5
-def simulator_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class SimulatorRun(TypedDict):
+    delta: float  # W_Qp^T W_Kp of this simulator
+    case1_top: list[int]  # case 1's input (a write at 0, then noops): the top-scored key at each query
+    case2_top: list[int]  # case 2's inputs (writes at 0 and t - 1): the top-scored key at query t = 2, 3, ...
+
+
+# three simulators (keys with spaces, so the functional form) and the two closed-form switches
+SimulatorData = TypedDict("SimulatorData", {
+    "case 1": SimulatorRun,  # delta > 0
+    "case 2": SimulatorRun,  # delta < 0
+    "orthogonal": SimulatorRun,  # delta = 0
+    "case1_switch": int,  # first query of case 1 whose top key is a noop
+    "case2_switch": int,  # first query of case 2 whose top key is the stale write
+})
+
+
+def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]:
     """Linear positions: a position-position term makes the top score leave the latest write; without it, never."""
     claims: list[Claim] = []
     data: dict[str, Any] = {}
@@ -265,7 +302,7 @@ def simulator_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]
                                       "0", str(out_wrong), "beta / scale > ln 2: the latest write outweighs all earlier ones"))
     data["case1_switch"] = theory.case1_switch(replace(SIMULATOR, delta=CASE1_DELTA))
     data["case2_switch"] = theory.case2_switch(replace(SIMULATOR, delta=CASE2_DELTA))
-    return claims, data
+    return Outcome(claims, data)
 
 
 def _top_key(model: GPT, seq: Tensor) -> Tensor:
@@ -284,34 +321,27 @@ def _random_simulator_strings(length: int, n: int) -> Tensor:
 
 
 # ---------------------------------------------------------------- training
-class WithAttention(nn.Module):
-    """A GPT whose forward returns ``(logits, attention)``, so a task's loss can read the attention."""
-
-    def __init__(self, gpt: GPT) -> None:
-        super().__init__()
-        self.gpt = gpt
-
-    def forward(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
-        return self.gpt(idx, return_attention=True)
+class LayerSharpness(TypedDict):
+    # the sharpest head at each read, averaged per position bin (None: no read in the bin)
+    max_weight: list[float | None]  # mean largest attention weight
+    entropy: list[float | None]  # mean entropy of the attention row (nats)
+    sigma: list[float | None]  # median Proposition 4 sigma of the head at the read
 
 
-class Sharpened:
-    """A flip-flop task whose loss adds ``weight`` times the mean attention entropy (all layers, heads, queries)."""
-
-    def __init__(self, task: FlipFlop, weight: float) -> None:
-        self.task, self.weight = task, weight
-
-    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        return self.task.sample(n, generator)
-
-    def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
-        logits, attention = outputs
-        return next_token_loss(logits, targets) + self.weight * torch.stack([entropy(a).mean() for a in attention]).mean()
+class Sharpness(TypedDict):
+    bin_edges: list[float]  # position bins of the reads
+    layers: list[LayerSharpness]  # one per layer
+    excess: float  # largest weight minus its Proposition 4 bound over every query, head and layer
 
 
-def entropy(weights: Tensor) -> Tensor:
-    """Entropy of each attention row (nats); masked keys have weight 0 and add nothing."""
-    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+class TrainingData(TypedDict):
+    counts: dict[str, dict[str, list[tuple[int, int]]]]  # model kind -> test set -> per seed (wrong, total) reads
+    eval_steps: list[int]  # both phases of the transformers, the second shifted to follow the first
+    second_phase_start: int
+    eval_loss: list[list[float]]  # transformer seeds x evaluations (second phase: the plain run)
+    lstm_eval_steps: list[int]
+    lstm_eval_loss: list[list[float]]  # LSTM seeds x evaluations
+    sharpness: dict[str, list[Sharpness]]  # transformer / sharpened -> per seed
 
 
 def _gpt_config(config: dict[str, Any]) -> GPTConfig:
@@ -325,7 +355,7 @@ def _schedule(steps: int, batch: int, lr: float, weight_decay: float, warmup: in
                        eval_size=256)
 
 
-def training_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     """Transformers and LSTMs on FFL(p_i), tested on sparse and dense strings; sharpening as a second phase."""
     T = config["T"]
     task = FlipFlop.with_ignore(T, config["p_i"])
@@ -349,10 +379,11 @@ def training_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim],
     sharpness = {kind: [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in ms]
                  for kind, ms in models.items() if kind != "lstm"}
     start = int(first.eval_steps[-1] + 1)
-    data = {"counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + plain.eval_steps]),
-            "second_phase_start": start, "eval_loss": np.concatenate([first.eval_loss, plain.eval_loss], axis=1),
-            "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness}
-    return _training_claims(counts) + _sharpness_claims(sharpness), data
+    data: TrainingData = {
+        "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + plain.eval_steps]),
+        "second_phase_start": start, "eval_loss": np.concatenate([first.eval_loss, plain.eval_loss], axis=1),
+        "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness}
+    return Outcome(_training_claims(counts) + _sharpness_claims(sharpness), data)
 
 
 def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device) -> dict[str, list[tuple[int, int]]]:
@@ -402,7 +433,7 @@ def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> lis
     return claims
 
 
-def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> dict[str, Any]:
+def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> Sharpness:
     """Sharpest head of each layer at read queries, binned by the read's position.
 
     Per bin: mean largest weight, mean entropy and median Proposition 4 ``sigma`` of the head
@@ -426,7 +457,7 @@ def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> 
         excess = max(excess, float((top.numpy() - theory.max_weight_bound(np.arange(1, length + 1)[None, :, None],
                                                                           sigma.numpy())).max()))
         best = top[reads].argmax(dim=1, keepdim=True)  # the sharpest head at each read
-        values = {"max_weight": top, "entropy": entropy(att).cpu().permute(0, 2, 1), "sigma": sigma}
+        values = {"max_weight": top, "entropy": attention_entropy(att).cpu().permute(0, 2, 1), "sigma": sigma}
         picked = {k: v[reads].gather(1, best).squeeze(1).numpy() for k, v in values.items()}
         layer = {}
         for key, value in picked.items():
@@ -437,12 +468,12 @@ def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> 
     return out
 
 
-def _sharpness_claims(sharpness: dict[str, list[dict[str, Any]]]) -> list[Claim]:
+def _sharpness_claims(sharpness: dict[str, list[Sharpness]]) -> list[Claim]:
     excess = max(s["excess"] for runs in sharpness.values() for s in runs)
     claims = [Claim.at_most("trained attention obeys Prop 4 at every query, head and layer (max excess)",
                             1e-5, excess, "a theorem; 1e-5 for float32 attention and norms")]
     if "sharpened" in sharpness:
-        def read_entropy(run: dict[str, Any]) -> float:
+        def read_entropy(run: Sharpness) -> float:
             return float(np.mean([e for e in run["layers"][-1]["entropy"] if e is not None]))
         ratio = [read_entropy(s) / max(read_entropy(p), 1e-12)
                  for s, p in zip(sharpness["sharpened"], sharpness["transformer"])]
@@ -451,15 +482,11 @@ def _sharpness_claims(sharpness: dict[str, list[dict[str, Any]]]) -> list[Claim]
     return claims
 
 
-def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
-    """Every section of the chapter, in the order the chapter reads."""
-    data: dict[str, Any] = {}
-    claims = run_sections((("bound", lambda: bound_part(config)),
-                           ("construction", lambda: construction_part(config)),
-                           ("simulator", lambda: simulator_part(config)),
-                           ("training", lambda: training_part(config, ctx))), data)
-    return Result("dilution", ctx.profile, config, ctx.seeds, claims, data)
-
-
-CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS,
-                  seeds={"quick": 3, "full": 10}, experiment=experiment)
+CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS, seeds={"quick": 3, "full": 10},
+                  sections=(
+                      Section("bound", "Proposition 4: the dilution bound", bound),
+                      Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",
+                              construction),
+                      Section("simulator", "Proposition 5: linear positions and the wrong write", simulator),
+                      Section("training", "Training: glitches behind perfect accuracy", training),
+                  ))

@@ -1,13 +1,13 @@
 """Chapter: which masked-prediction tasks identify an HMM (Liu, Hsu, Ravikumar, Risteski).
 
-Each ``*_part`` function computes one section of the chapter and returns its claims and the
-small arrays its figures need; :func:`experiment` runs them all into one :class:`Result`.
+Each section function computes one section of the chapter page and returns its claims and its
+data (a ``TypedDict`` per section, which the section's figures in ``figures.hmm`` read).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -16,10 +16,9 @@ from ..claims import Claim
 from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_transition
 from ..model import MultiLayerPerceptron
 from ..profiles import Param, at_least, in_range, int_list, positive
-from ..results import Result
+from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import hmm as theory
 from ..trainer import TrainConfig, train
-from . import Chapter, RunContext, run_sections
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -79,8 +78,16 @@ PARAMS = (
 )
 
 
+def check(config: dict[str, Any], n_seeds: int) -> None:
+    """What ties the parameters together, checked before any section runs."""
+    if config["d"] < config["k"]:
+        raise ValueError(f"the HMMs need d >= k, got d={config['d']}, k={config['k']}")
+    if n_seeds < 2:
+        raise ValueError("the learning section compares seeds: run it with at least 2 seeds")
+
+
 def _rng(config: dict[str, Any], part: int) -> np.random.Generator:
-    """One independent random stream per part, all fixed by the ``seed`` parameter."""
+    """One independent random stream per section, all fixed by the ``seed`` parameter."""
     return np.random.default_rng([config["seed"], part])
 
 
@@ -96,7 +103,16 @@ def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray)
 
 
 # ---------------------------------------------------------------- the paper's example (Theorem 6)
-def seed_example_part() -> tuple[list[Claim], dict[str, Any]]:
+class SeedExampleData(TypedDict):
+    angle: float  # rotation angle about (1, 1, 1) that maps the printed O to O~ (rad)
+    implied_rotation: list[list[float]]  # R = O^+ O~
+    sweep_angles: list[float]  # angles of the sweep of R(angle) applied to the printed (O, T)
+    sweep_admissible: list[bool]  # per angle: the rotated parameters are non-negative
+    sweep_pairwise_gap: list[float]  # per angle: max difference of the pairwise predictors (gaps 1-4)
+    sweep_two_token_gap: list[float]  # per angle: max difference of the two-token predictors x2(x)x3|x1
+
+
+def seed_example(config: dict[str, Any], ctx: RunContext) -> Outcome[SeedExampleData]:
     """The printed d=4, k=3 pair: same four pairwise predictors, different parameters, a rotation about 1."""
     O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
     plane = theory.ones_complement_basis(3)
@@ -121,18 +137,29 @@ def seed_example_part() -> tuple[list[Claim], dict[str, Any]]:
     ]
     angles = np.linspace(-np.pi, np.pi, 181)
     sweep = [theory.rotated(O, T, theory.rotation_about_ones(3, a, plane)) for a in angles]
-    data = {"angle": angle, "implied_rotation": implied, "sweep_angles": angles,
-            "sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
-            "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
-            "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
+    data: SeedExampleData = {
+        "angle": angle, "implied_rotation": implied, "sweep_angles": angles,
+        "sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
+        "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
+        "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
     claims.append(Claim.close("Thm 6: rotating the seed example by any angle keeps all pairwise predictors "
                               "(gaps 1-4, both directions; max over 181 angles)", 0.0,
                               max(data["sweep_pairwise_gap"]), EXACT, EXACT_REASON))
-    return claims, data
+    return Outcome(claims, data)
 
 
 # ---------------------------------------------------------------- generated counterexamples (Theorems 4, 6)
-def counterexample_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class CounterexampleData(TypedDict):
+    emission: list[list[float]]  # O (d x k)
+    transition: list[list[float]]  # T (k x k), T_ij = P(h_t+1 = i | h_t = j)
+    other_emission: list[list[float]]  # O~ = O R
+    other_transition: list[list[float]]  # T~ = R^T T R
+    angle: float  # rotation angle of R about 1 (rad)
+    two_token_distance: float  # max entry difference of the two-token predictors x2(x)x3|x1
+    kruskal_ranks: list[int]  # Kruskal ranks of the factors A, B, C of the true two-token tensor
+
+
+def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[CounterexampleData]:
     """A large-rotation pair for the chapter's (d, k): valid, pairwise-identical, not a relabelling."""
     pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
     O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
@@ -158,17 +185,24 @@ def counterexample_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, 
         Claim.at_least("Kruskal: k_A + k_B + k_C of the true factors", 2 * k + 2, sum(ranks),
                        "Kruskal's uniqueness condition (Proposition 1)"),
     ]
-    data = {"emission": O, "transition": T, "other_emission": O2, "other_transition": T2,
-            "angle": pair["angle"], "two_token_distance": pair["two_token_gap"], "kruskal_ranks": ranks}
-    return claims, data
+    data: CounterexampleData = {
+        "emission": O, "transition": T, "other_emission": O2, "other_transition": T2,
+        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"], "kruskal_ranks": ranks}
+    return Outcome(claims, data)
 
 
 # ---------------------------------------------------------------- Claim 1: matrix powers
-def power_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class PowersData(TypedDict):
+    powers: list[int]  # t = 2 .. max_power
+    difference: list[float]  # per t: max |T - T~|
+    power_difference: list[float]  # per t: max |T^t - T~^t|
+
+
+def powers(config: dict[str, Any], ctx: RunContext) -> Outcome[PowersData]:
     """``T~ = R T`` with ``R^t = I``: stochastic, different, same t-th power, for t = 2 .. max_power."""
-    powers = list(range(2, config["max_power"] + 1))
+    exponents = list(range(2, config["max_power"] + 1))
     same_power, differ, valid = [], [], []
-    for t in powers:
+    for t in exponents:
         T, T2 = theory.power_counterexample(t)
         same_power.append(float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max()))
         differ.append(float(np.abs(T - T2).max()))
@@ -178,18 +212,23 @@ def power_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
         except ValueError:
             valid.append(False)
     claims = [
-        Claim.exact(f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{powers[-1]} (count)",
-                    str(len(powers)), str(sum(valid)), "checked by sandboxes.data.hmm.check_hmm"),
-        Claim.close(f"Claim 1: T~^t = T^t for t in 2..{powers[-1]} (max entry difference)", 0.0, max(same_power),
+        Claim.exact(f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
+                    str(len(exponents)), str(sum(valid)), "checked by sandboxes.data.hmm.check_hmm"),
+        Claim.close(f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)", 0.0, max(same_power),
                     EXACT, EXACT_REASON),
         Claim.at_least("Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ),
                        "far above round-off"),
     ]
-    return claims, {"powers": powers, "difference": differ, "power_difference": same_power}
+    return Outcome(claims, {"powers": exponents, "difference": differ, "power_difference": same_power})
 
 
 # ---------------------------------------------------------------- Theorem 7 as an algorithm
-def recovery_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class RecoveryData(TypedDict):
+    errors: dict[str, list[float]]  # per size "dxk": max entry error after relabelling, per random HMM and task order
+    tolerance: float  # the tolerance of the recovery claim
+
+
+def recovery(config: dict[str, Any], ctx: RunContext) -> Outcome[RecoveryData]:
     """Exact two-token predictors of random HMMs -> (O, T) up to relabelling, for all six task orders."""
     rng = _rng(config, 2)
     errors: dict[str, list[float]] = {}
@@ -213,7 +252,7 @@ def recovery_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
                     f"({total} cases, sizes {config['shapes']}; max entry error)", 0.0, worst,
                     RECOVERY_TOL, RECOVERY_REASON),
     ]
-    return claims, {"errors": errors}
+    return Outcome(claims, {"errors": errors, "tolerance": RECOVERY_TOL})
 
 
 # ---------------------------------------------------------------- learning from samples
@@ -247,10 +286,30 @@ def _distances(learned: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
     return np.array(within), np.array(cross)
 
 
-def learning_part(config: dict[str, Any], ctx: RunContext, pair: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class LearnedTask(TypedDict):
+    within: list[float]  # per N: RMS distance between seeds of one HMM (the noise)
+    cross: list[float]  # per N: RMS distance between the two HMMs' learned predictors
+    excess: list[float]  # per N: sqrt(cross^2 - within^2), the distance beyond noise
+    exact_gap: float  # distance between the two HMMs' optimal predictors
+    sampling_error: list[float]  # per N: expected distance of the best fit to N samples, sqrt(sum_j (1 - |f_j|^2) / N)
+    error: list[list[list[float]]]  # HMM x N x seed: distance of the learned predictor to its optimal one
+
+
+class LearnedRecovery(TypedDict):
+    own: list[list[list[float]]]  # HMM x N x seed: max entry error of (O, T) recovered, against its own HMM
+    other: list[list[list[float]]]  # the same, against the other HMM of the pair
+
+
+class LearningData(TypedDict):
+    samples: list[float]  # the sample sizes N
+    pairwise: LearnedTask  # x2 | x1
+    two_token: LearnedTask  # x2 (x) x3 | x1
+    recovery: LearnedRecovery  # from the learned two-token predictors
+
+
+def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> Outcome[LearningData]:
     """Learn x2|x1 and x2(x)x3|x1 from N samples of the two counterexample HMMs; recover (O, T) from the latter."""
-    if len(ctx.seeds) < 2:
-        raise ValueError("the learning part compares seeds: run it with at least 2 seeds")
+    pair = counterexample
     hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
     sizes = np.array(int_list(config["samples"]), dtype=float)
     weights = theory.symbol_law(hmms[0].emission)
@@ -281,7 +340,7 @@ def learning_part(config: dict[str, Any], ctx: RunContext, pair: dict[str, Any])
                                   SAMPLING_TOL, SAMPLING_REASON))
         if name == "two_token":
             claims += _recovery_claims(learned, hmms, sizes, data)
-    return claims, data
+    return Outcome(claims, data)
 
 
 def _recovery_claims(learned: np.ndarray, hmms: list[HMM], sizes: np.ndarray, data: dict[str, Any]) -> list[Claim]:
@@ -308,7 +367,15 @@ def _recovery_claims(learned: np.ndarray, hmms: list[HMM], sizes: np.ndarray, da
 
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5, Lemma 7
-def ghmm_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class GhmmData(TypedDict):
+    means: list[list[float]]  # M (d x k), unit-norm columns
+    transition: list[list[float]]  # T (k x k)
+    partner_means: list[list[float]]  # H M, the Householder partner
+    partner_transition: list[list[float]]  # T~ = (HM)^+ M T
+    outcomes: dict[str, dict[str, int]]  # per fit mode ("free T", "columns of T sum to 1"): random starts per end
+
+
+def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
     """Householder partner keeps the posterior; fits of the pairwise predictor land on it only without stochasticity."""
     rng = _rng(config, 3)
     d, k = config["d"], config["k"]
@@ -349,21 +416,16 @@ def ghmm_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
         Claim.at_least("Thm 5, columns of T sum to 1: fits reaching zero residual (count)", 1, fixed["(M, T)"],
                        "the check above is empty without one"),
     ]
-    return claims, {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT, "outcomes": outcomes}
+    return Outcome(claims, {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT,
+                            "outcomes": outcomes})
 
 
-def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
-    """Every section of the chapter, in the order the chapter reads."""
-    if config["d"] < config["k"]:
-        raise ValueError(f"the HMMs need d >= k, got d={config['d']}, k={config['k']}")
-    data: dict[str, Any] = {}
-    claims = run_sections((("seed_example", seed_example_part),
-                           ("counterexample", lambda: counterexample_part(config)),
-                           ("powers", lambda: power_part(config)), ("recovery", lambda: recovery_part(config)),
-                           ("learning", lambda: learning_part(config, ctx, data["counterexample"])),
-                           ("ghmm", lambda: ghmm_part(config))), data)
-    return Result("hmm", ctx.profile, config, ctx.seeds, claims, data)
-
-
-CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
-                  seeds={"quick": 3, "full": 10}, experiment=experiment)
+CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, seeds={"quick": 3, "full": 10},
+                  sections=(
+                      Section("seed_example", "Theorems 4 and 6: the paper's example", seed_example),
+                      Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
+                      Section("powers", "Claim 1: powers of T do not identify T", powers),
+                      Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery),
+                      Section("learning", "Learning from samples", learning),
+                      Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
+                  ), check=check)

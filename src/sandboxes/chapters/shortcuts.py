@@ -1,17 +1,18 @@
 """Chapter 2: transformers simulate automata in far fewer than T layers (Liu et al., "Transformers
 learn shortcuts to automata").
 
-Each ``*_part`` function computes one section and returns its claims and the small arrays its
-figure needs: the algebra of the automata (solvability), the exact constructions of Theorem 10
-and Lemmas 15/16 with the Lemma 13 bound, Algorithm 1 of Theorem 12, depth sweeps of trained
-GPTs next to the paper's reported accuracies, and the brittleness of the learned shortcuts.
+Each section function computes one section of the chapter page and returns its claims and its
+data (a ``TypedDict`` per section, which the section's figures in ``figures.shortcuts`` read):
+the algebra of the automata (solvability), the exact constructions of Theorem 10 with the
+Lemma 13 bound, Lemmas 15/16 and Algorithm 1 of Theorem 12, depth sweeps of trained GPTs next
+to the paper's reported accuracies, and the brittleness of the learned shortcuts.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -19,17 +20,15 @@ from torch import Tensor, nn
 
 from ..claims import Claim
 from ..data.automata import (
-    AutomatonTask, Semiautomaton, bernoulli_probs, binary_with_count, check_automaton_name, cyclic,
+    AutomatonTask, ScratchpadParity, Semiautomaton, bernoulli_probs, binary_with_count, check_automaton_name, cyclic,
     derived_series_orders, gridworld, is_solvable, make_automaton, memory, transformation_semigroup, transition_group,
 )
 from ..model import GPT, LSTM, GPTConfig
 from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, int_list, positive
-from ..results import Result
+from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
 from .. import heldout
-from ..losses import next_token_loss
 from ..trainer import TrainConfig, train
-from . import Chapter, RunContext, run_sections
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
 ROUND_OFF = 1e-9
@@ -120,7 +119,21 @@ PARAMS = (
 
 
 # ---------------------------------------------------------------- algebra
-def algebra_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class AlgebraRow(TypedDict):
+    name: str
+    states: int  # |Q|
+    symbols: int  # |Sigma|
+    group: bool  # every input permutes the states
+    size: int  # order of the transition group, or size of the transformation semigroup
+    derived_series: list[int]  # orders along G > [G, G] > ...; empty for a semigroup
+    solvable: bool
+
+
+class AlgebraData(TypedDict):
+    rows: list[AlgebraRow]  # one per automaton of the chapter
+
+
+def algebra(config: dict[str, Any], ctx: RunContext) -> Outcome[AlgebraData]:
     """Solvability of every automaton of the chapter, from derived series of its groups."""
     names = list(dict.fromkeys(_names(config["sweep"]) + _names(config["construct"]) + [
         "C2", "C3", "C2xC2xC2", "D6", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop"]))
@@ -137,12 +150,41 @@ def algebra_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
     claims = [Claim.exact("non-solvable automata (derived series of every subgroup)", ", ".join(predicted),
                           ", ".join(measured), "A_n and S_n are non-solvable exactly for n >= 5 (Galois); "
                           "all other automata here have solvable groups or only trivial ones")]
-    return claims, {"rows": rows}
+    return Outcome(claims, {"rows": rows})
 
 
 # ---------------------------------------------------------------- Theorem 10
+class ConstructionCheck(TypedDict):
+    name: str
+    T: int
+    depth: int  # layers of the build: ceil(log2 T)
+    errors: int  # wrong states over all inputs and positions
+    deviation: float  # max |read-out value - (q_t + 1)|
+    lemma13_ratio: float  # max over layers and positions of the attention error / Lemma 13 bound
+    d_model: int
+    d_mlp: int
+
+
+class TemperatureSweep(TypedDict):
+    automaton: str  # the featured automaton
+    T: int
+    scales: list[float]  # gamma / Lemma 13's sufficient gamma
+    accuracy: list[float]  # per scale
+
+
+class DepthCurve(TypedDict):
+    T: list[int]  # sequence lengths
+    transformer: list[int]  # Theorem 10's depth ceil(log2 T) at each
+
+
+class ConstructionData(TypedDict):
+    checks: list[ConstructionCheck]  # one per (automaton, T) case, the featured one last
+    temperature: TemperatureSweep
+    depth_vs_T: DepthCurve
+
+
 def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: torch.Generator,
-                        gamma_scale: float = 1.0) -> dict[str, Any]:
+                        gamma_scale: float = 1.0) -> ConstructionCheck:
     """Run the Theorem 10 GPT on ``n`` random inputs; errors, read-out deviation, Lemma 13 ratio."""
     gamma = gamma_scale * theory.sufficient_gamma(T, automaton.n_states)
     model = theory.prefix_composition_gpt(automaton, T, gamma)
@@ -163,7 +205,7 @@ def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: tor
     }
 
 
-def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
     """Theorem 10 built and run on several automata and lengths, a temperature sweep, and depth vs T."""
     generator = heldout.generator(heldout.AUTOMATON_EVAL)
     n = config["construct_samples"]
@@ -173,7 +215,7 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
     featured = make_automaton(config["automaton"])
     scales = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5]
     n_sweep = min(n, 32)  # the sweep rebuilds the featured automaton 11 times; S5 is large
-    sweep = [_check_construction(featured, config["T"], n_sweep, generator, s) for s in scales]
+    softened = [_check_construction(featured, config["T"], n_sweep, generator, s) for s in scales]
     claims = [
         Claim.exact(f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs", "0",
                     str(sum(c["errors"] for c in checks)), EXACT_REASON),
@@ -183,20 +225,33 @@ def construction_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, An
                       max(c["lemma13_ratio"] for c in checks), BOUND_REASON),
     ]
     lengths = np.unique(np.round(np.logspace(0, 4, 60)).astype(int))
-    return claims, {
+    return Outcome(claims, {
         "checks": checks,
-        "temperature": {"scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in sweep],
+        "temperature": {"scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
                         "automaton": featured.name, "T": config["T"]},
         "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]},
-    }
+    })
 
 
 # ---------------------------------------------------------------- Lemmas 15, 16 and Algorithm 1
-def lemmas_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
+class LemmaRow(TypedDict):
+    lemma: str  # "15", "16" or "Alg. 1"
+    automaton: str
+    T: int
+    layers: int | None  # None for Algorithm 1, run as an algorithm, not built as weights
+    errors: int  # wrong states over all inputs and positions
+
+
+class LemmasData(TypedDict):
+    rows: list[LemmaRow]
+
+
+def lemmas(config: dict[str, Any], ctx: RunContext) -> Outcome[LemmasData]:
     """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
     generator = heldout.generator(heldout.LEMMA_INPUTS)
     n, T = config["construct_samples"], max(config["T"], 16)
-    rows, claims = [], []
+    rows: list[LemmaRow] = []
+    claims: list[Claim] = []
     for modulus in (2, 3, 5):
         a = cyclic(modulus)
         sigma, states = AutomatonTask(a, T).sample(n, generator)
@@ -219,25 +274,45 @@ def lemmas_part(config: dict[str, Any]) -> tuple[list[Claim], dict[str, Any]]:
         wrong = sum(r["errors"] for r in rows if r["lemma"] == lemma)
         claims.append(Claim.exact(f"{'Lemma ' if lemma != 'Alg. 1' else 'Thm 12, '}{lemma}: {what} (wrong states)",
                                   "0", str(wrong), EXACT_REASON))
-    return claims, {"rows": rows}
+    return Outcome(claims, {"rows": rows})
 
 
 # ---------------------------------------------------------------- training
-def gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Callable[[], GPT]:
+def _gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Callable[[], GPT]:
     """GPT-2-like: layer norm, biases, sinusoidal positions, untied output over the states."""
     gpt_config = GPTConfig(vocab_size=vocab, block_size=T, n_layer=depth, n_head=config["n_head"],
                            d_model=config["d_model"], positional="sinusoidal", layer_norm=True, bias=True, tied=False)
     return lambda: GPT(gpt_config)
 
 
-def accuracy(model: nn.Module, task: AutomatonTask, n: int, seed: int = heldout.AUTOMATON_EVAL) -> float:
+def _accuracy(model: nn.Module, task: AutomatonTask, n: int, seed: int = heldout.AUTOMATON_EVAL) -> float:
     """Per-position accuracy on ``n`` held-out sequences (the paper's token-level accuracy)."""
     sigma, states = task.sample(n, heldout.generator(seed))
     with torch.no_grad():
         return float((model(sigma).argmax(-1) == states).float().mean())
 
 
-def sweep_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class BoundaryAttention(TypedDict):
+    weights: list[list[list[float]]]  # last layer, heads x query x key, on one held-out sequence
+    states: list[int]  # the states of that sequence
+    walls: list[int]  # the two wall states, 0 and |Q| - 1
+    boundary_mass: list[float]  # per head: attention on positions at a wall, averaged over held-out sequences
+    boundary_rate: float  # the same under uniform causal attention
+
+
+class SweepData(TypedDict):
+    names: list[str]  # automata of the sweep
+    depths: list[int]
+    accuracy: list[list[list[float]]]  # automaton x depth x seed: held-out per-position accuracy
+    T: int
+    chance: list[float]  # 1 / |Q| per automaton
+    solvable: list[bool]
+    paper_best: dict[str, list[float | None] | None]  # the paper's accuracy (%) at depths 1..16, None if absent
+    paper_median: dict[str, list[float | None] | None]
+    grid_attention: BoundaryAttention | None  # seed 0's depth-2 GPT on the first gridworld; None without one
+
+
+def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
     names = list(dict.fromkeys(_names(config["sweep"]) + [config["automaton"]] + _names(config["easy"])
                                + _names(config["hard"])))
@@ -251,13 +326,13 @@ def sweep_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
     acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
     attention = None
     for j, depth in enumerate(depths):
-        trained = train(gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
+        trained = train(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
                         ctx.device, progress=ctx.progress)
-        acc[:, j] = np.array([accuracy(m, t, config["eval_size"]) for m, t in zip(trained.models, tasks)]).reshape(
+        acc[:, j] = np.array([_accuracy(m, t, config["eval_size"]) for m, t in zip(trained.models, tasks)]).reshape(
             len(names), len(ctx.seeds))
         grid = next((i for i, a in enumerate(automata) if a.name.startswith("Grid")), None)
         if grid is not None and depth == 2:
-            attention = boundary_attention(trained.models[grid * len(ctx.seeds)], automata[grid], config["T"])
+            attention = _boundary_attention(trained.models[grid * len(ctx.seeds)], automata[grid], config["T"])
     shallow = depths.index(config["shallow_depth"])
     best_shallow = acc[:, : shallow + 1].max(axis=(1, 2))
     claims = []
@@ -269,15 +344,15 @@ def sweep_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], di
         claims.append(Claim.at_most(f"{name} (non-solvable): best accuracy at depth <= {config['shallow_depth']}",
                                     config["threshold"] - config["gap"], float(best_shallow[names.index(name)]),
                                     "no constant-depth shortcut unless TC0 = NC1 (Thm 13); margin `gap` below solved"))
-    return claims, {
+    return Outcome(claims, {
         "names": names, "depths": depths, "accuracy": acc, "T": config["T"],
         "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
         "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
         "grid_attention": attention,
-    }
+    })
 
 
-def boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> dict[str, Any]:
+def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> BoundaryAttention:
     """Last-layer attention of a trained gridworld GPT on one sequence, with the wall times marked.
 
     ``boundary_mass`` is the attention each head puts on positions where the walk is at a wall,
@@ -297,7 +372,7 @@ def boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> dict[str
 
 
 # ---------------------------------------------------------------- brittleness
-def scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], GPT]:
+def _scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], GPT]:
     """A one-layer GPT without positions whose attention is recency-biased, for scratchpad parity."""
     gpt_config = GPTConfig(vocab_size=4, block_size=block_size, n_layer=1, n_head=config["n_head"],
                            d_model=config["d_model"], positional="none", layer_norm=True, bias=True, tied=False,
@@ -305,27 +380,7 @@ def scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], 
     return lambda: GPT(gpt_config)
 
 
-class ScratchpadParity:
-    """Parity with a scratchpad: the input interleaves ``sigma_t`` (ids 0, 1) and ``q_t`` (ids 2, 3).
-
-    The target at the position of ``sigma_t`` is ``q_t``; the others are ignored (``-100``).
-    """
-
-    def __init__(self, length: int, p_one: float = 0.5) -> None:
-        self.task = AutomatonTask(cyclic(2), length, bernoulli_probs(p_one))
-
-    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        sigma, states = self.task.sample(n, generator)
-        tokens = torch.stack([sigma, states + 2], dim=2).reshape(n, -1)
-        targets = torch.full_like(tokens, -100)
-        targets[:, 0::2] = states
-        return tokens[:, :-1], targets[:, :-1]
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return next_token_loss(outputs, targets)
-
-
-def scratchpad_accuracy(model: GPT, sigma: Tensor) -> float:
+def _scratchpad_accuracy(model: GPT, sigma: Tensor) -> float:
     """Accuracy of autoregressive scratchpad decoding: each predicted state is fed back in."""
     n, T = sigma.shape
     tokens = torch.empty(n, 0, dtype=torch.long)
@@ -339,7 +394,26 @@ def scratchpad_accuracy(model: GPT, sigma: Tensor) -> float:
     return float((predicted == states).float().mean())
 
 
-def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Claim], dict[str, Any]]:
+class ParityScores(TypedDict):
+    by_prob: list[list[float]]  # seed x test law Pr[sigma = 1], at the training length
+    by_length: list[list[float]]  # seed x test length, at Pr[sigma = 1] = 1/2
+
+
+class CountedParityScores(ParityScores):
+    by_count: list[list[float]]  # seed x number of ones (0..T) at the training length
+
+
+class BrittlenessData(TypedDict):
+    T: int  # training length
+    probs: list[float]  # test laws
+    lengths: list[int]  # test lengths
+    counts: list[int]  # 0..T ones
+    gpt: CountedParityScores
+    lstm: CountedParityScores
+    scratchpad: ParityScores  # no counts: the recurrent solutions are flat in every view; one suffices
+
+
+def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessData]:
     """Parity: a GPT trained at Pr[sigma=1]=1/2 against an LSTM and a recency-biased scratchpad GPT,
     under a shifted input law, at fixed counts of ones, and at other lengths (Figs. 3.8, 3.9)."""
     T, steps = config["parity_length"], config["parity_steps"]
@@ -358,7 +432,7 @@ def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Clai
                  progress=ctx.progress).models
     pad_cfg = TrainConfig(steps=config["scratchpad_steps"], batch_size=config["batch_size"], lr=config["lr"],
                           warmup=config["scratchpad_steps"] // 10, eval_every=max(1, config["scratchpad_steps"] // 20))
-    pad = train(scratchpad_factory(config, 2 * max(lengths)), ScratchpadParity(T), pad_cfg, ctx.seeds, ctx.device,
+    pad = train(_scratchpad_factory(config, 2 * max(lengths)), ScratchpadParity(T), pad_cfg, ctx.seeds, ctx.device,
                 progress=ctx.progress).models
     n = config["eval_size"]
     probs = float_list(config["shift_probs"])
@@ -366,7 +440,7 @@ def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Clai
     for name, models in (("gpt", gpt), ("lstm", lstm), ("scratchpad", pad)):
         def score(sigma: Tensor, model: nn.Module) -> float:
             if name == "scratchpad":
-                return scratchpad_accuracy(model, sigma)
+                return _scratchpad_accuracy(model, sigma)
             with torch.no_grad():
                 return float((model(sigma).argmax(-1) == torch.from_numpy(parity.run(sigma.numpy()))).float().mean())
 
@@ -382,7 +456,7 @@ def brittleness_part(config: dict[str, Any], ctx: RunContext) -> tuple[list[Clai
             out[name]["by_count"] = [[score(binary_with_count(n // 4, T, c, heldout.generator(heldout.AUTOMATON_EVAL)),
                                             m) for c in range(T + 1)] for m in models]
     claims = _brittleness_claims(out, config)
-    return claims, out
+    return Outcome(claims, out)
 
 
 def _brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Claim]:
@@ -411,16 +485,12 @@ def _brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Cla
     ]
 
 
-def experiment(config: dict[str, Any], ctx: RunContext) -> Result:
-    """Every section of the chapter, in the order the chapter reads."""
-    data: dict[str, Any] = {}
-    claims = run_sections((("algebra", lambda: algebra_part(config)),
-                           ("construction", lambda: construction_part(config)),
-                           ("lemmas", lambda: lemmas_part(config)),
-                           ("sweep", lambda: sweep_part(config, ctx)),
-                           ("brittleness", lambda: brittleness_part(config, ctx))), data)
-    return Result("shortcuts", ctx.profile, config, ctx.seeds, claims, data)
-
-
 CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far fewer than T layers", PARAMS,
-                  seeds={"quick": 2, "full": 10}, experiment=experiment)
+                  seeds={"quick": 2, "full": 10},
+                  sections=(
+                      Section("algebra", "Solvability of the automata", algebra),
+                      Section("construction", "Theorem 10: logarithmic depth, built and run", construction),
+                      Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas),
+                      Section("sweep", "Trained GPTs: accuracy against depth", sweep),
+                      Section("brittleness", "Shortcuts are brittle", brittleness),
+                  ))

@@ -5,7 +5,8 @@ delta(q, sigma)``; simulating it on a batch of inputs is ``T`` table look-ups. T
 the automata the paper trains on (cyclic groups and their direct products, dihedral, quaternion,
 alternating and symmetric groups with the paper's generators, gridworlds, bounded Dyck, memory
 units / flip-flops), computes their transformation semigroups and decides solvability from the
-derived series of every subgroup, and wraps any of them as a training :class:`AutomatonTask`.
+derived series of every subgroup, and wraps any of them as a training :class:`AutomatonTask`;
+:class:`ScratchpadParity` is parity with its states interleaved in the input.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..losses import next_token_loss
+from ..losses import IGNORE_INDEX, next_token_loss
 
 Perm = tuple[int, ...]
 
@@ -454,3 +455,23 @@ def binary_with_count(n: int, length: int, count: int, generator: torch.Generato
         raise ValueError(f"count must lie in 0..{length}, got {count}")
     ranks = torch.rand(n, length, generator=generator).argsort(dim=1).argsort(dim=1)
     return (ranks < count).long()
+
+
+class ScratchpadParity:
+    """Parity with a scratchpad: the input interleaves ``sigma_t`` (ids 0, 1) and ``q_t`` (ids 2, 3).
+
+    The target at the position of ``sigma_t`` is ``q_t``; the others are ``IGNORE_INDEX``.
+    """
+
+    def __init__(self, length: int, p_one: float = 0.5) -> None:
+        self.task = AutomatonTask(cyclic(2), length, bernoulli_probs(p_one))
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        sigma, states = self.task.sample(n, generator)
+        tokens = torch.stack([sigma, states + 2], dim=2).reshape(n, -1)
+        targets = torch.full_like(tokens, IGNORE_INDEX)
+        targets[:, 0::2] = states
+        return tokens[:, :-1], targets[:, :-1]
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)

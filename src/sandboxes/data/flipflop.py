@@ -5,6 +5,7 @@ A flip-flop string of even length ``T`` alternates instructions (even positions)
 probabilities ``(p_w, p_r, p_i)``; the bit after ``w`` or ``i`` is uniform and the bit after
 ``r`` repeats the bit of the latest ``w``. As a task, the input is the first ``T - 1`` tokens and
 the target the next token; in ``clean`` mode only the bits after a read are scored.
+:class:`Sharpened` is the same task with an attention-entropy penalty added to its loss.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..losses import IGNORE_INDEX, next_token_loss
+from ..losses import IGNORE_INDEX, attention_entropy, next_token_loss
 
 W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
 VOCAB = ("w", "r", "i", "0", "1")
@@ -73,6 +74,24 @@ class FlipFlop:
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+class Sharpened:
+    """A flip-flop task whose loss adds ``weight`` times the mean attention entropy (all layers, heads, queries).
+
+    Its model returns ``(logits, attention)``, e.g. a GPT wrapped in :class:`sandboxes.model.WithAttention`.
+    """
+
+    def __init__(self, task: FlipFlop, weight: float) -> None:
+        self.task, self.weight = task, weight
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        return self.task.sample(n, generator)
+
+    def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
+        logits, attention = outputs
+        return next_token_loss(logits, targets) + self.weight * torch.stack(
+            [attention_entropy(a).mean() for a in attention]).mean()
 
 
 def all_strings(length: int) -> Tensor:

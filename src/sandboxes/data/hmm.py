@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .markov import chain_states, inverse_cdf
+
 ROUND_OFF = 1e-9  # a probability sum counts as 1, and an entry as non-negative, within this float64 round-off
 
 
@@ -86,12 +88,9 @@ def check_ghmm(means: np.ndarray, transition: np.ndarray) -> tuple[np.ndarray, n
 def _hidden_chain(transition: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     """States ``(n, length)`` from one uniform per step: ``h_1`` uniform, then ``h_{t+1} ~ T[:, h_t]``."""
     k = transition.shape[0]
+    start = np.cumsum(np.full(k, 1.0 / k))[:-1]
     edges = np.cumsum(transition.T, axis=1)[:, :-1]  # row j: upper edges of the law T[:, j]
-    states = np.empty(uniform.shape, dtype=np.int64)
-    states[:, 0] = np.minimum((uniform[:, 0] * k).astype(np.int64), k - 1)
-    for t in range(1, uniform.shape[1]):
-        states[:, t] = (uniform[:, t : t + 1] >= edges[states[:, t - 1]]).sum(axis=1)
-    return states
+    return chain_states(start[None], edges[None], uniform[None])[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +118,7 @@ class HMM:
         uniform = torch.rand(n, 2 * length, generator=generator, dtype=torch.float64).numpy()
         states = _hidden_chain(self.transition, uniform[:, :length])
         edges = np.cumsum(self.emission.T, axis=1)[:, :-1]  # row h: upper edges of the law O[:, h]
-        tokens = (uniform[:, length:, None] >= edges[states]).sum(axis=2)
+        tokens = inverse_cdf(uniform[:, length:], edges[states])
         return torch.from_numpy(tokens), torch.from_numpy(states)
 
 

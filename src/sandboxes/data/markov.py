@@ -32,19 +32,27 @@ def check_kernel(kernel: np.ndarray) -> np.ndarray:
     return kernel
 
 
-def _chains(start: np.ndarray, edges: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+def inverse_cdf(uniform: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Draws by inverting a law: the number of its cumulative edges (all but the last) each uniform passes.
+
+    ``uniform`` has shape ``S`` and ``edges`` shape ``S + (n_values - 1,)``: one law per draw.
+    """
+    return (uniform[..., None] >= edges).sum(axis=-1)
+
+
+def chain_states(start: np.ndarray, edges: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     """Chains ``(K, n, L)`` driven by ``uniform`` ``(K, n, L)``, member ``k`` with edges ``start[k]``, ``edges[k]``.
 
-    A symbol is the number of cumulative-law edges its uniform passes: the first symbol's law
-    is the one whose edges are ``start`` ``(K, S - 1)``, each later one's the row of ``edges``
-    ``(K, S, S - 1)`` of the symbol before. The recursion runs in NumPy, whose per-step overhead
-    on small arrays is a fraction of torch's.
+    The first state's law has the cumulative edges ``start`` ``(K, S - 1)``; each later state's is
+    the row of ``edges`` ``(K, S, S - 1)`` of the state before. The one Markov-chain sampler of the
+    package (HMMs draw their hidden chain with it); the recursion runs in NumPy, whose per-step
+    overhead on small arrays is a fraction of torch's.
     """
     member = np.arange(len(edges))[:, None]
     out = np.empty(uniform.shape, dtype=np.int64)
-    out[:, :, 0] = (uniform[:, :, 0:1] >= start[:, None, :]).sum(axis=2)
+    out[:, :, 0] = inverse_cdf(uniform[:, :, 0], start[:, None, :])
     for t in range(1, uniform.shape[2]):
-        out[:, :, t] = (uniform[:, :, t : t + 1] >= edges[member, out[:, :, t - 1]]).sum(axis=2)
+        out[:, :, t] = inverse_cdf(uniform[:, :, t], edges[member, out[:, :, t - 1]])
     return out
 
 
@@ -108,7 +116,7 @@ class MarkovChain:
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` chains of ``length + 1`` symbols, shape ``(n, length + 1)``, dtype long."""
         start, edges = self._edges
-        return torch.from_numpy(_chains(start[None], edges[None], self._uniforms(n, generator)[None])[0])
+        return torch.from_numpy(chain_states(start[None], edges[None], self._uniforms(n, generator)[None])[0])
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seq = self.sequences(n, generator)
@@ -127,7 +135,7 @@ class MarkovChain:
             raise ValueError("chains sampled together must share their length and number of states")
         uniform = np.stack([c._uniforms(n, g) for c, g in zip(chains, generators)])
         start, edges = (np.stack(part) for part in zip(*(c._edges for c in chains)))
-        seq = torch.from_numpy(_chains(start, edges, uniform))
+        seq = torch.from_numpy(chain_states(start, edges, uniform))
         return seq[:, :, :-1].contiguous(), seq[:, :, 1:].contiguous()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:

@@ -1,8 +1,8 @@
-"""Figures of the dilution chapter, drawn from a result's ``data`` (fresh or loaded from JSON)."""
+"""Figures of the dilution chapter, each drawn from one section's data (fresh or loaded from JSON)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -11,20 +11,22 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS
 from ..theory import dilution as theory
 
+if TYPE_CHECKING:
+    from ..chapters.dilution import BoundData, ConstructionData, Sharpness, SimulatorData, TrainingData
+
 KINDS = {"transformer": COLORS["untied"], "sharpened": COLORS["full"], "lstm": COLORS["lstm"]}
 SETS = {"0.98": "sparse, p_i = 0.98", "0.8": "p_i = 0.8", "0.1": "dense, p_i = 0.1"}
 
 
-def bound_curves(data: dict[str, Any]) -> Figure:
+def bound_curves(data: BoundData) -> Figure:
     """Proposition 4's bound against T for several sigma, with the extremal and random inputs."""
-    bound = data["bound"]
-    lengths, sigmas = np.asarray(bound["lengths"]), bound["sigmas"]
+    lengths, sigmas = np.asarray(data["lengths"]), data["sigmas"]
     fine = np.unique(np.geomspace(2, lengths.max(), 200).round())
     fig, ax = plt.subplots()
     for k, sigma in enumerate(sigmas):
         color = plt.cm.viridis(k / max(1, len(sigmas) - 1))
         ax.plot(fine, theory.max_weight_bound(fine, sigma), color=color, lw=1.5, label=f"σ = {sigma:g}")
-        ax.plot(lengths, np.asarray(bound["random_max"])[k], "x", color=color, ms=5)
+        ax.plot(lengths, np.asarray(data["random_max"])[k], "x", color=color, ms=5)
     ax.plot([], [], "x", color="black", label="largest of 64 random inputs")
     ax.set(xscale="log", xlabel="sequence length T", ylabel="largest attention weight",
            title="Proposition 4 bound (lines; the extremal input attains it)")
@@ -32,13 +34,12 @@ def bound_curves(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def dilution_length(data: dict[str, Any]) -> Figure:
+def dilution_length(data: BoundData) -> Figure:
     """The length beyond which a head of norm sigma cannot give any position more than a threshold."""
-    bound = data["bound"]
-    sigma = np.asarray(bound["sigma_grid"])
+    sigma = np.asarray(data["sigma_grid"])
     fig, ax = plt.subplots()
-    for k, threshold in enumerate(bound["thresholds"]):
-        ax.plot(sigma, bound["dilution_length"][str(threshold)], color=plt.cm.magma(0.2 + 0.25 * k),
+    for k, threshold in enumerate(data["thresholds"]):
+        ax.plot(sigma, data["dilution_length"][str(threshold)], color=plt.cm.magma(0.2 + 0.25 * k),
                 label=f"largest weight ≤ {threshold:g}")
     ax.set(yscale="log", xlabel="σ_max = ‖W_Kᵀ W_Q‖₂ (unit-norm latents)", ylabel="dilution length T*",
            title="T* = 1 + exp(2σ)(1 − t)/t: beyond it no input gets more than t")
@@ -46,19 +47,18 @@ def dilution_length(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def construction_sweep(data: dict[str, Any]) -> Figure:
+def construction_sweep(data: ConstructionData) -> Figure:
     """The construction with its weights held fixed: wrong reads and layer-1 self-selection against T."""
-    part = data["construction"]
-    sizes = np.asarray(part["sizes"])
+    sizes = np.asarray(data["sizes"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for k, (p, label) in enumerate(SETS.items()):
-        axes[0].plot(sizes, part["errors"][p], "o-", ms=3, color=plt.cm.viridis(0.15 + 0.35 * k), label=label)
-    axes[1].plot(sizes, part["self_selection"], "o-", ms=3, color=COLORS["theory"])
+        axes[0].plot(sizes, data["errors"][p], "o-", ms=3, color=plt.cm.viridis(0.15 + 0.35 * k), label=label)
+    axes[1].plot(sizes, data["self_selection"], "o-", ms=3, color=COLORS["theory"])
     axes[1].axhline(0.5, color=COLORS["tied"], ls=":", lw=1, label="1/2: the rounding flips")
     for ax in axes:
-        ax.axvline(part["safe_length"], color=COLORS["untied"], ls="--", lw=1, label="certified up to here")
-        ax.axvline(part["onset"], color=COLORS["tied"], ls="--", lw=1, label="'w 1 i 0 r' fails (closed form)")
-        ax.set_xlabel(f"block size = sequence length (weights built for {part['base']})")
+        ax.axvline(data["safe_length"], color=COLORS["untied"], ls="--", lw=1, label="certified up to here")
+        ax.axvline(data["onset"], color=COLORS["tied"], ls="--", lw=1, label="'w 1 i 0 r' fails (closed form)")
+        ax.set_xlabel(f"block size = sequence length (weights built for {data['base']})")
     axes[0].set(ylabel="wrong reads", yscale="symlog", ylim=(0, None), title="wrong reads on random strings")
     axes[1].set(ylabel="smallest weight on itself", ylim=(0, 1.05),
                 title="layer 1: an unwritten bit must select itself")
@@ -68,20 +68,19 @@ def construction_sweep(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def simulator_attention(data: dict[str, Any]) -> Figure:
+def simulator_attention(data: SimulatorData) -> Figure:
     """Top key of the 1-layer simulators on the proof's two inputs, with the predicted switches."""
-    part = data["simulator"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for name, color in (("case 1", COLORS["tied"]), ("case 2", COLORS["full"]), ("orthogonal", COLORS["untied"])):
-        run = part[name]
+        run = data[name]
         label = f"W_Qpᵀ W_Kp = {run['delta']:g}"
         top1 = np.asarray(run["case1_top"])
         axes[0].plot(np.arange(len(top1)), top1, color=color, lw=1.5, label=label)
         top2 = np.asarray(run["case2_top"])
         queries = np.arange(2, 2 + len(top2))
         axes[1].plot(queries, queries - 1 - top2, color=color, lw=1.5, label=label)
-    axes[0].axvline(part["case1_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
-    axes[1].axvline(part["case2_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
+    axes[0].axvline(data["case1_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
+    axes[1].axvline(data["case2_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
     axes[0].set(xlabel="query t", ylabel="key with the top score", title="case 1: write at 0, then noops")
     axes[1].set(xlabel="query t (second write at t − 1)", ylabel="distance of top key behind the latest write",
                 title="case 2: write at 0 and at t − 1")
@@ -91,9 +90,9 @@ def simulator_attention(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def error_violins(data: dict[str, Any]) -> Figure:
+def error_violins(data: TrainingData) -> Figure:
     """Wrong reads per seed, as distributions over seeds, for every model kind and test set."""
-    counts = data["training"]["counts"]
+    counts = data["counts"]
     names = ["in-distribution", "sparse", "dense"]
     fig, axes = plt.subplots(1, len(names), figsize=(11, 3.4), sharey=True)
     for ax, name in zip(axes, names):
@@ -114,15 +113,15 @@ def error_violins(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def sharpness_by_position(data: dict[str, Any]) -> Figure:
+def sharpness_by_position(data: TrainingData) -> Figure:
     """Largest weight and entropy of the sharpest head at read queries, against the read's position."""
-    sharp = data["training"]["sharpness"]
+    sharp = data["sharpness"]
     layers = len(sharp["transformer"][0]["layers"])
     edges = np.asarray(sharp["transformer"][0]["bin_edges"])
     centre = (edges[:-1] + edges[1:]) / 2
     fig, axes = plt.subplots(2, layers, figsize=(4.6 * layers, 5.6), squeeze=False, sharex=True)
 
-    def seed_mean(runs: list[dict[str, Any]], layer: int, key: str) -> np.ndarray:
+    def seed_mean(runs: list[Sharpness], layer: int, key: str) -> np.ndarray:
         values = np.array([[np.nan if v is None else v for v in r["layers"][layer][key]] for r in runs], dtype=float)
         return np.nanmean(values, axis=0)
 
@@ -140,17 +139,16 @@ def sharpness_by_position(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def training_curves(data: dict[str, Any]) -> Figure:
+def training_curves(data: TrainingData) -> Figure:
     """Held-out clean loss of the transformers (both phases) and of the LSTMs, on a log scale."""
-    train = data["training"]
-    steps = np.asarray(train["eval_steps"])
+    steps = np.asarray(data["eval_steps"])
     floor = 1e-5  # a loss of exactly 0 would vanish from a log axis
     fig, ax = plt.subplots()
-    for curve in np.asarray(train["eval_loss"]):
+    for curve in np.asarray(data["eval_loss"]):
         ax.plot(steps, np.maximum(curve, floor), color=KINDS["transformer"], lw=1)
-    for curve in np.asarray(train["lstm_eval_loss"]):
-        ax.plot(train["lstm_eval_steps"], np.maximum(curve, floor), color=KINDS["lstm"], lw=1)
-    ax.axvline(train["second_phase_start"], color=COLORS["theory"], ls=":", lw=1, label="second phase (plain run shown)")
+    for curve in np.asarray(data["lstm_eval_loss"]):
+        ax.plot(data["lstm_eval_steps"], np.maximum(curve, floor), color=KINDS["lstm"], lw=1)
+    ax.axvline(data["second_phase_start"], color=COLORS["theory"], ls=":", lw=1, label="second phase (plain run shown)")
     ax.plot([], [], color=KINDS["transformer"], label="transformer, one line per seed")
     ax.plot([], [], color=KINDS["lstm"], label="LSTM, one line per seed")
     ax.set(xlabel="step", ylabel="held-out loss on reads (nats)", yscale="log")

@@ -1,8 +1,8 @@
-"""Figures of the HMM chapter, drawn from a result's ``data`` (fresh or loaded from JSON)."""
+"""Figures of the HMM chapter, each drawn from one section's data (fresh or loaded from JSON)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -10,43 +10,44 @@ from matplotlib.figure import Figure
 
 from ..plotting import COLORS, reference_line
 
+if TYPE_CHECKING:
+    from ..chapters.hmm import GhmmData, LearningData, PowersData, RecoveryData, SeedExampleData
+
 FLOOR = 1e-17  # an exact zero would vanish from a log axis
 
 
-def rotation_sweep(data: dict[str, Any]) -> Figure:
+def rotation_sweep(data: SeedExampleData) -> Figure:
     """Pairwise and two-token predictor differences as the printed HMM is rotated about (1, 1, 1)."""
-    sweep = data["seed_example"]
-    angles = np.asarray(sweep["sweep_angles"])
+    angles = np.asarray(data["sweep_angles"])
     fig, ax = plt.subplots()
-    ax.semilogy(angles, np.maximum(sweep["sweep_pairwise_gap"], FLOOR), color=COLORS["untied"],
+    ax.semilogy(angles, np.maximum(data["sweep_pairwise_gap"], FLOOR), color=COLORS["untied"],
                 label="pairwise predictors (max difference)")
-    ax.semilogy(angles, np.maximum(sweep["sweep_two_token_gap"], FLOOR), color=COLORS["tied"],
+    ax.semilogy(angles, np.maximum(data["sweep_two_token_gap"], FLOOR), color=COLORS["tied"],
                 label="two-token predictor x2 (x) x3 | x1")
-    valid = np.asarray(sweep["sweep_admissible"], dtype=bool)
+    valid = np.asarray(data["sweep_admissible"], dtype=bool)
     ax.fill_between(angles, 1e-18, 1, where=valid, color="0.85",
                     label=f"valid HMM ({valid.sum()} of {len(valid)} angles)")
-    ax.axvline(sweep["angle"], color=COLORS["theory"], linestyle=":", linewidth=1)
-    ax.annotate("printed example", (sweep["angle"], 1e-3), xytext=(5, 0), textcoords="offset points", fontsize=8)
+    ax.axvline(data["angle"], color=COLORS["theory"], linestyle=":", linewidth=1)
+    ax.annotate("printed example", (data["angle"], 1e-3), xytext=(5, 0), textcoords="offset points", fontsize=8)
     ax.set(xlabel="rotation angle about (1, 1, 1) (rad)", ylabel="largest entry difference", ylim=(1e-18, 1))
     ax.legend(loc="center right", fontsize=8)
     return fig
 
 
-def powers(data: dict[str, Any]) -> Figure:
+def powers(data: PowersData) -> Figure:
     """Claim 1: T and T~ differ while their t-th powers agree to round-off."""
-    part = data["powers"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    left.bar(part["powers"], part["difference"], color=COLORS["tied"])
+    left.bar(data["powers"], data["difference"], color=COLORS["tied"])
     left.set(xlabel="t", ylabel="max |T - T~|", title="the matrices differ")
-    right.semilogy(part["powers"], np.maximum(part["power_difference"], FLOOR), "o", color=COLORS["untied"])
+    right.semilogy(data["powers"], np.maximum(data["power_difference"], FLOOR), "o", color=COLORS["untied"])
     right.set(xlabel="t", ylabel="max |T^t - T~^t|", title="their t-th powers agree", ylim=(1e-18, 1e-10))
     fig.tight_layout()
     return fig
 
 
-def exact_recovery(data: dict[str, Any], tolerance: float) -> Figure:
+def exact_recovery(data: RecoveryData) -> Figure:
     """Entrywise error of (O, T) recovered from exact two-token predictors, per HMM size, against the tolerance."""
-    errors = data["recovery"]["errors"]
+    errors, tolerance = data["errors"], data["tolerance"]
     fig, ax = plt.subplots()
     for i, errs in enumerate(errors.values()):
         ax.semilogy(np.full(len(errs), i) + np.linspace(-0.2, 0.2, len(errs)), np.maximum(errs, FLOOR), ".",
@@ -57,13 +58,12 @@ def exact_recovery(data: dict[str, Any], tolerance: float) -> Figure:
     return fig
 
 
-def learned_distance(data: dict[str, Any]) -> Figure:
+def learned_distance(data: LearningData) -> Figure:
     """Distance between the two HMMs' learned predictors beyond seed noise, pairwise against two-token."""
-    learning = data["learning"]
-    samples = np.asarray(learning["samples"])
+    samples = np.asarray(data["samples"])
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4), sharey=True)
     for ax, name, title in zip(axes, ("pairwise", "two_token"), ("x2 | x1", "x2 (x) x3 | x1")):
-        part = learning[name]
+        part = data[name]
         ax.fill_between(samples, 0, np.asarray(part["within"]), color="0.85", label="seed-to-seed distance (noise)")
         ax.plot(samples, part["excess"], "o-", color=COLORS["tied"], label="between the HMMs, beyond noise")
         ax.axhline(part["exact_gap"], color=COLORS["theory"], linestyle="--", linewidth=1,
@@ -75,13 +75,12 @@ def learned_distance(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def predictor_error(data: dict[str, Any]) -> Figure:
+def predictor_error(data: LearningData) -> Figure:
     """Distance of each learned predictor to the optimal one against the best fit's sampling error."""
-    learning = data["learning"]
-    samples = np.asarray(learning["samples"])
+    samples = np.asarray(data["samples"])
     fig, ax = plt.subplots()
     for name, color in (("pairwise", COLORS["untied"]), ("two_token", COLORS["tied"])):
-        part = learning[name]
+        part = data[name]
         for per_hmm in np.asarray(part["error"]):
             ax.loglog(np.repeat(samples, per_hmm.shape[1]), per_hmm.ravel(), ".", color=color, alpha=0.6)
         ax.loglog(samples, part["sampling_error"], "--", color=color,
@@ -91,11 +90,10 @@ def predictor_error(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def learned_recovery(data: dict[str, Any]) -> Figure:
+def learned_recovery(data: LearningData) -> Figure:
     """Error of (O, T) recovered from learned two-token predictors, to its own HMM and to the other, with N^(-1/2)."""
-    learning = data["learning"]
-    samples = np.asarray(learning["samples"])
-    own, other = np.asarray(learning["recovery"]["own"]), np.asarray(learning["recovery"]["other"])
+    samples = np.asarray(data["samples"])
+    own, other = np.asarray(data["recovery"]["own"]), np.asarray(data["recovery"]["other"])
     fig, ax = plt.subplots()
     for values, color, label in ((own, COLORS["tied"], "distance to its own HMM"),
                                  (other, COLORS["untied"], "distance to the other HMM")):
@@ -109,9 +107,9 @@ def learned_recovery(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def ghmm_fits(data: dict[str, Any]) -> Figure:
+def ghmm_fits(data: GhmmData) -> Figure:
     """Where least-squares G-HMM fits from random starts end, with T free and with stochastic columns."""
-    outcomes = data["ghmm"]["outcomes"]
+    outcomes = data["outcomes"]
     kinds = list(next(iter(outcomes.values())))
     fig, ax = plt.subplots()
     width = 0.38
@@ -124,13 +122,12 @@ def ghmm_fits(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def full_learned_distance(data: dict[str, Any]) -> Figure:
+def full_learned_distance(data: LearningData) -> Figure:
     """Full profile: distance between the two HMMs' learned predictors beyond noise, with the exact gaps."""
-    learning = data["learning"]
     fig, ax = plt.subplots()
     for name, color in (("pairwise", COLORS["untied"]), ("two_token", COLORS["tied"])):
-        ax.semilogx(learning["samples"], learning[name]["excess"], "o-", color=color, label=name)
-        ax.axhline(learning[name]["exact_gap"], color=color, linestyle="--", linewidth=1)
+        ax.semilogx(data["samples"], data[name]["excess"], "o-", color=color, label=name)
+        ax.axhline(data[name]["exact_gap"], color=color, linestyle="--", linewidth=1)
     ax.set(xlabel="samples N", ylabel="distance between the HMMs beyond noise", title="full profile")
     ax.legend(fontsize=8)
     return fig

@@ -1,8 +1,8 @@
-"""Figures of the shortcuts chapter, drawn from a result's ``data`` (fresh or loaded from JSON)."""
+"""Figures of the shortcuts chapter, each drawn from one section's data (fresh or loaded from JSON)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -10,18 +10,21 @@ from matplotlib.figure import Figure
 
 from ..plotting import COLORS
 
+if TYPE_CHECKING:
+    from ..chapters.shortcuts import BrittlenessData, ConstructionData, SweepData
+
 SERIES = {"gpt": ("GPT (shortcut)", COLORS["tied"]), "lstm": ("LSTM", COLORS["lstm"]),
           "scratchpad": ("scratchpad + recency", COLORS["depth2"])}
 
 
-def depth_vs_length(data: dict[str, Any]) -> Figure:
+def depth_vs_length(data: ConstructionData) -> Figure:
     """Theorem 10's depth ceil(log2 T) against the T steps of a recurrent network, with checked builds."""
-    curve = data["construction"]["depth_vs_T"]
+    curve = data["depth_vs_T"]
     fig, ax = plt.subplots(figsize=(6.0, 3.4))
     T = np.asarray(curve["T"])
     ax.plot(T, T, color=COLORS["lstm"], label="RNN: T sequential steps")
     ax.step(T, curve["transformer"], where="post", color=COLORS["tied"], label="Theorem 10: ⌈log₂ T⌉ layers")
-    checks = data["construction"]["checks"]
+    checks = data["checks"]
     exact = [c for c in checks if c["errors"] == 0]
     ax.scatter([c["T"] for c in exact], [c["depth"] for c in exact], color="black", s=14, zorder=3,
                label="built and run: exact")
@@ -31,9 +34,9 @@ def depth_vs_length(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def temperature(data: dict[str, Any]) -> Figure:
+def temperature(data: ConstructionData) -> Figure:
     """Accuracy of the Theorem 10 build against the attention scale gamma / (Lemma 13's sufficient gamma)."""
-    sweep = data["construction"]["temperature"]
+    sweep = data["temperature"]
     fig, ax = plt.subplots(figsize=(5.6, 3.2))
     ax.plot(sweep["scales"], sweep["accuracy"], "o-", color=COLORS["tied"])
     ax.axvline(1.0, color=COLORS["theory"], linestyle="--", linewidth=1)
@@ -45,19 +48,18 @@ def temperature(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def depth_sweep(data: dict[str, Any]) -> Figure:
+def depth_sweep(data: SweepData) -> Figure:
     """Best and median accuracy over seeds against depth, with the paper's values (T = 100) beside them."""
-    sweep = data["sweep"]
-    names, depths = sweep["names"], np.asarray(sweep["depths"])
-    acc = np.asarray(sweep["accuracy"])
+    names, depths = data["names"], np.asarray(data["depths"])
+    acc = np.asarray(data["accuracy"])
     cols = min(4, len(names))
     rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.5 * rows), squeeze=False, sharey=True)
-    for ax, name, a, chance, solvable in zip(axes.flat, names, acc, sweep["chance"], sweep["solvable"]):
-        ax.plot(depths, a.max(axis=1), "o-", color=COLORS["quick"], label=f"ours, best (T={sweep['T']})")
+    for ax, name, a, chance, solvable in zip(axes.flat, names, acc, data["chance"], data["solvable"]):
+        ax.plot(depths, a.max(axis=1), "o-", color=COLORS["quick"], label=f"ours, best (T={data['T']})")
         ax.plot(depths, np.median(a, axis=1), "o:", color=COLORS["quick"], alpha=0.6, label="ours, median")
         for key, style in (("paper_best", "s-"), ("paper_median", "s:")):
-            row = sweep[key].get(name)
+            row = data[key].get(name)
             if row:
                 x = [d for d in range(1, len(row) + 1) if row[d - 1] is not None and d <= depths.max()]
                 ax.plot(x, [row[d - 1] / 100 for d in x], style, color=COLORS["full"], alpha=0.7, markersize=3,
@@ -74,9 +76,9 @@ def depth_sweep(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def boundary_attention(data: dict[str, Any]) -> Figure | None:
+def boundary_attention(data: SweepData) -> Figure | None:
     """Last-layer attention of a trained depth-2 gridworld GPT, with the times at a wall marked."""
-    att = data["sweep"]["grid_attention"]
+    att = data["grid_attention"]
     if att is None:
         return None
     weights, states = np.asarray(att["weights"]), np.asarray(att["states"])
@@ -96,17 +98,16 @@ def boundary_attention(data: dict[str, Any]) -> Figure | None:
     return fig
 
 
-def brittleness(data: dict[str, Any]) -> Figure:
+def brittleness(data: BrittlenessData) -> Figure:
     """Parity: accuracy against the input law, the count of ones and the length (the paper's Figs. 3.8, 3.9)."""
-    b = data["brittleness"]
     fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.2), sharey=True)
-    panels = (("by_prob", b["probs"], "test Pr[σ = 1] (trained at 0.5)"),
-              ("by_count", b["counts"], f"number of ones in {b['T']} inputs"),
-              ("by_length", b["lengths"], f"test length (trained at {b['T']})"))
+    panels = (("by_prob", data["probs"], "test Pr[σ = 1] (trained at 0.5)"),
+              ("by_count", data["counts"], f"number of ones in {data['T']} inputs"),
+              ("by_length", data["lengths"], f"test length (trained at {data['T']})"))
     for ax, (key, x, label) in zip(axes, panels):
         for name, (legend, color) in SERIES.items():
-            if key in b[name]:
-                ys = np.asarray(b[name][key])
+            if key in data[name]:
+                ys = np.asarray(data[name][key])
                 for y in ys:
                     ax.plot(x, y, color=color, alpha=0.3, linewidth=0.8)
                 ax.plot(x, np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)

@@ -1,0 +1,129 @@
+"""The package's layers and the one list of chapters, as CONTRIBUTING.md states them."""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FULL_SHRUNK, TINY
+
+from sandboxes.chapters import all_chapters
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "sandboxes"
+CHAPTERS = [chapter.name for chapter in all_chapters()]
+
+# What each layer may import from the package (CONTRIBUTING.md, "Package layout").
+# A layer is a top-level module or a subpackage; imports under ``if TYPE_CHECKING:`` are annotations only.
+ALLOWED = {
+    "claims": set(), "profiles": set(), "runtime": set(), "losses": set(), "heldout": set(), "plotting": set(),
+    "model": set(),
+    "results": {"claims"},
+    "trainer": {"heldout", "losses", "runtime"},
+    "data": {"data", "losses"},
+    "theory": {"theory", "data", "model"},
+    "sections": {"claims", "profiles", "results", "runtime"},
+    "figures": {"figures", "plotting", "theory", "data"},
+    "chapters": {"chapters", "claims", "data", "heldout", "losses", "model", "profiles", "runtime", "sections",
+                 "theory", "trainer"},
+    "notebook": {"claims", "profiles", "results", "sections"},
+    "bench": {"data", "model", "trainer"},
+    "cli": {"bench", "chapters", "profiles", "runtime"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def _layer(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def _imported_layers(source: str, inside: tuple[str, ...]) -> set[str]:
+    """Package layers a module imports at run time (relative or ``sandboxes.`` imports, outside TYPE_CHECKING);
+    ``inside`` is the module's folder under the package."""
+    tree = ast.parse(source)
+    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+               and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for node in ast.walk(block)}
+    layers = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped or not isinstance(node, ast.ImportFrom | ast.Import):
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name.split(".") for a in node.names if a.name.startswith("sandboxes")]
+            layers |= {n[1] for n in names if len(n) > 1}
+            continue
+        if node.level == 0:
+            if node.module and node.module.startswith("sandboxes."):
+                layers.add(node.module.split(".")[1])
+            elif node.module == "sandboxes":
+                layers |= {a.name for a in node.names}
+            continue
+        base = inside[: len(inside) - (node.level - 1)]
+        target = [*base, *(node.module.split(".") if node.module else [])]
+        layers |= {target[0]} if target else {a.name for a in node.names}
+    return layers
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_imports_only_the_layers_its_layer_may_use(path):
+    layer = _layer(path)
+    assert layer in ALLOWED, f"{layer} is not in the layer table"
+    imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
+    assert imported <= ALLOWED[layer] | ({layer} if path.parent != PACKAGE else set())
+
+
+@pytest.mark.parametrize("source", ["from ..trainer import train", "from sandboxes.trainer import train",
+                                    "import sandboxes.trainer", "from .. import trainer"])
+def test_the_layer_test_sees_a_data_module_import_the_trainer(source):
+    assert "trainer" in _imported_layers(source, ("data",))
+
+
+def test_the_layer_test_lets_annotations_import_anything():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..chapters.markov import BasinData\n"
+    assert _imported_layers(source, ("figures",)) == set()
+
+
+def test_importing_theory_or_data_loads_neither_the_trainer_nor_tqdm():
+    code = ("import sys, sandboxes.theory.markov, sandboxes.data.flipflop, sandboxes.data.automata; "
+            "print(sorted(m for m in sys.modules if m in ('sandboxes.trainer', 'tqdm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- one list of chapters
+def _toc_files() -> list[str]:
+    return re.findall(r"file:\s*(\S+)", (ROOT / "_toc.yml").read_text())
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_registered_chapter_has_a_page_a_toc_entry_test_settings_and_a_readme_row(chapter):
+    assert (ROOT / "book" / f"{chapter}.ipynb").exists()
+    assert f"book/{chapter}" in _toc_files()
+    assert chapter in TINY and chapter in FULL_SHRUNK
+    assert re.search(rf"^\| `{chapter}` \|", (ROOT / "README.md").read_text(), re.MULTILINE)
+
+
+def test_every_page_and_readme_row_is_a_registered_chapter():
+    pages = {path.stem for path in (ROOT / "book").glob("*.ipynb")}
+    rows = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "README.md").read_text(), re.MULTILINE))
+    assert pages == set(CHAPTERS) and rows == set(CHAPTERS) and set(TINY) == set(CHAPTERS)
+    assert [f for f in _toc_files() if f.removeprefix("book/") in pages] == [f"book/{c}" for c in CHAPTERS]
+
+
+def test_the_makefile_takes_the_chapters_from_the_registry():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "list --names" in makefile and not any(re.search(rf"\b{c}\b", makefile) for c in CHAPTERS)
+
+
+@pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.name)
+def test_every_section_shows_its_verdict_and_its_code_on_its_page(chapter):
+    cells = json.loads((ROOT / "book" / f"{chapter.name}.ipynb").read_text())["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells)
+    verdicts = re.findall(r'page\.verdict\("(\w+)"\)', text)
+    included = re.findall(rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}\.py\n:pyobject: (\w+)", text)
+    assert verdicts == [s.name for s in chapter.sections]
+    assert set(included) >= {s.compute.__name__ for s in chapter.sections}
