@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from conftest import TINY as TINY_CONFIGS
 
 from sandboxes.chapters import dilution as chapter
 from sandboxes.data.flipflop import (
@@ -17,12 +19,14 @@ from sandboxes.data.flipflop import (
     FlipFlop,
     I,
     R,
+    Sharpened,
     W,
     all_strings,
     check_sequences,
     read_errors,
 )
-from sandboxes.model import GPT, GPTConfig
+from sandboxes.losses import attention_entropy
+from sandboxes.model import GPT, GPTConfig, WithAttention
 from sandboxes.profiles import resolve
 from sandboxes.theory import dilution as theory
 from sandboxes.trainer import TrainConfig, train
@@ -289,10 +293,10 @@ def test_each_case_needs_its_sign(switch, delta):
         switch(replace(theory.SimulatorWeights(), delta=delta))
 
 
-# ---------------------------------------------------------------- chapter helpers
-def test_entropy_is_zero_for_one_hot_rows_and_log_n_for_uniform_ones():
+# ---------------------------------------------------------------- attention sharpening
+def test_attention_entropy_is_zero_for_one_hot_rows_and_log_n_for_uniform_ones():
     rows = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0]])
-    assert torch.allclose(chapter.entropy(rows), torch.tensor([0.0, math.log(4), math.log(2)]), atol=1e-6, rtol=0)
+    assert torch.allclose(attention_entropy(rows), torch.tensor([0.0, math.log(4), math.log(2)]), atol=1e-6, rtol=0)
 
 
 def test_sharpened_loss_is_cross_entropy_plus_weighted_mean_entropy():
@@ -302,14 +306,14 @@ def test_sharpened_loss_is_cross_entropy_plus_weighted_mean_entropy():
     uniform = torch.ones(7, 7).tril()
     uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(4, 1, 7, 7)
     expected = task.loss(logits, y) + 0.3 * float(np.mean([math.log(t) for t in range(1, 8)]))
-    got = chapter.Sharpened(task, 0.3).loss((logits, [uniform, uniform]), y)
+    got = Sharpened(task, 0.3).loss((logits, [uniform, uniform]), y)
     assert abs(float(got) - float(expected)) <= 1e-6  # float32 logs
 
 
 def test_sharpened_training_runs_batched_and_changes_the_weights():
     config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
-    task = chapter.Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
-    result = train(lambda: chapter.WithAttention(GPT(config)), task, TrainConfig(steps=3, batch_size=4, eval_size=4),
+    task = Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
+    result = train(lambda: WithAttention(GPT(config)), task, TrainConfig(steps=3, batch_size=4, eval_size=4),
                    seeds=[0, 1], progress=False)
     torch.manual_seed(0)
     start = GPT(config)
@@ -320,12 +324,40 @@ def test_sharpened_training_runs_batched_and_changes_the_weights():
 def test_sharpened_training_one_seed_after_another_matches_the_batched_run():
     # a model whose output is a tuple (logits, attention) also trains on the trainer's unbatched path
     config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
-    task = chapter.Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
+    task = Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
     schedule = TrainConfig(steps=3, batch_size=4, eval_size=4)
-    runs = [train(lambda: chapter.WithAttention(GPT(config)), task, schedule, seeds=[0, 1], batched=batched,
+    runs = [train(lambda: WithAttention(GPT(config)), task, schedule, seeds=[0, 1], batched=batched,
                   progress=False) for batched in (True, False)]
     # float32 with a different reduction order (bmm against mm), as in tests/test_trainer.py
     assert np.allclose(runs[0].train_loss, runs[1].train_loss, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the chapter
+TINY = TINY_CONFIGS["dilution"]
+SECTIONS = ["bound", "construction", "simulator", "training"]
+
+
+def _declared_keys_match(data: object, shape: type, where: str) -> None:
+    """The keys of ``data`` are those ``shape`` declares, down through nested TypedDicts."""
+    hints = typing.get_type_hints(shape)
+    assert set(data) == set(hints), where
+    for key, hint in hints.items():
+        if typing.is_typeddict(hint):
+            _declared_keys_match(data[key], hint, f"{where}.{key}")
+
+
+def test_tiny_chapter_run_has_every_section_with_its_declared_keys():
+    result = chapter.CHAPTER.run("quick", TINY, seeds=1, device="cpu", progress=False)
+    assert [s.name for s in chapter.CHAPTER.sections] == SECTIONS and list(result.data) == SECTIONS
+    for section in chapter.CHAPTER.sections:
+        _declared_keys_match(result.data[section.name], section.data_type, section.name)
+    for run in result.data["training"]["sharpness"]["transformer"]:
+        _declared_keys_match(run, chapter.Sharpness, "training.sharpness")
+        for layer in run["layers"]:
+            _declared_keys_match(layer, chapter.LayerSharpness, "training.sharpness.layers")
+    assert {c.section for c in result.claims} == set(SECTIONS)
+    # the exact sections hold even at this scale; trained claims need the quick profile's budget
+    assert [c.name for c in result.claims if c.section != "training" and not c.holds] == []
 
 
 @pytest.mark.parametrize("name, value", [("T", "31"), ("T", "2"), ("p_i", "1.0"), ("sharpen", "-1"), ("base", "63")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from conftest import TINY
 from sandboxes.chapters import shortcuts as chapter
 from sandboxes.data.automata import (
     AutomatonTask,
+    ScratchpadParity,
     Semiautomaton,
     bernoulli_probs,
     binary_with_count,
@@ -27,6 +29,7 @@ from sandboxes.data.automata import (
     order_profile,
     transition_group,
 )
+from sandboxes.losses import IGNORE_INDEX
 from sandboxes.profiles import resolve
 from sandboxes.theory import shortcuts as theory
 
@@ -281,13 +284,26 @@ def test_bad_automaton_parameter_is_rejected():
 
 
 def test_scratchpad_task_interleaves_inputs_and_states():
-    tokens, targets = chapter.ScratchpadParity(5).sample(4, torch.Generator().manual_seed(0))
+    tokens, targets = ScratchpadParity(5).sample(4, torch.Generator().manual_seed(0))
     sigma = tokens[:, 0::2]
     states = torch.from_numpy(cyclic(2).run(sigma.numpy()))
     assert tokens.shape == (4, 9)
     torch.testing.assert_close(tokens[:, 1::2], states[:, :4] + 2)
     torch.testing.assert_close(targets[:, 0::2], states)
-    assert (targets[:, 1::2] == -100).all()
+    assert (targets[:, 1::2] == IGNORE_INDEX).all()
+
+
+def test_sections_are_named_in_reading_order():
+    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "brittleness"]
+    assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
+
+
+def test_one_section_runs_alone():
+    run = chapter.CHAPTER.start("quick", TINY["shortcuts"], seeds=1, device="cpu", progress=False)
+    done = run.section("lemmas")
+    assert set(run.done) == {"lemmas"}
+    assert all(c.section == "lemmas" and c.holds for c in done.claims)
+    assert done.params == ["T", "construct_samples"]
 
 
 def test_tiny_chapter_run_produces_claims_and_data():
@@ -295,6 +311,9 @@ def test_tiny_chapter_run_produces_claims_and_data():
     names = [c.name for c in result.claims]
     assert any(n.startswith("Thm 10") for n in names) and any("LSTM" in n for n in names)
     assert set(result.data) == {"algebra", "construction", "lemmas", "sweep", "brittleness"}
+    declared = typing.get_type_hints(chapter.BrittlenessData)  # top-level keys: tests/test_sections.py
+    for key in ("gpt", "lstm", "scratchpad"):  # the scratchpad has no scores by count of ones
+        assert set(result.data["brittleness"][key]) == set(declared[key].__required_keys__), key
     exact = [c for c in result.claims if c.tolerance == "exact" or c.name.startswith(("Thm 10", "Lemma 13"))]
     assert all(c.holds for c in exact)
     result.to_json()  # every piece of data is JSON-able

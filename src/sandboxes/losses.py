@@ -1,4 +1,4 @@
-"""The next-token loss, the target that no loss counts and the attention entropy, shared by data tasks and the trainer."""
+"""The next-token loss, the target no loss counts and the attention entropy: shared by data tasks and the trainer."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..losses import IGNORE_INDEX, next_token_loss
+from .markov import inverse_cdf
 
 Perm = tuple[int, ...]
 
@@ -417,7 +418,7 @@ class AutomatonTask:
         sigma = np.empty((n, self.length), dtype=np.int64)
         q = np.full(n, a.q0, dtype=np.int64)
         for t in range(self.length):
-            sigma[:, t] = (uniform[:, t : t + 1] >= cumulative[q]).sum(axis=1)
+            sigma[:, t] = inverse_cdf(uniform[:, t], cumulative[q])
             q = a.table[sigma[:, t], q]
         return sigma
 

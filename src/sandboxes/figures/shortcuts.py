@@ -76,11 +76,17 @@ def depth_sweep(data: SweepData) -> Figure:
     return fig
 
 
-def boundary_attention(data: SweepData) -> Figure | None:
-    """Last-layer attention of a trained depth-2 gridworld GPT, with the times at a wall marked."""
+def boundary_attention(data: SweepData) -> Figure:
+    """Last-layer attention of a trained depth-2 gridworld GPT, with the times at a wall marked.
+
+    A sweep without a gridworld, or without depth 2, has no such GPT: the figure then says so.
+    """
     att = data["grid_attention"]
     if att is None:
-        return None
+        fig, ax = plt.subplots(figsize=(5.0, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no gridworld trained at depth 2 in this sweep", ha="center", va="center")
+        return fig
     weights, states = np.asarray(att["weights"]), np.asarray(att["states"])
     heads = weights.shape[0]
     fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.8), squeeze=False)
