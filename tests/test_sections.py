@@ -2,6 +2,8 @@
 
 import importlib
 import inspect
+import types
+import typing
 
 import matplotlib
 import pytest
@@ -15,11 +17,41 @@ matplotlib.use("Agg")
 CHAPTERS = all_chapters()
 
 
+def _matches(data: object, shape: object, where: str) -> None:
+    """``data`` has the keys ``shape`` declares, down through nested TypedDicts, lists, dicts and optionals."""
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if typing.is_typeddict(shape):
+        hints = typing.get_type_hints(shape)
+        assert set(data) == set(hints), where
+        for key, hint in hints.items():
+            _matches(data[key], hint, f"{where}.{key}")
+    elif origin is list:
+        for i, item in enumerate(data):
+            _matches(item, args[0], f"{where}[{i}]")
+    elif origin is dict:
+        for key, item in data.items():
+            _matches(item, args[1], f"{where}[{key!r}]")
+    elif origin in (typing.Union, types.UnionType) and data is not None:
+        _matches(data, next(arg for arg in args if arg is not type(None)), where)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
 def test_every_section_returns_exactly_the_keys_its_data_type_declares(chapter, tiny_result):
     data = tiny_result(chapter.name)["data"]
     for section in chapter.sections:
-        assert set(data[section.name]) == set(section.data_type.__annotations__), section.name
+        _matches(data[section.name], section.data_type, section.name)
+
+
+def test_the_shape_check_sees_a_missing_nested_key():
+    class Inner(typing.TypedDict):
+        a: int
+
+    class Outer(typing.TypedDict):
+        runs: list[Inner]
+
+    _matches({"runs": [{"a": 1}]}, Outer, "ok")
+    with pytest.raises(AssertionError, match=r"bad.runs\[1\]"):
+        _matches({"runs": [{"a": 1}, {"b": 2}]}, Outer, "bad")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import typing
 
 import numpy as np
 import pytest
@@ -306,14 +305,9 @@ def test_one_section_runs_alone():
     assert done.params == ["T", "construct_samples"]
 
 
-def test_tiny_chapter_run_produces_claims_and_data():
-    result = chapter.CHAPTER.run("quick", TINY["shortcuts"], seeds=1, device="cpu", progress=False)
-    names = [c.name for c in result.claims]
+def test_exact_rows_hold_even_at_unit_test_scale(tiny_result):
+    claims = tiny_result("shortcuts")["claims"]
+    names = [c["name"] for c in claims]
     assert any(n.startswith("Thm 10") for n in names) and any("LSTM" in n for n in names)
-    assert set(result.data) == {"algebra", "construction", "lemmas", "sweep", "brittleness"}
-    declared = typing.get_type_hints(chapter.BrittlenessData)  # top-level keys: tests/test_sections.py
-    for key in ("gpt", "lstm", "scratchpad"):  # the scratchpad has no scores by count of ones
-        assert set(result.data["brittleness"][key]) == set(declared[key].__required_keys__), key
-    exact = [c for c in result.claims if c.tolerance == "exact" or c.name.startswith(("Thm 10", "Lemma 13"))]
-    assert all(c.holds for c in exact)
-    result.to_json()  # every piece of data is JSON-able
+    exact = [c for c in claims if c["tolerance"] == "exact" or c["name"].startswith(("Thm 10", "Lemma 13"))]
+    assert all(c["holds"] for c in exact)
