@@ -24,7 +24,7 @@ from sandboxes.data.flipflop import (
     read_errors,
 )
 from sandboxes.losses import attention_entropy
-from sandboxes.model import GPT, GPTConfig, WithAttention
+from sandboxes.model import GPT, LSTM, GPTConfig, WithAttention
 from sandboxes.profiles import resolve
 from sandboxes.theory import dilution as theory
 from sandboxes.trainer import TrainConfig, train
@@ -344,3 +344,158 @@ def test_bad_parameters_are_rejected(name, value):
 
 def test_sharpen_zero_is_a_valid_setting():
     assert resolve(chapter.PARAMS, "quick", {"sharpen": "0"})["sharpen"] == 0.0
+
+
+# ---------------------------------------------------------------- counterfactuals: every row can fail
+# Each case builds a wrong theory, a broken model or an untrained one, runs the chapter's own row
+# logic on it and names the row (a substring of its name) that must come out failing. The
+# coverage test below asks every row of the chapter for a case.
+SMALL_GRID = {"sigmas": (1.0, 6.0), "lengths": (2, 16, 64)}
+
+
+def _bound_rows(**wrong):
+    return chapter.bound_rows(0.5, **SMALL_GRID, **wrong)[0]
+
+
+def _layer2_uniform(weights, size):
+    """The construction with layer 2's queries and keys zeroed: it averages every written bit alike."""
+    model = theory.flipflop_construction(weights, size)
+    with torch.no_grad():
+        model.blocks[1].attn.qkv.weight[: 2 * model.config.d_model] = 0.0
+    return model
+
+
+_construction_runs: dict[str, dict] = {}
+
+
+def _construction_rows(kind: str):
+    builds = {
+        "layer 2 attention off": _layer2_uniform,
+        # the thesis's weights, rebuilt for every length (c grows with T): no positional margin is lost
+        "weights rebuilt per length": lambda w, size: theory.flipflop_construction(replace(w, base=size or w.base), size),
+    }
+    if kind not in _construction_runs:
+        _construction_runs[kind] = chapter.construction_data(theory.FlipFlopWeights(), 4, builds[kind])
+    return chapter.construction_claims(_construction_runs[kind], 4)
+
+
+_simulator_runs: dict[str, dict] = {}
+
+
+def _simulator_rows(kind: str):
+    builds = {
+        "beta too small": lambda w: theory.simulator(replace(w, beta=1.0)),  # beta / scale = 1/8 < ln 2
+        "delta = 0.5 in the orthogonal one": lambda w: theory.simulator(replace(w, delta=w.delta or 0.5)),
+    }
+    if kind not in _simulator_runs:
+        _simulator_runs[kind] = chapter.simulator_data(builds[kind], length=160, random_length=512)
+    return chapter.simulator_claims(_simulator_runs[kind])
+
+
+def _tiny_tests():
+    config = {"T": 8, "p_i": 0.8, "sparse_p_i": 0.98, "dense_p_i": 0.1, "n_in_distribution": 200, "n_sparse": 200,
+              "n_dense": 200}
+    return chapter._test_sets(config)
+
+
+def _untrained_counts(kind: str):
+    torch.manual_seed(0)
+    models = [LSTM(5, 8)] if kind == "lstm" else [GPT(GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8))]
+    return chapter._count(models, _tiny_tests(), torch.device("cpu"))
+
+
+def _training_rows(**kinds):
+    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
+    return chapter._training_claims({**counts, **kinds})
+
+
+def _uniform_rate_counts():
+    """One error rate, 1e-3, everywhere: the old count-against-count row passed this model."""
+    reads = {"in-distribution": 2394, "sparse": 4607, "dense": 29261}
+    return {name: [(round(1e-3 * n), n)] * 3 for name, n in reads.items()}
+
+
+def _sharp(model, sigmas_of=theory.effective_sigmas):
+    seq = FlipFlop.with_ignore(32, 0.8).sequences(16, torch.Generator().manual_seed(0))
+    return chapter._sharpness(model, seq, torch.device("cpu"), sigmas_of=sigmas_of)
+
+
+def _sharp_gpt(seed: int) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=5, block_size=32, n_layer=2, d_model=8, init_std=0.5, tied=False))
+
+
+def _sigma_without_norms(model, idx):
+    """Wrong theory: the head's norm alone, as if the latents had norm 1 (they do not)."""
+    return [theory.spectral_norms(b.attn)[None, :, None].expand(idx.shape[0], -1, idx.shape[1]) for b in model.blocks]
+
+
+COUNTERFACTUALS = {
+    "extremal input attains the bound": lambda: _bound_rows(
+        extremal=lambda sigma, T: theory.extremal_attention(0.9 * sigma, T)),
+    "random unit-ball inputs": lambda: _bound_rows(latent_radius=3.0),
+    "worst-case inputs of random 2-d forms": lambda: _bound_rows(
+        bound_fn=lambda T, sigma: theory.max_weight_bound(T, 0.9 * sigma)),
+    "dilution length": lambda: _bound_rows(length_fn=lambda sigma, t: theory.dilution_length(sigma, t) + 1),
+    "every string of length 4..16": lambda: _construction_rows("layer 2 attention off"),
+    "wrong reads on sparse to all-write strings": lambda: _construction_rows("layer 2 attention off"),
+    "up to the safe length": lambda: _construction_rows("layer 2 attention off"),
+    "answers 'w 1 i 0 r' with 0": lambda: _construction_rows("weights rebuilt per length"),
+    "wrong reads on random strings at block size": lambda: _construction_rows("weights rebuilt per length"),
+    "case 1 (delta > 0)": lambda: _simulator_rows("beta too small"),
+    "case 2 (delta < 0)": lambda: _simulator_rows("beta too small"),
+    "output is the stale bit": lambda: _simulator_rows("beta too small"),
+    "top key is not the latest write": lambda: _simulator_rows("delta = 0.5 in the orthogonal one"),
+    "wrong states on 4 random strings": lambda: _simulator_rows("beta too small"),
+    "LSTM: wrong reads": lambda: _training_rows(),
+    "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
+    "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
+    "sharpened seeds whose error rate": lambda: _training_rows(),
+    "trained attention obeys Prop 4": lambda: chapter._sharpness_claims(
+        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}),
+    "sharpening lowers": lambda: chapter._sharpness_claims(  # sharpen = 0: the sharpened run is the plain one
+        {"transformer": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}),
+}
+
+
+def _row(claims, key: str):
+    name = key.split(" (untrained)")[0]
+    matches = [c for c in claims if name in c.name]
+    assert len(matches) == 1, f"{key!r} matches {[c.name for c in matches]}"
+    return matches[0]
+
+
+@pytest.mark.parametrize("key", list(COUNTERFACTUALS))
+def test_each_row_fails_on_its_counterfactual(key):
+    assert not _row(COUNTERFACTUALS[key](), key).holds
+
+
+@pytest.mark.parametrize("key", ["extremal input attains the bound", "random unit-ball inputs",
+                                 "worst-case inputs of random 2-d forms", "dilution length"])
+def test_the_bound_rows_hold_with_the_right_theory_on_the_small_grid(key):
+    assert _row(_bound_rows(), key).holds
+
+
+def test_the_prop4_row_holds_with_the_latents_norms_on_the_same_model():
+    claims = chapter._sharpness_claims({"transformer": [_sharp(_sharp_gpt(0))]})
+    assert _row(claims, "trained attention obeys Prop 4").holds
+
+
+def test_the_first_query_is_not_tested_by_the_prop4_row():
+    # one key: weight 1 and bound 1, the excess is exactly 0 whatever the theory; only informative queries count
+    run = _sharp(_sharp_gpt(0))
+    assert run["excess"] is not None and run["excess"] < 0
+    assert run["tested"] < 2 * 16 * 31  # layers x strings x queries
+
+
+def test_rate_test_separates_a_tail_from_one_uniform_rate():
+    assert chapter.rate_pvalue(0, 30000, 20, 30000) < 1e-5
+    assert chapter.rate_pvalue(3, 2394, 35, 33868) > 0.1  # one rate, 1e-3, in both
+    assert chapter.rate_pvalue(0, 10, 0, 10) == 1.0
+    assert chapter.glitching_seeds(_uniform_rate_counts()) == 0
+
+
+def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
+    keys = [key.split(" (untrained)")[0] for key in COUNTERFACTUALS]
+    missing = [c["name"] for c in tiny_result("dilution")["claims"] if not any(k in c["name"] for k in keys)]
+    assert missing == []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -18,9 +20,12 @@ from sandboxes.data.automata import (
     binary_with_count,
     compose,
     cyclic,
+    derived_series_from_generators,
     derived_series_orders,
     dyck,
+    generated_group,
     gridworld,
+    groups_of,
     inverse,
     is_solvable,
     make_automaton,
@@ -100,6 +105,14 @@ def test_solvability_from_derived_series(name):
 @pytest.mark.parametrize("name, series", [("S4", [24, 12, 4, 1]), ("A4", [12, 4, 1]), ("A5", [60]), ("S5", [120, 60])])
 def test_derived_series_orders(name, series):
     assert derived_series_orders(transition_group(make_automaton(name))) == series
+
+
+@pytest.mark.parametrize("name", [*sorted(GROUPS), "A5xC2", "A4xC2", "Grid9", "Dyck", "flipflop", "memory3"])
+def test_derived_series_from_generators_agrees_with_all_pairs_commutators(name):
+    """The algebra row compares these two routes; here they agree group by group, not just on solvability."""
+    for group in groups_of(make_automaton(name)):
+        gens = sorted(set(group))[1:] or group
+        assert derived_series_from_generators(gens) == derived_series_orders(group)
 
 
 @pytest.mark.parametrize("name, solvable", [("A5", False), ("C3", True)])
@@ -311,3 +324,148 @@ def test_exact_rows_hold_even_at_unit_test_scale(tiny_result):
     assert any(n.startswith("Thm 10") for n in names) and any("LSTM" in n for n in names)
     exact = [c for c in claims if c["tolerance"] == "exact" or c["name"].startswith(("Thm 10", "Lemma 13"))]
     assert all(c["holds"] for c in exact)
+
+
+# ---------------------------------------------------------------- every verdict row can fail
+QUICK = resolve(chapter.PARAMS, "quick", {})
+
+
+def _without_positions(a, T, gamma):
+    """Broken model: the Theorem 10 network with its position code erased (attention goes uniform)."""
+    model = theory.prefix_composition_gpt(a, T, gamma)
+    with torch.no_grad():
+        model.wpe.zero_()
+    return model
+
+
+def _read_out_off(a, T, gamma):
+    """Wrong theory: the read-out layer off by a factor 1.01."""
+    model = theory.prefix_composition_gpt(a, T, gamma)
+    with torch.no_grad():
+        model.head.weight.mul_(1.01)
+    return model
+
+
+def _construction_claims(build=theory.prefix_composition_gpt, soft_build=theory.prefix_composition_gpt):
+    gen = torch.Generator().manual_seed(0)
+    a, n = make_automaton("D8"), 16
+    checks = [chapter._check_construction(a, 8, n, gen, build=build)]
+    scales = [0.1, 1.0]
+    soft = [chapter._check_construction(a, 8, n, gen, s, build=soft_build) for s in scales]
+    temperature = {"automaton": "D8", "T": 8, "scales": scales, "samples": n,
+                   "accuracy": [1 - c["errors"] / (n * 8) for c in soft], "errors": [c["errors"] for c in soft]}
+    return chapter.construction_claims(checks, temperature, n)
+
+
+def _lemma_claims(**broken):
+    return chapter.lemma_claims(chapter.lemma_rows(16, 32, torch.Generator().manual_seed(0), **broken))
+
+
+@functools.cache
+def _algebra_rows():
+    return chapter.algebra_rows(["C2", "A4", "A5", "A5xC2", "Grid4"])
+
+
+def _algebra_claims(predict):
+    return chapter.algebra_claims(_algebra_rows(), predict(_algebra_rows()))
+
+
+def _second_route_claims(second_route):
+    rows = chapter.algebra_rows(["C2", "A5"], second_route=second_route)
+    return chapter.algebra_claims(rows, [r["name"] for r in rows if not r["solvable_by_generators"]])
+
+
+SWEEP_NAMES, SWEEP_DEPTHS = ["Grid4", "A5"], [1, 2]
+SOLVED_GRID = np.array([[[0.97, 0.96], [1.0, 1.0]], [[0.40, 0.41], [0.50, 0.52]]])  # automaton x depth x seed
+
+
+def _sweep_claims(acc):
+    return chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], QUICK)
+
+
+def _parity(**changes):
+    """Brittleness data as the paper reports it (GPT solves T, drops under shift and at 2T; the recurrent ones
+    stay at 1), with ``changes`` applied: ``model -> (by_prob, by_length)`` rows for every seed."""
+    out = {"T": 16, "probs": [0.1, 0.3, 0.5, 0.7, 0.9], "lengths": [8, 16, 24, 32], "counts": list(range(17)),
+           "gpt": {"by_prob": [[1.0, 1.0, 0.995, 0.9, 0.8]] * 2, "by_length": [[1.0, 0.995, 0.8, 0.7]] * 2},
+           "lstm": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2},
+           "scratchpad": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2}}
+    for model, (by_prob, by_length) in changes.items():
+        out[model] = {"by_prob": [by_prob] * 2, "by_length": [by_length] * 2}
+    return chapter.brittleness_claims(out, QUICK)
+
+
+UNTRAINED = ([0.5] * 5, [0.5] * 4)  # chance on parity, every law and length
+FLAT = ([0.995] * 5, [0.995] * 4)  # a recurrent solution: no drop anywhere
+SHORTCUT = ([1.0, 1.0, 0.995, 0.9, 0.8], [1.0, 0.995, 0.8, 0.7])
+
+# (key matched against claim names, what breaks, claims computed under it)
+COUNTERFACTUALS = [
+    ("^non-solvable automata", "name pattern A_n, S_n (n >= 5) as the prediction: misses A5xC2",
+     lambda: _algebra_claims(lambda rows: [r["name"] for r in rows if r["name"] in ("A5", "S5")])),
+    ("^non-solvable automata", "second route with the commutator replaced by the group itself (nothing shrinks)",
+     lambda: _second_route_claims(lambda gens: [len(generated_group(gens))])),
+    ("^Thm 10: wrong states", "position code erased", lambda: _construction_claims(build=_without_positions)),
+    (r"^Thm 10: max \|read-out", "read-out layer off by a factor 1.01",
+     lambda: _construction_claims(build=_read_out_off)),
+    ("^Lemma 13:", "position code erased: attention misses its target",
+     lambda: _construction_claims(build=_without_positions)),
+    ("^softened Thm 10", "attention whose scale ignores gamma (always Lemma 13's)",
+     lambda: _construction_claims(soft_build=lambda a, T, gamma: theory.prefix_composition_gpt(a, T))),
+    ("^Lemma 15:", "counter started at q0 = 1",
+     lambda: _lemma_claims(counter=lambda m, T: theory.counter_gpt(m, T, 1))),
+    ("^Lemma 16:", "memory unit started at q0 = 1",
+     lambda: _lemma_claims(memory_unit=lambda m, T: theory.memory_gpt(m, T, 1))),
+    (r"^Thm 12, Alg\. 1:", "walls one state too early",
+     lambda: _lemma_claims(grid=lambda s, n: theory.gridworld_by_boundaries(s, n - 1))),
+    (r"^Grid4 \(solvable\)", "untrained: chance accuracy", lambda: _sweep_claims(np.full((2, 2, 2), 0.25))),
+    (r"^A5 \(non-solvable\)", "labels shuffled: A5 gets the gridworld's accuracies",
+     lambda: _sweep_claims(SOLVED_GRID[::-1])),
+    ("^parity GPT .*training law", "untrained GPT", lambda: _parity(gpt=UNTRAINED)),
+    ("^parity GPT .*worst shifted", "GPT that found the recurrent solution", lambda: _parity(gpt=FLAT)),
+    ("^parity GPT .*minus at", "GPT that found the recurrent solution", lambda: _parity(gpt=FLAT)),
+    ("^parity LSTM", "untrained LSTM", lambda: _parity(lstm=UNTRAINED)),
+    ("^scratchpad", "scratchpad GPT that learned the shortcut", lambda: _parity(scratchpad=SHORTCUT)),
+]
+
+
+@pytest.mark.parametrize("key, broken, claims", COUNTERFACTUALS, ids=[f"{k} / {b}" for k, b, _ in COUNTERFACTUALS])
+def test_every_row_fails_under_its_counterfactual(key, broken, claims):
+    rows = [c for c in claims() if re.search(key, c.name)]
+    assert len(rows) == 1, [c.name for c in claims()]
+    assert not rows[0].holds, rows[0]
+
+
+def test_unbroken_counterparts_hold():
+    """The counterfactuals above change one thing: without it, every row they target holds."""
+    for claims in (_algebra_claims(lambda rows: [r["name"] for r in rows if not r["solvable_by_generators"]]),
+                   _construction_claims(), _lemma_claims(), _sweep_claims(SOLVED_GRID), _parity()):
+        assert all(c.holds for c in claims), [c for c in claims if not c.holds]
+
+
+def test_every_row_has_a_counterfactual(tiny_result):
+    names = [c["name"] for c in tiny_result("shortcuts")["claims"]]
+    names += [c.name for c in _sweep_claims(SOLVED_GRID)]  # the quick profile's sweep rows (tiny has no easy row)
+    for name in names:
+        assert any(re.search(key, name) for key, _, _ in COUNTERFACTUALS), f"no counterfactual for {name!r}"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ({"hard": "C2"}, []),  # the paper reports C2 solved by depth 2: no 'stays below' row
+    ({"hard": "A5", "T": 4}, []),  # Theorem 10 builds A5 in 2 layers at T = 4: no row
+    ({"hard": "A4"}, ["A4 (solvable): best accuracy at depth <= 2, T = 8"]),  # computed label
+    ({"hard": "A5xC2"}, []),  # not in the paper's table
+    ({"easy": "C2", "shallow_depth": 1, "hard": ""}, []),  # the paper's cell is lost at depth 1
+])
+def test_sweep_rows_only_where_the_paper_reports_them(override, expected):
+    config = {**QUICK, "easy": "", **override}
+    names = ["Grid4", "C2", "A4", "A5", "A5xC2"]
+    acc = np.full((len(names), 2, 2), 0.3)
+    solvable = [True, True, True, False, False]  # as test_solvability_from_derived_series checks
+    assert [c.name for c in chapter.sweep_claims(names, [1, 2], acc, solvable, config)] == expected
+
+
+def test_sweep_labels_are_computed_not_assumed():
+    claims = chapter.sweep_claims(["C2", "A5"], [1, 2], np.full((2, 2, 1), 0.3), [True, False],
+                                  {**QUICK, "easy": "C2", "hard": "A5"})
+    assert [c.name.split(":")[0] for c in claims] == ["C2 (solvable)", "A5 (non-solvable)"]

@@ -18,6 +18,7 @@ SIMULATOR_STRINGS = TRAINER_EVAL + 11  # random strings fed to the flip-flop sim
 LENGTH_SWEEP = TRAINER_EVAL  # plus the block size: strings of each length in the construction sweep
 MARKOV_EXCESS = 20_000_003  # sequences on which a Markov model's exact excess loss is measured
 MARKOV_PREDICTION = 20_000_011  # the one sequence whose predictions the Markov chapter draws
+MARKOV_DIRECTIONS = 20_000_019  # random directions of the direct local-minimum test (Markov chapter)
 
 
 def generator(seed: int) -> torch.Generator:

@@ -7,11 +7,13 @@ data (a ``TypedDict`` per section, which the section's figures in ``figures.dilu
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
+from scipy.stats import binom
 from torch import Tensor, nn
 
 from .. import heldout
@@ -47,6 +49,8 @@ PARAMS = (
     Param("dense_p_i", float, 0.1, 0.1, "p_i of the dense (many writes) test set", probability),
     Param("n_sparse", int, 4000, 100_000, "sequences in the sparse test set", at_least(1)),
     Param("n_dense", int, 4000, 10_000, "sequences in the dense test set", at_least(1)),
+    Param("n_in_distribution", int, 15_000, 50_000, "sequences in the in-distribution test set (about as many reads "
+          "as the sparse and dense sets together, so their error rates are compared at equal power)", at_least(1)),
     Param("n_layer", int, 2, 6, "transformer layers", at_least(1)),
     Param("d_model", int, 32, 512, "transformer width", at_least(1)),
     Param("n_head", int, 1, 8, "attention heads per layer", at_least(1)),
@@ -85,30 +89,41 @@ class BoundData(TypedDict):
 
 def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
     """The bound on a grid: attained by an extremal input, never exceeded by random or worst-case ones."""
+    claims, data = bound_rows(config["threshold"])
+    return Outcome(claims, data)
+
+
+def bound_rows(threshold: float, bound_fn: Callable[..., Any] = theory.max_weight_bound,
+               extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention,
+               length_fn: Callable[[float, float], int] = theory.dilution_length,
+               sigmas: tuple[float, ...] = SIGMAS, lengths: tuple[int, ...] = LENGTHS,
+               latent_radius: float = 1.0) -> tuple[list[Claim], BoundData]:
+    """The rows and data of the bound section for a given bound, extremal input and dilution length.
+
+    The chapter passes the theory's three functions and unit-ball latents; a test passes a wrong one
+    (a bound off by a constant, an extremal input of the wrong norm, a dilution length off by one,
+    random latents outside the unit ball that the proposition assumes) and sees its row fail.
+    """
     rng = np.random.default_rng(0)
     attained, random_excess, worst_excess = [], [], []
-    random_max = np.zeros((len(SIGMAS), len(LENGTHS)))
-    worst_ratio = np.zeros((len(SIGMAS), len(LENGTHS)))
-    for a, sigma in enumerate(SIGMAS):
-        for b, T in enumerate(LENGTHS):
-            bound = float(theory.max_weight_bound(T, sigma))
-            model, idx = theory.extremal_attention(sigma, T)
-            with torch.no_grad():
-                weight = float(model(idx, return_attention=True)[1][0][0, 0, -1, 0])
-            attained.append(abs(weight - bound))
-            weights = _random_max_weights(rng, sigma, T, n=64)
+    random_max = np.zeros((len(sigmas), len(lengths)))
+    worst_ratio = np.zeros((len(sigmas), len(lengths)))
+    for a, sigma in enumerate(sigmas):
+        for b, T in enumerate(lengths):
+            limit = float(bound_fn(T, sigma))
+            attained.append(abs(_extremal_weight(sigma, T, extremal) - limit))
+            weights = _random_max_weights(rng, sigma, T, n=64, radius=latent_radius)
             random_max[a, b] = weights.max()
-            random_excess.append(weights.max() - bound)
-            M = _random_form(rng, sigma, 2)
-            worst = theory.worst_case_max_weight(M, T)
-            worst_ratio[a, b] = worst / bound
-            worst_excess.append(worst - bound)
-    threshold = config["threshold"]
+            random_excess.append(weights.max() - limit)
+            worst = theory.worst_case_max_weight(_random_form(rng, sigma, 2), T)
+            worst_ratio[a, b] = worst / limit
+            worst_excess.append(worst - limit)
     crossings = []
-    for sigma in SIGMAS:
-        T_star = theory.dilution_length(sigma, threshold)
-        if 2 < T_star <= max(LENGTHS):  # the extremal input is a full T x T attention: keep T small
-            crossings.append(_extremal_weight(sigma, T_star - 1) > threshold >= _extremal_weight(sigma, T_star))
+    for sigma in sigmas:
+        T_star = length_fn(sigma, threshold)
+        if 2 < T_star <= max(lengths):  # the extremal input is a full T x T attention: keep T small
+            crossings.append(_extremal_weight(sigma, T_star - 1, extremal) > threshold
+                             >= _extremal_weight(sigma, T_star, extremal))
     sigma_grid = np.linspace(0.0, 6.0, 61)
     claims = [
         Claim.close("Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
@@ -117,19 +132,22 @@ def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
                       float(max(random_excess)), BOUND_REASON),
         Claim.at_most("Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)", EXACT,
                       float(max(worst_excess)), BOUND_REASON),
-        Claim.exact(f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
-                    f"{len(crossings)} of {len(crossings)}", f"{sum(crossings)} of {len(crossings)}",
-                    f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(LENGTHS)})"),
     ]
+    if crossings:  # no sigma of the grid has its T* inside the lengths: the inverse is not tested, no row
+        claims.append(Claim.exact(
+            f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
+            f"{len(crossings)} of {len(crossings)}", f"{sum(crossings)} of {len(crossings)}",
+            f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(lengths)})"))
     data: BoundData = {
-        "sigmas": list(SIGMAS), "lengths": list(LENGTHS), "random_max": random_max, "worst_ratio": worst_ratio,
+        "sigmas": list(sigmas), "lengths": list(lengths), "random_max": random_max, "worst_ratio": worst_ratio,
         "sigma_grid": sigma_grid, "thresholds": list(THRESHOLDS),
-        "dilution_length": {str(t): [theory.dilution_length(s, t) for s in sigma_grid] for t in THRESHOLDS}}
-    return Outcome(claims, data)
+        "dilution_length": {str(t): [length_fn(s, t) for s in sigma_grid] for t in THRESHOLDS}}
+    return claims, data
 
 
-def _extremal_weight(sigma: float, T: int) -> float:
-    model, idx = theory.extremal_attention(sigma, T)
+def _extremal_weight(sigma: float, T: int,
+                     extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention) -> float:
+    model, idx = extremal(sigma, T)
     with torch.no_grad():
         return float(model(idx, return_attention=True)[1][0][0, 0, -1, 0])
 
@@ -139,13 +157,14 @@ def _random_form(rng: np.random.Generator, sigma: float, d: int) -> np.ndarray:
     return sigma * M / np.linalg.norm(M, 2)
 
 
-def _random_max_weights(rng: np.random.Generator, sigma: float, T: int, n: int, d: int = 8) -> np.ndarray:
-    """Largest attention weight of the last query, for ``n`` random forms and unit-ball latents."""
+def _random_max_weights(rng: np.random.Generator, sigma: float, T: int, n: int, d: int = 8,
+                        radius: float = 1.0) -> np.ndarray:
+    """Largest attention weight of the last query, for ``n`` random forms and latents in the ball of ``radius``."""
     out = np.empty(n)
     for k in range(n):
         M = _random_form(rng, sigma, d)
         x = rng.normal(size=(T, d))
-        x *= rng.uniform(0, 1, size=(T, 1)) ** (1 / d) / np.linalg.norm(x, axis=1, keepdims=True)
+        x *= radius * rng.uniform(0, 1, size=(T, 1)) ** (1 / d) / np.linalg.norm(x, axis=1, keepdims=True)
         scores = x @ M.T @ x[-1]  # x_j^T M^T x_T = x_T^T M x_j
         w = np.exp(scores - scores.max())
         out[k] = (w / w.sum()).max()
@@ -158,61 +177,81 @@ class ConstructionData(TypedDict):
     safe_length: int  # largest block size at which the closed-form conditions certify it
     onset: int  # first block size at which 'w 1 i 0 r' is answered wrongly (closed form)
     base: int  # the block size the weights are built for
+    exhaustive: tuple[int, int]  # (wrong, total) reads over every string of length 4..16 at the base length
+    at_base: tuple[int, int]  # (wrong, total) reads on random strings, p_i in 0.98, 0.8, 0.1, 0, at the base length
+    witness_scan: int | None  # first block size at which the GPT itself answers 'w 1 i 0 r' wrongly
     errors: dict[str, list[int]]  # p_i (as a string) -> wrong reads on random strings at each size
     self_selection: list[float]  # at each size: smallest layer-1 weight an unwritten bit gives itself
     conditions: dict[str, list[float]]  # written / not_written / latest_wins -> slack at each size
 
 
+Build = Callable[[theory.FlipFlopWeights, int | None], GPT]
+
+
 def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
     """The 2-layer construction: exact on every short string and on random ones; then held fixed as T grows."""
-    weights = theory.FlipFlopWeights(base=config["base"])
-    model = theory.flipflop_construction(weights)
-    n = config["n_construction"]
+    data = construction_data(theory.FlipFlopWeights(base=config["base"]), config["n_construction"])
+    return Outcome(construction_claims(data, config["n_construction"]), data)
+
+
+def construction_data(weights: theory.FlipFlopWeights, n: int,
+                      build: Build = theory.flipflop_construction) -> ConstructionData:
+    """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""
+    model = build(weights, None)
     exhaustive = [_errors(model, all_strings(length)) for length in range(4, 18, 2)]
-    wrong = sum(e for e, _ in exhaustive)
-    total = sum(t for _, t in exhaustive)
-    claims = [Claim.exact("Prop 3 construction: wrong reads over every string of length 4..16",
-                          "0", str(wrong), f"exhaustive: {total} reads")]
     generator = heldout.generator(heldout.FLIPFLOP_CONSTRUCTION)
-    sets = {f"p_i={p}": FlipFlop.with_ignore(weights.base, p).sequences(n, generator) for p in (0.98, 0.8, 0.1, 0.0)}
-    at_base = {name: _errors(model, seq) for name, seq in sets.items()}
-    claims.append(Claim.exact(f"Prop 3 construction at T = {weights.base}: wrong reads on sparse to all-write strings",
-                              "0", str(sum(e for e, _ in at_base.values())),
-                              f"{sum(t for _, t in at_base.values())} reads, p_i in 0.98, 0.8, 0.1, 0"))
+    sets = {p: FlipFlop.with_ignore(weights.base, p).sequences(n, generator) for p in (0.98, 0.8, 0.1, 0.0)}
+    at_base = [_errors(model, seq) for seq in sets.values()]
     safe, onset = theory.safe_length(weights), theory.witness_onset(weights)
     sizes = sorted(set(range(weights.base, 5 * weights.base // 2 + 1, weights.base // 4)) | {safe, onset - 2, onset})
     sweep: dict[float, list[int]] = {p: [] for p in (0.98, 0.8, 0.1)}
     selection = []
     for size in sizes:
-        fixed = theory.flipflop_construction(weights, block_size=size)
+        fixed = build(weights, size)
         generator = heldout.generator(heldout.LENGTH_SWEEP + size)
         for p in sweep:
             seq = FlipFlop.with_ignore(size, p).sequences(n, generator)
             sweep[p].append(_errors(fixed, seq)[0])
         selection.append(_self_selection(fixed, seq[:64]))
-    errors_at = {size: sum(sweep[p][k] for p in sweep) for k, size in enumerate(sizes)}
-    claims.append(Claim.exact(f"fixed weights: wrong reads at every block size up to the safe length {safe}",
-                              "0", str(sum(e for size, e in errors_at.items() if size <= safe)),
-                              f"the closed-form sufficient conditions hold there; {n} strings per p_i and size"))
-    claims.append(Claim.exact("fixed weights: first block size at which the GPT answers 'w 1 i 0 r' with 0",
-                              str(onset), str(_witness_scan(weights)),
-                              "closed form: the w three tokens back outweighs the bit once 3 kappa base / C is small"))
-    claims.append(Claim.at_least(f"fixed weights: wrong reads on random strings at block size {onset}", 1,
-                                 errors_at[onset], "the witness pattern occurs in them", digits=8))
-    data: ConstructionData = {
+    return {
         "sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
+        "exhaustive": (sum(e for e, _ in exhaustive), sum(t for _, t in exhaustive)),
+        "at_base": (sum(e for e, _ in at_base), sum(t for _, t in at_base)),
+        "witness_scan": _witness_scan(weights, build),
         "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection,
         "conditions": {k: [theory.construction_conditions(weights, s)[k] for s in sizes]
                        for k in ("written", "not_written", "latest_wins")}}
-    return Outcome(claims, data)
 
 
-def _witness_scan(weights: theory.FlipFlopWeights) -> int | None:
+def construction_claims(data: ConstructionData, n: int) -> list[Claim]:
+    """The construction's rows, from its measured counts and its closed-form lengths."""
+    (wrong, total), (base_wrong, base_total) = data["exhaustive"], data["at_base"]
+    safe, onset = data["safe_length"], data["onset"]
+    errors_at = {size: sum(v[k] for v in data["errors"].values()) for k, size in enumerate(data["sizes"])}
+    margin = "the per-position score margin kappa base / C of the fixed linear positions"
+    return [
+        Claim.exact("Prop 3 construction: wrong reads over every string of length 4..16", "0", str(wrong),
+                    f"exhaustive: {total} reads"),
+        Claim.exact(f"Prop 3 construction at T = {data['base']}: wrong reads on sparse to all-write strings",
+                    "0", str(base_wrong), f"{base_total} reads, p_i in 0.98, 0.8, 0.1, 0"),
+        Claim.exact(f"fixed weights: wrong reads at every block size up to the safe length {safe}",
+                    "0", str(sum(e for size, e in errors_at.items() if size <= safe)),
+                    f"the closed-form sufficient conditions hold there; {n} strings per p_i and size"),
+        Claim.exact("fixed weights, positional margin: first block size at which the GPT answers 'w 1 i 0 r' with 0",
+                    str(onset), str(data["witness_scan"]),
+                    f"closed form: {margin} shrinks until the w three tokens back outweighs the bit "
+                    "(5 keys: not Prop 4's dilution, whose bound is 1 here)"),
+        Claim.at_least(f"fixed weights, positional margin: wrong reads on random strings at block size {onset}", 1,
+                       errors_at[onset], f"the witness pattern occurs in them; {n} strings per p_i", digits=8),
+    ]
+
+
+def _witness_scan(weights: theory.FlipFlopWeights, build: Build = theory.flipflop_construction) -> int | None:
     """First even block size from ``base`` at which the GPT itself answers the witness read wrongly."""
     x = torch.tensor([theory.WITNESS])
     for size in range(weights.base, 8 * weights.base, 2):
         with torch.no_grad():
-            if read_errors(theory.flipflop_construction(weights, block_size=size)(x), x)[0]:
+            if read_errors(build(weights, size)(x), x)[0]:
                 return size
     return None
 
@@ -247,6 +286,9 @@ class SimulatorRun(TypedDict):
     delta: float  # W_Qp^T W_Kp of this simulator
     case1_top: list[int]  # case 1's input (a write at 0, then noops): the top-scored key at each query
     case2_top: list[int]  # case 2's inputs (writes at 0 and t - 1): the top-scored key at query t = 2, 3, ...
+    case2_out: list[int]  # case 2's inputs: the output (argmax) at query t = 2, 3, ...
+    random_misses: int | None  # delta = 0 only: queries of 4 random strings of 2048 whose top key is not the latest write
+    random_wrong: int | None  # delta = 0 only: wrong states on those strings
 
 
 # three simulators (keys with spaces, so the functional form) and the two closed-form switches
@@ -261,48 +303,62 @@ SimulatorData = TypedDict("SimulatorData", {
 
 def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]:
     """Linear positions: a position-position term makes the top score leave the latest write; without it, never."""
-    claims: list[Claim] = []
+    data = simulator_data()
+    return Outcome(simulator_claims(data), data)
+
+
+def simulator_data(build: Callable[[theory.SimulatorWeights], GPT] = theory.simulator,
+                   length: int = 240, random_length: int = 2048) -> SimulatorData:
+    """Top keys and outputs of ``build(weights)`` (the simulator, or a broken one in a test) on the proof's inputs."""
     data: dict[str, Any] = {}
     for name, delta in (("case 1", CASE1_DELTA), ("case 2", CASE2_DELTA), ("orthogonal", 0.0)):
-        weights = replace(SIMULATOR, delta=delta)
-        model = theory.simulator(weights)
-        claims.append(Claim.close(f"Prop 5 {name}: W_Qp^T W_Kp read off the GPT's weights", delta,
-                                  theory.position_product(model, weights.scale), EXACT, EXACT_REASON))
-        case1 = _top_key(model, theory.case1_sequence(240))[0]
-        case2_seq = theory.case2_sequences(240)
-        case2 = _top_key(model, case2_seq)
-        rows = torch.arange(2, 240)
-        case2_top = case2[rows, rows]
+        model = build(replace(SIMULATOR, delta=delta))
+        case2_seq = theory.case2_sequences(length)
+        rows = torch.arange(2, length)
         with torch.no_grad():
             case2_out = model(case2_seq).argmax(-1)[rows, rows]
-        wrong1 = [int(t) for t in torch.nonzero(case1 != 0).flatten()]
-        wrong2 = [int(t) for t in rows[case2_top != rows - 1]]
-        data[name] = {"delta": delta, "case1_top": case1.tolist(), "case2_top": case2_top.tolist()}
-        if delta > 0:
-            claims.append(Claim.exact("Prop 5 case 1 (delta > 0): first query whose top key is a noop, not the write",
-                                      str(theory.case1_switch(weights)), str(wrong1[0] if wrong1 else None),
-                                      "root of delta p^2 + (beta - gamma) p - big"))
-        if delta < 0:
-            claims.append(Claim.exact("Prop 5 case 2 (delta < 0): first length whose top key is the stale write",
-                                      str(theory.case2_switch(weights)), str(wrong2[0] if wrong2 else None),
-                                      "p_t = beta / |delta|"))
-            wrong_out = [int(t) for t in rows[case2_out != theory.WRITE0]]
-            claims.append(Claim.exact("Prop 5 case 2: first length whose output is the stale bit",
-                                      str(theory.case2_switch(weights)), str(wrong_out[0] if wrong_out else None),
-                                      "the output's sign is that of the higher-scored write"))
+        run: dict[str, Any] = {"delta": delta, "case1_top": _top_key(model, theory.case1_sequence(length))[0].tolist(),
+                               "case2_top": _top_key(model, case2_seq)[rows, rows].tolist(),
+                               "case2_out": case2_out.tolist(), "random_misses": None, "random_wrong": None}
         if delta == 0:
-            long = _random_simulator_strings(2048, 4)
-            top = _top_key(model, long)
-            misses = int((top != theory.latest_write_position(long)).sum()) + len(wrong1) + len(wrong2)
+            long = _random_simulator_strings(random_length, 4)
+            run["random_misses"] = int((_top_key(model, long) != theory.latest_write_position(long)).sum())
             with torch.no_grad():
-                out_wrong = int((model(long).argmax(-1) != theory.simulator_states(long)).sum())
-            claims.append(Claim.exact("Prop 5, W_Qp^T W_Kp = 0: queries whose top key is not the latest write",
-                                      "0", str(misses), "both proof inputs to 240 and 4 random strings of 2048"))
-            claims.append(Claim.exact("Prop 5, W_Qp^T W_Kp = 0: wrong states on 4 random strings of 2048",
-                                      "0", str(out_wrong), "beta / scale > ln 2: the latest write outweighs all earlier ones"))
+                run["random_wrong"] = int((model(long).argmax(-1) != theory.simulator_states(long)).sum())
+        data[name] = run
     data["case1_switch"] = theory.case1_switch(replace(SIMULATOR, delta=CASE1_DELTA))
     data["case2_switch"] = theory.case2_switch(replace(SIMULATOR, delta=CASE2_DELTA))
-    return Outcome(claims, data)
+    return data  # type: ignore[return-value]
+
+
+def simulator_claims(data: SimulatorData) -> list[Claim]:
+    """The simulators' rows: measured switches against the closed forms; none for delta = 0."""
+    def first(ts: list[int]) -> str:
+        return str(ts[0] if ts else None)
+
+    def case1_wrong(run: SimulatorRun) -> list[int]:
+        return [t for t, key in enumerate(run["case1_top"]) if key != 0]
+
+    def case2_wrong(run: SimulatorRun, key: str, right: Callable[[int], int]) -> list[int]:
+        return [t for t, v in enumerate(run[key], start=2) if v != right(t)]  # type: ignore[literal-required]
+
+    one, two, zero = data["case 1"], data["case 2"], data["orthogonal"]
+    misses = len(case1_wrong(zero)) + len(case2_wrong(zero, "case2_top", lambda t: t - 1)) + (zero["random_misses"] or 0)
+    return [
+        Claim.exact("Prop 5 case 1 (delta > 0): first query whose top key is a noop, not the write",
+                    str(data["case1_switch"]), first(case1_wrong(one)), "root of delta p^2 + (beta - gamma) p - big"),
+        Claim.exact("Prop 5 case 2 (delta < 0): first length whose top key is the stale write",
+                    str(data["case2_switch"]), first(case2_wrong(two, "case2_top", lambda t: t - 1)),
+                    "p_t = beta / |delta|"),
+        Claim.exact("Prop 5 case 2: first length whose output is the stale bit",
+                    str(data["case2_switch"]), first(case2_wrong(two, "case2_out", lambda t: theory.WRITE0)),
+                    "the output's sign is that of the higher-scored write"),
+        Claim.exact("converse in our simulators, delta = 0: queries whose top key is not the latest write",
+                    "0", str(misses), "not Prop 5's statement: delta = 0, big > 0, gamma >= beta > 0 suffice "
+                    "(proved on the page); both proof inputs to 240 and 4 random strings of 2048"),
+        Claim.exact("converse in our simulators, delta = 0: wrong states on 4 random strings of 2048",
+                    "0", str(zero["random_wrong"]), "beta / scale > ln 2: the latest write outweighs all earlier ones"),
+    ]
 
 
 def _top_key(model: GPT, seq: Tensor) -> Tensor:
@@ -331,7 +387,11 @@ class LayerSharpness(TypedDict):
 class Sharpness(TypedDict):
     bin_edges: list[float]  # position bins of the reads
     layers: list[LayerSharpness]  # one per layer
-    excess: float  # largest weight minus its Proposition 4 bound over every query, head and layer
+    # largest weight minus its Proposition 4 bound over the queries, heads and layers where the bound is below
+    # 1 - BOUND_TOL (elsewhere, the first query above all, weight and bound are both 1 and nothing is tested);
+    # None when there is no such query
+    excess: float | None
+    tested: int  # how many (query, head, layer) triples entered ``excess``
 
 
 class TrainingData(TypedDict):
@@ -408,54 +468,91 @@ def _copier(model: nn.Module, wrap: type[nn.Module] | None = None):
 def _test_sets(config: dict[str, Any]) -> dict[str, Tensor]:
     """Held-out strings from fixed seeds that no training stream uses."""
     T = config["T"]
-    spec = {"in-distribution": (config["p_i"], 1000), "sparse": (config["sparse_p_i"], config["n_sparse"]),
+    spec = {"in-distribution": (config["p_i"], config["n_in_distribution"]), "sparse": (config["sparse_p_i"], config["n_sparse"]),
             "dense": (config["dense_p_i"], config["n_dense"])}
     return {name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
             for k, (name, (p, n)) in enumerate(spec.items())}
+
+
+GLITCH_LEVEL = 0.01  # family-wise level of the per-seed rate tests (Bonferroni over the seeds)
+BOUND_TOL = 1e-5  # float32 attention and norms
+
+
+def rate_pvalue(wrong_in: int, reads_in: int, wrong_rare: int, reads_rare: int) -> float:
+    """One-sided exact test that the rare strings' error rate exceeds the in-distribution one.
+
+    Under equal rates, given ``k`` errors in all, the in-distribution count is
+    ``Binomial(k, reads_in / (reads_in + reads_rare))``; the p-value is the chance of at most the
+    observed in-distribution count. It is 1 without errors, and near 1/2 for one uniform error rate.
+    """
+    k = wrong_in + wrong_rare
+    if k == 0:
+        return 1.0
+    return float(binom.cdf(wrong_in, k, reads_in / (reads_in + reads_rare)))
+
+
+def glitching_seeds(runs: dict[str, list[tuple[int, int]]]) -> int:
+    """Seeds whose read error rate on the sparse and dense sets together exceeds the in-distribution one.
+
+    Exact one-sided test per seed (:func:`rate_pvalue`) at level ``GLITCH_LEVEL`` divided by the
+    number of seeds, so that a model with one error rate everywhere counts no seed at that level.
+    """
+    n = len(runs["in-distribution"])
+    count = 0
+    for k in range(n):
+        wrong_in, reads_in = runs["in-distribution"][k]
+        wrong_rare = runs["sparse"][k][0] + runs["dense"][k][0]
+        reads_rare = runs["sparse"][k][1] + runs["dense"][k][1]
+        count += rate_pvalue(wrong_in, reads_in, wrong_rare, reads_rare) < GLITCH_LEVEL / n
+    return count
 
 
 def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> list[Claim]:
     lstm_wrong = sum(w for name in ("sparse", "dense") for w, _ in counts["lstm"][name])
     reads = sum(t for name in ("sparse", "dense") for _, t in counts["lstm"][name])
     claims = [Claim.exact("LSTM: wrong reads on the sparse and dense sets, all seeds", "0", str(lstm_wrong),
-                          f"reported: 0 errors in 100/100 runs; {reads} reads here")]
-    runs = counts["transformer"]
-    glitching = sum(ind == 0 and sparse + dense > 0 for (ind, _), (sparse, _), (dense, _)
-                    in zip(runs["in-distribution"], runs["sparse"], runs["dense"]))
-    claims.append(Claim.at_least("transformer seeds with no in-distribution error but wrong sparse or dense reads",
-                                 1, glitching, "reported (R1): a long tail of errors behind perfect held-out accuracy",
-                                 digits=8))
+                          f"reported (R2): 0 errors in 100/100 runs; {reads} reads here")]
+    test = (f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
+            f"{counts['transformer']['in-distribution'][0][1]} in-distribution reads, "
+            f"{counts['transformer']['sparse'][0][1] + counts['transformer']['dense'][0][1]} rare ones per seed")
+    claims.append(Claim.at_least("transformer seeds whose error rate on sparse and dense strings exceeds the "
+                                 "in-distribution rate", 1, glitching_seeds(counts["transformer"]),
+                                 f"reported (R1): a long tail of errors on rare strings; {test}", digits=8))
     if "sharpened" in counts:
-        wrong = sum(w for name in ("sparse", "dense") for w, _ in counts["sharpened"][name])
-        claims.append(Claim.at_least("sharpened: wrong reads on the sparse and dense sets, all seeds", 1, wrong,
-                                     "reported (R7): at full scale sharpening shrinks the tail but does not "
-                                     "remove it reliably", digits=8))
+        claims.append(Claim.at_least("sharpened seeds whose error rate on sparse and dense strings exceeds the "
+                                     "in-distribution rate", 1, glitching_seeds(counts["sharpened"]),
+                                     f"reported (R7, R8): sharpening does not remove the tail; {test}", digits=8))
     return claims
 
 
-def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> Sharpness:
+def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8,
+               sigmas_of: Callable[[GPT, Tensor], list[Tensor]] = theory.effective_sigmas) -> Sharpness:
     """Sharpest head of each layer at read queries, binned by the read's position.
 
     Per bin: mean largest weight, mean entropy and median Proposition 4 ``sigma`` of the head
     with the largest weight at each read; ``excess`` is the largest weight minus its bound over
-    every query, head and layer (a theorem says it is at most 0).
+    every query, head and layer where the bound is below ``1 - BOUND_TOL`` (a theorem says it is
+    at most 0). ``sigmas_of`` is the theory's effective sigma; a test passes a wrong one.
     """
     model = model.to(device)
     x = seq[:, :-1].to(device)
     with torch.no_grad():
         _, attention = model(x, return_attention=True)
-        sigmas = theory.effective_sigmas(model, x)
+        sigmas = sigmas_of(model, x)
     model.cpu()
     reads = (x == R).cpu()
     length = x.shape[1]
     which = (torch.arange(length).expand_as(x)[reads] * bins // length).numpy()
     out: dict[str, Any] = {"bin_edges": [b * length / bins for b in range(bins + 1)], "layers": []}
-    excess = -np.inf
+    excess, tested = -np.inf, 0
     for att, sigma in zip(attention, sigmas):
         top = att.max(dim=-1).values.cpu().permute(0, 2, 1)  # (B, T, H)
         sigma = sigma.cpu().permute(0, 2, 1)
-        excess = max(excess, float((top.numpy() - theory.max_weight_bound(np.arange(1, length + 1)[None, :, None],
-                                                                          sigma.numpy())).max()))
+        limit = theory.max_weight_bound(np.arange(1, length + 1)[None, :, None], sigma.numpy())
+        informative = limit < 1 - BOUND_TOL
+        if informative.any():
+            excess = max(excess, float((top.numpy() - limit)[informative].max()))
+            tested += int(informative.sum())
         best = top[reads].argmax(dim=1, keepdim=True)  # the sharpest head at each read
         values = {"max_weight": top, "entropy": attention_entropy(att).cpu().permute(0, 2, 1), "sigma": sigma}
         picked = {k: v[reads].gather(1, best).squeeze(1).numpy() for k, v in values.items()}
@@ -464,21 +561,36 @@ def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8) -> 
             reduce = np.median if key == "sigma" else np.mean
             layer[key] = [float(reduce(value[which == b])) if (which == b).any() else None for b in range(bins)]
         out["layers"].append(layer)
-    out["excess"] = excess
+    out["excess"] = excess if tested else None
+    out["tested"] = tested
     return out
 
 
+def _read_entropy(run: Sharpness) -> float:
+    """Mean over position bins of the last layer's read entropy (sharpest head)."""
+    return float(np.mean([e for e in run["layers"][-1]["entropy"] if e is not None]))
+
+
 def _sharpness_claims(sharpness: dict[str, list[Sharpness]]) -> list[Claim]:
-    excess = max(s["excess"] for runs in sharpness.values() for s in runs)
-    claims = [Claim.at_most("trained attention obeys Prop 4 at every query, head and layer (max excess)",
-                            1e-5, excess, "a theorem; 1e-5 for float32 attention and norms")]
+    runs = [s for kind in sharpness.values() for s in kind if s["excess"] is not None]
+    claims = []
+    if runs:  # where every bound is 1 (within float32), Prop 4 says nothing: no row
+        tested = sum(s["tested"] for s in runs)
+        claims.append(Claim.at_most(
+            "trained attention obeys Prop 4 wherever its bound is below 1 (max excess over queries, heads, layers)",
+            BOUND_TOL, max(s["excess"] for s in runs),  # type: ignore[type-var]
+            f"a theorem, with sigma = sigma_max |x_i| max_j |x_j| (the latents' norms); {BOUND_TOL:g} for float32; "
+            f"{tested} (query, head, layer) triples; the rest, the first query among them, have bound 1"))
     if "sharpened" in sharpness:
-        def read_entropy(run: Sharpness) -> float:
-            return float(np.mean([e for e in run["layers"][-1]["entropy"] if e is not None]))
-        ratio = [read_entropy(s) / max(read_entropy(p), 1e-12)
-                 for s, p in zip(sharpness["sharpened"], sharpness["transformer"])]
-        claims.append(Claim.at_most("sharpening lowers the last layer's read entropy, every seed (largest ratio)",
-                                    1.0, float(max(ratio)), "the penalty's direct effect; same start, same steps"))
+        plain = [_read_entropy(p) for p in sharpness["transformer"]]
+        ratio = max(_read_entropy(s) / max(p, 1e-12) for s, p in zip(sharpness["sharpened"], plain))
+        spread = min(plain) / max(max(plain), 1e-12)
+        claims.append(Claim("sharpening lowers the last layer's read entropy, every seed, by more than the spread "
+                            "between unsharpened seeds (largest ratio)", "< smallest / largest unsharpened entropy",
+                            f"{ratio:.4g} (bound {spread:.4g})", "bound",
+                            "the penalty's direct effect on paired runs (same start, same batches; without the "
+                            "penalty the ratio is 1); the bound is the smallest over the largest unsharpened entropy",
+                            bool(ratio < spread)))
     return claims
 
 
@@ -488,5 +600,5 @@ CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAM
                       Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",
                               construction),
                       Section("simulator", "Proposition 5: linear positions and the wrong write", simulator),
-                      Section("training", "Training: glitches behind perfect accuracy", training),
+                      Section("training", "Training: a tail of errors on rare strings", training),
                   ))

@@ -1,7 +1,9 @@
 """Chapter: which masked-prediction tasks identify an HMM (Liu, Hsu, Ravikumar, Risteski).
 
 Each section function computes one section of the chapter page and returns its claims and its
-data (a ``TypedDict`` per section, which the section's figures in ``figures.hmm`` read).
+data (a ``TypedDict`` per section, which the section's figures in ``figures.hmm`` read). The rows
+themselves come from small pure functions (``*_claims``) of the section's data or of a few arrays,
+so that the tests can hand each of them a counterfactual in which it fails.
 """
 
 from __future__ import annotations
@@ -112,15 +114,21 @@ class SeedExampleData(TypedDict):
     sweep_two_token_gap: list[float]  # per angle: max difference of the two-token predictors x2(x)x3|x1
 
 
-def seed_example(config: dict[str, Any], ctx: RunContext) -> Outcome[SeedExampleData]:
-    """The printed d=4, k=3 pair: same four pairwise predictors, different parameters, a rotation about 1."""
-    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+def rotation_sweep(O: np.ndarray, T: np.ndarray, plane: np.ndarray, angles: np.ndarray) -> dict[str, list]:
+    """Rotate ``(O, T)`` by each angle in ``plane``: admissibility and the pairwise and two-token predictor gaps."""
+    sweep = [theory.rotated(O, T, theory.rotation_about_ones(3, a, plane)) for a in angles]
+    return {"sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
+            "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
+            "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
+
+
+def seed_example_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray,
+                        sweep_pairwise_gap: list[float]) -> list[Claim]:
+    """The rows of the printed example, from the four matrices and the sweep's pairwise gaps."""
     plane = theory.ones_complement_basis(3)
-    implied = theory.implied_rotation(O, O2)
-    angle = theory.rotation_angle(implied, plane)
-    rotation = theory.rotation_about_ones(3, round(angle, 3), plane)
-    R_O, R_T = theory.rotated(O, T, rotation)
-    claims = [
+    angle = theory.rotation_angle(theory.implied_rotation(O, O2), plane)
+    R_O, R_T = theory.rotated(O, T, theory.rotation_about_ones(3, round(angle, 3), plane))
+    return [
         Claim.close("seed example: det O (product of singular values), printed", theory.SEED_DETERMINANTS["O"],
                     float(np.prod(np.linalg.svd(O, compute_uv=False))), 5e-5, "printed to 4 decimals"),
         Claim.close("seed example: det T, printed", theory.SEED_DETERMINANTS["T"], float(np.linalg.det(T)), 5e-5,
@@ -134,18 +142,22 @@ def seed_example(config: dict[str, Any], ctx: RunContext) -> Outcome[SeedExample
                        theory.parameter_distance(O, T, O2, T2), "far above the printing precision"),
         Claim.at_least("Thm 7, seed example: two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
                        _two_token_gap(O, T, O2, T2), "far above the printing precision"),
+        Claim.close("Thm 6 (the identity behind it): rotating the seed example about 1 by any angle keeps all "
+                    "pairwise predictors (gaps 1-4, both directions; max over 181 angles, valid HMMs or not)", 0.0,
+                    max(sweep_pairwise_gap), EXACT, EXACT_REASON),
     ]
+
+
+def seed_example(config: dict[str, Any], ctx: RunContext) -> Outcome[SeedExampleData]:
+    """The printed d=4, k=3 pair: same four pairwise predictors, different parameters, a rotation about 1."""
+    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+    plane = theory.ones_complement_basis(3)
+    implied = theory.implied_rotation(O, O2)
     angles = np.linspace(-np.pi, np.pi, 181)
-    sweep = [theory.rotated(O, T, theory.rotation_about_ones(3, a, plane)) for a in angles]
-    data: SeedExampleData = {
-        "angle": angle, "implied_rotation": implied, "sweep_angles": angles,
-        "sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
-        "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
-        "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
-    claims.append(Claim.close("Thm 6: rotating the seed example by any angle keeps all pairwise predictors "
-                              "(gaps 1-4, both directions; max over 181 angles)", 0.0,
-                              max(data["sweep_pairwise_gap"]), EXACT, EXACT_REASON))
-    return Outcome(claims, data)
+    sweep = rotation_sweep(O, T, plane, angles)
+    data: SeedExampleData = {"angle": theory.rotation_angle(implied, plane), "implied_rotation": implied,
+                             "sweep_angles": angles, **sweep}  # type: ignore[typeddict-item]
+    return Outcome(seed_example_claims(O, T, O2, T2, data["sweep_pairwise_gap"]), data)
 
 
 # ---------------------------------------------------------------- generated counterexamples (Theorems 4, 6)
@@ -156,39 +168,44 @@ class CounterexampleData(TypedDict):
     other_transition: list[list[float]]  # T~ = R^T T R
     angle: float  # rotation angle of R about 1 (rad)
     two_token_distance: float  # max entry difference of the two-token predictors x2(x)x3|x1
-    kruskal_ranks: list[int]  # Kruskal ranks of the factors A, B, C of the true two-token tensor
+    kruskal_ranks: list[int]  # Kruskal ranks of the factors A, B, C of the two-token tensor (k each, by Assumption 7)
 
 
-def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[CounterexampleData]:
-    """A large-rotation pair for the chapter's (d, k): valid, pairwise-identical, not a relabelling."""
-    pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
-    O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
+def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, angle: float) -> list[Claim]:
+    """The rows of a generated pair: both valid, same pairwise predictors and pair laws, different parameters."""
     try:
         for emission, transition in ((O, T), (O2, T2)):
             HMM(emission, transition)
         valid = "yes"
     except ValueError as err:
         valid = f"no: {err}"
-    factors = theory.cp_factors(O, T, *TWO_TOKEN)
-    ranks = [theory.kruskal_rank(f) for f in factors]
-    k = config["k"]
-    claims = [
-        Claim.exact(f"Thm 4 (d={config['d']}, k={k}): both HMMs meet Assumptions 5-7", "yes", valid,
+    d, k = O.shape
+    pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
+    return [
+        Claim.exact(f"Thm 4 (d={d}, k={k}): both HMMs meet Assumptions 5-7", "yes", valid,
                     "checked by sandboxes.data.hmm.check_hmm"),
-        Claim.close(f"Thm 4/6 (d={config['d']}, k={k}, angle {pair['angle']:.3f} rad): pairwise predictors "
+        Claim.close(f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
                     "x_t|x_1 and x_1|x_t agree for t = 2..5", 0.0, _pairwise_gap(O, T, O2, T2, range(1, 5)),
                     EXACT, EXACT_REASON),
+        Claim.close("Remark 2: the joint law P(x_1, x_t) of the pair is the same for t = 2..5 (max entry "
+                    "difference), so no loss on x_t|x_1, squared or cross-entropy, can tell the two HMMs apart",
+                    0.0, pair_gap, EXACT, EXACT_REASON),
         Claim.at_least("Thm 4: parameters differ under every relabelling (max entry)", DIFFERENT,
                        theory.parameter_distance(O, T, O2, T2), "far above round-off"),
         Claim.at_least("Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
                        _two_token_gap(O, T, O2, T2), "far above round-off"),
-        Claim.at_least("Kruskal: k_A + k_B + k_C of the true factors", 2 * k + 2, sum(ranks),
-                       "Kruskal's uniqueness condition (Proposition 1)"),
     ]
+
+
+def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[CounterexampleData]:
+    """A large-rotation pair for the chapter's (d, k): valid, pairwise-identical, not a relabelling."""
+    pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
+    O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
     data: CounterexampleData = {
         "emission": O, "transition": T, "other_emission": O2, "other_transition": T2,
-        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"], "kruskal_ranks": ranks}
-    return Outcome(claims, data)
+        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"],
+        "kruskal_ranks": [theory.kruskal_rank(f) for f in theory.cp_factors(O, T, *TWO_TOKEN)]}
+    return Outcome(counterexample_claims(O, T, O2, T2, pair["angle"]), data)
 
 
 # ---------------------------------------------------------------- Claim 1: matrix powers
@@ -198,28 +215,34 @@ class PowersData(TypedDict):
     power_difference: list[float]  # per t: max |T^t - T~^t|
 
 
-def powers(config: dict[str, Any], ctx: RunContext) -> Outcome[PowersData]:
-    """``T~ = R T`` with ``R^t = I``: stochastic, different, same t-th power, for t = 2 .. max_power."""
-    exponents = list(range(2, config["max_power"] + 1))
-    same_power, differ, valid = [], [], []
-    for t in exponents:
-        T, T2 = theory.power_counterexample(t)
-        same_power.append(float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max()))
-        differ.append(float(np.abs(T - T2).max()))
+def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list[Claim], PowersData]:
+    """Rows and data of Claim 1 from the pairs ``(t, T, T~)``."""
+    exponents = [t for t, *_ in pairs]
+    same_power = [float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max())
+                  for t, T, T2 in pairs]
+    differ = [float(np.abs(T - T2).max()) for _, T, T2 in pairs]
+    valid = 0
+    for _, _, T2 in pairs:
         try:
             check_transition(T2)
-            valid.append(True)
+            valid += 1
         except ValueError:
-            valid.append(False)
+            pass
     claims = [
         Claim.exact(f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
-                    str(len(exponents)), str(sum(valid)), "checked by sandboxes.data.hmm.check_hmm"),
+                    str(len(exponents)), str(valid), "checked by sandboxes.data.hmm.check_hmm"),
         Claim.close(f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)", 0.0, max(same_power),
                     EXACT, EXACT_REASON),
         Claim.at_least("Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ),
                        "far above round-off"),
     ]
-    return Outcome(claims, {"powers": exponents, "difference": differ, "power_difference": same_power})
+    return claims, {"powers": exponents, "difference": differ, "power_difference": same_power}
+
+
+def powers(config: dict[str, Any], ctx: RunContext) -> Outcome[PowersData]:
+    """``T~ = R T`` with ``R^t = I``: stochastic, different, same t-th power, for t = 2 .. max_power."""
+    claims, data = powers_claims([(t, *theory.power_counterexample(t)) for t in range(2, config["max_power"] + 1)])
+    return Outcome(claims, data)
 
 
 # ---------------------------------------------------------------- Theorem 7 as an algorithm
@@ -228,31 +251,37 @@ class RecoveryData(TypedDict):
     tolerance: float  # the tolerance of the recovery claim
 
 
+def recovery_errors(shapes: list[tuple[int, int]], n_hmms: int, rng: np.random.Generator,
+                    told: tuple | None = None) -> dict[str, list[float]]:
+    """Per size, the error of (O, T) recovered from each random HMM's exact predictor, for each task order.
+
+    ``told`` are the task orders that recovery is told, one per order of ``TASK_ORDERS`` (default: the true
+    ones); a test passes mislabelled ones.
+    """
+    errors: dict[str, list[float]] = {}
+    for d, k in shapes:
+        errs = []
+        for _ in range(n_hmms):
+            O, T = theory.random_hmm(d, k, rng)
+            for made, told_order in zip(TASK_ORDERS, told or TASK_ORDERS):
+                O_hat, T_hat = theory.recover(theory.two_token_predictor(O, T, *made), *told_order, k, rng)
+                errs.append(theory.parameter_distance(O, T, O_hat, T_hat))
+        errors[f"{d}x{k}"] = errs
+    return errors
+
+
+def recovery_claims(errors: dict[str, list[float]]) -> list[Claim]:
+    """Theorem 7 made constructive: every recovered (O, T) equals its HMM up to relabelling."""
+    total = sum(len(e) for e in errors.values())
+    return [Claim.close(f"Thm 7: (O, T) recovered up to relabelling from exact two-token predictors, all six task "
+                        f"orders ({total} cases, sizes {','.join(errors)}; max entry error)", 0.0,
+                        max(max(e) for e in errors.values()), RECOVERY_TOL, RECOVERY_REASON)]
+
+
 def recovery(config: dict[str, Any], ctx: RunContext) -> Outcome[RecoveryData]:
     """Exact two-token predictors of random HMMs -> (O, T) up to relabelling, for all six task orders."""
-    rng = _rng(config, 2)
-    errors: dict[str, list[float]] = {}
-    kruskal_ok = 0
-    total = 0
-    for d, k in _shapes(config["shapes"]):
-        errs = []
-        for _ in range(config["random_hmms"]):
-            O, T = theory.random_hmm(d, k, rng)
-            for given, targets in TASK_ORDERS:
-                O_hat, T_hat = theory.recover(theory.two_token_predictor(O, T, given, targets), given, targets, k, rng)
-                errs.append(theory.parameter_distance(O, T, O_hat, T_hat))
-                kruskal_ok += sum(theory.kruskal_rank(f) for f in theory.cp_factors(O, T, given, targets)) >= 2 * k + 2
-                total += 1
-        errors[f"{d}x{k}"] = errs
-    worst = max(max(e) for e in errors.values())
-    claims = [
-        Claim.exact("Kruskal's condition k_A + k_B + k_C >= 2k + 2 holds for every random HMM and task order (count)",
-                    str(total), str(kruskal_ok), "Thm 7: each factor has rank k under Assumptions 5-7"),
-        Claim.close(f"Thm 7: (O, T) recovered up to relabelling from exact two-token predictors "
-                    f"({total} cases, sizes {config['shapes']}; max entry error)", 0.0, worst,
-                    RECOVERY_TOL, RECOVERY_REASON),
-    ]
-    return Outcome(claims, {"errors": errors, "tolerance": RECOVERY_TOL})
+    errors = recovery_errors(_shapes(config["shapes"]), config["random_hmms"], _rng(config, 2))
+    return Outcome(recovery_claims(errors), {"errors": errors, "tolerance": RECOVERY_TOL})
 
 
 # ---------------------------------------------------------------- learning from samples
@@ -307,43 +336,27 @@ class LearningData(TypedDict):
     recovery: LearnedRecovery  # from the learned two-token predictors
 
 
-def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> Outcome[LearningData]:
-    """Learn x2|x1 and x2(x)x3|x1 from N samples of the two counterexample HMMs; recover (O, T) from the latter."""
-    pair = counterexample
-    hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
-    sizes = np.array(int_list(config["samples"]), dtype=float)
-    weights = theory.symbol_law(hmms[0].emission)
-    claims: list[Claim] = []
-    data: dict[str, Any] = {"samples": sizes}
-    for name, task in (("pairwise", PAIRWISE), ("two_token", TWO_TOKEN)):
-        given, targets = task
-        exact = [theory.pairwise_predictor(h.emission, h.transition, given, targets[0]) if len(targets) == 1
-                 else theory.two_token_predictor(h.emission, h.transition, given, targets).reshape(h.d, -1)
-                 for h in hmms]
-        learned = _train_predictors(config, ctx, hmms, task)
-        within, cross = _distances(learned, weights)
-        # E[cross^2] = gap^2 + E[within^2]; rounding at 1e-12 keeps a round-off-sized gap from being printed
-        gap = round(theory.predictor_distance(exact[0], exact[1], weights), 12)
-        excess = np.sqrt(np.maximum(cross**2 - within**2, 0.0))
-        # the best fit to N samples, the empirical conditional mean, has E||f_N - f||_w^2 = sum_j (1 - ||f_j||^2) / N
-        sampling = np.sqrt((1 - (exact[0] ** 2).sum(axis=1)).sum() / sizes)
-        error = np.array([[[theory.predictor_distance(f, exact[h], weights) for f in per_size] for per_size in per_hmm]
-                          for h, per_hmm in enumerate(learned)])
-        data[name] = {"within": within, "cross": cross, "excess": excess, "exact_gap": gap,
-                      "sampling_error": sampling, "error": error}
-        label = f"{'x2|x1' if name == 'pairwise' else 'x2(x)x3|x1'} learned at N = {int(sizes[-1])}"
-        claims.append(Claim.close(f"{label}: distance between the two HMMs' predictors beyond seed noise, "
-                                  "sqrt(cross^2 - within^2), = distance between their optimal predictors", gap,
-                                  float(excess[-1]), 2 * float(within[-1]), EXCESS_REASON))
-        claims.append(Claim.close(f"{label}: error / sampling error sqrt(sum_j (1 - ||f_j||^2) / N) "
-                                  "(median over seeds and HMMs)", 1.0, float(np.median(error[:, -1] / sampling[-1])),
-                                  SAMPLING_TOL, SAMPLING_REASON))
-        if name == "two_token":
-            claims += _recovery_claims(learned, hmms, sizes, data)
-    return Outcome(claims, data)
+def exact_predictors(hmms: list[HMM], task: tuple) -> list[np.ndarray]:
+    """The optimal predictors of ``task`` for each HMM, as ``d x output`` arrays."""
+    given, targets = task
+    return [theory.pairwise_predictor(h.emission, h.transition, given, targets[0]) if len(targets) == 1
+            else theory.two_token_predictor(h.emission, h.transition, given, targets).reshape(h.d, -1) for h in hmms]
 
 
-def _recovery_claims(learned: np.ndarray, hmms: list[HMM], sizes: np.ndarray, data: dict[str, Any]) -> list[Claim]:
+def learned_task(learned: np.ndarray, exact: list[np.ndarray], weights: np.ndarray, sizes: np.ndarray) -> LearnedTask:
+    """Distances of learned predictors ``(HMM, N, seed, d, output)``: between seeds, between HMMs, to the optimum."""
+    within, cross = _distances(learned, weights)
+    # E[cross^2] = gap^2 + E[within^2]; rounding at 1e-12 keeps a round-off-sized gap from being printed
+    gap = round(theory.predictor_distance(exact[0], exact[1], weights), 12)
+    # the best fit to N samples, the empirical conditional mean, has E||f_N - f||_w^2 = sum_j (1 - ||f_j||^2) / N
+    sampling = np.sqrt((1 - (exact[0] ** 2).sum(axis=1)).sum() / sizes)
+    error = np.array([[[theory.predictor_distance(f, exact[h], weights) for f in per_size] for per_size in per_hmm]
+                      for h, per_hmm in enumerate(learned)])
+    return {"within": within, "cross": cross, "excess": np.sqrt(np.maximum(cross**2 - within**2, 0.0)),
+            "exact_gap": gap, "sampling_error": sampling, "error": error}  # type: ignore[typeddict-item]
+
+
+def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
     """Recover (O, T) from each learned two-token predictor: error against the truth and against the other HMM."""
     d, k = hmms[0].d, hmms[0].k
     rng = np.random.default_rng(0)
@@ -353,17 +366,58 @@ def _recovery_claims(learned: np.ndarray, hmms: list[HMM], sizes: np.ndarray, da
         O_hat, T_hat = theory.recover(learned[h, i, s].reshape(d, d, d), *TWO_TOKEN, k, rng, als_steps=100)
         own[h, i, s] = theory.parameter_distance(hmms[h].emission, hmms[h].transition, O_hat, T_hat)
         other[h, i, s] = theory.parameter_distance(hmms[1 - h].emission, hmms[1 - h].transition, O_hat, T_hat)
-    data["recovery"] = {"own": own, "other": other}
-    median = np.median(own.reshape(2, len(sizes), -1).transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
+    return {"own": own, "other": other}  # type: ignore[typeddict-item]
+
+
+def learning_claims(data: LearningData) -> list[Claim]:
+    """The rows of the learning section, from its data alone."""
+    sizes = np.asarray(data["samples"], dtype=float)
+    n = int(sizes[-1])
+    claims = []
+    for name, label in (("pairwise", "x2|x1"), ("two_token", "x2(x)x3|x1")):
+        part = data[name]
+        error, sampling = np.asarray(part["error"]), np.asarray(part["sampling_error"])
+        claims.append(Claim.close(f"{label} learned at N = {n}: error / sampling error sqrt(sum_j (1 - ||f_j||^2) / N) "
+                                  "(median over seeds and HMMs)", 1.0, float(np.median(error[:, -1] / sampling[-1])),
+                                  SAMPLING_TOL, SAMPLING_REASON))
+    part = data["two_token"]
+    within, excess, gap = float(part["within"][-1]), float(part["excess"][-1]), float(part["exact_gap"])
+    claims += [
+        Claim.at_most(f"x2(x)x3|x1 learned at N = {n}: twice the seed-to-seed distance is below the distance between "
+                      "the optimal predictors (the experiment resolves the gap)", gap, 2 * within,
+                      "without it the next row holds for any learner"),
+        Claim.close(f"x2(x)x3|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise, "
+                    "sqrt(cross^2 - within^2), = distance between their optimal predictors", gap, excess, 2 * within,
+                    EXCESS_REASON),
+    ]
+    own, other = np.asarray(data["recovery"]["own"]), np.asarray(data["recovery"]["other"])
+    median = np.median(own.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
     slope = float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
-    closer = int((own[:, -1] < other[:, -1]).sum())
-    return [
+    claims += [
         Claim.close("recovered (O, T) from learned x2(x)x3|x1: log-log slope of the median error against N",
                     -0.5, slope, SLOPE_TOL, "the recovery map is smooth at the truth, so its error follows the "
                     "predictor's N^-1/2; the tolerance allows for few seeds and the optimisation floor"),
-        Claim.exact(f"recovered (O, T) at N = {int(sizes[-1])} is closer to its own HMM than to the other (count)",
-                    str(own[:, -1].size), str(closer), "Thm 7: the two-token task tells the pair apart"),
+        Claim.exact(f"recovered (O, T) at N = {n} is closer to its own HMM than to the other (count)",
+                    str(own[:, -1].size), str(int((own[:, -1] < other[:, -1]).sum())),
+                    "Thm 7: the two-token task tells the pair apart"),
     ]
+    return claims
+
+
+def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> Outcome[LearningData]:
+    """Learn x2|x1 and x2(x)x3|x1 from N samples of the two counterexample HMMs; recover (O, T) from the latter."""
+    pair = counterexample
+    hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
+    sizes = np.array(int_list(config["samples"]), dtype=float)
+    weights = theory.symbol_law(hmms[0].emission)
+    learned = {name: _train_predictors(config, ctx, hmms, task) for name, task in (("pairwise", PAIRWISE),
+                                                                                    ("two_token", TWO_TOKEN))}
+    data: LearningData = {
+        "samples": sizes,  # type: ignore[typeddict-item]
+        "pairwise": learned_task(learned["pairwise"], exact_predictors(hmms, PAIRWISE), weights, sizes),
+        "two_token": learned_task(learned["two_token"], exact_predictors(hmms, TWO_TOKEN), weights, sizes),
+        "recovery": learned_recovery(learned["two_token"], hmms)}
+    return Outcome(learning_claims(data), data)
 
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5, Lemma 7
@@ -375,31 +429,37 @@ class GhmmData(TypedDict):
     outcomes: dict[str, dict[str, int]]  # per fit mode ("free T", "columns of T sum to 1"): random starts per end
 
 
-def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
-    """Householder partner keeps the posterior; fits of the pairwise predictor land on it only without stochasticity."""
-    rng = _rng(config, 3)
-    d, k = config["d"], config["k"]
-    M, T = theory.random_ghmm(d, k, rng)
-    HM = theory.householder_partner(M)
-    HT = theory.partner_transition(M, T, HM)
-    points = 1.5 * rng.normal(size=(config["ghmm_points"], d))
+def ghmm_fit_outcomes(M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray, points: np.ndarray, starts: int,
+                      constrained: bool, rng: np.random.Generator, **fit: Any) -> dict[str, int]:
+    """Fit the pairwise predictor of ``(M, T)`` from ``starts`` random starts; count where the fits end."""
     values = theory.ghmm_pairwise_predictor(M, T, points)
-    outcomes: dict[str, dict[str, int]] = {}
-    for name, constrained in (("free T", False), ("columns of T sum to 1", True)):
-        counts = {"(M, T)": 0, "(HM, T~)": 0, "other zero-residual": 0, "not converged": 0}
-        for _ in range(config["ghmm_starts"]):
-            M_fit, T_fit, residual = theory.fit_ghmm(points, values, k, constrained, rng)
-            if residual > FIT_RESIDUAL:
-                counts["not converged"] += 1
-            elif theory.parameter_distance(M, T, M_fit, T_fit) < 1e-6:
-                counts["(M, T)"] += 1
-            elif theory.parameter_distance(HM, HT, M_fit, T_fit) < 1e-6:
-                counts["(HM, T~)"] += 1
-            else:
-                counts["other zero-residual"] += 1
-        outcomes[name] = counts
+    counts = {"(M, T)": 0, "(HM, T~)": 0, "other zero-residual": 0, "not converged": 0}
+    for _ in range(starts):
+        M_fit, T_fit, residual = theory.fit_ghmm(points, values, M.shape[1], constrained, rng, **fit)
+        if residual > FIT_RESIDUAL:
+            counts["not converged"] += 1
+        elif theory.parameter_distance(M, T, M_fit, T_fit) < 1e-6:
+            counts["(M, T)"] += 1
+        elif theory.parameter_distance(HM, HT, M_fit, T_fit) < 1e-6:
+            counts["(HM, T~)"] += 1
+        else:
+            counts["other zero-residual"] += 1
+    return counts
+
+
+def _all_converged_fits(name: str, good: int, counts: dict[str, int], reason: str) -> Claim:
+    """``good`` of the zero-residual fits, which must be all of them and at least one."""
+    converged = sum(v for key, v in counts.items() if key != "not converged")
+    return Claim(name, "all, and ≥ 1", f"{good} of {converged}", "exact", reason,
+                 bool(converged >= 1 and good == converged))
+
+
+def ghmm_claims(M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray, points: np.ndarray,
+                outcomes: dict[str, dict[str, int]]) -> list[Claim]:
+    """The rows of the G-HMM section, from the parameters, the partner, the points and the fit outcomes."""
+    values = theory.ghmm_pairwise_predictor(M, T, points)
     free, fixed = outcomes["free T"], outcomes["columns of T sum to 1"]
-    claims = [
+    return [
         Claim.close("Lemma 7: H M has the posterior of M (max difference at random x)", 0.0,
                     float(np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max()),
                     EXACT, EXACT_REASON),
@@ -409,15 +469,105 @@ def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
                     float(np.abs(HT.sum(axis=0) + 1).max()), EXACT, EXACT_REASON),
         Claim.at_least("Lemma 7: yet H M differs from M under every relabelling (max entry)", DIFFERENT,
                        theory.parameter_distance(M, T, HM, HT), "far above round-off"),
-        Claim.exact("Thm 5, T free: zero-residual fits other than (M, T) and (HM, T~)", "0",
-                    str(free["other zero-residual"]), "Lemmas 7 and 8: these are the only solutions"),
-        Claim.exact("Thm 5, columns of T sum to 1: zero-residual fits other than (M, T)", "0",
-                    str(fixed["other zero-residual"] + fixed["(HM, T~)"]), "Thm 5: the constraint removes HM"),
-        Claim.at_least("Thm 5, columns of T sum to 1: fits reaching zero residual (count)", 1, fixed["(M, T)"],
-                       "the check above is empty without one"),
+        _all_converged_fits("Thm 5, T free: zero-residual fits that are (M, T) or (HM, T~)",
+                            free["(M, T)"] + free["(HM, T~)"], free, "Lemmas 7 and 8: these are the only solutions"),
+        _all_converged_fits("Thm 5, columns of T sum to 1: zero-residual fits that are (M, T)", fixed["(M, T)"], fixed,
+                            "Thm 5: the constraint removes HM"),
     ]
-    return Outcome(claims, {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT,
-                            "outcomes": outcomes})
+
+
+def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
+    """Householder partner keeps the posterior; fits of the pairwise predictor land on it only without stochasticity."""
+    rng = _rng(config, 3)
+    d, k = config["d"], config["k"]
+    M, T = theory.random_ghmm(d, k, rng)
+    HM = theory.householder_partner(M)
+    HT = theory.partner_transition(M, T, HM)
+    points = 1.5 * rng.normal(size=(config["ghmm_points"], d))
+    outcomes = {name: ghmm_fit_outcomes(M, T, HM, HT, points, config["ghmm_starts"], constrained, rng)
+                for name, constrained in (("free T", False), ("columns of T sum to 1", True))}
+    return Outcome(ghmm_claims(M, T, HM, HT, points, outcomes),
+                   {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT, "outcomes": outcomes})
+
+
+# ---------------------------------------------------------------- G-HMM: Theorems 8 and 9
+GHMM_ORDERS = tuple(order for order in TASK_ORDERS if 2 in order[1])  # cases 1 and 3: x_2 among the targets
+LINE = 2.5  # the line x = s u, |s| <= LINE, along which the figure compares the partner with the G-HMM
+
+
+class GhmmTensorData(TypedDict):
+    orders: list[str]  # the task orders x_t2 (x) x_t3 | x_t1 recovered from
+    errors: dict[str, list[float]]  # per order: max entry error of (M, T) recovered, per G-HMM (the section's first)
+    tolerance: float  # the tolerance of the recovery claim
+    transition_error: float  # Thm 9: max entry error of T = Psi^-T D Phi^-1 from densities, with the means
+    partner_two_token_gap: float  # max difference of the two-token predictors of (M, T) and (HM, T~) at the points
+    partner_density_gap: float  # max difference of (2 pi)^(d/2) p(x_2 | x_1) of (M, T) and (HM, T~) at the points
+    line: list[float]  # positions s of x_1 = s u along a random unit direction u
+    line_mean: list[list[float]]  # G-HMM, partner: first coordinate of E[x_2 | x_1 = s u]
+    line_density: list[list[float]]  # G-HMM, partner: (2 pi)^(d/2) p(x_2 = mu_1 | x_1 = s u)
+
+
+def ghmm_tensor_claims(data: GhmmTensorData) -> list[Claim]:
+    """The rows of Theorems 8, 9 and of Remark 2 for G-HMMs, from the section's data alone."""
+    errors = data["errors"]
+    cases = sum(len(e) for e in errors.values())
+    return [
+        Claim.close(f"Thm 8 (cases 1 and 3): (M, T) recovered up to relabelling from exact two-token predictors "
+                    f"({cases} cases: orders {', '.join(errors)}; max entry error)", 0.0,
+                    max(max(e) for e in errors.values()), data["tolerance"], RECOVERY_REASON),
+        Claim.at_least("Thm 8, proof: the two-token predictor x2(x)x3|x1 of (HM, T~), which shares the pairwise "
+                       "predictor, differs (max entry at the points)", DIFFERENT, data["partner_two_token_gap"],
+                       "Kruskal and unit norms fix M without stochasticity; far above round-off"),
+        Claim.close("Thm 9, eq. 2.79: with the means, T = Psi^-T D Phi^-1 from the conditional densities at k points "
+                    "(max entry error)", 0.0, data["transition_error"], RECOVERY_TOL,
+                    "float64 round-off, amplified by cond(Psi) and cond(Phi) at the k points"),
+        Claim.at_least("Remark 2, G-HMM: the conditional density p(x2|x1) of (HM, T~), which shares the conditional "
+                       "mean, differs (max of (2 pi)^(d/2) |p - p~| at the points)", DIFFERENT,
+                       data["partner_density_gap"], "a mixture of Gaussians carries more than its mean"),
+    ]
+
+
+def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray,
+                     rng: np.random.Generator, orders: tuple = GHMM_ORDERS,
+                     told: tuple | None = None) -> GhmmTensorData:
+    """Recover from the section's G-HMM and ``random_hmms - 1`` random ones; compare the partner's predictors and laws.
+
+    ``told`` are the task orders that recovery is told (default: the true ones); a test passes wrong ones.
+    """
+    d, k = M.shape
+    points = 1.5 * rng.normal(size=(config["ghmm_points"], d))
+    models = [(M, T)] + [theory.random_ghmm(d, k, rng) for _ in range(config["random_hmms"] - 1)]
+    errors: dict[str, list[float]] = {}
+    for order, told_order in zip(orders, told or orders):
+        errs = []
+        for means, transition in models:
+            values = theory.ghmm_two_token_predictor(means, transition, *order, points)
+            M_hat, T_hat = theory.ghmm_recover(values, points, *told_order, k, rng)
+            errs.append(theory.parameter_distance(means, transition, M_hat, T_hat))
+        errors[f"x{order[1][0]}(x)x{order[1][1]}|x{order[0]}"] = errs
+    anchors = 2 * M.T  # k points near the means: Psi and Phi well conditioned
+    density = theory.ghmm_density_matrix(M, T, anchors, anchors)
+    u = rng.normal(size=d)
+    line = np.linspace(-LINE, LINE, 101)
+    along = line[:, None] * (u / np.linalg.norm(u))
+    return {
+        "orders": list(errors), "errors": errors, "tolerance": RECOVERY_TOL,
+        "transition_error": float(np.abs(theory.ghmm_transition_from_density(M, density, anchors) - T).max()),
+        "partner_two_token_gap": float(np.abs(theory.ghmm_two_token_predictor(M, T, *TWO_TOKEN, points)
+                                              - theory.ghmm_two_token_predictor(HM, HT, *TWO_TOKEN, points)).max()),
+        "partner_density_gap": float(np.abs(theory.ghmm_density_matrix(M, T, points, points)
+                                            - theory.ghmm_density_matrix(HM, HT, points, points)).max()),
+        "line": line,
+        "line_mean": [theory.ghmm_pairwise_predictor(m, t, along)[:, 0] for m, t in ((M, T), (HM, HT))],
+        "line_density": [theory.ghmm_density_matrix(m, t, M.T[:1], along)[0] for m, t in ((M, T), (HM, HT))],
+    }  # type: ignore[return-value]
+
+
+def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> Outcome[GhmmTensorData]:
+    """Two-token predictors identify a G-HMM (Thm 8), so does the conditional law (Thm 9); the partner fails both."""
+    M, T, HM, HT = (np.asarray(ghmm[key]) for key in ("means", "transition", "partner_means", "partner_transition"))
+    data = ghmm_tensor_data(config, M, T, HM, HT, _rng(config, 4))
+    return Outcome(ghmm_tensor_claims(data), data)
 
 
 CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, seeds={"quick": 3, "full": 10},
@@ -428,4 +578,5 @@ CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, s
                       Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery),
                       Section("learning", "Learning from samples", learning),
                       Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
+                      Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor),
                   ), check=check)

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from ..claims import Claim
 from ..data.automata import (
     AutomatonTask, ScratchpadParity, Semiautomaton, bernoulli_probs, binary_with_count, check_automaton_name, cyclic,
-    derived_series_orders, gridworld, is_solvable, make_automaton, memory, transformation_semigroup, transition_group,
+    derived_series_from_generators, derived_series_orders, gridworld, groups_of, is_solvable, make_automaton, memory,
+    transformation_semigroup, transition_group,
 )
 from ..model import GPT, LSTM, GPTConfig
 from ..profiles import Param, at_least, each, float_list, in_open_unit_interval, int_list, positive
@@ -91,10 +92,13 @@ PARAMS = (
     Param("sweep", str, "C2,C3,Grid4,D8,Q8,A5", "C2,C3,Grid9,D8,Q8,A4,A5,S5",
           "automata of the depth sweep", _check_names),
     Param("depths", str, "1,2", "1,2,3,4,6,8", "depths of the sweep", int_list),
-    Param("easy", str, "Grid4", "C2,Grid9,D8", "solvable automata claimed to reach `threshold` by `shallow_depth`",
+    Param("easy", str, "Grid4", "C2,Grid9,D8", "automata claimed to reach `threshold` by `shallow_depth`, where the "
+          "paper's Fig. 3.15 reports them there (else no row)", _check_names),
+    Param("hard", str, "A5", "A5,S5", "automata claimed to stay `gap` below it there, where the paper's Fig. 3.15 "
+          "reports them there and no construction of the chapter is that shallow at length T (else no row)",
           _check_names),
-    Param("hard", str, "A5", "A5,S5", "non-solvable automata claimed to stay below it there", _check_names),
-    Param("threshold", float, 0.95, 0.98, "best-seed accuracy that counts as solved", in_open_unit_interval),
+    Param("threshold", float, 0.95, 0.98, "best-seed accuracy that counts as solved (the sweep; the parity GPT "
+          "in distribution)", in_open_unit_interval),
     Param("shallow_depth", int, 2, 3, "depth at which the easy/hard contrast is claimed", at_least(1)),
     Param("d_model", int, 32, 128, "GPT width", at_least(1)),
     Param("n_head", int, 4, 8, "GPT heads", at_least(1)),
@@ -108,7 +112,7 @@ PARAMS = (
     Param("construct_samples", int, 64, 256, "random input sequences per check", at_least(1)),
     Param("parity_length", int, 16, 40, "training length of the parity brittleness runs", at_least(2)),
     Param("parity_depth", int, 2, 8, "depth of the parity GPT", at_least(1)),
-    Param("parity_steps", int, 1500, 10000, "training steps of the parity GPT", at_least(1)),
+    Param("parity_steps", int, 3000, 10000, "training steps of the parity GPT", at_least(1)),
     Param("scratchpad_steps", int, 300, 2000, "training steps of the scratchpad GPT", at_least(1)),
     Param("lstm_steps", int, 300, 2000, "training steps of the LSTM", at_least(1)),
     Param("shift_probs", str, "0.1,0.3,0.5,0.7,0.9", "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
@@ -119,6 +123,10 @@ PARAMS = (
 
 
 # ---------------------------------------------------------------- algebra
+ALGEBRA_EXAMPLES = ("C2", "C3", "C2xC2xC2", "D6", "D8", "Q8", "A4", "S4", "A5", "S5", "A5xC2", "Grid9", "Dyck",
+                    "flipflop")  # A5xC2: non-solvable, though its name is no A_n or S_n
+
+
 class AlgebraRow(TypedDict):
     name: str
     states: int  # |Q|
@@ -126,31 +134,44 @@ class AlgebraRow(TypedDict):
     group: bool  # every input permutes the states
     size: int  # order of the transition group, or size of the transformation semigroup
     derived_series: list[int]  # orders along G > [G, G] > ...; empty for a semigroup
-    solvable: bool
+    solvable: bool  # is_solvable: all-pairs commutators, for every group of T(A)
+    solvable_by_generators: bool  # the same groups, derived series from generators only (a second route)
 
 
 class AlgebraData(TypedDict):
     rows: list[AlgebraRow]  # one per automaton of the chapter
 
 
-def algebra(config: dict[str, Any], ctx: RunContext) -> Outcome[AlgebraData]:
-    """Solvability of every automaton of the chapter, from derived series of its groups."""
-    names = list(dict.fromkeys(_names(config["sweep"]) + _names(config["construct"]) + [
-        "C2", "C3", "C2xC2xC2", "D6", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop"]))
-    rows = []
+def algebra_rows(names: list[str], second_route: Callable[[list[tuple[int, ...]]], list[int]] =
+                 derived_series_from_generators) -> list[AlgebraRow]:
+    """Size, derived series and solvability of each automaton, solvability computed two ways."""
+    rows: list[AlgebraRow] = []
     for name in names:
         a = make_automaton(name)
         group = a.is_permutation_automaton()
         size = len(transition_group(a)) if group else len(transformation_semigroup(a))
         series = derived_series_orders(transition_group(a)) if group else []
-        rows.append({"name": name, "states": a.n_states, "symbols": a.n_symbols, "group": group,
-                     "size": size, "derived_series": series, "solvable": is_solvable(a)})
-    predicted = [r["name"] for r in rows if re.fullmatch(r"[AS](\d+)", r["name"]) and int(r["name"][1:]) >= 5]
+        rows.append({"name": name, "states": a.n_states, "symbols": a.n_symbols, "group": group, "size": size,
+                     "derived_series": series, "solvable": is_solvable(a),
+                     "solvable_by_generators": all(second_route(g)[-1] == 1 for g in groups_of(a))})
+    return rows
+
+
+def algebra_claims(rows: list[AlgebraRow], predicted: list[str]) -> list[Claim]:
+    """The non-solvable automata found by ``is_solvable`` against ``predicted``, a list computed another way."""
     measured = [r["name"] for r in rows if not r["solvable"]]
-    claims = [Claim.exact("non-solvable automata (derived series of every subgroup)", ", ".join(predicted),
-                          ", ".join(measured), "A_n and S_n are non-solvable exactly for n >= 5 (Galois); "
-                          "all other automata here have solvable groups or only trivial ones")]
-    return Outcome(claims, {"rows": rows})
+    return [Claim.exact("non-solvable automata: is_solvable (all-pairs commutators) against the derived series "
+                        "from generators (normal closure of their commutators)", ", ".join(predicted),
+                        ", ".join(measured), "two independent computations of every group of T(A) must name the "
+                        "same automata; no name pattern (A5xC2 is non-solvable)")]
+
+
+def algebra(config: dict[str, Any], ctx: RunContext) -> Outcome[AlgebraData]:
+    """Solvability of every automaton of the chapter, from derived series of its groups, computed two ways."""
+    names = list(dict.fromkeys(_names(config["sweep"]) + _names(config["construct"]) + list(ALGEBRA_EXAMPLES)))
+    rows = algebra_rows(names)
+    predicted = [r["name"] for r in rows if not r["solvable_by_generators"]]
+    return Outcome(algebra_claims(rows, predicted), {"rows": rows})
 
 
 # ---------------------------------------------------------------- Theorem 10
@@ -170,6 +191,8 @@ class TemperatureSweep(TypedDict):
     T: int
     scales: list[float]  # gamma / Lemma 13's sufficient gamma
     accuracy: list[float]  # per scale
+    errors: list[int]  # wrong states per scale, over `samples` inputs x T positions
+    samples: int
 
 
 class DepthCurve(TypedDict):
@@ -183,11 +206,17 @@ class ConstructionData(TypedDict):
     depth_vs_T: DepthCurve
 
 
+Builder = Callable[[Semiautomaton, int, float], GPT]
+
+
 def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: torch.Generator,
-                        gamma_scale: float = 1.0) -> ConstructionCheck:
-    """Run the Theorem 10 GPT on ``n`` random inputs; errors, read-out deviation, Lemma 13 ratio."""
+                        gamma_scale: float = 1.0, build: Builder = theory.prefix_composition_gpt) -> ConstructionCheck:
+    """Run the Theorem 10 GPT on ``n`` random inputs; errors, read-out deviation, Lemma 13 ratio.
+
+    ``build(automaton, T, gamma)`` makes the network; the tests pass broken ones.
+    """
     gamma = gamma_scale * theory.sufficient_gamma(T, automaton.n_states)
-    model = theory.prefix_composition_gpt(automaton, T, gamma)
+    model = build(automaton, T, gamma)
     sigma, states = AutomatonTask(automaton, T).sample(n, generator)
     with torch.no_grad():
         logits, attention = model(theory.with_bos(sigma, automaton), return_attention=True)
@@ -205,6 +234,24 @@ def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: tor
     }
 
 
+def construction_claims(checks: list[ConstructionCheck], temperature: TemperatureSweep, n: int) -> list[Claim]:
+    """Theorem 10 exact, read-out at round-off, Lemma 13 respected; too soft an attention breaks the build."""
+    soft = int(np.argmin(temperature["scales"]))
+    return [
+        Claim.exact(f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs", "0",
+                    str(sum(c["errors"] for c in checks)), EXACT_REASON),
+        Claim.at_most("Thm 10: max |read-out value - (q_t + 1)|", ROUND_OFF, max(c["deviation"] for c in checks),
+                      ROUND_OFF_REASON),
+        Claim.at_most("Lemma 13: max over layers and positions of ||alpha - e_target||_1 / 2N e^-gap", 1.0,
+                      max(c["lemma13_ratio"] for c in checks), BOUND_REASON),
+        Claim.at_least(f"softened Thm 10 ({temperature['automaton']}, T = {temperature['T']}): wrong states at "
+                       f"gamma = {temperature['scales'][soft]:g} x Lemma 13's sufficient gamma", 1,
+                       temperature["errors"][soft],
+                       f"Lemma 13 only suffices; this says its gamma is not vacuous: a read error beyond the MLP's "
+                       f"plateau {theory.PLATEAU} must show as a wrong state over {temperature['samples']} inputs"),
+    ]
+
+
 def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
     """Theorem 10 built and run on several automata and lengths, a temperature sweep, and depth vs T."""
     generator = heldout.generator(heldout.AUTOMATON_EVAL)
@@ -216,19 +263,12 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
     scales = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5]
     n_sweep = min(n, 32)  # the sweep rebuilds the featured automaton 11 times; S5 is large
     softened = [_check_construction(featured, config["T"], n_sweep, generator, s) for s in scales]
-    claims = [
-        Claim.exact(f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs", "0",
-                    str(sum(c["errors"] for c in checks)), EXACT_REASON),
-        Claim.at_most("Thm 10: max |read-out value - (q_t + 1)|", ROUND_OFF, max(c["deviation"] for c in checks),
-                      ROUND_OFF_REASON),
-        Claim.at_most("Lemma 13: max over layers and positions of ||alpha - e_target||_1 / 2N e^-gap", 1.0,
-                      max(c["lemma13_ratio"] for c in checks), BOUND_REASON),
-    ]
+    temperature: TemperatureSweep = {
+        "scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
+        "errors": [c["errors"] for c in softened], "samples": n_sweep, "automaton": featured.name, "T": config["T"]}
     lengths = np.unique(np.round(np.logspace(0, 4, 60)).astype(int))
-    return Outcome(claims, {
-        "checks": checks,
-        "temperature": {"scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
-                        "automaton": featured.name, "T": config["T"]},
+    return Outcome(construction_claims(checks, temperature, n), {
+        "checks": checks, "temperature": temperature,
         "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]},
     })
 
@@ -246,35 +286,47 @@ class LemmasData(TypedDict):
     rows: list[LemmaRow]
 
 
-def lemmas(config: dict[str, Any], ctx: RunContext) -> Outcome[LemmasData]:
-    """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
-    generator = heldout.generator(heldout.LEMMA_INPUTS)
-    n, T = config["construct_samples"], max(config["T"], 16)
+def lemma_rows(T: int, n: int, generator: torch.Generator, counter: Callable[[int, int], GPT] = theory.counter_gpt,
+               memory_unit: Callable[[int, int], GPT] = theory.memory_gpt,
+               grid: Callable[[np.ndarray, int], np.ndarray] = theory.gridworld_by_boundaries) -> list[LemmaRow]:
+    """Wrong states of the one-layer counters (C_2, C_3, C_5), memory units (2, 4 states) and Algorithm 1
+    (Grid_4, Grid_9 at length 4T) on ``n`` random inputs; the tests pass broken constructions."""
     rows: list[LemmaRow] = []
-    claims: list[Claim] = []
     for modulus in (2, 3, 5):
         a = cyclic(modulus)
         sigma, states = AutomatonTask(a, T).sample(n, generator)
         with torch.no_grad():
-            pred = theory.counter_gpt(modulus, T)(theory.with_bos(sigma, a))[:, 1:].argmax(-1)
+            pred = counter(modulus, T)(theory.with_bos(sigma, a))[:, 1:].argmax(-1)
         rows.append({"lemma": "15", "automaton": a.name, "T": T, "layers": 1, "errors": int((pred != states).sum())})
     for m in (2, 4):
         a = memory(m)
         sigma, states = AutomatonTask(a, T).sample(n, generator)
         with torch.no_grad():
-            pred = theory.memory_gpt(m, T)(sigma).argmax(-1)
+            pred = memory_unit(m, T)(sigma).argmax(-1)
         rows.append({"lemma": "16", "automaton": a.name, "T": T, "layers": 1, "errors": int((pred != states).sum())})
     for size in (4, 9):
         a = gridworld(size)
         sigma, states = AutomatonTask(a, 4 * T).sample(n, generator)
-        errors = int((theory.gridworld_by_boundaries(sigma.numpy(), size) != states.numpy()).sum())
+        errors = int((grid(sigma.numpy(), size) != states.numpy()).sum())
         rows.append({"lemma": "Alg. 1", "automaton": a.name, "T": 4 * T, "layers": None, "errors": errors})
+    return rows
+
+
+def lemma_claims(rows: list[LemmaRow]) -> list[Claim]:
+    """One exact row per construction: no wrong state."""
+    claims = []
     for lemma, what in (("15", "one layer simulates C_2, C_3, C_5"), ("16", "one layer simulates memory units"),
                         ("Alg. 1", "boundary detection reproduces Grid_4, Grid_9")):
         wrong = sum(r["errors"] for r in rows if r["lemma"] == lemma)
         claims.append(Claim.exact(f"{'Lemma ' if lemma != 'Alg. 1' else 'Thm 12, '}{lemma}: {what} (wrong states)",
                                   "0", str(wrong), EXACT_REASON))
-    return Outcome(claims, {"rows": rows})
+    return claims
+
+
+def lemmas(config: dict[str, Any], ctx: RunContext) -> Outcome[LemmasData]:
+    """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
+    rows = lemma_rows(max(config["T"], 16), config["construct_samples"], heldout.generator(heldout.LEMMA_INPUTS))
+    return Outcome(lemma_claims(rows), {"rows": rows})
 
 
 # ---------------------------------------------------------------- training
@@ -312,6 +364,70 @@ class SweepData(TypedDict):
     grid_attention: BoundaryAttention | None  # seed 0's depth-2 GPT on the first gridworld; None without one
 
 
+def construction_depth(name: str, T: int) -> tuple[int, str]:
+    """The fewest layers of a construction of this chapter that simulates ``name`` at length ``T``, and which.
+
+    Counters take one layer (Lemma 15), memory units one (Lemma 16), gridworlds two (Thm 12), any
+    automaton ``ceil(log2 T)`` (Thm 10); a direct product runs its factors side by side in
+    block-diagonal weights, so it takes as many layers as its deepest factor.
+    """
+    parts = name.split("x") if "x" in name and not name.startswith("Dyck") else [name]
+    if len(parts) > 1:
+        return max((construction_depth(p, T) for p in parts), key=lambda d: d[0])
+    candidates = [(theory.shortcut_depth(T), "Thm 10")]
+    if re.fullmatch(r"C\d+", name):
+        candidates.append((1, "Lemma 15"))
+    if name == "flipflop" or re.fullmatch(r"memory\d+", name):
+        candidates.append((1, "Lemma 16"))
+    if re.fullmatch(r"Grid\d+", name):
+        candidates.append((2, "Thm 12"))
+    return min(candidates, key=lambda d: d[0])
+
+
+def _paper(name: str, depth: int) -> list[float | None]:
+    """The paper's best accuracy (%) at depths ``1..depth`` (Fig. 3.15, T = 100); empty if it has no row."""
+    row = PAPER_BEST.get(name)
+    return [] if row is None else row[:depth]
+
+
+def sweep_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: list[bool],
+                 config: dict[str, Any]) -> list[Claim]:
+    """Rows only where the paper reports the outcome at depth <= `shallow_depth` (its Fig. 3.15, T = 100).
+
+    An `easy` automaton gets a row when the paper's best seed reaches `threshold` by that depth; a
+    `hard` one when every depth up to it stays `gap` below and no construction of this chapter is
+    that shallow at length T (at T = 8, Theorem 10 builds every automaton, A5 included, in 3 layers).
+    The labels are computed (``solvable``); no row cites Theorem 11 or 13, which speak of T -> infinity.
+    """
+    d, T, threshold = config["shallow_depth"], config["T"], config["threshold"]
+    acc = np.asarray(acc)
+    shallow = [j for j, depth in enumerate(depths) if depth <= d]
+    claims = []
+    for name in _names(config["easy"]):
+        reported = [v for v in _paper(name, d) if v is not None]
+        if not reported or max(reported) < 100 * threshold:
+            continue  # the paper reports no run of this automaton solved by depth d
+        i = names.index(name)
+        claims.append(Claim.at_least(
+            f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
+            threshold, float(acc[i, shallow].max()),
+            f"the paper's best of 20 reaches {max(reported):g}% by depth {d} (Fig. 3.15, T = 100); "
+            f"threshold: the chapter's 'solved'"))
+    for name in _names(config["hard"]):
+        reported = _paper(name, d)
+        known, which = construction_depth(name, T)
+        if len(reported) < d or None in reported or max(reported) >= 100 * (threshold - config["gap"]) or known <= d:
+            continue  # the paper does not report it below by depth d, or a construction that shallow exists
+        i = names.index(name)
+        claims.append(Claim.at_most(
+            f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
+            threshold - config["gap"], float(acc[i, shallow].max()),
+            f"the paper's best of 20 stays at or below {max(reported):g}% up to depth {d} (Fig. 3.15, T = 100); "
+            f"the shallowest construction here ({which}) needs {known} layers at T = {T}; an observation about "
+            f"training, not Thm 13; margin `gap` below solved"))
+    return claims
+
+
 def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
     names = list(dict.fromkeys(_names(config["sweep"]) + [config["automaton"]] + _names(config["easy"])
@@ -333,20 +449,11 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
         grid = next((i for i, a in enumerate(automata) if a.name.startswith("Grid")), None)
         if grid is not None and depth == 2:
             attention = _boundary_attention(trained.models[grid * len(ctx.seeds)], automata[grid], config["T"])
-    shallow = depths.index(config["shallow_depth"])
-    best_shallow = acc[:, : shallow + 1].max(axis=(1, 2))
-    claims = []
-    for name in _names(config["easy"]):
-        claims.append(Claim.at_least(f"{name} (solvable): best accuracy at depth <= {config['shallow_depth']}",
-                                     config["threshold"], float(best_shallow[names.index(name)]),
-                                     "constant-depth shortcut (Thms 11, 12); threshold: the chapter's 'solved'"))
-    for name in _names(config["hard"]):
-        claims.append(Claim.at_most(f"{name} (non-solvable): best accuracy at depth <= {config['shallow_depth']}",
-                                    config["threshold"] - config["gap"], float(best_shallow[names.index(name)]),
-                                    "no constant-depth shortcut unless TC0 = NC1 (Thm 13); margin `gap` below solved"))
+    solvable = [is_solvable(a) for a in automata]
+    claims = sweep_claims(names, depths, acc, solvable, config)
     return Outcome(claims, {
         "names": names, "depths": depths, "accuracy": acc, "T": config["T"],
-        "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
+        "chance": [1.0 / a.n_states for a in automata], "solvable": solvable,
         "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
         "grid_attention": attention,
     })
@@ -455,12 +562,13 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
         if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
             out[name]["by_count"] = [[score(binary_with_count(n // 4, T, c, heldout.generator(heldout.AUTOMATON_EVAL)),
                                             m) for c in range(T + 1)] for m in models]
-    claims = _brittleness_claims(out, config)
+    claims = brittleness_claims(out, config)
     return Outcome(claims, out)
 
 
-def _brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Claim]:
-    """GPT drops under shift and at longer lengths; LSTM and scratchpad + recency do not."""
+def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Claim]:
+    """The best in-distribution parity GPT solves the training law, then drops under shift and at twice the
+    length; the LSTM and the scratchpad + recency GPT do not drop."""
     probs, lengths, T = out["probs"], out["lengths"], out["T"]
     centre = probs.index(min(probs, key=lambda p: abs(p - 0.5)))
     gpt_p = np.array(out["gpt"]["by_prob"])
@@ -468,11 +576,15 @@ def _brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Cla
     gpt_l = np.array(out["gpt"]["by_length"])[best]
     long = lengths.index(2 * T)
     return [
+        Claim.at_least(f"parity GPT (best seed): accuracy at the training law Pr[sigma=1] = {probs[centre]:g}, "
+                       f"length {T}", config["threshold"], float(gpt_p[best, centre]),
+                       "precondition of the two rows below: the paper's drops are those of models that solve the "
+                       "training distribution; `threshold`: the chapter's 'solved'"),
         Claim.at_least("parity GPT (best seed): in-distribution minus worst shifted accuracy", config["gap"],
                        float(gpt_p[best, centre] - gpt_p[best].min()),
                        "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"),
         Claim.at_least(f"parity GPT (best seed): accuracy at length {T} minus at {2 * T}", config["gap"],
-                       float(np.array(out["gpt"]["by_length"])[best][lengths.index(T)] - gpt_l[long]),
+                       float(gpt_l[lengths.index(T)] - gpt_l[long]),
                        "`gap`: positions and counts beyond T were never trained"),
         Claim.at_least("parity LSTM: worst accuracy over shifted laws and lengths (median seed)", 0.99,
                        float(np.median(np.minimum(np.array(out["lstm"]["by_prob"]).min(axis=1),

@@ -476,3 +476,59 @@ class ScratchpadParity:
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+# ---------------------------------------------------------------- a second route to the derived series
+
+
+def _generators_of(elements: Sequence[Perm]) -> list[Perm]:
+    """A small generating set of the group ``elements``: keep an element only if it is new."""
+    kept: list[Perm] = []
+    group: set[Perm] = {tuple(range(len(elements[0])))}
+    for g in elements:
+        if g not in group:
+            kept.append(g)
+            group = set(generated_group(kept))
+    return kept
+
+
+def _normal_closure(seeds: Sequence[Perm], generators: Sequence[Perm]) -> list[Perm]:
+    """The smallest subgroup holding ``seeds`` and closed under conjugation by ``generators``."""
+    gens = list(dict.fromkeys(seeds))
+    group = set(generated_group(gens))
+    while True:
+        new = {compose(inverse(g), compose(c, g)) for c in gens for g in generators} - group
+        if not new:
+            break
+        gens += sorted(new)
+        group = set(generated_group(gens))
+    return sorted(group)
+
+
+def derived_series_from_generators(generators: Sequence[Perm]) -> list[int]:
+    """Orders of ``G > G' > ...`` by a route independent of :func:`commutator_subgroup`.
+
+    ``[H, H]`` is the normal closure in ``H`` of the commutators of a generating set of ``H`` (a
+    standard lemma), so each step uses only generators: commutators of the current generators,
+    closed under conjugation by them, then pruned to a small generating set again.
+    """
+    degree = len(generators[0])
+    identity = tuple(range(degree))
+    gens = _generators_of(list(generators)) or [identity]
+    orders = [len(generated_group(gens))]
+    while orders[-1] > 1:
+        commutators = sorted({compose(inverse(a), compose(inverse(b), compose(a, b))) for a in gens for b in gens}
+                             - {identity})
+        group = _normal_closure(commutators, gens) if commutators else [identity]
+        if len(group) == orders[-1]:
+            break
+        orders.append(len(group))
+        gens = _generators_of(group) or [identity]
+    return orders
+
+
+def groups_of(automaton: Semiautomaton) -> list[list[Perm]]:
+    """The groups that decide solvability: the transition group, or every ``H_e`` of ``T(A)``."""
+    if automaton.is_permutation_automaton():
+        return [transition_group(automaton)]
+    return maximal_subgroups(automaton)

@@ -11,7 +11,14 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS, reference_line
 
 if TYPE_CHECKING:
-    from ..chapters.hmm import GhmmData, LearningData, PowersData, RecoveryData, SeedExampleData
+    from ..chapters.hmm import (
+        GhmmData,
+        GhmmTensorData,
+        LearningData,
+        PowersData,
+        RecoveryData,
+        SeedExampleData,
+    )
 
 FLOOR = 1e-17  # an exact zero would vanish from a log axis
 
@@ -130,4 +137,28 @@ def full_learned_distance(data: LearningData) -> Figure:
         ax.axhline(data[name]["exact_gap"], color=color, linestyle="--", linewidth=1)
     ax.set(xlabel="samples N", ylabel="distance between the HMMs beyond noise", title="full profile")
     ax.legend(fontsize=8)
+    return fig
+
+
+def ghmm_tensor(data: GhmmTensorData) -> Figure:
+    """Theorem 8's recovery error per task order; along a line, the partner's conditional mean and density."""
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 3.3))
+    errors = data["errors"]
+    for i, errs in enumerate(errors.values()):
+        left.semilogy(np.full(len(errs), i) + np.linspace(-0.15, 0.15, len(errs)), np.maximum(errs, FLOOR), ".",
+                      color=COLORS["untied"])
+    reference_line(left, data["tolerance"], "tolerance")
+    left.set_xticks(range(len(errors)), list(errors), fontsize=7)
+    left.set(ylabel="max entry error after relabelling", title="Thm 8: two-token predictor -> (M, T)")
+    line = np.asarray(data["line"])
+    for ax, key, title in ((middle, "line_mean", "conditional mean: the same"),
+                           (right, "line_density", "conditional density: not the same")):
+        ours, partner = np.asarray(data[key])
+        ax.plot(line, ours, color=COLORS["tied"], linewidth=3, alpha=0.6, label="G-HMM (M, T)")
+        ax.plot(line, partner, "--", color=COLORS["untied"], label="partner (HM, T~)")
+        ax.set(xlabel="x_1 = s u (s along a random unit u)", title=title)
+    middle.set_ylabel("first coordinate of E[x_2 | x_1]")
+    right.set_ylabel("(2 pi)^(d/2) p(x_2 = mu_1 | x_1)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
     return fig

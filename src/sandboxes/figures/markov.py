@@ -156,16 +156,27 @@ def depth_two(data: DepthData) -> Figure:
 
 
 def multistate(data: MultistateData) -> Figure:
-    """Excess loss over the gap for the symmetric multi-state chain, tied against untied."""
+    """The tied Hessian's sign change at p* = (n-1)/n, and where tied and untied runs end around it."""
+    fig, (hess, runs) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fine = np.linspace(0.02, 0.98, 200)
+    n = data["states"]
+    hess.plot(fine, 2 / n * (n * fine / (n - 1) - 1), color=COLORS["theory"], lw=1, label="(2/n)(np/(n-1) − 1)")
+    hess.plot(data["hessian_probs"], data["hessian_eigenvalue"], "o", color=COLORS["tied"], label="tied (autograd)")
+    hess.set(xlabel="switching probability p", ylabel="embedding Hessian eigenvalue",
+             title=f"{n}-state tied unigram point")
     probs = np.asarray(data["switch_probs"])
-    fig, ax = plt.subplots()
     for offset, name in ((-0.01, "tied"), (0.01, "untied")):
-        ratio = np.asarray(data[name])
+        ratio = np.asarray(data[name], dtype=float)
         for p, row in zip(probs, ratio):
-            ax.plot(np.full(len(row), p + offset), row, "o", color=COLORS[name], alpha=0.6)
-        ax.plot(probs + offset, np.median(ratio, axis=1), "-", color=COLORS[name], label=name)
-    ax.set(xlabel="switching probability p", ylabel="excess loss / (H(π) − H)", ylim=(-0.05, 1.15))
-    ax.axhline(1, color=COLORS["theory"], ls=":", lw=1)
-    ax.axhline(0, color=COLORS["theory"], ls="--", lw=1)
-    ax.legend()
+            runs.plot(np.full(len(row), p + offset), row, "o", color=COLORS[name], alpha=0.6)
+        runs.plot(probs + offset, np.median(ratio, axis=1), "-", color=COLORS[name], label=name)
+    runs.set(xlabel="switching probability p", ylabel="excess loss / (H(π) − H)", ylim=(-0.05, 1.15),
+             title="where training ends")
+    runs.axhline(1, color=COLORS["theory"], ls=":", lw=1)
+    runs.axhline(0, color=COLORS["theory"], ls="--", lw=1)
+    for ax in (hess, runs):
+        ax.axvline(data["threshold"], color="black", lw=0.8, ls=":", label="p* = (n−1)/n")
+        ax.legend(fontsize=8)
+    hess.axhline(0, color="black", lw=0.6)
+    fig.tight_layout()
     return fig

@@ -2,11 +2,13 @@
 
 Closed-form optimal predictors of the pairwise tasks ``x_t | x_s`` and of the two-token tasks
 ``x_a (x) x_b | x_c`` on three adjacent tokens; rotations about ``(1, ..., 1)`` that leave every
-pairwise predictor unchanged (Theorems 4 and 6) and the matrix-power ambiguity (Claim 1);
+pairwise predictor unchanged (Theorems 4 and 6), the pair's joint law (Remark 2) and the
+matrix-power ambiguity (Claim 1);
 Theorem 7 as an algorithm (the 3-tensor of a two-token predictor, Jennrich's simultaneous
 diagonalisation, recovery up to a permutation, Kruskal ranks); and for G-HMMs the posterior,
-its Householder partner (Lemma 7) and a least-squares fit of the pairwise predictor that shows
-Theorem 5 numerically. Nothing here trains.
+its Householder partner (Lemma 7), a least-squares fit of the pairwise predictor that shows
+Theorem 5 numerically, the two-token predictor and the recovery of Theorem 8 (cases 1 and 3),
+and the conditional density with the last step of Theorem 9. Nothing here trains.
 
 Conventions: ``O[x, h] = P(x_t = x | h_t = h)``, ``T[i, j] = P(h_{t+1} = i | h_t = j)``,
 positions start at 1, and a predictor is an array whose first axis is the conditioning symbol.
@@ -355,12 +357,14 @@ def partner_transition(means: np.ndarray, transition: np.ndarray, other_means: n
 
 
 def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bool,
-             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+             rng: np.random.Generator, unit_norm: bool = True,
+             max_evaluations: int = 4000) -> tuple[np.ndarray, np.ndarray, float]:
     """Fit ``(M, T)`` with unit-norm means to predictor values ``M T phi(x)`` from one random start.
 
     With ``column_sums_one`` the last row of ``T`` is ``1 - (sum of the others)``, the part of
     stochasticity that the proof of Theorem 5 uses; otherwise ``T`` is free. Returns the fitted
-    ``(M, T)`` and the root-mean-square residual.
+    ``(M, T)`` and the root-mean-square residual. ``unit_norm=False`` drops Assumption 9 (the means
+    are free) and ``max_evaluations`` bounds the work: both exist so that a test can break the fit.
     """
     d = points.shape[1]
     free_rows = k - 1 if column_sums_one else k
@@ -369,12 +373,92 @@ def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bo
         raw = theta[: d * k].reshape(d, k)
         rows = theta[d * k:].reshape(free_rows, k)
         transition = np.vstack([rows, 1 - rows.sum(axis=0)]) if column_sums_one else rows
-        return raw / np.linalg.norm(raw, axis=0), transition
+        return (raw / np.linalg.norm(raw, axis=0) if unit_norm else raw), transition
 
     def residual(theta: np.ndarray) -> np.ndarray:
         return (ghmm_pairwise_predictor(*unpack(theta), points) - values).ravel()
 
     start = np.concatenate([rng.normal(size=d * k), rng.dirichlet(np.ones(k), size=free_rows).ravel()])
-    fit = least_squares(residual, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=4000)
+    fit = least_squares(residual, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=max_evaluations)
     means, transition = unpack(fit.x)
     return means, transition, float(np.sqrt(np.mean(fit.fun**2)))
+
+
+# ---------------------------------------------------------------- Remark 2: the joint law of two tokens
+def pair_law(emission: np.ndarray, transition: np.ndarray, gap: int) -> np.ndarray:
+    """``P(x_1 = a, x_{1+gap} = b)`` from the stationary start: ``O diag(1/k) (T^gap)^T O^T``, the pair's whole law.
+
+    For one-hot tokens this law is everything any loss on ``x_{1+gap} | x_1`` can see (Remark 2).
+    """
+    k = emission.shape[1]
+    return emission @ np.linalg.matrix_power(transition, gap).T @ emission.T / k
+
+
+# ---------------------------------------------------------------- G-HMM: Theorems 8 and 9
+def ghmm_scaled_likelihood(means: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """``psi(x)_i = exp(-||x - mu_i||^2 / 2)`` for each row of ``points``: the density up to ``(2 pi)^(-d/2)``."""
+    return np.exp(-0.5 * ((points[:, :, None] - means[None]) ** 2).sum(axis=1))
+
+
+def _ghmm_given_middle(means: np.ndarray, transition: np.ndarray, position: int) -> np.ndarray:
+    """``E[x_position | h_2]`` as a ``d x k`` matrix: ``M T^T``, ``M``, ``M T`` (``T^T`` reverses the chain)."""
+    return {1: means @ transition.T, 2: means, 3: means @ transition}[position]
+
+
+def ghmm_middle_posterior(means: np.ndarray, transition: np.ndarray, given: int,
+                          points: np.ndarray) -> np.ndarray:
+    """``P(h_2 = i | x_given = x)`` for each row of ``points``: ``T phi``, ``phi``, ``T^T phi`` at positions 1, 2, 3."""
+    phi = ghmm_posterior(means, points)
+    return {1: phi @ transition.T, 2: phi, 3: phi @ transition}[given]
+
+
+def ghmm_two_token_predictor(means: np.ndarray, transition: np.ndarray, given: int, targets: tuple[int, int],
+                             points: np.ndarray) -> np.ndarray:
+    """``E[x_t2 (x) x_t3 | x_given = x]`` for each row of ``points``: an ``n x d x d`` array (Theorem 8)."""
+    _check_triple(given, targets)
+    B, C = (_ghmm_given_middle(means, transition, t) for t in targets)
+    return np.einsum("ni,ai,bi->nab", ghmm_middle_posterior(means, transition, given, points), B, C)
+
+
+def ghmm_recover(values: np.ndarray, points: np.ndarray, given: int, targets: tuple[int, int], k: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, T)`` up to relabelling from two-token predictor values at ``points``, for ``x_2`` among the targets.
+
+    The proof of Theorem 8 (case 1, and case 3 by symmetry): ``W = sum_j x_j (x) F(x_j)`` has the rank-one
+    factors ``(sum_j x_j P(h_2 | x_j), E[x_2 | h_2], E[x_other | h_2])``; Kruskal (here Jennrich) gives them up
+    to scale. Unit norms (Assumption 9) fix the columns of ``M`` up to sign, unit sums of ``T`` fix the
+    other factor, and of the ``2^k`` sign patterns the one that reproduces the values is kept.
+    """
+    _check_triple(given, targets)
+    if 2 not in targets:
+        raise ValueError("this constructive recovery needs x_2 among the targets (cases 1 and 3 of Theorem 8)")
+    tensor = np.einsum("ja,jbc->abc", points, values)
+    _, B, C = jennrich(tensor, k, rng)
+    middle, other = (B, C) if targets[0] == 2 else (C, B)
+    unit = middle / np.linalg.norm(middle, axis=0)
+    best: tuple[float, np.ndarray, np.ndarray] = (np.inf, unit, unit)
+    for signs in itertools.product((1.0, -1.0), repeat=k):
+        means = unit * np.array(signs)
+        law = np.linalg.lstsq(means, other, rcond=None)[0]  # columns of T (other = x_3) or rows of T (x_1), up to scale
+        law = law / law.sum(axis=0)
+        transition = law if 3 in targets else law.T
+        residual = float(np.abs(ghmm_two_token_predictor(means, transition, given, targets, points) - values).max())
+        if residual < best[0]:
+            best = (residual, means, transition)
+    return best[1], best[2]
+
+
+def ghmm_transition_from_density(means: np.ndarray, density: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """``T = Psi^-T D Phi^-1`` (Theorem 9, eq. 2.79) from ``D[a, b] = (2 pi)^(d/2) p(x_2 = x_a | x_1 = x_b)``.
+
+    With the means known, ``D = Psi^T T Phi`` for the ``k`` points, ``Psi`` and ``Phi`` the scaled likelihoods
+    and posteriors as columns; both are invertible for generic points.
+    """
+    psi, phi = ghmm_scaled_likelihood(means, points).T, ghmm_posterior(means, points).T
+    return np.linalg.solve(psi.T, density) @ np.linalg.inv(phi)
+
+
+def ghmm_density_matrix(means: np.ndarray, transition: np.ndarray, targets: np.ndarray,
+                        given: np.ndarray) -> np.ndarray:
+    """``D[a, b] = psi(x_a)^T T phi(x_b) = (2 pi)^(d/2) p(x_2 = targets_a | x_1 = given_b)``, the mixture formula."""
+    return ghmm_scaled_likelihood(means, targets) @ transition @ ghmm_posterior(means, given).T

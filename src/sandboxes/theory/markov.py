@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -182,6 +183,52 @@ def hessian_at_unigram_point(p: float, q: float, d_model: int, length: int, tied
         "block": np.sort(torch.linalg.eigvalsh(hess[block][:, block]).numpy()),
         "full": np.sort(torch.linalg.eigvalsh(hess).numpy()),
     }
+
+
+def loss_changes(loss: PopulationLoss, directions: Tensor, radii: tuple[float, ...]) -> np.ndarray:
+    """``L(theta + r u) - L(theta)`` for every unit direction ``u`` (a row of ``directions``) and radius ``r``.
+
+    The direct test of a local minimum, which a Hessian with zero modes cannot give.
+    """
+    base = loss.flat()
+    with torch.no_grad():
+        start = loss(base)
+        moved = [torch.func.vmap(loss)(base + r * directions) - start for r in radii]  # all directions at once
+    return torch.stack(moved, dim=1).numpy()
+
+
+def random_directions(n: int, dim: int, generator: torch.Generator) -> Tensor:
+    """``n`` unit vectors in ``dim`` dimensions, uniform on the sphere (float64)."""
+    gauss = torch.randn(n, dim, generator=generator, dtype=torch.float64)
+    return gauss / gauss.norm(dim=1, keepdim=True)
+
+
+def kernel_unigram_point(kernel: np.ndarray, d_model: int, length: int) -> GPT:
+    """The tied unigram point of a chain with any number of states: zero weights, bias ``log pi``."""
+    kernel = check_kernel(kernel)
+    model = zero_gpt(replace(binary_config(d_model, length, tied=True), vocab_size=kernel.shape[0]))
+    with torch.no_grad():
+        model.head.bias[:] = torch.as_tensor(np.log(stationary_law(kernel)))
+    return model
+
+
+def symmetric_block_eigenvalue(n_states: int, p: float) -> float:
+    """The tied Hessian's eigenvalue at the unigram point of the symmetric chain, on embeddings orthogonal to 1.
+
+    The loss moves with ``sum_jk pi_j (pi_k - P_jk) <e_j, e_k>`` near ``e = 0``; for the
+    symmetric chain that form is ``(1/n)(J/n - P)``, whose eigenvalue off the all-ones vector is
+    ``(2/n)(n p / (n - 1) - 1)`` (the Hessian doubles it): it changes sign at ``p* = (n - 1)/n``,
+    where the chain's mutual information is 0, as ``p + q = 1`` does for the binary chain.
+    """
+    return 2 / n_states * (n_states * p / (n_states - 1) - 1)
+
+
+def embedding_block_spectrum(kernel: np.ndarray, d_model: int, length: int) -> np.ndarray:
+    """Autograd eigenvalues of the exact loss's Hessian on the embedding table at the tied unigram point."""
+    loss = PopulationLoss(kernel_unigram_point(kernel, d_model, length), kernel, length)
+    hess = loss.hessian()
+    block = loss.slices()["wte.weight"]
+    return np.sort(torch.linalg.eigvalsh(hess[block, block]).numpy())
 
 
 def excess_loss(logits: Tensor, inputs: Tensor, kernel: np.ndarray) -> Tensor:

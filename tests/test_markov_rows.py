@@ -1,0 +1,215 @@
+"""Every verdict row of the Markov chapter fails in a counterfactual: a wrong theory, a broken model, an untrained one."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY
+
+from sandboxes.chapters import markov
+from sandboxes.theory.markov_flow import ReducedFlow
+
+GAP = markov._gap(0.5, 0.8)  # the featured chain, p+q > 1
+GAP2 = markov._gap(0.2, 0.3)  # the contrast chain, p+q < 1
+
+
+def _section(name: str) -> list:
+    """The rows of one section of the chapter at unit-test scale (the exact sections ignore the scale)."""
+    return markov.CHAPTER.start("quick", TINY["markov"], seeds=1, device="cpu").section(name).claims
+
+
+def _shifted_bias(make):
+    """A point-maker whose output bias is off by 0.1: a construction off by a constant."""
+    def wrong(*args, **kwargs):
+        model = make(*args, **kwargs)
+        with torch.no_grad():
+            model.head.bias[1] += 0.1
+        return model
+    return wrong
+
+
+def _wrong_global_point(monkeypatch):
+    monkeypatch.setattr(markov.theory, "global_minimum_point", _shifted_bias(markov.theory.global_minimum_point))
+    return _section("global_minimum")
+
+
+def _wrong_unigram_point(monkeypatch):
+    monkeypatch.setattr(markov.theory, "unigram_point", _shifted_bias(markov.theory.unigram_point))
+    return _section("unigram_point")
+
+
+def _block_spectrum_off(monkeypatch):
+    closed_form = markov.theory.predicted_block_spectrum
+    monkeypatch.setattr(markov.theory, "predicted_block_spectrum", lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
+    return _section("unigram_point")
+
+
+def _mlp_beside_the_unigram_point(monkeypatch):
+    right = markov.theory.unigram_point
+    monkeypatch.setattr(markov.theory, "unigram_point", lambda p, q, d, length, tied: (
+        ReducedFlow(p, q).gpt_weights(0.0, -0.9, d, length) if tied else right(p, q, d, length, tied)))
+    return _section("unigram_point")
+
+
+def _mlp_above_the_switch(monkeypatch):
+    monkeypatch.setattr(markov, "OFF_HYPOTHESIS_W", 0.5)
+    return _section("unigram_point")
+
+
+def _wrong_sign_of_c(monkeypatch):
+    curvature = markov.theory.curvature
+    monkeypatch.setattr(markov.theory, "curvature", lambda p, q: -curvature(p, q))
+    return _section("unigram_point")
+
+
+def _hessian_of_the_other_tying(monkeypatch):
+    hessian = markov.theory.hessian_at_unigram_point
+    monkeypatch.setattr(markov.theory, "hessian_at_unigram_point",
+                        lambda p, q, d, length, tied: hessian(p, q, d, length, not tied))
+    return _section("hessian_sweep")
+
+
+def _gpt_weights_off(monkeypatch):
+    weights = ReducedFlow.gpt_weights
+    monkeypatch.setattr(ReducedFlow, "gpt_weights", lambda self, e, w, d, length: weights(self, 1.1 * e, w, d, length))
+    return _section("reduced_flow")
+
+
+def _velocity_off(scale_e: float, scale_w: float):
+    def apply(monkeypatch):
+        velocity = ReducedFlow.velocity
+        monkeypatch.setattr(ReducedFlow, "velocity", lambda self, e, w: tuple(
+            s * v for s, v in zip((scale_e, scale_w), velocity(self, e, w))))
+        return _section("reduced_flow")
+    return apply
+
+
+class _ReversedFlow(ReducedFlow):
+    """The reduced model with the sign of de/dt flipped: a wrong theory of its flow."""
+
+    def velocity(self, e: float, w: float) -> tuple[float, float]:
+        de, dw = super().velocity(e, w)
+        return -de, dw
+
+
+def _ends_swapped(monkeypatch):
+    reaches = ReducedFlow.reaches_global_minimum
+    monkeypatch.setattr(ReducedFlow, "reaches_global_minimum", lambda self, e, w, t_max=400.0: not reaches(self, e, w))
+    return _section("reduced_flow")
+
+
+def _run(p, q, tied, excess):
+    return {"p": p, "q": q, "tied": tied, "excess": np.asarray(excess, dtype=float)}
+
+
+def _trapped_when_it_should_learn(monkeypatch):  # an untrained or stuck model: at the unigram
+    return markov.training_rows([_run(0.2, 0.3, True, [GAP2] * 3), _run(0.5, 0.8, False, [GAP] * 3)])
+
+
+def _escaped_when_it_should_be_trapped(monkeypatch):  # tied swapped for untied: everything learns
+    return markov.training_rows([_run(0.5, 0.8, True, [0.0] * 3)])
+
+
+def _phase(tied: bool, trapped: bool):
+    def apply(monkeypatch):
+        switching = [0.5, 1.3]
+        gaps = np.array([GAP2, GAP])
+        excess = gaps[:, None] * np.ones((2, 2)) if trapped else np.zeros((2, 2))
+        return markov.phase_rows(switching, excess, gaps, tied)
+    return apply
+
+
+def _basin(p: float, q: float, tied_trapped: float, untied_trapped: float):
+    def apply(monkeypatch):
+        outcome = {"tied": {"unigram": [tied_trapped, 0.0]}, "untied": {"unigram": [untied_trapped, 0.0]}}
+        return markov.basin_rows(p, q, [0.01, 0.3], outcome)
+    return apply
+
+
+def _depth(excess: float, on_plateau: bool):
+    def apply(monkeypatch):
+        H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+        loss = np.full((2, 30), H_pi if on_plateau else H_pi - GAP)
+        return markov.depth_rows(0.5, 0.8, np.full(2, excess), loss, H_pi)
+    return apply
+
+
+def _spectrum_negated(monkeypatch):
+    spectrum = markov.theory.embedding_block_spectrum
+    monkeypatch.setattr(markov.theory, "embedding_block_spectrum", lambda k, d, length: -spectrum(k, d, length))
+    return _section("multistate")
+
+
+def _multistate(tied_below: float, tied_above: float, untied: float):
+    def apply(monkeypatch):
+        gaps = np.array([0.5, 0.04])
+        return markov.multistate_rows(5, [0.3, 0.9], gaps, np.array([[tied_below], [tied_above]]),
+                                      np.full((2, 1), untied))
+    return apply
+
+
+# row (a regular expression on its name) -> a counterfactual in which it must fail
+COUNTERFACTUALS = {
+    r"Thm 1 \(tied\): loss of theta_\*": _wrong_global_point,
+    r"Thm 1 \(untied\): loss of theta_\*": _wrong_global_point,
+    r"Thm 1 \(tied\): gradient at theta_\*": _wrong_global_point,
+    r"Thm 1 \(untied\): gradient at theta_\*": _wrong_global_point,
+    r"Thm 2 \(tied\): loss of theta_pi": _wrong_unigram_point,
+    r"Thm 3 \(untied\): loss of theta_pi": _wrong_unigram_point,
+    r"Thm 2 \(tied\): gradient at theta_pi": _wrong_unigram_point,
+    r"Thm 3 \(untied\): gradient at theta_pi": _wrong_unigram_point,
+    r"Thm 2 \(tied\): Hessian \(e, a, b\) block": _block_spectrum_off,
+    r"Thm 3 \(untied\): Hessian \(e, a, b\) block": _block_spectrum_off,
+    r"random directions that lower the loss": _mlp_beside_the_unigram_point,
+    r"Thm 2 needs its hypothesis": _mlp_above_the_switch,
+    r"Thm 3 \(untied\): theta_pi is a saddle": _wrong_sign_of_c,
+    r"Hessian sweep over p\+q": _hessian_of_the_other_tying,
+    r"tied Hessian sign along the sweep": _hessian_of_the_other_tying,
+    r"reduced model .*: two-scalar loss": _gpt_weights_off,
+    r"reduced model .*: E = .* conserved": _velocity_off(1.0, 2.0),
+    r"reduced model .*: flows from e = ": lambda monkeypatch: [markov.axis_row(_ReversedFlow(0.5, 0.8))],
+    r"reduced model .*: most Gaussian starts": _ends_swapped,
+    r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
+    r"untied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
+    r"tied: every seed ends at the unigram": _escaped_when_it_should_be_trapped,
+    r"phase diagram: tied runs trapped where p\+q<1": _phase(tied=True, trapped=True),
+    r"phase diagram: untied runs trapped where p\+q<1": _phase(tied=False, trapped=True),
+    r"phase diagram: tied runs trapped where p\+q>1": _phase(tied=True, trapped=False),
+    r"phase diagram: untied runs trapped where p\+q>1": _phase(tied=False, trapped=True),
+    r"basin .*: untied seeds ending at the unigram": _basin(0.5, 0.8, 1.0, 1.0),
+    r"basin \(0.5, 0.8\): tied seeds at the unigram from init std": _basin(0.5, 0.8, 0.0, 0.0),
+    r"basin \(0.2, 0.3\): tied seeds at the unigram from init std": _basin(0.2, 0.3, 1.0, 0.0),
+    r"depth 2 .*: every seed reaches the entropy rate": _depth(GAP, True),
+    r"depth 2: shortest time on the unigram plateau": _depth(0.0, False),
+    r"state tied unigram point: embedding Hessian": _spectrum_negated,
+    r"state tied Hessian sign along the p sweep": _spectrum_negated,
+    r"state chain, untied: worst excess loss": _multistate(0.0, 1.0, 1.0),
+    r"state chain, tied, p < p\*": _multistate(1.0, 1.0, 0.0),
+    r"state chain, tied, p > p\*": _multistate(0.0, 0.0, 0.0),
+}
+
+
+@pytest.mark.parametrize("row", list(COUNTERFACTUALS))
+def test_row_fails_in_its_counterfactual(row, monkeypatch):
+    claims = [c for c in COUNTERFACTUALS[row](monkeypatch) if re.search(row, c.name)]
+    assert claims and not any(c.holds for c in claims), [c.name for c in claims]
+
+
+def _covered(name: str) -> bool:
+    return any(re.search(row, name) for row in COUNTERFACTUALS)
+
+
+def test_every_row_the_chapter_emits_has_a_counterfactual(tiny_result):
+    assert [c["name"] for c in tiny_result("markov")["claims"] if not _covered(c["name"])] == []
+
+
+def test_every_row_of_the_contrast_settings_has_a_counterfactual():
+    # the featured chain swapped for the contrast one, and the multi-state sweep on both sides of p*
+    run = markov.CHAPTER.start("quick", {**TINY["markov"], "p": 0.2, "q": 0.3}, seeds=1, device="cpu")
+    names = [c.name for section in ("unigram_point", "reduced_flow") for c in run.section(section).claims]
+    names += [c.name for c in markov.multistate_rows(5, [0.3, 0.9], np.array([0.5, 0.04]), np.zeros((2, 1)),
+                                                     np.zeros((2, 1)))]
+    names += [c.name for c in markov.basin_rows(0.2, 0.3, [0.01], {"tied": {"unigram": [0.0]},
+                                                                    "untied": {"unigram": [0.0]}})]
+    assert [n for n in names if not _covered(n)] == []
