@@ -2,8 +2,11 @@
 
 import importlib
 import inspect
+import json
+import re
 import types
 import typing
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -15,6 +18,7 @@ from sandboxes.sections import Chapter, Outcome, RunContext, Section
 
 matplotlib.use("Agg")
 CHAPTERS = all_chapters()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _matches(data: object, shape: object, where: str) -> None:
@@ -116,3 +120,20 @@ def test_a_chapter_check_stops_bad_values_before_any_section_runs():
     with pytest.raises(ValueError, match="no"):
         chapter.run(device="cpu")
 
+
+
+def _page_rows(chapter: str) -> list[str]:
+    """The names of the rows a chapter's stored page shows in its ``page.check()`` summary (quick profile)."""
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    check = next(cell for cell in cells if "".join(cell["source"]).strip() == "page.check()")
+    text = "".join("".join(output.get("text", "")) for output in check["outputs"])
+    return [line[len("[holds] "):].rsplit(": predicted ", 1)[0] for line in text.splitlines()
+            if line.startswith(("[holds] ", "[FAILS] "))]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
+def test_every_row_on_the_stored_page_has_a_counterfactual(chapter):
+    table = importlib.import_module(f"test_{chapter.name}").COUNTERFACTUALS
+    keys = list(table) if isinstance(table, dict) else [entry[0] for entry in table]
+    rows = _page_rows(chapter.name)
+    assert rows and [row for row in rows if not any(re.search(key, row) for key in keys)] == []

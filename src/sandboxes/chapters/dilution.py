@@ -566,6 +566,9 @@ def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8,
     return out
 
 
+SHARPENING_RATIO = 0.9  # a sharpened run's read entropy over its plain twin's, at most
+
+
 def _read_entropy(run: Sharpness) -> float:
     """Mean over position bins of the last layer's read entropy (sharpest head)."""
     return float(np.mean([e for e in run["layers"][-1]["entropy"] if e is not None]))
@@ -584,13 +587,12 @@ def _sharpness_claims(sharpness: dict[str, list[Sharpness]]) -> list[Claim]:
     if "sharpened" in sharpness:
         plain = [_read_entropy(p) for p in sharpness["transformer"]]
         ratio = max(_read_entropy(s) / max(p, 1e-12) for s, p in zip(sharpness["sharpened"], plain))
-        spread = min(plain) / max(max(plain), 1e-12)
-        claims.append(Claim("sharpening lowers the last layer's read entropy, every seed, by more than the spread "
-                            "between unsharpened seeds (largest ratio)", "< smallest / largest unsharpened entropy",
-                            f"{ratio:.4g} (bound {spread:.4g})", "bound",
-                            "the penalty's direct effect on paired runs (same start, same batches; without the "
-                            "penalty the ratio is 1); the bound is the smallest over the largest unsharpened entropy",
-                            bool(ratio < spread)))
+        claims.append(Claim.at_most(
+            "sharpening lowers the last layer's read entropy by at least a tenth, every seed (largest sharpened / "
+            "plain ratio)", SHARPENING_RATIO, ratio,
+            "the penalty's direct effect on paired runs (same start, same batches): without the penalty the ratio is "
+            "exactly 1; a tenth below it is a real effect (measured 0.09 to 0.4 at the quick profile across thread "
+            "counts), while the spread between unsharpened seeds varies too much between machines to be the bound"))
     return claims
 
 
