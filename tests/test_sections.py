@@ -136,4 +136,12 @@ def test_every_row_on_the_stored_page_has_a_counterfactual(chapter):
     table = importlib.import_module(f"test_{chapter.name}").COUNTERFACTUALS
     keys = list(table) if isinstance(table, dict) else [entry[0] for entry in table]
     rows = _page_rows(chapter.name)
-    assert rows and [row for row in rows if not any(re.search(key, row) for key in keys)] == []
+    assert rows and [row for row in rows if not any(_matches_key(key, row) for key in keys)] == []
+
+
+def _matches_key(key: str, row: str) -> bool:
+    """A counterfactual's key names its row as a substring (dilution) or a regular expression (the others)."""
+    try:
+        return key in row or re.search(key, row) is not None
+    except re.error:
+        return False
