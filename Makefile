@@ -34,7 +34,8 @@ outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
 
 results: $(STAMP)
-	for chapter in $$($(BIN)/python -m sandboxes list --names); do \
+	chapters=$$($(BIN)/python -m sandboxes list --names) || exit 1; \
+	for chapter in $$chapters; do \
 		$(BIN)/python -m sandboxes run $$chapter --profile full --device cuda --out results/$$chapter-full.json || exit 1; \
 	done
 

@@ -1,7 +1,6 @@
 """Claims decide and fail loudly; result files round-trip with their provenance."""
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -67,9 +66,3 @@ def test_only_results_made_on_a_gpu_count_as_gpu_results():
     assert made.from_gpu
     assert not Result("markov", "full", {}, [0], [], {}, provenance={"device_type": "cpu"}).from_gpu
 
-
-def test_a_result_gives_each_section_its_own_verdict():
-    claims = [Claim.close("a", 0, 0, 1, "r"), Claim.close("b", 0, 5, 1, "r")]
-    claims = [replace(claims[0], section="one"), replace(claims[1], section="two")]
-    result = Result("markov", "quick", {}, [0], claims, {"one": {}, "two": {}})
-    assert [c.name for c in result.verdict_of("two")] == ["b"] and result.verdict_of("one").holds

@@ -93,9 +93,9 @@ class _ReversedFlow(ReducedFlow):
         return -de, dw
 
 
-def _ends_swapped(monkeypatch):
-    reaches = ReducedFlow.reaches_global_minimum
-    monkeypatch.setattr(ReducedFlow, "reaches_global_minimum", lambda self, e, w, t_max=400.0: not reaches(self, e, w))
+def _flow_of_the_mirrored_chain(monkeypatch):
+    """A wrong theory of where flows end: each chain's flow replaced by that of (1 - p, 1 - q), across p + q = 1."""
+    monkeypatch.setattr(markov, "ReducedFlow", lambda p, q: ReducedFlow(1 - p, 1 - q))
     return _section("reduced_flow")
 
 
@@ -169,7 +169,7 @@ COUNTERFACTUALS = {
     r"reduced model .*: two-scalar loss": _gpt_weights_off,
     r"reduced model .*: E = .* conserved": _velocity_off(1.0, 2.0),
     r"reduced model .*: flows from e = ": lambda monkeypatch: [markov.axis_row(_ReversedFlow(0.5, 0.8))],
-    r"reduced model .*: most Gaussian starts": _ends_swapped,
+    r"reduced model .*: most Gaussian starts": _flow_of_the_mirrored_chain,
     r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
     r"untied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
     r"tied: every seed ends at the unigram": _escaped_when_it_should_be_trapped,
@@ -213,3 +213,19 @@ def test_every_row_of_the_contrast_settings_has_a_counterfactual():
     names += [c.name for c in markov.basin_rows(0.2, 0.3, [0.01], {"tied": {"unigram": [0.0]},
                                                                     "untied": {"unigram": [0.0]}})]
     assert [n for n in names if not _covered(n)] == []
+
+
+def test_the_rows_hold_without_a_change(tiny_result):
+    # the counterfactuals above break one thing each: with nothing broken, the same rows hold
+    exact = ("global_minimum", "unigram_point", "hessian_sweep", "reduced_flow")
+    assert all(c["holds"] for c in tiny_result("markov")["claims"] if c["section"] in exact)
+    assert all(c.holds for c in markov.training_rows([_run(0.5, 0.8, True, [GAP] * 3), _run(0.2, 0.3, True, [0.0] * 3),
+                                                      _run(0.5, 0.8, False, [0.0] * 3)]))
+    gaps = np.array([GAP2, GAP])
+    assert all(c.holds for c in markov.phase_rows([0.5, 1.3], np.array([[0.0, 0.0], [GAP, GAP]]), gaps, True))
+    assert all(c.holds for c in markov.phase_rows([0.5, 1.3], np.zeros((2, 2)), gaps, False))
+    assert all(c.holds for c in _basin(0.5, 0.8, 1.0, 0.0)(None) + _basin(0.2, 0.3, 0.0, 0.0)(None))
+    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    plateau_then_escape = np.concatenate([np.full((2, 10), H_pi), np.full((2, 20), H_pi - GAP)], axis=1)
+    assert all(c.holds for c in markov.depth_rows(0.5, 0.8, np.zeros(2), plateau_then_escape, H_pi))
+    assert all(c.holds for c in _multistate(0.0, 1.0, 0.0)(None))

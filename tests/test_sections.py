@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
+from sandboxes.profiles import Param
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 
 matplotlib.use("Agg")
@@ -94,8 +95,6 @@ def _first(config: dict, ctx: RunContext) -> Outcome[dict]:
 
 
 def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
-    from sandboxes.profiles import Param
-
     chapter = Chapter("toy", "Toy", (Param("x", int, 3, 4, "x"), Param("unused", int, 0, 0, "u")),
                       seeds={"quick": 1, "full": 1},
                       sections=(Section("first", "First", _first), Section("second", "Second", _section_with_a_need)))
@@ -104,8 +103,24 @@ def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
     assert list(run.done) == ["first", "second"] and done.claims[0].holds and done.claims[0].section == "second"
     assert done.params == ["x"]
     assert run.command("second") == "python -m sandboxes run toy --section second"
-    assert chapter.start(overrides={"x": "5"}, device="cpu").command("second").endswith("--set x=5")
+    changed = chapter.start(overrides={"x": "5"}, device="cpu")
+    with pytest.raises(ValueError, match="has not run"):
+        changed.command("second")
+    changed.section("second")
+    assert changed.command("second").endswith("--set x=5")
     assert run.command("second", "full") == "python -m sandboxes run toy --section second --profile full"
+
+
+def test_a_rerun_command_quotes_values_the_shell_would_split():
+    chapter = Chapter("toy", "Toy", (Param("names", str, "a,b", "a,b", "n"),), seeds={"quick": 1, "full": 1},
+                      sections=(Section("only", "Only", _reads_names),))
+    run = chapter.start(overrides={"names": "C2, C3"}, device="cpu")
+    run.section("only")
+    assert run.command("only").endswith("--set 'names=C2, C3'")
+
+
+def _reads_names(config: dict, ctx: RunContext) -> Outcome[dict]:
+    return Outcome([], {"names": config["names"]})
 
 
 def test_a_chapter_check_stops_bad_values_before_any_section_runs():

@@ -1,7 +1,11 @@
-"""Named seeds of the held-out draws, so that no evaluation set shares a stream with training.
+"""Named seeds of the held-out draws, so that no evaluation set shares a stream with its chapter's training.
 
-Training seeds are small (0..K-1, or ``i * 1000 + k`` in the shortcuts sweep); every held-out
-draw takes one of the seeds below, far above them, and its name says which evaluation it feeds.
+Training streams use the member seeds (0..K-1, or ``i * 1000 + k`` in the shortcuts sweep);
+every held-out draw takes one of the seeds below, far above them, named after what it feeds. A
+name may share its value with another when both draw held-out data (``AUTOMATON_EVAL`` is the
+trainer's own held-out stream). The HMM chapter's finite training samples derive their seeds from
+the member seed, the sample size and the HMM (``chapters.hmm``); they never meet these draws
+within that chapter.
 """
 
 from __future__ import annotations

@@ -89,10 +89,6 @@ class Result:
     def verdict(self) -> Verdict:
         return Verdict(self.claims)
 
-    def verdict_of(self, section: str) -> Verdict:
-        """The claims that ``section`` made."""
-        return Verdict([c for c in self.claims if c.section == section])
-
     @property
     def from_gpu(self) -> bool:
         return self.provenance.get("device_type") == "cuda"
@@ -126,7 +122,7 @@ class Result:
             seeds=body["seeds"],
             claims=[Claim(**c) for c in body["claims"]],
             data=body["data"],
-            sections=body["sections"],
+            sections=body.get("sections", {}),  # files written before sections existed have none
             provenance=body["provenance"],
         )
 

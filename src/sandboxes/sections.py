@@ -13,6 +13,7 @@ parameters each one read, so that a page can print the exact command that remake
 from __future__ import annotations
 
 import inspect
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ class Section:
     name: str
     title: str
     compute: Callable[..., Outcome[Any]]
+    min_seeds: int = 1  # a section that compares seeds with each other needs several
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -105,6 +107,14 @@ class Chapter:
         raise ValueError(f"unknown section {name!r} of {self.name}; choose one of "
                          f"{', '.join(s.name for s in self.sections)}")
 
+    def closure(self, names: Sequence[str]) -> list[str]:
+        """``names`` and every section they need, in reading order."""
+        wanted = set(names)
+        for section in reversed(self.sections):
+            if section.name in wanted:
+                wanted |= set(section.needs)
+        return [s.name for s in self.sections if s.name in wanted]
+
     def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
               device: str = "auto", progress: bool | None = None) -> "Run":
         """Resolve and check the config and the seeds; no section runs yet."""
@@ -115,6 +125,8 @@ class Chapter:
         """Run ``sections`` (default: all) and the sections they need; return one result with provenance."""
         run = self.start(profile, overrides, seeds, device, progress)
         names = [s.name for s in self.sections] if not sections else [self.section(n).name for n in sections]
+        for name in self.closure(names):
+            run.check_seeds(name)
         for name in names:
             run.section(name)
         return run.result()
@@ -157,9 +169,17 @@ class Run:
         device = pick_device(self.device_choice)
         self.context = RunContext(self.profile, device, list(range(n_seeds)), self.progress)
 
+    def check_seeds(self, name: str) -> None:
+        """Refuse a section that compares seeds when the run has fewer than it needs."""
+        section = self.chapter.section(name)
+        if len(self.context.seeds) < section.min_seeds:
+            raise ValueError(f"section {name} compares seeds: run it with at least {section.min_seeds} seeds")
+
     def section(self, name: str) -> Done:
         """Run section ``name`` (after the sections it needs) unless it has run; return what it made."""
         if name not in self.done:
+            for needed in self.chapter.closure([name]):
+                self.check_seeds(needed)
             section = self.chapter.section(name)
             needed = {need: self.section(need).data for need in section.needs}
             config = _ReadRecorder(self.config)
@@ -185,14 +205,16 @@ class Run:
         )
 
     def command(self, name: str, profile: str | None = None) -> str:
-        """The command line that remakes section ``name`` with this run's values (or ``profile``'s defaults)."""
+        """The command line that remakes section ``name`` (which has run) with this run's values, or ``profile``'s."""
+        if name not in self.done:
+            raise ValueError(f"section {name!r} has not run, so the parameters it reads are unknown")
         profile = profile or self.profile
         parts = ["python -m sandboxes run", self.chapter.name, "--section", name]
         if profile != "quick":
             parts += ["--profile", profile]
         if profile == self.profile:
             defaults = resolve(self.chapter.params, profile, {})
-            parts += [f"--set {key}={_shown(self.config[key])}" for key in self.section(name).params
+            parts += ["--set " + shlex.quote(f"{key}={_shown(self.config[key])}") for key in self.done[name].params
                       if self.config[key] != defaults[key]]
             if self.n_seeds is not None and self.n_seeds != self.chapter.seeds[profile]:
                 parts += ["--seeds", str(self.n_seeds)]

@@ -211,7 +211,7 @@ def _plan(
 
 def _scored(targets: Tensor) -> Tensor:
     """Per member, how much a batch weighs in a mean over batches: its class-label targets other
-    than ``IGNORE_INDEX`` (what :func:`next_token_loss` averages over), or its samples for real targets."""
+    than ``IGNORE_INDEX`` (what :func:`~sandboxes.losses.next_token_loss` averages over), or its samples for real targets."""
     if targets.dtype.is_floating_point:
         return torch.full((targets.shape[0],), float(targets.shape[1]), device=targets.device)
     return (targets != IGNORE_INDEX).flatten(1).sum(dim=1).float()

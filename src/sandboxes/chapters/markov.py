@@ -152,11 +152,12 @@ def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramDat
                 f"(count of {changes.size})", "0", str(int((changes < -EXACT).sum())),
                 "a local minimum: no small step in any of the sampled directions of all parameters lowers the loss"))
             off = theory.PopulationLoss(ReducedFlow(p, q).gpt_weights(0.0, OFF_HYPOTHESIS_W, d, length), kernel, length)
-            drops["tied, MLP w = -0.9"] = theory.loss_changes(off, directions, LOCAL_RADII).min(axis=0)
+            off_key = f"tied, MLP w = {OFF_HYPOTHESIS_W}"
+            drops[off_key] = theory.loss_changes(off, directions, LOCAL_RADII).min(axis=0)
             claims.append(Claim.at_most(
                 f"Thm 2 needs its hypothesis (other weights 0): e = 0 beside an MLP of w = {OFF_HYPOTHESIS_W} "
                 f"< -1/sqrt2 is no minimum (largest drop at radius {LOCAL_RADII[1]})", -EXACT,
-                float(drops["tied, MLP w = -0.9"][1]), "the MLP turns the curvature in e, c(1 + 2w|w|), negative"))
+                float(drops[off_key][1]), "the MLP turns the curvature in e, c(1 + 2w|w|), negative"))
         elif not tied:
             e_dir = _embedding_direction(uni, tied=False, sign=-np.sign(c))
             drop = float(theory.loss_changes(uni, e_dir[None], (LOCAL_RADII[1],))[0, 0])
@@ -188,7 +189,7 @@ def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]
     sweep = np.linspace(0.1, 1.9, 19)
     tied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, True)["block"].min() for s in sweep]
     untied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, False)["block"].min() for s in sweep]
-    predicted_tied = np.array([min(2 * theory.curvature(s / 2, s / 2), (s / 2 / s) * (1 - s / 2 / s)) for s in sweep])
+    predicted_tied = np.array([min(2 * theory.curvature(s / 2, s / 2), 0.25) for s in sweep])  # pi0 pi1 = 1/4 at p = q
     signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in tied_eig)
     expected = "".join("+" if s > 1 + 1e-9 else ("-" if s < 1 - 1e-9 else "0") for s in sweep)
     claims = [
@@ -336,8 +337,6 @@ class PhaseData(TypedDict):
     values: list[float]  # the grid of p and of q
     ratio: list[list[float]]  # mean excess loss / gap per (p, q) cell
     resolvable: list[list[bool]]  # gap at least MIN_GAP
-    trapped_above: int
-    runs_above: int
 
 
 def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]:
@@ -353,11 +352,8 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
     ratio = excess.mean(axis=1) / np.maximum(gaps, 1e-12)
     resolvable = gaps >= MIN_GAP
     claims = phase_rows([p + q for p, q in cells], excess, gaps, config["tied"])
-    above = np.array([p + q > 1 for p, q in cells]) & resolvable
-    trapped_above = int((excess[above] >= gaps[above, None] / 2).sum())
     data = {"tied": config["tied"], "values": values, "ratio": ratio.reshape(len(values), len(values)),
-            "resolvable": resolvable.reshape(len(values), len(values)),
-            "trapped_above": trapped_above, "runs_above": int(above.sum() * len(seeds))}
+            "resolvable": resolvable.reshape(len(values), len(values))}
     return Outcome(claims, data)
 
 
@@ -417,15 +413,16 @@ def basin_rows(p: float, q: float, scales: list[float], outcome: dict[str, dict[
     claims = [Claim.at_most(f"basin ({p}, {q}): untied seeds ending at the unigram, any init scale (largest fraction)",
                             0.0, float(np.max(outcome["untied"]["unigram"])),
                             "Thm 3: without tying theta_pi is a saddle; reported: untied models reach the bigram")]
-    if scales[0] <= GPT2_INIT_STD:
-        trapped = float(outcome["tied"]["unigram"][0])
+    smallest = int(np.argmin(scales))
+    if scales[smallest] <= GPT2_INIT_STD:
+        trapped = float(outcome["tied"]["unigram"][smallest])
         reason = ("reported (seed, Sec. 4.1): small Gaussian initialisations fall in the unigram's basin when "
                   "p+q>1, and outside the basins of other minima when p+q<1")
         if p + q > 1:
-            claims.append(Claim.at_least(f"basin ({p}, {q}): tied seeds at the unigram from init std {scales[0]} "
+            claims.append(Claim.at_least(f"basin ({p}, {q}): tied seeds at the unigram from init std {scales[smallest]} "
                                          "(fraction)", 1.0, trapped, reason))
         else:
-            claims.append(Claim.at_most(f"basin ({p}, {q}): tied seeds at the unigram from init std {scales[0]} "
+            claims.append(Claim.at_most(f"basin ({p}, {q}): tied seeds at the unigram from init std {scales[smallest]} "
                                         "(fraction)", 0.0, trapped, reason))
     return claims
 
