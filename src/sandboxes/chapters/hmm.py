@@ -141,7 +141,8 @@ def seed_example_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.nda
         Claim.at_least("Thm 7, seed example: two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
                        _two_token_gap(O, T, O2, T2), "far above the printing precision"),
         Claim.close("Thm 6 (the identity behind it): rotating the seed example about 1 by any angle keeps all "
-                    "pairwise predictors (gaps 1-4, both directions; max over 181 angles, valid HMMs or not)", 0.0,
+                    f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
+                    "valid HMMs or not)", 0.0,
                     max(sweep_pairwise_gap), EXACT, EXACT_REASON),
     ]
 
@@ -228,7 +229,7 @@ def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list
             pass
     claims = [
         Claim.exact(f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
-                    str(len(exponents)), str(valid), "checked by sandboxes.data.hmm.check_hmm"),
+                    str(len(exponents)), str(valid), "checked by sandboxes.data.hmm.check_transition"),
         Claim.close(f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)", 0.0, max(same_power),
                     EXACT, EXACT_REASON),
         Claim.at_least("Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ),
@@ -526,8 +527,7 @@ def ghmm_tensor_claims(data: GhmmTensorData) -> list[Claim]:
 
 
 def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray,
-                     rng: np.random.Generator, orders: tuple = GHMM_ORDERS,
-                     told: tuple | None = None) -> GhmmTensorData:
+                     rng: np.random.Generator, told: tuple | None = None) -> GhmmTensorData:
     """Recover from the section's G-HMM and ``random_hmms - 1`` random ones; compare the partner's predictors and laws.
 
     ``told`` are the task orders that recovery is told (default: the true ones); a test passes wrong ones.
@@ -536,7 +536,7 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
     points = 1.5 * rng.normal(size=(config["ghmm_points"], d))
     models = [(M, T)] + [theory.random_ghmm(d, k, rng) for _ in range(config["random_hmms"] - 1)]
     errors: dict[str, list[float]] = {}
-    for order, told_order in zip(orders, told or orders):
+    for order, told_order in zip(GHMM_ORDERS, told or GHMM_ORDERS):
         errs = []
         for means, transition in models:
             values = theory.ghmm_two_token_predictor(means, transition, *order, points)

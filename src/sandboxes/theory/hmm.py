@@ -357,14 +357,13 @@ def partner_transition(means: np.ndarray, transition: np.ndarray, other_means: n
 
 
 def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bool,
-             rng: np.random.Generator, unit_norm: bool = True,
-             max_evaluations: int = 4000) -> tuple[np.ndarray, np.ndarray, float]:
+             rng: np.random.Generator, unit_norm: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
     """Fit ``(M, T)`` with unit-norm means to predictor values ``M T phi(x)`` from one random start.
 
     With ``column_sums_one`` the last row of ``T`` is ``1 - (sum of the others)``, the part of
     stochasticity that the proof of Theorem 5 uses; otherwise ``T`` is free. Returns the fitted
     ``(M, T)`` and the root-mean-square residual. ``unit_norm=False`` drops Assumption 9 (the means
-    are free) and ``max_evaluations`` bounds the work: both exist so that a test can break the fit.
+    are free), so that a test can break the fit.
     """
     d = points.shape[1]
     free_rows = k - 1 if column_sums_one else k
@@ -379,7 +378,7 @@ def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bo
         return (ghmm_pairwise_predictor(*unpack(theta), points) - values).ravel()
 
     start = np.concatenate([rng.normal(size=d * k), rng.dirichlet(np.ones(k), size=free_rows).ravel()])
-    fit = least_squares(residual, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=max_evaluations)
+    fit = least_squares(residual, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=4000)
     means, transition = unpack(fit.x)
     return means, transition, float(np.sqrt(np.mean(fit.fun**2)))
 
