@@ -66,3 +66,23 @@ def test_only_results_made_on_a_gpu_count_as_gpu_results():
     assert made.from_gpu
     assert not Result("markov", "full", {}, [0], [], {}, provenance={"device_type": "cpu"}).from_gpu
 
+
+
+def test_a_claim_about_eventual_behaviour_is_undecided_only_while_its_run_had_not_settled():
+    failed = Claim.at_most("reaches", 0.1, 0.5, "r")
+    assert failed.eventually(settled=True, unsettled="more steps").holds is False
+    undecided = failed.eventually(settled=False, unsettled="more steps")
+    assert undecided.holds is None and undecided.mark == "undecided" and "more steps" in undecided.reason
+    held = Claim.at_most("reaches", 0.1, 0.05, "r")
+    assert held.eventually(settled=False, unsettled="more steps") is held
+
+
+def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):
+    verdict = Verdict([Claim.exact("a", "1", "1", "r"), Claim.at_most("b", 0.1, 0.5, "r").eventually(False, "x")])
+    assert not verdict.holds and verdict.failures() == [] and len(verdict.undecided()) == 1
+    verdict.check()  # does not raise
+    out = capsys.readouterr().out
+    assert "[UNDECIDED] b" in out and "1 of 2 claims hold, 1 undecided" in out
+    assert "⏳" in verdict._repr_html_()
+    with pytest.raises(ClaimFailed):
+        Verdict([*verdict, Claim.exact("c", "1", "2", "r")]).check()

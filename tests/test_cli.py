@@ -7,8 +7,10 @@ import sys
 import pytest
 from conftest import FULL_SHRUNK
 from conftest import tiny_flags as tiny
+from reader import is_trained_row
 
 from sandboxes.chapters import all_chapters
+from sandboxes.claims import Claim
 from sandboxes.cli import main
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]
@@ -63,10 +65,13 @@ def test_a_section_run_names_its_file_after_the_section(tmp_path, monkeypatch, c
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_full_profile_runs_every_section_at_a_shrunk_scale(chapter, tiny_result, capsys):
+def test_full_profile_runs_every_section_at_a_shrunk_scale_and_its_exact_rows_hold(chapter, tiny_result, capsys):
     shrunk = [arg for key, value in FULL_SHRUNK[chapter].items() for arg in ("--set", f"{key}={value}")]
     assert main(["run", chapter, "--profile", "full", *shrunk, "--seeds", "2", "--device", "cpu", "--out", "-"]) == 0
-    assert list(json.loads(capsys.readouterr().out)["data"]) == list(tiny_result(chapter)["data"])
+    result = json.loads(capsys.readouterr().out)
+    assert list(result["data"]) == list(tiny_result(chapter)["data"])
+    claims = [Claim(**c) for c in result["claims"]]
+    assert [c.name for c in claims if not is_trained_row(chapter, c) and c.holds is not True] == []
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -404,9 +404,12 @@ def _untrained_counts(kind: str):
     return chapter._count(models, _tiny_tests(), torch.device("cpu"))
 
 
+SETTLED = {"transformer": 0, "sharpened": 0, "lstm": 0}  # every run had settled: the rows may fail
+
+
 def _training_rows(**kinds):
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
-    return chapter._training_claims({**counts, **kinds})
+    return chapter._training_claims({**counts, **kinds}, SETTLED)
 
 
 def _uniform_rate_counts():
@@ -452,9 +455,9 @@ COUNTERFACTUALS = {
     "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
     "sharpened seeds whose error rate": lambda: _training_rows(),
     "trained attention obeys Prop 4": lambda: chapter._sharpness_claims(
-        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}),
+        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, 0),
     "sharpening lowers": lambda: chapter._sharpness_claims(  # sharpen = 0: the sharpened run is the plain one
-        {"transformer": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}),
+        {"transformer": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
 }
 
 
@@ -467,7 +470,7 @@ def _row(claims, key: str):
 
 @pytest.mark.parametrize("key", list(COUNTERFACTUALS))
 def test_each_row_fails_on_its_counterfactual(key):
-    assert not _row(COUNTERFACTUALS[key](), key).holds
+    assert _row(COUNTERFACTUALS[key](), key).holds is False
 
 
 @pytest.mark.parametrize("key", ["extremal input attains the bound", "random unit-ball inputs",
@@ -477,7 +480,7 @@ def test_the_bound_rows_hold_with_the_right_theory_on_the_small_grid(key):
 
 
 def test_the_prop4_row_holds_with_the_latents_norms_on_the_same_model():
-    claims = chapter._sharpness_claims({"transformer": [_sharp(_sharp_gpt(0))]})
+    claims = chapter._sharpness_claims({"transformer": [_sharp(_sharp_gpt(0))]}, 0)
     assert _row(claims, "trained attention obeys Prop 4").holds
 
 
@@ -499,3 +502,9 @@ def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
     keys = [key.split(" (untrained)")[0] for key in COUNTERFACTUALS]
     missing = [c["name"] for c in tiny_result("dilution")["claims"] if not any(k in c["name"] for k in keys)]
     assert missing == []
+
+
+def test_rows_about_trained_models_are_undecided_while_those_models_still_descend():
+    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
+    claims = chapter._training_claims(counts, {"transformer": 1, "sharpened": 1, "lstm": 1})
+    assert [c.holds for c in claims] == [None, None, None] and "lstm_steps" in claims[0].reason

@@ -14,11 +14,13 @@ from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
     Ensemble,
     TrainConfig,
+    TrainResult,
     _check_finite,
     _held_out_loss,
     _plan,
     activation_bytes,
     sample_members,
+    still_descending,
     train,
 )
 
@@ -122,3 +124,21 @@ def test_schedule_warms_up_then_decays_to_the_final_fraction(schedule):
     assert math.isclose(config.lr_factor(0), 0.1)
     assert math.isclose(config.lr_factor(10), 1.0)
     assert math.isclose(config.lr_factor(100), 1.0 if schedule == "constant" else 0.1)
+
+
+def _curve(loss, schedule="constant"):
+    """A result whose only member's held-out loss at steps 0..len-1 is ``loss``, under ``schedule``."""
+    config = TrainConfig(steps=len(loss), batch_size=1, schedule=schedule, final_lr_fraction=0.0, eval_every=1)
+    return TrainResult([0], [None], np.zeros((1, len(loss))), np.arange(len(loss)), np.array([loss]), 0.0, config)
+
+
+def test_a_loss_still_falling_in_its_last_quarter_of_learning_time_has_not_settled():
+    falling = np.linspace(1.0, 0.5, 40)
+    flattened = 0.5 + 0.5 * np.exp(-np.arange(40) / 3)
+    assert still_descending(_curve(falling), 0.005).tolist() == [True]
+    assert still_descending(_curve(flattened), 0.005).tolist() == [False]
+    assert still_descending(_curve(np.full(40, 0.7)), 0.005).tolist() == [True]  # it never started
+    # the same falling curve under a schedule decaying to 0: what counts is learning time, and the
+    # last quarter of it lies among the steps where the loss was still falling as fast as before
+    assert still_descending(_curve(falling, "cosine"), 0.005).tolist() == [True]
+    assert still_descending(_curve(flattened[:7]), 0.005).tolist() == [True]  # too few evaluations to tell

@@ -4,12 +4,17 @@ Each section of a chapter returns its claims; a page shows them as a table under
 figure, and :meth:`Verdict.check` prints a summary that is stable across machines (no measured
 numbers) and raises :class:`ClaimFailed` when any claim fails, so a failed claim fails the
 notebook, the book build and the tests.
+
+A claim has three verdicts: it holds (``holds`` is ``True``), it fails (``False``), or it is
+*undecided at this budget* (``None``): a claim about eventual behaviour (an escape, a convergence)
+whose run had not settled when its budget ran out. An undecided claim never counts as holding,
+and never as failing; its reason says what budget would decide it.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 class ClaimFailed(AssertionError):
@@ -29,8 +34,22 @@ class Claim:
     measured: str
     tolerance: str
     reason: str
-    holds: bool
+    holds: bool | None  # None: undecided at this budget
     section: str = ""  # the section that made it; set when the section runs
+
+    @property
+    def mark(self) -> str:
+        """The verdict in one word: holds, fails or undecided."""
+        return {True: "holds", False: "fails", None: "undecided"}[self.holds]
+
+    def eventually(self, settled: bool, unsettled: str) -> "Claim":
+        """This claim about eventual behaviour, undecided if it fails while the run had not ``settled``.
+
+        ``unsettled`` says what was still moving and what budget would decide the claim.
+        """
+        if self.holds or settled:
+            return self
+        return replace(self, holds=None, reason=f"{self.reason}; undecided at this budget: {unsettled}")
 
     @classmethod
     def close(
@@ -66,16 +85,27 @@ class Verdict(list):
 
     @property
     def holds(self) -> bool:
-        return all(c.holds for c in self)
+        """Every claim holds (an undecided one does not)."""
+        return all(c.holds is True for c in self)
 
     def failures(self) -> list[Claim]:
-        return [c for c in self if not c.holds]
+        return [c for c in self if c.holds is False]
+
+    def undecided(self) -> list[Claim]:
+        return [c for c in self if c.holds is None]
+
+    def tally(self) -> str:
+        """``n of m claims hold`` and, where there are any, how many fail and how many are undecided."""
+        parts = [f"{sum(c.holds is True for c in self)} of {len(self)} claims hold"]
+        parts += [f"{len(rows)} {word}" for rows, word in ((self.failures(), "fail"), (self.undecided(), "undecided"))
+                  if rows]
+        return ", ".join(parts)
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{h}</th>" for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
         rows = []
         for c in self:
-            mark = "✅ holds" if c.holds else "❌ fails"
+            mark = {"holds": "✅ holds", "fails": "❌ fails", "undecided": "⏳ undecided at this budget"}[c.mark]
             cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason, mark)
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -84,15 +114,15 @@ class Verdict(list):
         """A plain-text table; ``measured=False`` leaves out the machine-dependent column."""
         lines = []
         for c in self:
-            mark = "holds" if c.holds else "FAILS"
+            mark = c.mark if c.holds else c.mark.upper()
             middle = f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})" if measured else f"predicted {c.predicted}"
             lines.append(f"[{mark}] {c.name}: {middle}")
         return "\n".join(lines)
 
     def check(self) -> None:
-        """Print a machine-independent summary; raise :class:`ClaimFailed` if a claim fails."""
+        """Print a machine-independent summary; raise :class:`ClaimFailed` if a claim fails (not if undecided)."""
         print(self.text(measured=False))
         failed = self.failures()
         if failed:
             raise ClaimFailed("claims that failed:\n" + Verdict(failed).text())
-        print(f"all {len(self)} claims hold")
+        print(f"all {len(self)} claims hold" if self.holds else self.tally())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
     run.add_argument("--out", default=None, help="result JSON path, or - for stdout "
                      "(default runs/<chapter>-<profile>[-<sections>].json)")
-    run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails")
+    run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails "
+                     "(an undecided claim, whose budget ran out first, does not)")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars on stderr (default: when stderr is a terminal)")
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
@@ -59,6 +61,9 @@ def _list(names_only: bool) -> None:
         print(f"  sections: {', '.join(s.name for s in chapter.sections)}")
         for p in chapter.params:
             print(f"  {p.name:<14} {p.kind.__name__:<5} quick={p.quick!s:<10} full={p.full!s:<10} {p.help}")
+            print(f"  {'':<14} {'':<5} accepts {p.domain.describe()}")
+        if chapter.check is not None:
+            print(f"  and: {inspect.getdoc(chapter.check).splitlines()[0]}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -70,16 +75,21 @@ def _run(args: argparse.Namespace) -> int:
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
     print(verdict.text(), file=report)
-    failed = len(verdict.failures())
-    print(f"{len(verdict) - failed} of {len(verdict)} claims hold; wall time "
-          f"{result.provenance['wall_time_s']} s on {result.provenance['device_name']}", file=report)
+    for name, section in result.sections.items():
+        for note in section["silent"]:
+            print(f"[no row] {name}: {note}", file=report)
+    print(f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on "
+          f"{result.provenance['device_name']}", file=report)
     if args.out == "-":
         print(result.to_json())
     else:
         suffix = "".join(f"-{name}" for name in args.sections)
         path = result.save(Path(args.out or f"runs/{chapter.name}-{args.profile}{suffix}.json"))
         print(f"result written to {path}", file=report)
-    return 1 if failed and args.strict else 0
+    if args.strict and verdict.undecided():
+        print("--strict: undecided claims do not fail the run; rerun with the budget each names to decide them",
+              file=report)
+    return 1 if verdict.failures() and args.strict else 0
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -19,6 +19,12 @@ PositionalEncoding = Literal["learned", "sinusoidal", "linear", "none"]
 Activation = Literal["relu", "gelu"]
 
 
+def check_heads(d_model: int, n_head: int) -> None:
+    """Heads split the width evenly: a chapter calls this before any work, the config again when built."""
+    if d_model % n_head:
+        raise ValueError(f"d_model={d_model} is not divisible by n_head={n_head}")
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     """Shape and options of a decoder-only transformer."""
@@ -41,8 +47,7 @@ class GPTConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        check_heads(self.d_model, self.n_head)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -43,7 +43,10 @@ class Page:
         return self.run.section(name).data
 
     def verdict(self, name: str) -> None:
-        """Show section ``name``'s verdict rows and the commands that remake it; raise if a row fails."""
+        """Show section ``name``'s verdict rows and the commands that remake it; raise if a row fails.
+
+        An undecided row (its budget ran out first) shows as such and does not raise.
+        """
         done = self.run.section(name)
         display(HTML(done.verdict._repr_html_() + self._commands(name)))
         failed = done.verdict.failures()
@@ -56,7 +59,8 @@ class Page:
         full = resolve(self.chapter.params, "full", {})
         values = ", ".join(f"{key} = {self.config[key]}" + (f" (full: {full[key]})" if full[key] != self.config[key]
                                                               else "") for key in params)
-        lines = [f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>"]
+        lines = [f"No row: {html.escape(note)}" for note in self.run.section(name).silent]
+        lines.append(f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>")
         if self.run.profile != "full" and any(full[key] != self.config[key] for key in params):
             lines.append(f"At the full profile: <code>{html.escape(self.run.command(name, 'full'))}</code>")
         if values:

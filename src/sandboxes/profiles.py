@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 PROFILES = ("quick", "full")
 
@@ -29,16 +31,131 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
+class Domain(Protocol):
+    """The values a parameter accepts, declared once: checked before any work, shown by ``list``, drawn by tests."""
+
+    def check(self, value: Any) -> None:
+        """Raise ``ValueError`` with a one-line message when ``value`` is outside the domain."""
+
+    def describe(self) -> str:
+        """The domain in a few words, for ``python -m sandboxes list``."""
+
+    def draw(self, rng: np.random.Generator, near: Any) -> Any:
+        """A random value of the domain on the scale of ``near`` (a value in it), as a reader might choose."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers from ``low`` to ``high`` (either end open or absent); integers when ``integer``."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    integer: bool = False
+
+    def check(self, value: float) -> None:
+        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        above = self.high is not None and (value >= self.high if self.open_high else value > self.high)
+        if below or above:
+            raise ValueError(f"must be {self.describe()}, got {value}")
+
+    def describe(self) -> str:
+        def number(x: float) -> str:
+            return f"{x:g}"
+        if self.integer and self.low is not None and self.high is not None:
+            return f"an integer in {number(self.low)}..{number(self.high)}"
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.open_low else '>='} {number(self.low)}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.open_high else '<='} {number(self.high)}")
+        return ("an integer " if self.integer else "a number ") + " and ".join(parts)
+
+    def draw(self, rng: np.random.Generator, near: float) -> float | int:
+        if self.integer:
+            low = int(self.low if self.low is not None else near - 4)
+            high = int(self.high if self.high is not None else max(2 * near, low + 4))
+            return int(rng.integers(low, high + 1))
+        if self.low is not None and self.high is not None:
+            low, high = self.low, self.high
+            value = float(rng.uniform(low, high))
+            return value if value != low or not self.open_low else (low + high) / 2
+        return float(near * np.exp(rng.uniform(-1.0, 1.0)))  # within a factor e of a value a chapter uses
+
+
+@dataclass(frozen=True)
+class Flag:
+    """True or false."""
+
+    def check(self, value: bool) -> None:
+        """Any boolean is accepted."""
+
+    def describe(self) -> str:
+        return "true or false"
+
+    def draw(self, rng: np.random.Generator, near: bool) -> bool:
+        return bool(rng.integers(2))
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A comma-separated list, each entry in ``item``, with at least ``min_length`` entries."""
+
+    item: Interval
+    min_length: int = 1
+
+    def entries(self, text: str) -> list:
+        """The entries of ``text``, converted; a clear error for a bad one."""
+        return _split(text, int if self.item.integer else float, "integers" if self.item.integer else "numbers")
+
+    def check(self, text: str) -> None:
+        values = self.entries(text)
+        if len(values) < self.min_length:
+            raise ValueError(f"give at least {self.min_length} comma-separated values, got {text!r}")
+        for value in values:
+            self.item.check(value)
+
+    def describe(self) -> str:
+        return f"{self.min_length} or more comma-separated values, each {self.item.describe()}"
+
+    def draw(self, rng: np.random.Generator, near: str) -> str:
+        scale = self.entries(near)
+        values = sorted({self.item.draw(rng, scale[int(rng.integers(len(scale)))])
+                         for _ in range(self.min_length + int(rng.integers(3)))})
+        while len(values) < self.min_length:  # a repeated draw: widen with new values
+            values = sorted(set(values) | {self.item.draw(rng, scale[0])})
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Custom:
+    """A domain with its own check, words and draw (automaton names, HMM sizes)."""
+
+    check_value: Callable[[Any], None]
+    words: str
+    draw_value: Callable[[np.random.Generator, Any], Any]
+
+    def check(self, value: Any) -> None:
+        self.check_value(value)
+
+    def describe(self) -> str:
+        return self.words
+
+    def draw(self, rng: np.random.Generator, near: Any) -> Any:
+        return self.draw_value(rng, near)
+
+
 @dataclass(frozen=True)
 class Param:
-    """A chapter parameter: its type, its value in each profile, and an optional check."""
+    """A chapter parameter: its type, its value in each profile, its help and its domain."""
 
     name: str
     kind: type
     quick: Any
     full: Any
     help: str
-    check: Callable[[Any], None] | None = None  # raises ValueError with a message
+    domain: Domain
 
     def default(self, profile: str) -> Any:
         return self.quick if check_profile(profile) == "quick" else self.full
@@ -54,50 +171,35 @@ class Param:
                 value = raw
             else:
                 raise ValueError(f"expected {self.kind.__name__}, got {raw!r}")
+            self.domain.check(value)
         except ValueError as err:
             raise ValueError(f"bad value for {self.name}: {err}") from None
-        if self.check is not None:
-            try:
-                self.check(value)
-            except ValueError as err:
-                raise ValueError(f"bad value for {self.name}: {err}") from None
         return value
 
 
-def in_open_unit_interval(value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"must lie strictly between 0 and 1, got {value}")
+in_open_unit_interval = Interval(0.0, 1.0, open_low=True, open_high=True)
+probability = Interval(0.0, 1.0)
+positive = Interval(0.0, open_low=True)
+non_negative = Interval(0.0)
+FLAG = Flag()
 
 
-def positive(value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"must be positive, got {value}")
+def at_least(bound: int) -> Interval:
+    """Integers of at least ``bound``."""
+    return Interval(bound, integer=True)
 
 
-def float_list(text: str) -> list[float]:
-    """Parse a comma-separated list parameter such as ``"0.01,0.1,1"``."""
-    values = _split(text, float, "numbers")
-    if not values:
-        raise ValueError("expected at least one number")
-    return values
+def in_range(low: int, high: int) -> Interval:
+    """Integers from ``low`` to ``high``."""
+    return Interval(low, high, integer=True)
 
 
-def each(check: Callable[[float], None]) -> Callable[[str], None]:
-    """Apply a single-value check to every entry of a comma-separated list parameter."""
-    def check_all(text: str) -> None:
-        for value in float_list(text):
-            check(value)
-    return check_all
+def each(item: Interval, min_length: int = 1) -> ListOf:
+    """A comma-separated list whose entries lie in ``item``."""
+    return ListOf(item, min_length)
 
 
-def probability(value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must lie in [0, 1], got {value}")
-
-
-def non_negative(value: float) -> None:
-    if value < 0:
-        raise ValueError(f"must be at least 0, got {value}")
+positive_ints = ListOf(at_least(1))
 
 
 def _split(text: str, convert: Callable[[str], float], kind: str) -> list:
@@ -108,28 +210,14 @@ def _split(text: str, convert: Callable[[str], float], kind: str) -> list:
         raise ValueError(f"expected comma-separated {kind}, got {text!r}") from None
 
 
+def float_list(text: str) -> list[float]:
+    """Parse a comma-separated list parameter such as ``"0.01,0.1,1"``."""
+    return ListOf(Interval()).entries(text)
+
+
 def int_list(text: str) -> list[int]:
-    """Parse a comma-separated list of positive integers such as ``"1,2,4"``."""
-    values = _split(text, int, "integers")
-    if not values or min(values) < 1:
-        raise ValueError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def at_least(bound: int) -> Callable[[int], None]:
-    """A check that an integer parameter is at least ``bound``."""
-    def check(value: int) -> None:
-        if value < bound:
-            raise ValueError(f"must be at least {bound}, got {value}")
-    return check
-
-
-def in_range(low: int, high: int) -> Callable[[int], None]:
-    """A check that an integer parameter lies in ``low..high``."""
-    def check(value: int) -> None:
-        if not low <= value <= high:
-            raise ValueError(f"must lie in {low}..{high}, got {value}")
-    return check
+    """Parse a comma-separated list of integers such as ``"1,2,4"``."""
+    return positive_ints.entries(text)
 
 
 def resolve(params: tuple[Param, ...], profile: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

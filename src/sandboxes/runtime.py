@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import zlib
 
 import numpy as np
 import torch
@@ -18,6 +19,12 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def member_seed(*settings: object) -> int:
+    """A seed fixed by a member's own settings (an automaton's name, a sample size, a seed index), never by its
+    place in a list, so that adding a member to a sweep changes no other member's run."""
+    return zlib.crc32(repr(settings).encode()) % 2**31
 
 
 def pick_device(name: str = "auto") -> torch.device:

@@ -41,10 +41,15 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Outcome(Generic[D]):
-    """What a section returns: its verdict rows and its data, of the section's declared shape."""
+    """What a section returns: its verdict rows, its data (of the section's declared shape), and why rows are missing.
+
+    ``silent`` names each row the section did not make because its theorem says nothing at the
+    chosen values (a gap too small to divide by, a chain on the threshold), with the reason.
+    """
 
     claims: list[Claim]
     data: D
+    silent: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,12 +139,14 @@ class Chapter:
 
 @dataclass
 class Done:
-    """A section that has run: its claims (tagged with its name), data, the parameters it read and its time."""
+    """A section that has run: its claims (tagged with its name), data, the parameters it read, its time, and the
+    rows it did not make, with why."""
 
     claims: list[Claim]
     data: Any
     params: list[str]
     wall_time_s: float
+    silent: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -188,7 +195,7 @@ class Run:
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
             claims = [replace(claim, section=name) for claim in outcome.claims]
-            self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2))
+            self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
         return self.done[name]
 
     def result(self) -> Result:
@@ -199,7 +206,8 @@ class Run:
             chapter=self.chapter.name, profile=self.profile, config=dict(self.config), seeds=self.context.seeds,
             claims=[claim for d in done for claim in d.claims],
             data={name: d.data for name, d in zip(order, done)},
-            sections={name: {"params": d.params, "wall_time_s": d.wall_time_s} for name, d in zip(order, done)},
+            sections={name: {"params": d.params, "wall_time_s": d.wall_time_s, "silent": list(d.silent)}
+                      for name, d in zip(order, done)},
             provenance=provenance(self.context.device.type, device_name(self.context.device),
                                   sum(d.wall_time_s for d in done)),
         )

@@ -91,6 +91,31 @@ class TrainConfig:
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+MIN_EVALS = 8  # a run evaluated fewer times than this is too short to call settled
+SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations lowered the loss by less than this
+                    # fraction of its whole descent
+
+
+def still_descending(result: "TrainResult", noise: float) -> np.ndarray:
+    """Per member: the loss had not settled when the budget ran out.
+
+    Time is counted in learning-rate units (the sum of the schedule's factors), so that a loss that
+    stops moving only because a decaying schedule stopped the optimiser does not count as settled:
+    a member is still descending when the last quarter of that time lowered its evaluated loss by
+    more than a tenth of its whole descent, or when the whole descent is within ``noise`` (the run
+    has hardly started), or when it was evaluated fewer than ``MIN_EVALS`` times (too few to tell).
+    Rows about eventual behaviour use it to say "undecided" instead of "fails".
+    """
+    loss = np.asarray(result.eval_loss, dtype=float)
+    if loss.shape[1] < MIN_EVALS:
+        return np.ones(len(loss), dtype=bool)
+    time = np.cumsum([result.config.lr_factor(step) for step in range(result.config.steps)])[result.eval_steps]
+    tail = np.flatnonzero(time >= time[-1] - (time[-1] - time[0]) / 4)
+    first = min(tail[0], len(time) - 2) if len(time) > 1 else 0
+    descent = loss[:, 0] - loss[:, -1]
+    return (descent < noise) | (loss[:, first] - loss[:, -1] > SETTLED_TAIL * descent)
+
+
 @dataclass
 class TrainResult:
     """Trained models (on the CPU) and their loss curves, one row per seed."""
@@ -101,6 +126,7 @@ class TrainResult:
     eval_steps: np.ndarray  # (n_evals,)
     eval_loss: np.ndarray  # (K, n_evals)
     wall_time: float
+    config: TrainConfig  # the schedule it ran, to judge whether its loss had settled
 
 
 class Ensemble(nn.Module):
@@ -340,4 +366,5 @@ def train(
         eval_steps=np.asarray(eval_steps),
         eval_loss=np.concatenate(eval_curves),
         wall_time=time.perf_counter() - start,
+        config=config,
     )

@@ -7,7 +7,7 @@ data (a ``TypedDict`` per section, which the section's figures in ``figures.dilu
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
 
@@ -20,11 +20,11 @@ from .. import heldout
 from ..claims import Claim
 from ..data.flipflop import R, W, FlipFlop, Sharpened, all_strings, read_errors
 from ..losses import attention_entropy
-from ..model import GPT, LSTM, GPTConfig, WithAttention
-from ..profiles import Param, at_least, in_open_unit_interval, non_negative, positive, probability
+from ..model import GPT, LSTM, GPTConfig, WithAttention, check_heads
+from ..profiles import FLAG, Custom, Param, at_least, in_open_unit_interval, non_negative, positive, probability
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
-from ..trainer import TrainConfig, train
+from ..trainer import TrainConfig, still_descending, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -36,13 +36,17 @@ SIMULATOR = theory.SimulatorWeights()
 CASE1_DELTA, CASE2_DELTA = 0.5, -0.45  # W_Qp^T W_Kp of the two failing simulators (switches at t = 23 and 143)
 
 
-def _even_at_least_4(value: int) -> None:
+def _check_even_at_least_4(value: int) -> None:
     if value < 4 or value % 2:
         raise ValueError(f"must be an even number of at least 4, got {value}")
 
 
+EVEN_AT_LEAST_4 = Custom(_check_even_at_least_4, "an even integer >= 4 (a flip-flop string has pairs of tokens)",
+                         lambda rng, near: 2 * int(rng.integers(2, max(near, 8) + 1)))
+
+
 PARAMS = (
-    Param("T", int, 32, 512, "training length in tokens (instruction/bit pairs times 2)", _even_at_least_4),
+    Param("T", int, 32, 512, "training length in tokens (instruction/bit pairs times 2)", EVEN_AT_LEAST_4),
     Param("p_i", float, 0.8, 0.8, "probability of an ignore instruction in training (p_w = p_r = (1 - p_i)/2)",
           in_open_unit_interval),
     Param("sparse_p_i", float, 0.98, 0.98, "p_i of the sparse (long-range) test set", probability),
@@ -54,7 +58,7 @@ PARAMS = (
     Param("n_layer", int, 2, 6, "transformer layers", at_least(1)),
     Param("d_model", int, 32, 512, "transformer width", at_least(1)),
     Param("n_head", int, 1, 8, "attention heads per layer", at_least(1)),
-    Param("layer_norm", bool, False, True, "layer norm in the transformer"),
+    Param("layer_norm", bool, False, True, "layer norm in the transformer", FLAG),
     Param("steps", int, 1000, 10_000, "training steps of the transformers", at_least(1)),
     Param("batch_size", int, 32, 16, "sequences per step", at_least(1)),
     Param("lr", float, 1e-2, 3e-4, "peak AdamW learning rate (linear warm-up and decay)", positive),
@@ -68,10 +72,10 @@ PARAMS = (
     Param("lstm_steps", int, 100, 500, "LSTM training steps", at_least(1)),
     Param("lstm_lr", float, 1e-2, 3e-3, "LSTM learning rate", positive),
     Param("batched_seeds", bool, True, True, "train the seeds as vmapped ensembles (on a GPU, in groups that fit "
-          "half its free memory)"),
+          "half its free memory)", FLAG),
     Param("threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position",
           in_open_unit_interval),
-    Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", _even_at_least_4),
+    Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", EVEN_AT_LEAST_4),
     Param("n_construction", int, 200, 2000, "random strings per test set of the construction", at_least(1)),
 )
 
@@ -177,7 +181,8 @@ class ConstructionData(TypedDict):
     safe_length: int  # largest block size at which the closed-form conditions certify it
     onset: int  # first block size at which 'w 1 i 0 r' is answered wrongly (closed form)
     base: int  # the block size the weights are built for
-    exhaustive: tuple[int, int]  # (wrong, total) reads over every string of length 4..16 at the base length
+    exhaustive: tuple[int, int]  # (wrong, total) reads over every string of length 4..exhaustive_up_to
+    exhaustive_up_to: int  # 16, or the block size where that is shorter
     at_base: tuple[int, int]  # (wrong, total) reads on random strings, p_i in 0.98, 0.8, 0.1, 0, at the base length
     witness_scan: int | None  # first block size at which the GPT itself answers 'w 1 i 0 r' wrongly
     errors: dict[str, list[int]]  # p_i (as a string) -> wrong reads on random strings at each size
@@ -194,16 +199,22 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
     return Outcome(construction_claims(data, config["n_construction"]), data)
 
 
+def exhaustive_lengths(base: int) -> range:
+    """Even string lengths 4..16 that fit the construction's block size ``base`` (its input drops the last bit)."""
+    return range(4, min(16, base) + 1, 2)
+
+
 def construction_data(weights: theory.FlipFlopWeights, n: int,
                       build: Build = theory.flipflop_construction) -> ConstructionData:
     """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""
     model = build(weights, None)
-    exhaustive = [_errors(model, all_strings(length)) for length in range(4, 18, 2)]
+    exhaustive = [_errors(model, all_strings(length)) for length in exhaustive_lengths(weights.base)]
     generator = heldout.generator(heldout.FLIPFLOP_CONSTRUCTION)
     sets = {p: FlipFlop.with_ignore(weights.base, p).sequences(n, generator) for p in (0.98, 0.8, 0.1, 0.0)}
     at_base = [_errors(model, seq) for seq in sets.values()]
     safe, onset = theory.safe_length(weights), theory.witness_onset(weights)
-    sizes = sorted(set(range(weights.base, 5 * weights.base // 2 + 1, weights.base // 4)) | {safe, onset - 2, onset})
+    step = max(2, weights.base // 8 * 2)  # even block sizes only: a flip-flop string has an even length
+    sizes = sorted(set(range(weights.base, 5 * weights.base // 2 + 1, step)) | {safe, onset - 2, onset})
     sweep: dict[float, list[int]] = {p: [] for p in (0.98, 0.8, 0.1)}
     selection = []
     for size in sizes:
@@ -216,6 +227,7 @@ def construction_data(weights: theory.FlipFlopWeights, n: int,
     return {
         "sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
         "exhaustive": (sum(e for e, _ in exhaustive), sum(t for _, t in exhaustive)),
+        "exhaustive_up_to": exhaustive_lengths(weights.base)[-1],
         "at_base": (sum(e for e, _ in at_base), sum(t for _, t in at_base)),
         "witness_scan": _witness_scan(weights, build),
         "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection,
@@ -230,7 +242,8 @@ def construction_claims(data: ConstructionData, n: int) -> list[Claim]:
     errors_at = {size: sum(v[k] for v in data["errors"].values()) for k, size in enumerate(data["sizes"])}
     margin = "the per-position score margin kappa base / C of the fixed linear positions"
     return [
-        Claim.exact("Prop 3 construction: wrong reads over every string of length 4..16", "0", str(wrong),
+        Claim.exact(f"Prop 3 construction: wrong reads over every string of length 4..{data['exhaustive_up_to']}",
+                    "0", str(wrong),
                     f"exhaustive: {total} reads"),
         Claim.exact(f"Prop 3 construction at T = {data['base']}: wrong reads on sparse to all-write strings",
                     "0", str(base_wrong), f"{base_total} reads, p_i in 0.98, 0.8, 0.1, 0"),
@@ -402,6 +415,7 @@ class TrainingData(TypedDict):
     lstm_eval_steps: list[int]
     lstm_eval_loss: list[list[float]]  # LSTM seeds x evaluations
     sharpness: dict[str, list[Sharpness]]  # transformer / sharpened -> per seed
+    still_descending: dict[str, int]  # transformer / sharpened / lstm -> runs whose loss had not settled at the end
 
 
 def _gpt_config(config: dict[str, Any]) -> GPTConfig:
@@ -427,13 +441,18 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     second = _schedule(config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"], 0)
     plain = train([_copier(m) for m in first.models], task, second, batched=batched, **run)
     models = {"transformer": plain.models}
+    ends = {"transformer": plain}  # the last phase of each kind: has its loss settled?
     if config["sharpen"] > 0:
         sharpened = Sharpened(task, config["sharpen"])
         makers = [_copier(m, WithAttention) for m in first.models]
-        models["sharpened"] = [m.gpt for m in train(makers, sharpened, second, batched=batched, **run).models]
+        finetuned = train(makers, sharpened, second, batched=batched, **run)
+        models["sharpened"] = [m.gpt for m in finetuned.models]
+        ends["sharpened"] = finetuned
     lstm = train(lambda: LSTM(5, config["lstm_hidden"]), task,
                  _schedule(config["lstm_steps"], config["batch_size"], config["lstm_lr"], 0.0, 0), batched=False, **run)
     models["lstm"] = lstm.models
+    ends["lstm"] = lstm
+    moving = {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in ends.items()}
     tests = _test_sets(config)
     counts = {kind: _count(ms, tests, ctx.device) for kind, ms in models.items()}
     sharpness = {kind: [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in ms]
@@ -442,8 +461,9 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     data: TrainingData = {
         "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + plain.eval_steps]),
         "second_phase_start": start, "eval_loss": np.concatenate([first.eval_loss, plain.eval_loss], axis=1),
-        "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness}
-    return Outcome(_training_claims(counts) + _sharpness_claims(sharpness), data)
+        "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness,
+        "still_descending": moving}
+    return Outcome(_training_claims(counts, moving) + _sharpness_claims(sharpness, moving.get("sharpened", 0)), data)
 
 
 def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device) -> dict[str, list[tuple[int, int]]]:
@@ -507,21 +527,32 @@ def glitching_seeds(runs: dict[str, list[tuple[int, int]]]) -> int:
     return count
 
 
-def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> list[Claim]:
+def _unsettled(moving: Mapping[str, int], kind: str) -> tuple[bool, str]:
+    """Whether every ``kind`` run had settled, and what to say where one had not (for ``Claim.eventually``)."""
+    steps = {"lstm": "lstm_steps", "sharpened": "finetune_steps"}.get(kind, "steps")
+    return moving[kind] == 0, (f"{moving[kind]} {kind} runs were still descending when the budget ran out; "
+                               f"more steps (--set {steps}=...) decide it")
+
+
+def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]) -> list[Claim]:
+    """Rows about trained models: undecided where a model of the kind was still descending at the end."""
     lstm_wrong = sum(w for name in ("sparse", "dense") for w, _ in counts["lstm"][name])
     reads = sum(t for name in ("sparse", "dense") for _, t in counts["lstm"][name])
     claims = [Claim.exact("LSTM: wrong reads on the sparse and dense sets, all seeds", "0", str(lstm_wrong),
-                          f"reported (R2): 0 errors in 100/100 runs; {reads} reads here")]
+                          f"reported (R2): 0 errors in 100/100 runs; {reads} reads here"
+                          ).eventually(*_unsettled(moving, "lstm"))]
     test = (f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
             f"{counts['transformer']['in-distribution'][0][1]} in-distribution reads, "
             f"{counts['transformer']['sparse'][0][1] + counts['transformer']['dense'][0][1]} rare ones per seed")
     claims.append(Claim.at_least("transformer seeds whose error rate on sparse and dense strings exceeds the "
                                  "in-distribution rate", 1, glitching_seeds(counts["transformer"]),
-                                 f"reported (R1): a long tail of errors on rare strings; {test}", digits=8))
+                                 f"reported (R1): a long tail of errors on rare strings; {test}", digits=8
+                                 ).eventually(*_unsettled(moving, "transformer")))
     if "sharpened" in counts:
         claims.append(Claim.at_least("sharpened seeds whose error rate on sparse and dense strings exceeds the "
                                      "in-distribution rate", 1, glitching_seeds(counts["sharpened"]),
-                                     f"reported (R7, R8): sharpening does not remove the tail; {test}", digits=8))
+                                     f"reported (R7, R8): sharpening does not remove the tail; {test}", digits=8
+                                     ).eventually(*_unsettled(moving, "sharpened")))
     return claims
 
 
@@ -567,6 +598,7 @@ def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8,
 
 
 SHARPENING_RATIO = 0.9  # a sharpened run's read entropy over its plain twin's, at most
+LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
 
 
 def _read_entropy(run: Sharpness) -> float:
@@ -574,7 +606,8 @@ def _read_entropy(run: Sharpness) -> float:
     return float(np.mean([e for e in run["layers"][-1]["entropy"] if e is not None]))
 
 
-def _sharpness_claims(sharpness: dict[str, list[Sharpness]]) -> list[Claim]:
+def _sharpness_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: int) -> list[Claim]:
+    """Prop 4 on trained attention (a theorem: never undecided); sharpening's effect, undecided while it descends."""
     runs = [s for kind in sharpness.values() for s in kind if s["excess"] is not None]
     claims = []
     if runs:  # where every bound is 1 (within float32), Prop 4 says nothing: no row
@@ -592,8 +625,14 @@ def _sharpness_claims(sharpness: dict[str, list[Sharpness]]) -> list[Claim]:
             "plain ratio)", SHARPENING_RATIO, ratio,
             "the penalty's direct effect on paired runs (same start, same batches): without the penalty the ratio is "
             "exactly 1; a tenth below it is a real effect (measured 0.09 to 0.4 at the quick profile across thread "
-            "counts), while the spread between unsharpened seeds varies too much between machines to be the bound"))
+            "counts), while the spread between unsharpened seeds varies too much between machines to be the bound"
+        ).eventually(*_unsettled({"sharpened": sharpened_moving}, "sharpened")))
     return claims
+
+
+def check(config: dict[str, Any], n_seeds: int) -> None:
+    """d_model divisible by n_head (the heads split the width); checked before any section runs."""
+    check_heads(config["d_model"], config["n_head"])
 
 
 CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS, seeds={"quick": 3, "full": 10},
@@ -603,4 +642,4 @@ CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAM
                               construction),
                       Section("simulator", "Proposition 5: linear positions and the wrong write", simulator),
                       Section("training", "Training: a tail of errors on rare strings", training),
-                  ))
+                  ), check=check)

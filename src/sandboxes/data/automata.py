@@ -12,6 +12,7 @@ derived series of every subgroup, and wraps any of them as a training :class:`Au
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -350,6 +351,7 @@ _FACTORIES: dict[str, Callable[[int], Semiautomaton]] = {
     "C": cyclic, "D": lambda order: dihedral(order // 2), "A": alternating, "S": symmetric,
     "Grid": gridworld, "memory": memory,
 }
+MAX_STATES = 720  # S6: larger automata make the checks and the output layers slow on a CPU
 EXAMPLES = ("C2", "C3", "C2xC2xC2", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop", "memory3")
 
 
@@ -361,6 +363,8 @@ def make_automaton(name: str) -> Semiautomaton:
         out = make_automaton(parts[0])
         for part in parts[1:]:
             out = direct_product(out, make_automaton(part))
+            if out.n_states > MAX_STATES:
+                raise ValueError(f"{name} has more than {MAX_STATES} states, the most the chapter takes (S6)")
         return out
     if name == "Q8":
         return quaternion()
@@ -371,7 +375,11 @@ def make_automaton(name: str) -> Semiautomaton:
         return dyck(*(int(g) for g in match.groups())) if match.group(1) else dyck()
     match = re.fullmatch(r"(C|D|A|S|Grid|memory)(\d+)", name)
     if match and not (match.group(1) == "D" and int(match.group(2)) % 2):
-        return _FACTORIES[match.group(1)](int(match.group(2)))
+        kind, n = match.group(1), int(match.group(2))
+        states = math.factorial(n) // (2 if kind == "A" else 1) if kind in "AS" else n
+        if states > MAX_STATES:
+            raise ValueError(f"{name} has {states} states; the chapter takes at most {MAX_STATES} (S6)")
+        return _FACTORIES[kind](n)
     raise ValueError(f"unknown automaton {name!r}; examples: {', '.join(EXAMPLES)}")
 
 

@@ -148,7 +148,7 @@ def ghmm_tensor(data: GhmmTensorData) -> Figure:
         left.semilogy(np.full(len(errs), i) + np.linspace(-0.15, 0.15, len(errs)), np.maximum(errs, FLOOR), ".",
                       color=COLORS["untied"])
     reference_line(left, data["tolerance"], "tolerance")
-    left.set_xticks(range(len(errors)), list(errors), fontsize=7)
+    left.set_xticks(range(len(errors)), list(errors), fontsize=7, rotation=35, ha="right")
     left.set(ylabel="max entry error after relabelling", title="Thm 8: two-token predictor -> (M, T)")
     line = np.asarray(data["line"])
     for ax, key, title in ((middle, "line_mean", "conditional mean: the same"),

@@ -7,8 +7,9 @@ matrix-power ambiguity (Claim 1);
 Theorem 7 as an algorithm (the 3-tensor of a two-token predictor, Jennrich's simultaneous
 diagonalisation, recovery up to a permutation, Kruskal ranks); and for G-HMMs the posterior,
 its Householder partner (Lemma 7), a least-squares fit of the pairwise predictor that shows
-Theorem 5 numerically, the two-token predictor and the recovery of Theorem 8 (cases 1 and 3),
-and the conditional density with the last step of Theorem 9. Nothing here trains.
+Theorem 5 numerically, the two-token predictor and the recovery of Theorem 8 (cases 1 and 3, and case 2
+with its partner for equiangular means), and the conditional density with both steps of Theorem 9
+(Lemma 9's means from Hermite moments, by Prony's method, and eq. 2.79). Nothing here trains.
 
 Conventions: ``O[x, h] = P(x_t = x | h_t = h)``, ``T[i, j] = P(h_{t+1} = i | h_t = j)``,
 positions start at 1, and a predictor is an array whose first axis is the conditioning symbol.
@@ -17,12 +18,16 @@ positions start at 1, and a predictor is an array whose first axis is the condit
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
+from numpy.polynomial.hermite_e import hermegauss, hermevander
+from numpy.polynomial.polynomial import polyvander
+from scipy.linalg import hankel
 from scipy.optimize import least_squares
 from scipy.special import softmax
 
-from ..data.hmm import check_ghmm, check_hmm
+from ..data.hmm import ROUND_OFF, check_ghmm, check_hmm
 
 # ---------------------------------------------------------------- the paper's explicit example (Theorem 6)
 SEED_O = np.array([[0.23016003, 0.3549092, 0.16493077], [0.30716059, 0.06962305, 0.37321636],
@@ -160,20 +165,28 @@ def power_counterexample(power: int, a: float = 0.5) -> tuple[np.ndarray, np.nda
 
 
 # ---------------------------------------------------------------- random HMMs and counterexamples
+RELABELLING = 1e-9  # a pair closer than this under some relabelling is the same HMM up to round-off
+UNIFORM_SHARE = 0.1  # weight of the uniform law in random O and T: no entry below UNIFORM_SHARE / size
+
+
 def random_doubly_stochastic(k: int, rng: np.random.Generator) -> np.ndarray:
-    """A random point of the Birkhoff polytope: Dirichlet weights on ``k + 1`` random permutation matrices."""
+    """A strictly positive random point of the Birkhoff polytope: Dirichlet weights on ``k + 1`` random
+    permutation matrices, mixed with the uniform matrix so that no entry is 0 (an exact zero would make
+    almost every rotation of ``T`` negative, and so no counterexample)."""
     weights = rng.dirichlet(np.ones(k + 1))
-    return sum(w * np.eye(k)[rng.permutation(k)] for w in weights)
+    mixture = sum(w * np.eye(k)[rng.permutation(k)] for w in weights)
+    return (1 - UNIFORM_SHARE) * mixture + UNIFORM_SHARE / k
 
 
 def random_hmm(d: int, k: int, rng: np.random.Generator, max_condition: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
-    """``(O, T)`` with Dirichlet(1) emission columns and a random doubly stochastic ``T``.
+    """``(O, T)`` with strictly positive emission columns (Dirichlet(1) mixed with the uniform law, as ``T``)
+    and a random doubly stochastic ``T``.
 
     Draws are repeated until both matrices have condition number at most ``max_condition``,
     so that round-off in the recovery stays near machine precision.
     """
     while True:
-        emission = rng.dirichlet(np.ones(d), size=k).T
+        emission = (1 - UNIFORM_SHARE) * rng.dirichlet(np.ones(d), size=k).T + UNIFORM_SHARE / d
         transition = random_doubly_stochastic(k, rng)
         if max(np.linalg.cond(emission), np.linalg.cond(transition)) <= max_condition:
             return check_hmm(emission, transition)
@@ -197,36 +210,49 @@ def factor_condition(emission: np.ndarray, transition: np.ndarray) -> float:
     return max(float(np.linalg.cond(f)) for f in cp_factors(emission, transition, 1, (2, 3)))
 
 
-def counterexample(d: int, k: int, rng: np.random.Generator, candidates: int = 200, angles: int = 36,
+def counterexample_angles(coarse: int = 36, halvings: int = 12) -> np.ndarray:
+    """Angles in ``(0, pi]`` to try: ``coarse`` even steps, then halvings of the smallest down to ``pi / coarse / 2^halvings``.
+
+    Any strictly positive ``(O, T)`` stays non-negative under small enough rotations, so the small
+    angles make the search succeed for every size; the large ones give the most distinguishable pairs.
+    """
+    return np.concatenate([np.linspace(np.pi / coarse, np.pi, coarse), np.pi / coarse / 2.0 ** np.arange(1, halvings + 1)])
+
+
+def counterexample(d: int, k: int, rng: np.random.Generator, candidates: int = 200,
                    max_condition: float = 5.0) -> dict[str, np.ndarray | float]:
     """A pair ``(O, T)``, ``(O R, R^T T R)`` of valid HMMs whose two-token predictors differ the most.
 
-    Among ``candidates`` random HMMs, random rotation planes and ``angles`` angles in ``(0, pi]``,
-    keep the admissible pairs (non-negative rotated parameters that are no relabelling of the
-    originals, and CP factors with condition number at most ``max_condition``, so that parameters
-    recovered from a noisy predictor stay stable) and return the one with the largest distance
-    between the ``x_2 (x) x_3 | x_1`` predictors: the easiest pair for a learner to tell apart,
-    yet with identical pairwise predictors.
+    Among ``candidates`` random HMMs, random rotation planes and the angles of
+    :func:`counterexample_angles`, keep the admissible pairs (non-negative rotated parameters that
+    are no relabelling of the originals) and return the one with the largest distance between the
+    ``x_2 (x) x_3 | x_1`` predictors: the easiest pair for a learner to tell apart, yet with identical
+    pairwise predictors. Pairs whose CP factors have condition number at most ``max_condition`` (so
+    that parameters recovered from a noisy predictor stay stable) come first; random HMMs with
+    ``k >= 4`` rarely have one, and then the best of the others is returned (``factor_condition``
+    says which). Every candidate has an admissible angle, since its entries are positive.
     """
-    best: dict[str, np.ndarray | float] = {"two_token_gap": -1.0}
+    best: dict[str, np.ndarray | float] = {}
     for _ in range(candidates):
         emission, transition = random_hmm(d, k, rng)
         plane = random_plane(k, rng)
-        if factor_condition(emission, transition) > max_condition:
-            continue
         exact = two_token_predictor(emission, transition, 1, (2, 3))
-        for angle in np.linspace(np.pi / angles, np.pi, angles):
+        for angle in counterexample_angles():
             other_emission, other_transition = rotated(emission, transition, rotation_about_ones(k, angle, plane))
             if min(other_emission.min(), other_transition.min()) < 0:
                 continue
             gap = predictor_distance(exact, two_token_predictor(other_emission, other_transition, 1, (2, 3)),
                                      symbol_law(emission))
-            if (gap > best["two_token_gap"] and factor_condition(other_emission, other_transition) <= max_condition
-                    and parameter_distance(emission, transition, other_emission, other_transition) > 1e-3):
+            condition = max(factor_condition(emission, transition), factor_condition(other_emission, other_transition))
+            rank = (condition <= max_condition, gap)
+            if (not best or rank > best["rank"]) and parameter_distance(
+                    emission, transition, other_emission, other_transition) >= RELABELLING:
                 best = {"emission": emission, "transition": transition, "other_emission": other_emission,
-                        "other_transition": other_transition, "angle": float(angle), "two_token_gap": gap}
-    if best["two_token_gap"] < 0:
-        raise ValueError(f"no admissible rotation found for d={d}, k={k}; try more candidates")
+                        "other_transition": other_transition, "angle": float(angle), "two_token_gap": gap,
+                        "factor_condition": condition, "rank": rank}
+    if not best:  # unreachable for strictly positive HMMs: the smallest angle is admissible
+        raise ValueError(f"no admissible rotation found for d={d}, k={k}")
+    best.pop("rank")
     return best
 
 
@@ -461,3 +487,218 @@ def ghmm_density_matrix(means: np.ndarray, transition: np.ndarray, targets: np.n
                         given: np.ndarray) -> np.ndarray:
     """``D[a, b] = psi(x_a)^T T phi(x_b) = (2 pi)^(d/2) p(x_2 = targets_a | x_1 = given_b)``, the mixture formula."""
     return ghmm_scaled_likelihood(means, targets) @ transition @ ghmm_posterior(means, given).T
+
+
+# ---------------------------------------------------------------- G-HMM: Theorem 8, case 2 (x_1 (x) x_3 | x_2)
+def _log_ratio_slopes(posterior: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """``mu_i - mu_1`` (one column each): slopes of ``log phi_i(x) - log phi_1(x)``, affine in ``x``, by least squares.
+
+    Each row is weighted by ``1 / sqrt(1/phi_i^2 + 1/phi_1^2)``, the inverse of the round-off a small
+    posterior puts into the logarithm.
+    """
+    logs, design = np.log(posterior), np.column_stack([points, np.ones(len(points))])
+    slopes = []
+    for i in range(1, posterior.shape[1]):
+        weight = 1 / np.hypot(1 / posterior[:, i], 1 / posterior[:, 0])
+        fit = np.linalg.lstsq(design * weight[:, None], (logs[:, i] - logs[:, 0]) * weight, rcond=None)[0]
+        slopes.append(fit[:-1])
+    return np.column_stack(slopes)
+
+
+def unit_norm_candidates(differences: np.ndarray, basis: np.ndarray) -> list[np.ndarray]:
+    """The two ``M`` with unit columns in the span of the orthonormal ``basis`` and ``mu_i - mu_1 = differences``.
+
+    ``|mu_1 + delta_i| = 1 = |mu_1|`` gives ``delta_i . mu_1 = -|delta_i|^2 / 2``: ``k - 1`` linear equations
+    for ``mu_1 = U z`` in the ``k``-dimensional span, a line that meets the unit sphere twice: ``M`` and ``H M``
+    (Lemma 7).
+    """
+    system = differences.T @ basis
+    base = np.linalg.lstsq(system, -0.5 * (differences**2).sum(axis=0), rcond=None)[0]
+    along = np.linalg.svd(system)[2][-1]
+    height = np.sqrt(max(1 - base @ base, 0.0))
+    offsets = np.column_stack([np.zeros(len(basis)), differences])
+    return [(basis @ (base + sign * height * along))[:, None] + offsets for sign in (1.0, -1.0)]
+
+
+def ghmm_recover_middle(values: np.ndarray, points: np.ndarray, targets: tuple[int, int], k: int,
+                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, T)`` up to relabelling from values of the predictor ``x_1 (x) x_3 | x_2`` (Theorem 8, case 2).
+
+    ``F(x) = sum_i phi_i(x) E[x_1 | h_2 = i] (x) E[x_3 | h_2 = i]``, so the values stacked over the points
+    are a 3-tensor with CP factors ``(Phi, M T^T, M T)``; Jennrich gives them up to scale. The rows of
+    ``Phi`` sum to one, which fixes its scale; the log-ratios of the posterior are affine in ``x`` with
+    slopes ``mu_i - mu_1``, which lie in the column space of ``M T`` (so ``k + 1`` generic points suffice
+    for the fit, on the points' coordinates in that space); unit norms leave ``M`` or ``H M``
+    (:func:`unit_norm_candidates`); each gives ``T`` from ``M T`` with unit column sums, and the candidate
+    kept has a stochastic ``T`` and reproduces the values. Both do exactly when ``(M^T M)^-1 1`` is parallel
+    to ``1`` and ``T <= 2/k`` entrywise (:func:`middle_partner`): then the task does not identify the
+    G-HMM, and either may be returned.
+    """
+    _check_triple(2, targets)
+    ordered = values if targets == (1, 3) else values.transpose(0, 2, 1)
+    factor, _, third = jennrich(ordered, k, rng)
+    posterior = factor * np.linalg.lstsq(factor, np.ones(len(factor)), rcond=None)[0]
+
+    def candidate(means: np.ndarray) -> tuple[tuple[bool, float], np.ndarray, np.ndarray]:
+        transition = np.linalg.lstsq(means, third, rcond=None)[0]
+        transition /= transition.sum(axis=0)
+        residual = float(np.abs(ghmm_two_token_predictor(means, transition, 2, (1, 3), points) - ordered).max())
+        return (bool(transition.min() < -ROUND_OFF), residual), means, transition
+
+    basis = np.linalg.svd(third, full_matrices=False)[0]
+    differences = basis @ _log_ratio_slopes(posterior, points @ basis)
+    candidates = unit_norm_candidates(differences, basis)
+    _, means, transition = min((candidate(m) for m in candidates), key=lambda c: c[0])
+    return _gauss_newton(means, transition, ordered, points)
+
+
+def _gauss_newton(means: np.ndarray, transition: np.ndarray, values: np.ndarray, points: np.ndarray,
+                  steps: int = 2, step: float = 1e-7) -> tuple[np.ndarray, np.ndarray]:
+    """``steps`` Gauss-Newton steps on every entry of ``(M, T)`` against the values of ``x_1 (x) x_3 | x_2``.
+
+    Fixing ``v^T mu_1`` by a unit norm loses digits when ``H M`` lies near ``M`` (a square root near a
+    double root); the predictor fixes it well, so two steps from the constructive answer return it to
+    round-off. Local steps: they do not carry a wrong candidate to the right one.
+    """
+    d, k = means.shape
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        model = theta[:d * k].reshape(d, k), theta[d * k:].reshape(k, k)
+        return (ghmm_two_token_predictor(*model, 2, (1, 3), points) - values).ravel()
+
+    theta = np.concatenate([means.ravel(), transition.ravel()])
+    for _ in range(steps):
+        base = residual(theta)
+        jacobian = np.column_stack([(residual(theta + step * e) - base) / step for e in np.eye(len(theta))])
+        theta = theta - np.linalg.lstsq(jacobian, base, rcond=None)[0]
+    return theta[:d * k].reshape(d, k), theta[d * k:].reshape(k, k)
+
+
+def middle_partner(means: np.ndarray, transition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(H M, u 1^T - T)`` with ``u = 2 (M^T M)^-1 1 / (1^T (M^T M)^-1 1)``: the ``H M`` candidate of case 2.
+
+    ``H M = M (I - u 1^T)``, so ``H M (u 1^T - T) = -M T``: the factor ``E[x_3 | h_2]`` only flips sign, and
+    ``E[x_1 | h_2]`` flips too, leaving ``x_1 (x) x_3 | x_2`` unchanged, exactly when ``u = (2/k) 1`` (the Gram
+    matrix ``M^T M`` has equal row sums, as for every ``k = 2``). If also ``T <= 2/k`` entrywise, the partner is
+    a G-HMM: the proof of case 2 sets the recovered factors equal where they are equal only up to scale.
+    """
+    inverse_gram_ones = np.linalg.solve(means.T @ means, np.ones(means.shape[1]))
+    u = 2 * inverse_gram_ones / inverse_gram_ones.sum()
+    return householder_partner(means), np.outer(u, np.ones(len(u))) - transition
+
+
+def symmetric_ghmm(d: int, k: int, rng: np.random.Generator,
+                   max_condition: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+    """A G-HMM whose :func:`middle_partner` is a G-HMM too: equiangular unit means and ``T <= 2/k`` entrywise.
+
+    The means have Gram matrix ``(1 - r) I + r 1 1^T`` (equal row sums), and ``T`` mixes the uniform matrix
+    with a random doubly stochastic one at weight ``0.9 / (k - 1)``, which keeps every entry below ``2/k``.
+    """
+    share = 0.9 / (k - 1)
+    while True:
+        r = rng.uniform(-0.5 / (k - 1), 0.5)
+        frame = np.linalg.qr(rng.normal(size=(d, k)))[0]
+        means = frame @ np.linalg.cholesky((1 - r) * np.eye(k) + r).T
+        transition = (1 - share) / k + share * random_doubly_stochastic(k, rng)
+        if max(np.linalg.cond(means), np.linalg.cond(transition)) <= max_condition:
+            return check_ghmm(means, transition)
+
+
+# ---------------------------------------------------------------- G-HMM: Theorem 9, Lemma 9 (the means from moments)
+HERMITE_NODES = 40  # Gauss-Hermite nodes per axis: exact for degree 79, and e^(mu y) is resolved to round-off
+
+
+def ghmm_conditional_marginal(means: np.ndarray, transition: np.ndarray,
+                              given: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The law of ``x_2`` given ``x_1 = given`` as its marginal densities: ``(Q, y) -> p(Q^T x_2 = y_j)`` per row.
+
+    ``Q`` is ``d x j`` with orthonormal columns and ``y`` is ``n x j``: ``Q^T x_2`` is the mixture
+    ``sum_i w_i N(Q^T mu_i, I_j)`` with ``w = T phi(given)``. This is what Lemma 9's recovery is given.
+    """
+    weights = transition @ ghmm_posterior(means, given[None])[0]
+
+    def marginal(directions: np.ndarray, points: np.ndarray) -> np.ndarray:
+        scale = (2 * np.pi) ** (-directions.shape[1] / 2)
+        return scale * ghmm_scaled_likelihood(directions.T @ means, points) @ weights
+
+    return marginal
+
+
+def _quadrature(dimensions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``y`` and weights ``W`` with ``sum_j W_j p(y_j) f(y_j) = int p f`` on ``R^dimensions``, Gauss-Hermite.
+
+    The rule integrates against ``exp(-|y|^2 / 2)``, so ``exp(|y|^2 / 2)`` is folded into the weights.
+    """
+    nodes, weights = hermegauss(HERMITE_NODES)
+    grid = np.stack(np.meshgrid(*[nodes] * dimensions, indexing="ij"), axis=-1).reshape(-1, dimensions)
+    product = np.prod(np.meshgrid(*[weights] * dimensions, indexing="ij"), axis=0).ravel()
+    return grid, product * np.exp(0.5 * (grid**2).sum(axis=1))
+
+
+def _powers(y: np.ndarray, degree: int, hermite: bool) -> np.ndarray:
+    """``He_n(y)`` (or ``y^n`` if not ``hermite``) for ``n = 0 .. degree``, one column each."""
+    return hermevander(y, degree) if hermite else polyvander(y, degree)
+
+
+def prony(moments: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``z`` (sorted) and weights ``w`` with ``moments[n] = sum_i w_i z_i^n`` for ``n < 2k``.
+
+    The Hankel matrices ``H0 = V diag(w) V^T`` and ``H1 = V diag(w z) V^T`` (``V[n, i] = z_i^n``) form a
+    pencil whose eigenvalues are the nodes, the roots of the polynomial that annihilates the sequence;
+    the weights then solve the Vandermonde system.
+    """
+    low, high = hankel(moments[:k], moments[k - 1:2 * k - 1]), hankel(moments[1:k + 1], moments[k:2 * k])
+    nodes = np.sort(np.linalg.eigvals(np.linalg.solve(low, high)).real)
+    return nodes, np.linalg.solve(np.vander(nodes, k, increasing=True).T, moments[:k])
+
+
+def _direction_moments(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], direction: np.ndarray, k: int,
+                       hermite: bool) -> np.ndarray:
+    """``E[He_n(u^T X)]`` for ``n < 2k`` by quadrature of the 1-D marginal along the unit vector ``u``."""
+    grid, weights = _quadrature(1)
+    return _powers(grid[:, 0], 2 * k - 1, hermite).T @ (weights * marginal(direction[:, None], grid))
+
+
+def _mixed_moments(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int,
+                   hermite: bool) -> np.ndarray:
+    """``E[He_n(Y_0) Y_m]`` for ``n < k`` and ``m = 1 .. d-1``, ``Y = Q^T X``, from the 2-D marginals: ``(d-1) x k``."""
+    grid, weights = _quadrature(2)
+    basis = _powers(grid[:, 0], k - 1, hermite)
+    return np.array([basis.T @ (weights * marginal(frame[:, [0, m]], grid) * grid[:, 1])
+                     for m in range(1, frame.shape[1])])
+
+
+def _prony_along(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int,
+                 hermite: bool) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Prony along the first column of ``frame``: ``cond(V) / min |w|``, the frame, the nodes and the weights.
+
+    The first is how much the Vandermonde solve for the other coordinates amplifies round-off.
+    """
+    nodes, weights = prony(_direction_moments(marginal, frame[:, 0], k, hermite), k)
+    amplification = np.linalg.cond(np.vander(nodes, k, increasing=True)) / np.abs(weights).min()
+    return float(amplification), frame, nodes, weights
+
+
+def ghmm_mixture_from_law(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], d: int, k: int,
+                          rng: np.random.Generator, hermite: bool = True,
+                          tries: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Means (``d x k``) and weights of a unit-covariance Gaussian mixture from its moments (Lemma 9, constructive).
+
+    Given only the marginal densities of the law (:func:`ghmm_conditional_marginal`), integrated by
+    Gauss-Hermite quadrature. Along a unit ``u`` the Hermite moments remove the unit noise,
+    ``E[He_n(u^T X)] = sum_i w_i (u^T mu_i)^n``, and :func:`prony` returns the projections and weights when
+    they are distinct; of ``tries`` random frames the one that amplifies round-off least is kept.
+    The mixed moments ``E[He_n(Y_0) Y_m] = sum_i w_i z_i^n (Q^T mu_i)_m`` give the other coordinates by a
+    Vandermonde solve. ``hermite=False`` takes raw moments, ignoring the noise, so that a test can break it.
+    """
+    frames = (np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(tries))
+    _, frame, nodes, weights = min((_prony_along(marginal, f, k, hermite) for f in frames), key=lambda t: t[0])
+    mixed = _mixed_moments(marginal, frame, k, hermite)
+    others = np.linalg.solve(np.vander(nodes, k, increasing=True).T * weights, mixed.T)  # k x (d-1)
+    return frame @ np.vstack([nodes, others.T]), weights
+
+
+def mixture_distance(means: np.ndarray, weights: np.ndarray, other_means: np.ndarray,
+                     other_weights: np.ndarray) -> float:
+    """``min over relabellings of max(|M~ - M P|, |w~ - P^T w|)``: :func:`parameter_distance` with ``T = diag(w)``."""
+    return parameter_distance(means, np.diag(weights), other_means, np.diag(other_weights))
