@@ -508,3 +508,11 @@ def test_rows_about_trained_models_are_undecided_while_those_models_still_descen
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
     claims = chapter._training_claims(counts, {"transformer": 1, "sharpened": 1, "lstm": 1})
     assert [c.holds for c in claims] == [None, None, None] and "lstm_steps" in claims[0].reason
+
+
+@pytest.mark.parametrize("base", [6, 8, 20, 30])
+def test_the_construction_runs_and_holds_at_every_even_base(base):
+    # base 20 once swept odd block sizes, base 8 once checked strings longer than its block
+    result = chapter.CHAPTER.run("quick", {"base": base, "n_construction": 4}, seeds=1, device="cpu",
+                                 sections=["construction"])
+    assert result.claims and result.verdict.holds, result.verdict.text()

@@ -628,3 +628,21 @@ def test_learning_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     assert tiny_result("hmm")["data"]["learning"]["still_descending"] > 0
     assert [c.name for c in claims if c.holds is False] == []
     assert any(c.holds is None and "--set steps=" in c.reason for c in claims)
+
+
+@pytest.mark.parametrize("k", range(3, 9))
+def test_a_counterexample_exists_for_every_accepted_k_even_from_one_candidate(k):
+    # random O and T are strictly positive, so the smallest angles tried keep every entry non-negative
+    for d in (k, k + 3):
+        pair = theory.counterexample(d, k, np.random.default_rng(k), candidates=1)
+        assert min(pair["other_emission"].min(), pair["other_transition"].min()) >= 0
+        assert theory.parameter_distance(pair["emission"], pair["transition"], pair["other_emission"],
+                                         pair["other_transition"]) > theory.RELABELLING
+
+
+def test_the_learning_samples_do_not_depend_on_the_other_sample_sizes():
+    run = lambda samples: chapter.CHAPTER.run("quick", {**TINY, "samples": samples}, seeds=2, device="cpu",  # noqa: E731
+                                              sections=["learning"]).data["learning"]
+    alone, among = run("200,400"), run("100,200,400")
+    # same seeds and samples for N = 400; only the ensemble's size differs (float32 sums may round apart)
+    assert np.allclose(alone["two_token"]["error"][0][-1], among["two_token"]["error"][0][-1], rtol=1e-5)

@@ -487,3 +487,13 @@ def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
     moving = np.ones((2, 2, 2), dtype=bool)
     easy = chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
     assert easy[0].holds is None and "--set steps=" in easy[0].reason
+
+
+def test_an_automaton_in_the_sweep_does_not_depend_on_its_neighbours():
+    # its seed and vocabulary come from its own name: adding automata changes none of its numbers
+    def accuracy_of_c2(sweep: str) -> np.ndarray:
+        settings = {**TINY["shortcuts"], "sweep": sweep, "easy": "C2", "hard": "A5", "automaton": "C2", "steps": 20}
+        data = chapter.CHAPTER.run("quick", settings, seeds=1, device="cpu", sections=["sweep"]).data["sweep"]
+        return np.asarray(data["accuracy"])[data["names"].index("C2")]
+
+    assert np.allclose(accuracy_of_c2("C2,A5"), accuracy_of_c2("Grid4,C3,C2,Q8,A5"), atol=1e-6)

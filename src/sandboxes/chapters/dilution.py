@@ -36,13 +36,16 @@ SIMULATOR = theory.SimulatorWeights()
 CASE1_DELTA, CASE2_DELTA = 0.5, -0.45  # W_Qp^T W_Kp of the two failing simulators (switches at t = 23 and 143)
 
 
-def _check_even_at_least_4(value: int) -> None:
-    if value < 4 or value % 2:
-        raise ValueError(f"must be an even number of at least 4, got {value}")
+def _even_at_least(low: int, why: str) -> Custom:
+    """Even integers of at least ``low``: a flip-flop string has pairs of tokens."""
+    def check(value: int) -> None:
+        if value < low or value % 2:
+            raise ValueError(f"must be an even number of at least {low}, got {value}")
+    return Custom(check, f"an even integer >= {low} ({why})", lambda rng, near: 2 * int(rng.integers(low // 2, near + 1)))
 
 
-EVEN_AT_LEAST_4 = Custom(_check_even_at_least_4, "an even integer >= 4 (a flip-flop string has pairs of tokens)",
-                         lambda rng, near: 2 * int(rng.integers(2, max(near, 8) + 1)))
+EVEN_AT_LEAST_4 = _even_at_least(4, "a flip-flop string has pairs of tokens")
+BLOCK_SIZE = _even_at_least(6, "the witness string 'w 1 i 0 r' needs five positions")
 
 
 PARAMS = (
@@ -75,7 +78,7 @@ PARAMS = (
           "half its free memory)", FLAG),
     Param("threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position",
           in_open_unit_interval),
-    Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", EVEN_AT_LEAST_4),
+    Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", BLOCK_SIZE),
     Param("n_construction", int, 200, 2000, "random strings per test set of the construction", at_least(1)),
 )
 
@@ -285,13 +288,14 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _self_selection(model: GPT, seq: Tensor) -> float:
-    """Smallest layer-1 weight a bit that was not written gives itself (it must stay above 1/2)."""
+    """Smallest layer-1 weight a bit that was not written gives itself (it must stay above 1/2); NaN if the
+    strings have no such bit (short or all-write strings)."""
     x = seq[:, :-1]
     with torch.no_grad():
         att = model(x, return_attention=True)[1][0][:, 0]
     pos = torch.arange(1, x.shape[1], 2)
-    not_written = x[:, pos - 1] != W
-    return float(att[:, pos, pos][not_written].min())
+    weights = att[:, pos, pos][x[:, pos - 1] != W]
+    return float(weights.min()) if weights.numel() else float("nan")
 
 
 # ---------------------------------------------------------------- Proposition 5
