@@ -96,7 +96,7 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run", "markov", "--set", "p=1.5"], "bad value for p: must lie strictly between 0 and 1"),
+    (["run", "markov", "--set", "p=1.5"], "bad value for p: must be a number strictly between 0 and 1"),
     (["run", "markov", "--set", "colour=red"], "unknown parameter 'colour'"),
     (["run", "nope"], "unknown chapter 'nope'"),
     (["run", "markov", "--profile", "huge"], "unknown profile 'huge'"),
@@ -143,3 +143,11 @@ def test_full_profile_on_a_cpu_warns_before_it_starts():
     proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--profile", "full", "--device", "cpu",
                            "--set", "length=0"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "meant for a GPU" in proc.stderr
+
+
+def test_strict_fails_on_a_failed_row_but_not_on_an_undecided_one(capsys):
+    # three steps of a depth-2 run: it cannot have escaped its plateau yet, so its rows are undecided
+    assert main(["run", "markov", "--section", "depth_two", *TINY, "--device", "cpu", "--out", "-", "--strict"]) == 0
+    captured = capsys.readouterr()
+    assert "[UNDECIDED] depth 2" in captured.err and "undecided" in captured.err and "--strict:" in captured.err
+    assert json.loads(captured.out)["claims"][0]["holds"] is None

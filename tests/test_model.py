@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sandboxes.model import GPT, LSTM, CausalSelfAttention, GPTConfig, count_parameters
+from sandboxes.model import FUSED_FROM, GPT, LSTM, CausalSelfAttention, GPTConfig, count_parameters
 
 
 def small(**kw) -> GPTConfig:
@@ -106,7 +106,19 @@ def test_recency_slope_of_zero_is_plain_causal_attention():
 def test_recency_slope_favours_recent_positions():
     attention = CausalSelfAttention(small(n_head=1, recency_slope=2.0))
     torch.nn.init.zeros_(attention.qkv.weight)
-    _, weights = attention(torch.randn(1, 6, 8))
+    _, weights = attention(torch.randn(1, 6, 8), need_weights=True)
     last = weights[0, 0, -1]
     assert torch.all(last[1:] > last[:-1])  # with equal scores the bias alone orders them
     torch.testing.assert_close(last[1:] / last[:-1], torch.full((5,), 2.0).exp())
+
+
+@pytest.mark.parametrize("recency_slope", [0.0, 0.7])
+def test_the_fused_attention_equals_the_one_that_returns_its_weights(recency_slope):
+    # training takes the fused kernel (no T x T weights stored); figures and penalties take the explicit one
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(small(n_head=2, recency_slope=recency_slope, block_size=FUSED_FROM))
+    x = torch.randn(3, FUSED_FROM, 8)
+    fused, none = attention(x)
+    explicit, weights = attention(x, need_weights=True)
+    assert none is None and weights.shape == (3, 2, FUSED_FROM, FUSED_FROM)
+    torch.testing.assert_close(fused, explicit)

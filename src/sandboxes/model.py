@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 PositionalEncoding = Literal["learned", "sinusoidal", "linear", "none"]
@@ -65,6 +66,11 @@ def _norm(config: GPTConfig) -> nn.Module:
     return nn.LayerNorm(config.d_model) if config.layer_norm else nn.Identity()
 
 
+# From this length on, training attention uses the fused kernel: at T = 64 vmapped members were slower
+# with it (3.1 against 2.3 ms per member-step, 8 members), at T = 256 twice as fast (9.5 against 21.1).
+FUSED_FROM = 128
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal softmax attention that can hand back its weights."""
 
@@ -75,13 +81,23 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The attention output and, if ``need_weights``, the ``(B, H, T, T)`` weights.
+
+        Without the weights, from ``FUSED_FROM`` positions on, the fused kernel runs and never stores a
+        ``T x T`` matrix per head; below that the explicit softmax is as fast and vmaps without a loop.
+        """
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
         position = torch.arange(T, device=x.device)
         distance = position[:, None] - position[None, :]
+        if not need_weights and T >= FUSED_FROM:
+            bias = None if not self.recency_slope else (
+                -self.recency_slope * distance.to(q.dtype)).masked_fill(distance < 0, float("-inf"))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None)
+            return self.proj(out.transpose(1, 2).reshape(B, T, C)), None
+        scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
         if self.recency_slope:
             scores = scores - self.recency_slope * distance.to(scores.dtype)
         weights = scores.masked_fill(distance < 0, float("-inf")).softmax(dim=-1)
@@ -112,10 +128,10 @@ class Block(nn.Module):
         self.ln_2 = _norm(config)
         self.mlp = MLP(config) if config.mlp else None
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         weights = None
         if self.attn is not None:
-            out, weights = self.attn(self.ln_1(x))
+            out, weights = self.attn(self.ln_1(x), need_weights)
             x = x + out
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
@@ -185,7 +201,7 @@ class GPT(nn.Module):
         x = self.embed(idx)
         attention = []
         for block in self.blocks:
-            x, weights = block(x)
+            x, weights = block(x, return_attention)
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.ln_f(x))

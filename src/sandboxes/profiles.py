@@ -65,6 +65,9 @@ class Interval:
             return f"{x:g}"
         if self.integer and self.low is not None and self.high is not None:
             return f"an integer in {number(self.low)}..{number(self.high)}"
+        if self.low is not None and self.high is not None and self.open_low == self.open_high:
+            where = "strictly between" if self.open_low else "from"
+            return f"a number {where} {number(self.low)} {'and' if self.open_low else 'to'} {number(self.high)}"
         parts = []
         if self.low is not None:
             parts.append(f"{'>' if self.open_low else '>='} {number(self.low)}")

@@ -17,6 +17,7 @@ import copy
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -90,6 +91,10 @@ class TrainConfig:
             return 1.0 - (1.0 - floor) * progress
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
+
+# vmap runs the fused attention kernel member by member on a CPU (forward and backward), and says so each time
+warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the "
+                        "batching rule for aten::_scaled_dot_product", category=UserWarning)
 
 MIN_EVALS = 8  # a run evaluated fewer times than this is too short to call settled
 SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations lowered the loss by less than this
@@ -275,6 +280,7 @@ def _fit(
     progress: bool,
     eval_chunk: int,
 ) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray]:
+    batched = batched and len(seeds) > 1  # one member runs as a plain model: no vmap to pay for
     models = []
     for seed, make_model in zip(seeds, make_models):
         seed_everything(seed)

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..data.markov import binary_kernel, check_kernel, stationary_law
 from ..model import GPT, GPTConfig, zero_gpt
@@ -148,7 +149,10 @@ class PopulationLoss:
         return grad
 
     def hessian(self) -> Tensor:
-        return torch.autograd.functional.hessian(self, self.flat())
+        """The exact Hessian of the population loss; attention by its plain formula (the fused kernel has no
+        second derivative)."""
+        with sdpa_kernel(SDPBackend.MATH):
+            return torch.autograd.functional.hessian(self, self.flat())
 
 
 def paper_block(loss: PopulationLoss, tied: bool) -> list[int]:
