@@ -251,3 +251,11 @@ def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or
     descending = _run(0.2, 0.3, True, [GAP2] * 3) | {"still_descending": [False, True, False]}
     assert markov.training_rows([descending])[0].holds is None
     assert markov.training_rows([_run(0.2, 0.3, True, [GAP2] * 3)])[0].holds is False  # settled there: it fails
+
+
+def test_a_chain_on_the_line_p_plus_q_one_gets_no_trained_row_and_the_output_says_why():
+    settings = {**TINY["markov"], "p": 0.4, "q": 0.6}
+    result = markov.CHAPTER.run("quick", settings, seeds=1, device="cpu",
+                                sections=["unigram_point", "depth_two", "basin"])
+    assert [c.name for c in result.claims if c.section in ("depth_two", "basin")] == []
+    assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth_two", "basin"))

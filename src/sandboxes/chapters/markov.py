@@ -95,6 +95,13 @@ def _unsettled_words(count: int, total: int, what: str, steps_param: str) -> str
             "decides it")
 
 
+def _too_close(chains: list[tuple[float, float]], rows: str) -> tuple[str, ...]:
+    """Why ``rows`` are missing for the chains whose unigram-bigram gap is below ``MIN_GAP``."""
+    return tuple(f"{rows} at (p, q) = ({p:g}, {q:g}): the gap I(x_n; x_n+1) = {abs(_gap(p, q)):.2g} is below {MIN_GAP}, "
+                 "so the two minima cannot be told apart (p + q = 1 makes it 0)" for p, q in chains
+                 if _gap(p, q) < MIN_GAP)
+
+
 def _gap(p: float, q: float) -> float:
     kernel = binary_kernel(p, q)
     return theory.unigram_entropy(kernel) - theory.entropy_rate(kernel)
@@ -182,8 +189,11 @@ def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramDat
             claims.append(Claim.at_most(f"Thm 3 (untied): theta_pi is a saddle: e = u, a = {'-' if c > 0 else '+'}u "
                                         f"lowers the loss (change at radius {LOCAL_RADII[1]})", -EXACT, drop,
                                         "the bilinear term c <a, e> x_n is negative along it"))
+    silent = () if abs(p + q - 1) >= MIN_GAP else (
+        f"Theorems 2 and 3 beyond the closed forms at (p, q) = ({p:g}, {q:g}): the curvature c vanishes with "
+        "p + q - 1, and with it what the theorems say about the loss near theta_pi",)
     return Outcome(claims, {"unigram_entropy": H_pi, "curvature": c, "block_spectrum": spectrum,
-                            "radii": list(LOCAL_RADII), "largest_drop": drops})
+                            "radii": list(LOCAL_RADII), "largest_drop": drops}, silent)
 
 
 def _embedding_direction(loss: theory.PopulationLoss, tied: bool, sign: float) -> torch.Tensor:
@@ -321,7 +331,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
                          "still_descending": moving[block],
                          "prediction": _predictions(trained.models[i * n], tasks[i * n])})
     claims = training_rows(runs)
-    return Outcome(claims, {"runs": runs})
+    return Outcome(claims, {"runs": runs}, _too_close(chains, "where the runs end"))
 
 
 def training_rows(runs: list[TrainingRun]) -> list[Claim]:
@@ -448,7 +458,7 @@ def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
         outcome["tied" if tied else "untied"] = {k: (ends == k).mean(axis=1) for k in ("bigram", "unigram", "neither")}
         outcome["tied" if tied else "untied"]["still_descending"] = moving.mean(axis=1)
     claims = basin_rows(p, q, scales, outcome)
-    return Outcome(claims, {"p": p, "q": q, "scales": scales, "outcome": outcome})
+    return Outcome(claims, {"p": p, "q": q, "scales": scales, "outcome": outcome}, _too_close([(p, q)], "the basin"))
 
 
 def basin_rows(p: float, q: float, scales: list[float], outcome: dict[str, dict[str, list[float]]]) -> list[Claim]:
@@ -501,7 +511,7 @@ def depth_two(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
     moving = still_descending(trained)
     claims = depth_rows(p, q, excess, trained.eval_loss, H_pi, moving)
     return Outcome(claims, {"p": p, "q": q, "eval_steps": trained.eval_steps, "eval_loss": trained.eval_loss,
-                            "excess": excess, "still_descending": moving})
+                            "excess": excess, "still_descending": moving}, _too_close([(p, q)], "depth 2"))
 
 
 def depth_rows(p: float, q: float, excess: np.ndarray, eval_loss: np.ndarray, unigram_entropy: float,

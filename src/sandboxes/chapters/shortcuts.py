@@ -478,12 +478,16 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
                                                 config["T"])
     solvable = [is_solvable(a) for a in automata]
     claims = sweep_claims(names, depths, acc, solvable, config, moving)
+    judged = {claim.name.split(" (")[0] for claim in claims}
+    silent = tuple(f"{name} at depth <= {config['shallow_depth']}, T = {config['T']}: the paper's Fig. 3.15 reports "
+                   "no such outcome there, or a construction of the chapter is that shallow"
+                   for name in dict.fromkeys(_names(config["easy"]) + _names(config["hard"])) if name not in judged)
     return Outcome(claims, {
         "names": names, "depths": depths, "accuracy": acc, "still_descending": moving, "T": config["T"],
         "chance": [1.0 / a.n_states for a in automata], "solvable": solvable,
         "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
         "grid_attention": attention,
-    })
+    }, silent)
 
 
 def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> BoundaryAttention:
