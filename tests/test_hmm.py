@@ -548,6 +548,12 @@ def _ghmm_tensor_rows(change: str) -> list:
         symmetric = theory.symmetric_ghmm(3, 3, rng)
         data["symmetric_gap"], data["symmetric_distance"] = chapter.middle_counterexample(
             *symmetric, *symmetric, points)
+    elif change == "T with an entry above 2/k":
+        symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
+        data["symmetric_partner_valid"] = chapter._ghmm_validity(
+            *theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3))
+    elif change == "a random three-state G-HMM in place of the two-state one":
+        data["two_state_gap"] = chapter.middle_counterexample(M, T, *theory.middle_partner(M, T), points)[0]
     elif change == "raw moments (unit noise ignored)":
         mixture, law = chapter.law_recovery(M, T, 0.5 * rng.normal(size=3), rng, hermite=False)
         data["mixture_errors"], data["law_errors"] = [mixture], [law]
@@ -586,7 +592,9 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"Thm 8 \(cases 1 and 3\)", "targets swapped", _ghmm_tensor_rows),
     (r"Thm 8 \(case 2\)", "targets swapped", _ghmm_tensor_rows),
     (r"case 2 needs generic means", "random means (Gram row sums unequal)", _ghmm_tensor_rows),
-    (r"case 2 counterexample", "partner = the equiangular G-HMM itself", _ghmm_tensor_rows),
+    (r"case 2 counterexample: yet", "partner = the equiangular G-HMM itself", _ghmm_tensor_rows),
+    (r"case 2 counterexample: the partner .* is a G-HMM", "T with an entry above 2/k", _ghmm_tensor_rows),
+    (r"case 2 at k = 2", "a random three-state G-HMM in place of the two-state one", _ghmm_tensor_rows),
     (r"Thm 8, proof", "partner = (M, T)", _ghmm_tensor_rows),
     (r"Thm 9, eq. 2.79", "means of the partner", _ghmm_tensor_rows),
     (r"Remark 2, G-HMM", "partner = (M, T)", _ghmm_tensor_rows),

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..claims import Claim
-from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_transition
+from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
 from ..model import MultiLayerPerceptron
 from ..profiles import Custom, Param, at_least, each, in_range, int_list, positive
 from ..runtime import member_seed
@@ -534,6 +534,8 @@ class GhmmTensorData(TypedDict):
     tolerance: float  # the tolerance of the recovery claims
     symmetric_gap: float  # case 2: max difference of x1(x)x3|x2 of an equiangular G-HMM and its middle partner
     symmetric_distance: float  # case 2: parameter distance of that G-HMM and its partner (min over relabellings)
+    symmetric_partner_valid: str  # "yes", or "no: ..." where the partner breaks Assumptions 5, 8 or 9
+    two_state_gap: float  # case 2 at k = 2: max difference of x1(x)x3|x2 of a random G-HMM and its middle partner
     transition_error: float  # Thm 9: max entry error of T = Psi^-T D Phi^-1 from densities, with the means
     mixture_errors: list[float]  # Lemma 9: max entry error of (means, weights) of p(x_2 | x_1), per G-HMM (k <= 4)
     law_errors: list[float]  # Thm 9 from the law alone (Lemma 9, then eq. 2.79): error of (M, T), per G-HMM (k <= 4)
@@ -576,20 +578,26 @@ def ghmm_tensor_claims(data: GhmmTensorData) -> list[Claim]:
                         data["tolerance"], RECOVERY_REASON),
         _recovery_claim("Thm 8 (case 2), random G-HMMs", {o: e for o, e in errors.items() if o in middle},
                         data["tolerance"], MIDDLE_REASON),
-        Claim.close("Thm 8, case 2 needs generic means: for equiangular means ((M^T M)^-1 1 parallel to 1, as for "
-                    "every k = 2) and T <= 2/k, the G-HMM (HM, 2/k 11^T - T) has the same x1(x)x3|x2 predictor "
+        Claim.close("Thm 8, case 2 needs generic means: for means whose Gram matrix has equal row sums (here "
+                    "equiangular) and T <= 2/k, the partner (HM, 2/k 11^T - T) has the same x1(x)x3|x2 predictor "
                     "(max difference at the points)", 0.0, data["symmetric_gap"], EXACT, EXACT_REASON),
-        Claim.at_least("Thm 8, case 2 counterexample: yet (HM, 2/k 11^T - T) differs from the equiangular G-HMM "
-                       "under every relabelling (max entry)", DIFFERENT, data["symmetric_distance"],
-                       "far above round-off"),
-        Claim.at_least("Thm 8, proof: the two-token predictor x2(x)x3|x1 of (HM, T~), which shares the pairwise "
-                       "predictor, differs (max entry at the points)", DIFFERENT, data["partner_two_token_gap"],
-                       "Kruskal and unit norms fix M without stochasticity; far above round-off"),
+        Claim.exact("Thm 8, case 2 counterexample: the partner (HM, 2/k 11^T - T) is a G-HMM (unit-norm means, "
+                    "doubly stochastic T of rank k: Assumptions 5, 8, 9)", "yes", data["symmetric_partner_valid"],
+                    "checked by sandboxes.data.hmm.check_ghmm"),
+        Claim.at_least("Thm 8, case 2 counterexample: yet the partner differs from the equiangular G-HMM under every "
+                       "relabelling (max entry)", DIFFERENT, data["symmetric_distance"], "far above round-off"),
+        Claim.close("Thm 8, case 2 at k = 2: a random two-state G-HMM and its partner have the same x1(x)x3|x2 "
+                    "predictor (max difference at the points)", 0.0, data["two_state_gap"], EXACT,
+                    "float64 round-off: two unit means always have a Gram matrix with equal row sums"),
+        Claim.at_least("Thm 8, proof: the two-token predictor x2(x)x3|x1 of (HM, T~), not a G-HMM, which shares "
+                       "the pairwise predictor, differs (max entry at the points)", DIFFERENT,
+                       data["partner_two_token_gap"], "for k >= 3 Kruskal and unit norms fix M without "
+                       "stochasticity; far above round-off"),
         Claim.close("Thm 9, eq. 2.79: with the means, T = Psi^-T D Phi^-1 from the conditional densities at k points "
                     "(max entry error)", 0.0, data["transition_error"], RECOVERY_TOL,
                     "float64 round-off, amplified by cond(Psi) and cond(Phi) at the k points"),
-        Claim.at_least("Remark 2, G-HMM: the conditional density p(x2|x1) of (HM, T~), which shares the conditional "
-                       "mean, differs (max of (2 pi)^(d/2) |p - p~| at the points)", DIFFERENT,
+        Claim.at_least("Remark 2, G-HMM: the mixture formula for p(x2|x1) with (HM, T~), not a G-HMM, which shares "
+                       "the conditional mean, differs (max of (2 pi)^(d/2) |p - p~| at the points)", DIFFERENT,
                        data["partner_density_gap"], "a mixture of Gaussians carries more than its mean"),
         *_law_claims(data),
     ]
@@ -602,6 +610,15 @@ def _ghmm_recover(values: np.ndarray, points: np.ndarray, order: tuple, k: int,
     if given == 2:
         return theory.ghmm_recover_middle(values, points, targets, k, rng)
     return theory.ghmm_recover(values, points, given, targets, k, rng)
+
+
+def _ghmm_validity(means: np.ndarray, transition: np.ndarray) -> str:
+    """"yes" if ``(means, transition)`` meets the G-HMM assumptions, else "no: " and why."""
+    try:
+        check_ghmm(means, transition)
+    except ValueError as err:
+        return f"no: {err}"
+    return "yes"
 
 
 def middle_counterexample(M: np.ndarray, T: np.ndarray, M2: np.ndarray, T2: np.ndarray,
@@ -647,7 +664,10 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
             errs.append(theory.parameter_distance(means, transition, *recovered))
         errors[f"x{order[1][0]}(x)x{order[1][1]}|x{order[0]}"] = errs
     symmetric = theory.symmetric_ghmm(d, k, rng)
-    gap, distance = middle_counterexample(*symmetric, *theory.middle_partner(*symmetric), points)
+    partner = theory.middle_partner(*symmetric)
+    gap, distance = middle_counterexample(*symmetric, *partner, points)
+    two_state = theory.random_ghmm(d, 2, rng)  # any two unit means have a Gram matrix with equal row sums
+    two_state_gap = middle_counterexample(*two_state, *theory.middle_partner(*two_state), points)[0]
     law = [law_recovery(m, t, 0.5 * rng.normal(size=d), rng) for m, t in models] if k <= PRONY_MAX_K else []
     anchors = 2 * M.T  # k points near the means: Psi and Phi well conditioned
     density = theory.ghmm_density_matrix(M, T, anchors, anchors)
@@ -656,7 +676,8 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
     along = line[:, None] * (u / np.linalg.norm(u))
     return {
         "orders": list(errors), "errors": errors, "tolerance": RECOVERY_TOL,
-        "symmetric_gap": gap, "symmetric_distance": distance,
+        "symmetric_gap": gap, "symmetric_distance": distance, "symmetric_partner_valid": _ghmm_validity(*partner),
+        "two_state_gap": two_state_gap,
         "transition_error": float(np.abs(theory.ghmm_transition_from_density(M, density, anchors) - T).max()),
         "mixture_errors": [e for e, _ in law], "law_errors": [e for _, e in law],
         "partner_two_token_gap": float(np.abs(theory.ghmm_two_token_predictor(M, T, *TWO_TOKEN, points)
@@ -673,7 +694,10 @@ def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> Outc
     """Two-token tasks identify a generic G-HMM (Thm 8), the conditional law any (Thm 9); the partner fails both."""
     M, T, HM, HT = (np.asarray(ghmm[key]) for key in ("means", "transition", "partner_means", "partner_transition"))
     data = ghmm_tensor_data(config, M, T, HM, HT, _rng(config, 4))
-    return Outcome(ghmm_tensor_claims(data), data)
+    silent = () if config["k"] <= PRONY_MAX_K else (
+        f"Lemma 9 and Theorem 9 from the law alone at k = {config['k']}: the moment recovery (Prony) is computed "
+        f"for k <= {PRONY_MAX_K} only",)
+    return Outcome(ghmm_tensor_claims(data), data, silent)
 
 
 CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, seeds={"quick": 3, "full": 10},
