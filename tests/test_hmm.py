@@ -550,8 +550,8 @@ def _ghmm_tensor_rows(change: str) -> list:
             *symmetric, *symmetric, points)
     elif change == "T with an entry above 2/k":
         symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
-        data["symmetric_partner_valid"] = chapter._ghmm_validity(
-            *theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3))
+        data["symmetric_partner_valid"] = chapter._validity(
+            check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3))
     elif change == "a random three-state G-HMM in place of the two-state one":
         data["two_state_gap"] = chapter.middle_counterexample(M, T, *theory.middle_partner(M, T), points)[0]
     elif change == "raw moments (unit noise ignored)":

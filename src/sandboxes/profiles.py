@@ -81,9 +81,8 @@ class Interval:
             high = int(self.high if self.high is not None else max(2 * near, low + 4))
             return int(rng.integers(low, high + 1))
         if self.low is not None and self.high is not None:
-            low, high = self.low, self.high
-            value = float(rng.uniform(low, high))
-            return value if value != low or not self.open_low else (low + high) / 2
+            low = float(np.nextafter(self.low, self.high)) if self.open_low else self.low
+            return float(rng.uniform(low, self.high))  # uniform never returns its upper end
         return float(near * np.exp(rng.uniform(-1.0, 1.0)))  # within a factor e of a value a chapter uses
 
 

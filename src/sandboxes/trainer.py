@@ -121,6 +121,12 @@ def still_descending(result: "TrainResult", noise: float) -> np.ndarray:
     return (descent < noise) | (loss[:, first] - loss[:, -1] > SETTLED_TAIL * descent)
 
 
+def budget_ran_out(waiting: int, runs: str, steps_param: str) -> tuple[bool, str]:
+    """``(settled, why not)`` for :meth:`Claim.eventually`: whether no run was ``waiting``, and if some were,
+    how many (``runs`` says which and what they were doing) and which parameter's budget decides the claim."""
+    return waiting == 0, f"{waiting} {runs} when the budget ran out; more steps (--set {steps_param}=...) decide it"
+
+
 @dataclass
 class TrainResult:
     """Trained models (on the CPU) and their loss curves, one row per seed."""

@@ -24,7 +24,7 @@ from ..model import GPT, LSTM, GPTConfig, WithAttention, check_heads
 from ..profiles import FLAG, Custom, Param, at_least, in_open_unit_interval, non_negative, positive, probability
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
-from ..trainer import TrainConfig, still_descending, train
+from ..trainer import TrainConfig, budget_ran_out, still_descending, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -534,8 +534,7 @@ def glitching_seeds(runs: dict[str, list[tuple[int, int]]]) -> int:
 def _unsettled(moving: Mapping[str, int], kind: str) -> tuple[bool, str]:
     """Whether every ``kind`` run had settled, and what to say where one had not (for ``Claim.eventually``)."""
     steps = {"lstm": "lstm_steps", "sharpened": "finetune_steps"}.get(kind, "steps")
-    return moving[kind] == 0, (f"{moving[kind]} {kind} runs were still descending when the budget ran out; "
-                               f"more steps (--set {steps}=...) decide it")
+    return budget_ran_out(moving[kind], f"{kind} runs were still descending", steps)
 
 
 def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]) -> list[Claim]:

@@ -9,6 +9,7 @@ so that the tests can hand each of them a counterfactual in which it fails.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..profiles import Custom, Param, at_least, each, in_range, int_list, positi
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import hmm as theory
-from ..trainer import TrainConfig, still_descending, train
+from ..trainer import TrainConfig, budget_ran_out, still_descending, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -182,14 +183,19 @@ class CounterexampleData(TypedDict):
     kruskal_ranks: list[int]  # Kruskal ranks of the factors A, B, C of the two-token tensor (k each, by Assumption 7)
 
 
+def _validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
+    """"yes" if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else "no: " why."""
+    try:
+        for model in models:
+            check(*model)
+    except ValueError as err:
+        return f"no: {err}"
+    return "yes"
+
+
 def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, angle: float) -> list[Claim]:
     """The rows of a generated pair: both valid, same pairwise predictors and pair laws, different parameters."""
-    try:
-        for emission, transition in ((O, T), (O2, T2)):
-            HMM(emission, transition)
-        valid = "yes"
-    except ValueError as err:
-        valid = f"no: {err}"
+    valid = _validity(HMM, (O, T), (O2, T2))
     d, k = O.shape
     pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
     return [
@@ -389,8 +395,7 @@ def learning_claims(data: LearningData) -> list[Claim]:
     n = int(sizes[-1])
     claims = []
     moving = data["still_descending"]
-    optimised = (moving == 0, f"{moving} predictors were still descending when the budget ran out; more steps "
-                              "(--set steps=...) decide it")
+    optimised = budget_ran_out(moving, "predictors were still descending", "steps")
     for name, label in (("pairwise", "x2|x1"), ("two_token", "x2(x)x3|x1")):
         part = data[name]
         error, sampling = np.asarray(part["error"]), np.asarray(part["sampling_error"])
@@ -612,15 +617,6 @@ def _ghmm_recover(values: np.ndarray, points: np.ndarray, order: tuple, k: int,
     return theory.ghmm_recover(values, points, given, targets, k, rng)
 
 
-def _ghmm_validity(means: np.ndarray, transition: np.ndarray) -> str:
-    """"yes" if ``(means, transition)`` meets the G-HMM assumptions, else "no: " and why."""
-    try:
-        check_ghmm(means, transition)
-    except ValueError as err:
-        return f"no: {err}"
-    return "yes"
-
-
 def middle_counterexample(M: np.ndarray, T: np.ndarray, M2: np.ndarray, T2: np.ndarray,
                           points: np.ndarray) -> tuple[float, float]:
     """Max difference of two G-HMMs' ``x_1 (x) x_3 | x_2`` predictors at ``points``, and their parameter distance."""
@@ -676,7 +672,7 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
     along = line[:, None] * (u / np.linalg.norm(u))
     return {
         "orders": list(errors), "errors": errors, "tolerance": RECOVERY_TOL,
-        "symmetric_gap": gap, "symmetric_distance": distance, "symmetric_partner_valid": _ghmm_validity(*partner),
+        "symmetric_gap": gap, "symmetric_distance": distance, "symmetric_partner_valid": _validity(check_ghmm, partner),
         "two_state_gap": two_state_gap,
         "transition_error": float(np.abs(theory.ghmm_transition_from_density(M, density, anchors) - T).max()),
         "mixture_errors": [e for e, _ in law], "law_errors": [e for _, e in law],

@@ -20,7 +20,7 @@ from ..profiles import FLAG, Param, at_least, each, float_list, in_open_unit_int
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
-from ..trainer import TrainConfig, TrainResult, train
+from ..trainer import TrainConfig, TrainResult, budget_ran_out, train
 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
@@ -88,11 +88,6 @@ def still_descending(trained: TrainResult) -> list[bool]:
 def on_plateau(eval_loss: np.ndarray, unigram_entropy: float, gap: float) -> np.ndarray:
     """Per seed: the last evaluated loss is within a tenth of the gap (plus the sampling noise) of H(pi)."""
     return np.abs(np.asarray(eval_loss, dtype=float)[:, -1] - unigram_entropy) < GAP_FRACTION * gap + NOISE
-
-
-def _unsettled_words(count: int, total: int, what: str, steps_param: str) -> str:
-    return (f"{count} of {total} seeds {what} when the budget ran out; a longer run (--set {steps_param}=...) "
-            "decides it")
 
 
 def _too_close(chains: list[tuple[float, float]], rows: str) -> tuple[str, ...]:
@@ -356,8 +351,8 @@ def training_rows(runs: list[TrainingRun]) -> list[Claim]:
             claim = Claim.at_most(f"{label}: every seed reaches the entropy rate (max excess loss)",
                                   GAP_FRACTION * gap, float(excess.max()),
                                   f"reported (seed's Fig. 3a/b) for untied models or p+q<1; {GAP_REASON}")
-        claims.append(claim.eventually(not (off & moving).any(), _unsettled_words(
-            int((off & moving).sum()), len(excess), "were still descending", "steps")))
+        claims.append(claim.eventually(*budget_ran_out(int((off & moving).sum()),
+                                                       f"of {len(excess)} seeds were still descending", "steps")))
     return claims
 
 
@@ -408,8 +403,8 @@ def phase_rows(switching: list[float], excess: np.ndarray, gaps: np.ndarray, tie
 
     def judged(claim: Claim, against: np.ndarray) -> Claim:
         waiting = int((against & moving).sum())
-        return claim.eventually(waiting == 0, _unsettled_words(waiting, int(moving.size), "that contradict the row "
-                                                               "were still descending", "steps"))
+        return claim.eventually(*budget_ran_out(waiting, f"of {moving.size} runs contradicted the row and were "
+                                                "still descending", "steps"))
 
     label = "tied" if tied else "untied"
     claims = [judged(Claim.exact(f"phase diagram: {label} runs trapped where p+q<1 (count)", "0",
@@ -527,12 +522,12 @@ def depth_rows(p: float, q: float, excess: np.ndarray, eval_loss: np.ndarray, un
     return [
         Claim.at_most(f"depth 2 ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
                       GAP_FRACTION * gap, float(np.max(excess)), f"reported (seed's Fig. 1); {GAP_REASON}").eventually(
-            not waiting.any(), _unsettled_words(int(waiting.sum()), len(short), "were on the unigram plateau (the "
-                                                "escape had not come) or still descending", "depth2_steps")),
+            *budget_ran_out(int(waiting.sum()), f"of {len(short)} seeds were on the unigram plateau (the escape "
+                            "had not come) or still descending", "depth2_steps")),
         Claim.at_least("depth 2: shortest time on the unigram plateau (fraction of training)",
                        0.1, float(plateau.min()), "reported (seed, Sec. 4.4); a plateau is a tenth of training or "
                        "more within a tenth of the gap of H(pi) (+0.005 for held-out sampling noise)").eventually(
-            not any(moving), _unsettled_words(int(np.sum(moving)), len(short), "were still descending", "depth2_steps")),
+            *budget_ran_out(int(np.sum(moving)), f"of {len(short)} seeds were still descending", "depth2_steps")),
     ]
 
 
@@ -601,8 +596,8 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, tied: np.ndarr
 
     def row(claim: Claim, cells: np.ndarray, off: np.ndarray, kind: str) -> Claim:
         waiting = off[cells] & np.asarray(moving[kind])[cells]
-        return claim.eventually(not waiting.any(), _unsettled_words(int(waiting.sum()), int(off[cells].size),
-                                                                    "were still descending", "steps"))
+        return claim.eventually(*budget_ran_out(int(waiting.sum()), f"of {off[cells].size} runs were still "
+                                                "descending", "steps"))
 
     claims = []
     if resolvable.any():

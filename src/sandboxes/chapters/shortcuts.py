@@ -31,7 +31,7 @@ from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
 from .. import heldout
-from ..trainer import TrainConfig, still_descending, train
+from ..trainer import TrainConfig, budget_ran_out, still_descending, train
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
 LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
@@ -431,8 +431,7 @@ def sweep_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable:
             threshold, float(acc[i, shallow].max()),
             f"the paper's best of 20 reaches {max(reported):g}% by depth {d} (Fig. 3.15, T = 100); "
             f"threshold: the chapter's 'solved'").eventually(
-            not moving[i, shallow].any(), f"{int(moving[i, shallow].sum())} runs were still descending when the "
-            "budget ran out; more steps (--set steps=...) decide it"))
+            *budget_ran_out(int(moving[i, shallow].sum()), "runs were still descending", "steps")))
     for name in _names(config["hard"]):
         reported = _paper(name, d)
         known, which = construction_depth(name, T)
@@ -616,8 +615,7 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
     moving = out["still_descending"]
 
     def settled(kind: str, steps: str) -> tuple[bool, str]:
-        return moving[kind] == 0, (f"{moving[kind]} {kind} runs were still descending when the budget ran out; "
-                                   f"more steps (--set {steps}=...) decide it")
+        return budget_ran_out(moving[kind], f"{kind} runs were still descending", steps)
 
     solves = Claim.at_least(f"parity GPT (best seed): accuracy at the training law Pr[sigma=1] = {probs[centre]:g}, "
                             f"length {T}", config["threshold"], float(gpt_p[best, centre]),
