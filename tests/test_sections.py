@@ -6,6 +6,7 @@ import json
 import re
 import types
 import typing
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -18,6 +19,7 @@ from sandboxes.profiles import Custom, Param, at_least
 
 NAMES = Custom(lambda text: None, "any text", lambda rng, near: near)
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
+from sandboxes.trainer import TrainingDiverged
 
 matplotlib.use("Agg")
 CHAPTERS = all_chapters()
@@ -171,3 +173,18 @@ def test_the_stored_quick_page_has_no_undecided_row(chapter):
     check = next(cell for cell in cells if "".join(cell["source"]).strip() == "page.check()")
     text = "".join("".join(output.get("text", "")) for output in check["outputs"])
     assert "[UNDECIDED]" not in text and text.rstrip().endswith("claims hold")
+
+
+def _diverges(config: dict, ctx: RunContext) -> Outcome[dict]:
+    warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=1e+30)", TrainingDiverged)
+    warnings.warn("an unrelated warning", RuntimeWarning)
+    return Outcome([Claim.at_most("a trained loss is small", 0.1, float("nan"), "r"),
+                    Claim.exact("an exact row", "0", "0", "r")], {})
+
+
+def test_a_section_whose_training_diverged_leaves_its_failed_rows_undecided_and_passes_other_warnings_on():
+    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", _diverges),))
+    with pytest.warns(RuntimeWarning, match="unrelated"):
+        trained, exact = chapter.run(device="cpu").claims
+    assert trained.holds is None and "step 3 for seed(s) [0]" in trained.reason
+    assert exact.holds is True

@@ -111,6 +111,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return _bench(args)
         return _run(args)
-    except (ValueError, FloatingPointError) as err:
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import shlex
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, get_args, get_type_hints
@@ -25,6 +26,7 @@ from .claims import Claim, Verdict
 from .profiles import Param, check_profile, resolve
 from .results import Result, provenance
 from .runtime import device_name, pick_device
+from .trainer import TrainingDiverged
 
 D = TypeVar("D")
 
@@ -191,10 +193,12 @@ class Run:
             needed = {need: self.section(need).data for need in section.needs}
             config = _ReadRecorder(self.config)
             start = time.perf_counter()
-            outcome = section.compute(config, self.context, **needed)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", TrainingDiverged)
+                outcome = section.compute(config, self.context, **needed)
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
-            claims = [replace(claim, section=name) for claim in outcome.claims]
+            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught)]
             self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
         return self.done[name]
 
@@ -227,6 +231,19 @@ class Run:
             if self.n_seeds is not None and self.n_seeds != self.chapter.seeds[profile]:
                 parts += ["--seeds", str(self.n_seeds)]
         return " ".join(parts)
+
+
+def _undecided_if_diverged(claims: list[Claim], caught: list[warnings.WarningMessage]) -> list[Claim]:
+    """The section's claims, failed ones undecided if some training diverged (a diverged run decides nothing);
+    the other warnings caught while the section ran are passed on."""
+    diverged = [str(w.message) for w in caught if issubclass(w.category, TrainingDiverged)]
+    for w in caught:
+        if not issubclass(w.category, TrainingDiverged):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not diverged:
+        return claims
+    why = "; ".join(diverged) + "; a smaller learning rate or initialisation decides it"
+    return [claim.eventually(False, why) for claim in claims]
 
 
 def _shown(value: Any) -> str:

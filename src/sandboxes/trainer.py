@@ -264,15 +264,22 @@ def _held_out_loss(runner: nn.Module, loss: Callable, x: Tensor, y: Tensor, chun
         return (total / _scored(y)).cpu().numpy()
 
 
-def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float) -> None:
-    """Raise at the first step of ``losses`` (K, steps from ``first_step``) with a NaN or infinite loss."""
+class TrainingDiverged(UserWarning):
+    """A member's training loss became NaN or infinite: its run decides nothing, and training goes on."""
+
+
+def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float, diverged: set[int]) -> None:
+    """Warn once per member at the first step of ``losses`` (K, steps from ``first_step``) with a NaN or
+    infinite loss; ``diverged`` holds the members already reported."""
     bad = ~torch.isfinite(losses)
+    bad[sorted(diverged)] = False
     if bad.any():
         step = int(bad.any(dim=0).nonzero()[0])
-        hit = [seeds[k] for k in bad[:, step].nonzero().flatten().tolist()]
-        raise FloatingPointError(
-            f"training loss became NaN/inf at step {first_step + step} for seed(s) {hit}; "
-            f"lower the learning rate (lr={lr}) or check the data"
+        members = bad[:, step].nonzero().flatten().tolist()
+        diverged.update(members)
+        warnings.warn(
+            f"training loss became NaN/inf at step {first_step + step} for seed(s) {[seeds[k] for k in members]} "
+            f"(lr={lr})", TrainingDiverged, stacklevel=3,
         )
 
 
@@ -306,7 +313,7 @@ def _fit(
     # Losses stay on the device and are checked at each evaluation, so between evaluations the
     # host never waits for the device and samples the next batch while the device computes.
     train_curve = torch.zeros(len(seeds), config.steps, device=device)
-    checked = 0
+    checked, diverged = 0, set()
     eval_steps, eval_curve = [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
@@ -319,7 +326,7 @@ def _fit(
         schedule.step()
         train_curve[:, step] = losses.detach()
         if step % config.eval_every == 0 or step == config.steps - 1:
-            _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr)
+            _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr, diverged)
             checked = step + 1
             eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)

@@ -377,12 +377,15 @@ def learned_task(learned: np.ndarray, exact: list[np.ndarray], weights: np.ndarr
 
 
 def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
-    """Recover (O, T) from each learned two-token predictor: error against the truth and against the other HMM."""
+    """Recover (O, T) from each learned two-token predictor: error against the truth and against the other HMM
+    (NaN for a predictor that is not finite, which a diverged run leaves)."""
     d, k = hmms[0].d, hmms[0].k
     rng = np.random.default_rng(0)
-    own = np.zeros(learned.shape[:3])
-    other = np.zeros(learned.shape[:3])
+    own = np.full(learned.shape[:3], np.nan)
+    other = np.full(learned.shape[:3], np.nan)
     for h, i, s in np.ndindex(*learned.shape[:3]):
+        if not np.isfinite(learned[h, i, s]).all():
+            continue
         O_hat, T_hat = theory.recover(learned[h, i, s].reshape(d, d, d), *TWO_TOKEN, k, rng, als_steps=100)
         own[h, i, s] = theory.parameter_distance(hmms[h].emission, hmms[h].transition, O_hat, T_hat)
         other[h, i, s] = theory.parameter_distance(hmms[1 - h].emission, hmms[1 - h].transition, O_hat, T_hat)

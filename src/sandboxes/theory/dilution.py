@@ -52,8 +52,11 @@ def bilinear_forms(attn: CausalSelfAttention) -> Tensor:
 
 
 def spectral_norms(attn: CausalSelfAttention) -> Tensor:
-    """``sigma_max`` of every head of a layer."""
-    return torch.linalg.matrix_norm(bilinear_forms(attn), ord=2)
+    """``sigma_max`` of every head of a layer; NaN for a layer whose weights are not finite (a diverged run)."""
+    forms = bilinear_forms(attn)
+    if not torch.isfinite(forms).all():
+        return torch.full(forms.shape[:-2], float("nan"), dtype=forms.dtype, device=forms.device)
+    return torch.linalg.matrix_norm(forms, ord=2)
 
 
 def attention_inputs(model: GPT, idx: Tensor) -> list[Tensor]:
