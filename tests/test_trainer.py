@@ -14,8 +14,8 @@ from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
     Ensemble,
     TrainConfig,
-    TrainResult,
     TrainingDiverged,
+    TrainResult,
     _check_finite,
     _held_out_loss,
     _plan,

@@ -10,6 +10,7 @@ from pathlib import Path
 from . import bench
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES
+from .results import Result, merge
 from .runtime import DEVICES, device_name, pick_device
 
 
@@ -27,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
     run.add_argument("--out", default=None, help="result JSON path, or - for stdout "
                      "(default runs/<chapter>-<profile>[-<sections>].json)")
+    run.add_argument("--into", default=None, metavar="PATH",
+                     help="merge the sections run into the result file PATH (made if absent), keeping its other "
+                     "sections: how a chapter's reference result is made one section at a time")
     run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails "
                      "(an undecided claim, whose budget ran out first, does not)")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -57,10 +61,12 @@ def _list(names_only: bool) -> None:
         if names_only:
             print(chapter.name)
             continue
-        print(f"{chapter.name}: {chapter.title} (seeds: quick {chapter.seeds['quick']}, full {chapter.seeds['full']})")
+        seeds = ", ".join(f"{name} {chapter.seeds[name]}" for name in PROFILES)
+        print(f"{chapter.name}: {chapter.title} (seeds: {seeds})")
         print(f"  sections: {', '.join(s.name for s in chapter.sections)}")
         for p in chapter.params:
-            print(f"  {p.name:<14} {p.kind.__name__:<5} quick={p.quick!s:<10} full={p.full!s:<10} {p.help}")
+            values = " ".join(f"{name}={p.default(name)!s:<10}" for name in PROFILES)
+            print(f"  {p.name:<14} {p.kind.__name__:<5} {values} {p.help}")
             print(f"  {'':<14} {'':<5} accepts {p.domain.describe()}")
         if chapter.check is not None:
             print(f"  and: {inspect.getdoc(chapter.check).splitlines()[0]}")
@@ -68,6 +74,13 @@ def _list(names_only: bool) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
+    if args.into and args.out:
+        raise ValueError("give --out or --into, not both")
+    if args.into and Path(args.into).exists():
+        kept = Result.load(args.into)
+        if (kept.chapter, kept.profile) != (chapter.name, args.profile):
+            raise ValueError(f"{args.into} holds {kept.chapter} at the {kept.profile} profile, not {chapter.name} "
+                             f"at {args.profile}")
     if args.profile == "full" and pick_device(args.device).type == "cpu":
         print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
     result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress,
@@ -80,7 +93,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"[no row] {name}: {note}", file=report)
     print(f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on "
           f"{result.provenance['device_name']}", file=report)
-    if args.out == "-":
+    if args.into:
+        order = [s.name for s in chapter.sections]
+        path = merge(Result.load(args.into) if Path(args.into).exists() else None, result, order).save(args.into)
+        print(f"sections {', '.join(result.sections)} merged into {path}", file=report)
+    elif args.out == "-":
         print(result.to_json())
     else:
         suffix = "".join(f"-{name}" for name in args.sections)

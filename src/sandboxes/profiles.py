@@ -1,19 +1,22 @@
-"""Profiles and chapter parameters: every parameter has a quick (CPU) and a full (GPU) value.
+"""Profiles and chapter parameters: every parameter has a quick, a reference and a full value.
 
-``quick`` runs a chapter on a 2-core CPU in about two minutes (what CI and nbval run); ``full``
-is the seeds' scale, meant for a GPU. Values given on the command line are parsed and checked
+``quick`` runs a chapter on a 2-core CPU in about two minutes (what CI and nbval run);
+``reference`` is sized by measurement to show the seeds' headline results on that CPU within an
+hour per section, run once and committed under ``results/``; ``full`` is the seeds' scale, meant
+for a GPU. A parameter's reference value is its quick value unless the chapter names another
+(:func:`with_reference`). Values given on the command line are parsed and checked
 here, so a bad value stops the run with a message instead of drawing a wrong figure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
-PROFILES = ("quick", "full")
+PROFILES = ("quick", "reference", "full")
 
 
 def check_profile(name: str) -> str:
@@ -158,9 +161,12 @@ class Param:
     full: Any
     help: str
     domain: Domain
+    reference: Any = None  # None: the quick value
 
     def default(self, profile: str) -> Any:
-        return self.quick if check_profile(profile) == "quick" else self.full
+        if check_profile(profile) == "reference":
+            return self.quick if self.reference is None else self.reference
+        return self.quick if profile == "quick" else self.full
 
     def parse(self, raw: Any) -> Any:
         """Turn a command-line string (or a Python value) into a checked value of ``kind``."""
@@ -220,6 +226,15 @@ def float_list(text: str) -> list[float]:
 def int_list(text: str) -> list[int]:
     """Parse a comma-separated list of integers such as ``"1,2,4"``."""
     return positive_ints.entries(text)
+
+
+def with_reference(params: tuple[Param, ...], values: Mapping[str, Any]) -> tuple[Param, ...]:
+    """``params`` with the reference values named in ``values`` (each checked against its domain)."""
+    known = {p.name for p in params}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"reference value for unknown parameter {unknown[0]!r}")
+    return tuple(replace(p, reference=p.parse(values[p.name])) if p.name in values else p for p in params)
 
 
 def resolve(params: tuple[Param, ...], profile: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -44,9 +44,16 @@ def _commit() -> tuple[str, bool | None]:
     return head, _git("status", "--porcelain", "--untracked-files=no") != ""
 
 
-def provenance(device_type: str, device_name: str, wall_time: float) -> dict[str, Any]:
-    """Where and how a result was made: commit, versions, hardware, wall time, date."""
-    commit, dirty = _commit()
+def current_commit() -> tuple[str, bool | None]:
+    """The commit the code runs from and whether tracked files differ from it; a run reads it when it starts,
+    so that commits made while it runs do not pass for its code."""
+    return _commit()
+
+
+def provenance(device_type: str, device_name: str, wall_time: float,
+               commit: tuple[str, bool | None] | None = None) -> dict[str, Any]:
+    """Where and how a result was made: commit (``commit``, or now's), versions, hardware, wall time, date."""
+    commit, dirty = commit or _commit()
     return {
         "git_commit": commit,
         "git_dirty": dirty,
@@ -125,6 +132,44 @@ class Result:
             sections=body.get("sections", {}),  # files written before sections existed have none
             provenance=body["provenance"],
         )
+
+
+def merge(into: Result | None, new: Result, order: list[str]) -> Result:
+    """``into`` with ``new``'s sections added or replaced, in the chapter's reading ``order``.
+
+    Sections of one file may come from different runs (each section's entry keeps its own provenance
+    and the values it read), but they share chapter, profile and seeds; the file's config and
+    provenance are the newest run's, its wall time the sum over its sections.
+    """
+    if into is None:
+        return new
+    for key in ("chapter", "profile", "seeds"):
+        if getattr(into, key) != getattr(new, key):
+            raise ValueError(f"cannot merge: {key} {getattr(new, key)!r} differs from the file's {getattr(into, key)!r}")
+    sections = {**into.sections, **new.sections}
+    names = [name for name in order if name in sections]
+    claims = {name: [c for c in source.claims if c.section == name]
+              for source in (into, new) for name in source.sections}
+    data = {**into.data, **new.data}
+    return Result(
+        chapter=new.chapter, profile=new.profile, config=new.config, seeds=new.seeds,
+        claims=[c for name in names for c in claims[name]],
+        data={name: data[name] for name in names},
+        sections={name: sections[name] for name in names},
+        provenance={**new.provenance,
+                    "wall_time_s": round(sum(sections[n].get("wall_time_s", 0.0) for n in names), 2)},
+    )
+
+
+def reference_result_path(chapter: str) -> Path:
+    """Where the committed reference-profile result of ``chapter`` lives."""
+    return RESULTS_DIR / f"{chapter}-reference.json"
+
+
+def load_reference_result(chapter: str) -> Result | None:
+    """The committed reference-profile result of ``chapter``, if one is committed."""
+    path = reference_result_path(chapter)
+    return Result.load(path) if path.exists() else None
 
 
 def full_result_path(chapter: str) -> Path:

@@ -24,7 +24,7 @@ import torch
 
 from .claims import Claim, Verdict
 from .profiles import Param, check_profile, resolve
-from .results import Result, provenance
+from .results import Result, current_commit, provenance
 from .runtime import device_name, pick_device
 from .trainer import TrainingDiverged
 
@@ -177,6 +177,7 @@ class Run:
             self.chapter.check(self.config, n_seeds)
         device = pick_device(self.device_choice)
         self.context = RunContext(self.profile, device, list(range(n_seeds)), self.progress)
+        self.commit = current_commit()
 
     def check_seeds(self, name: str) -> None:
         """Refuse a section that compares seeds when the run has fewer than it needs."""
@@ -210,11 +211,18 @@ class Run:
             chapter=self.chapter.name, profile=self.profile, config=dict(self.config), seeds=self.context.seeds,
             claims=[claim for d in done for claim in d.claims],
             data={name: d.data for name, d in zip(order, done)},
-            sections={name: {"params": d.params, "wall_time_s": d.wall_time_s, "silent": list(d.silent)}
-                      for name, d in zip(order, done)},
+            sections={name: self._section_record(name, d) for name, d in zip(order, done)},
             provenance=provenance(self.context.device.type, device_name(self.context.device),
-                                  sum(d.wall_time_s for d in done)),
+                                  sum(d.wall_time_s for d in done), self.commit),
         )
+
+    def _section_record(self, name: str, done: Done) -> dict[str, Any]:
+        """What a result file keeps of one section: the values it read, its time, its silent rows, and
+        where and how it was made (so that sections of one file may come from different runs)."""
+        return {"params": done.params, "values": {key: self.config[key] for key in done.params},
+                "wall_time_s": done.wall_time_s, "silent": list(done.silent), "command": self.command(name),
+                "provenance": provenance(self.context.device.type, device_name(self.context.device),
+                                         done.wall_time_s, self.commit)}
 
     def command(self, name: str, profile: str | None = None) -> str:
         """The command line that remakes section ``name`` (which has run) with this run's values, or ``profile``'s."""

@@ -638,7 +638,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     check_heads(config["d_model"], config["n_head"])
 
 
-CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS, seeds={"quick": 3, "full": 10},
+CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS, seeds={"quick": 3, "reference": 3, "full": 10},
                   sections=(
                       Section("bound", "Proposition 4: the dilution bound", bound),
                       Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",

@@ -16,7 +16,16 @@ from .. import heldout, trainer
 from ..claims import Claim
 from ..data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ..model import GPT, GPTConfig
-from ..profiles import FLAG, Param, at_least, each, float_list, in_open_unit_interval, positive
+from ..profiles import (
+    FLAG,
+    Param,
+    at_least,
+    each,
+    float_list,
+    in_open_unit_interval,
+    positive,
+    with_reference,
+)
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
@@ -54,6 +63,9 @@ PARAMS = (
     Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", at_least(1)),
     Param("flow_init_std", float, 0.5, 0.5, "reduced flow: std of the initial points", positive),
 )
+# Reference scale (2-core CPU, measured): the loss-curve section at the paper's own setting (T = 1024, 400 AdamW
+# steps, batch 16, d = 8; THEORY.md, Makkuva et al. Fig. 3) with 10 seeds, about 15 minutes.
+PARAMS = with_reference(PARAMS, {"length": 1024, "steps": 400})
 
 
 def _train_config(config: dict[str, Any], steps: int | None = None) -> TrainConfig:
@@ -620,7 +632,7 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, tied: np.ndarr
     return claims
 
 
-CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, seeds={"quick": 3, "full": 10},
+CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, seeds={"quick": 3, "reference": 10, "full": 10},
                   sections=(
                       Section("global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum),
                       Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),

@@ -654,7 +654,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 
 
 CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far fewer than T layers", PARAMS,
-                  seeds={"quick": 2, "full": 10},
+                  seeds={"quick": 2, "reference": 2, "full": 10},
                   sections=(
                       Section("algebra", "Solvability of the automata", algebra),
                       Section("construction", "Theorem 10: logarithmic depth, built and run", construction),
