@@ -2,6 +2,7 @@
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
+#   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
 # PROFILE=full builds the book with the full (GPU) profile. TORCH=... picks the torch build
 # installed first (default: the CPU build 2.13.0; TORCH=torch takes PyPI's default build).
@@ -13,7 +14,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test outputs results clean
+.PHONY: book test outputs reference results clean
 
 
 $(STAMP): requirements.txt pyproject.toml
@@ -32,6 +33,11 @@ test: $(STAMP)
 
 outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
+
+reference: $(STAMP)
+	$(BIN)/python -m sandboxes list --reference | while read -r command; do \
+		echo "$$command"; $(BIN)/$$command || exit 1; \
+	done
 
 results: $(STAMP)
 	chapters=$$($(BIN)/python -m sandboxes list --names) || exit 1; \

@@ -17,6 +17,7 @@ import numpy as np
 
 from conftest import TINY
 from sandboxes.claims import Claim
+from sandboxes.chapters import get_chapter
 from sandboxes.sections import Chapter
 
 # Where a unit-test value would make a random draw needlessly slow, the scale to draw around instead.
@@ -25,19 +26,15 @@ DRAW_NEAR: dict[str, dict[str, Any]] = {
 }
 
 
-# Sections that train models, and the rows in them that are theorems all the same (exact: they must hold).
-TRAINED = {
-    "markov": ({"training", "phase_diagram", "basin", "depth_two", "multistate"}, r"Hessian"),
-    "shortcuts": ({"sweep", "brittleness"}, None),
-    "dilution": ({"training"}, r"obeys Prop 4"),
-    "hmm": ({"learning"}, None),
-}
+# Rows in sections that train models (``Section.trains``) that are theorems all the same (exact: they must hold).
+EXACT_IN_TRAINED = {"markov": r"Hessian", "shortcuts": None, "dilution": r"obeys Prop 4", "hmm": None}
 
 
 def is_trained_row(chapter: str, claim: Claim) -> bool:
     """Whether ``claim`` judges trained models (which a small budget may leave undecided) rather than exact theory."""
-    sections, exact_anyway = TRAINED[chapter]
-    return claim.section in sections and not (exact_anyway and re.search(exact_anyway, claim.name))
+    exact_anyway = EXACT_IN_TRAINED[chapter]
+    trained = {s.name for s in get_chapter(chapter).sections if s.trains}
+    return claim.section in trained and not (exact_anyway and re.search(exact_anyway, claim.name))
 
 
 def draw_settings(chapter: Chapter, rng: np.random.Generator) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from . import bench
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES
-from .results import Result, merge
+from .results import REPO_ROOT, Result, merge, reference_result_path
 from .runtime import DEVICES, device_name, pick_device
 
 
@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="progress bars on stderr (default: when stderr is a terminal)")
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
+    listing.add_argument("--reference", action="store_true",
+                         help="the commands that make every chapter's reference result, one section that trains per line")
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
     bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
@@ -56,8 +58,13 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _list(names_only: bool) -> None:
+def _list(names_only: bool, reference: bool) -> None:
     for chapter in all_chapters():
+        if reference:
+            for section in (s for s in chapter.sections if s.trains):
+                print(f"python -m sandboxes run {chapter.name} --profile reference --section {section.name} "
+                      f"--into {reference_result_path(chapter.name).relative_to(REPO_ROOT)} --progress")
+            continue
         if names_only:
             print(chapter.name)
             continue
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            _list(args.names)
+            _list(args.names, args.reference)
             return 0
         if args.command == "bench":
             return _bench(args)

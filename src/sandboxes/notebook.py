@@ -2,21 +2,25 @@
 
 A page reads like a lecture: each section computes, draws its figure, and shows *its* verdict
 rows right under the figure, with the command that remakes that figure; the chapter's summary
-table comes at the end, and the committed full-profile result, if any, after it.
+table comes at the end; then the committed reference result (made once on a 2-core CPU, drawn
+with the same figure functions, beside the seed's reported numbers), and the full-profile result
+if a GPU made one.
 """
 
 from __future__ import annotations
 
 import html
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import matplotlib.pyplot as plt
 from IPython.display import HTML, Markdown, display
+from matplotlib.figure import Figure
 
 from .claims import ClaimFailed, Verdict
 from .profiles import check_profile, resolve
-from .results import Result, full_result_path, load_full_result
+from .results import Result, full_result_path, load_full_result, load_reference_result, reference_result_path
 from .sections import Chapter, Run
 
 
@@ -91,3 +95,57 @@ def full_result(chapter: str) -> Result | None:
             f"    {command}\n\nand commit the file; this section then shows it beside the quick run.\n```"
         ))
     return result
+
+
+def reference_result(chapter: Chapter) -> Result | None:
+    """The committed reference result of ``chapter``, announced with its machine, wall time and commit and the
+    sections that train models but have no reference run yet; or a note saying how to make it."""
+    result = load_reference_result(chapter.name)
+    file = reference_result_path(chapter.name).name
+    missing = [s.name for s in chapter.sections if s.trains and (result is None or s.name not in result.sections)]
+    pending = (f" Sections that train models and have no reference run yet: {', '.join(missing)}." if missing
+               else "")
+    if result is None:
+        display(Markdown(f"```{{note}}\nNo reference result is committed for this chapter yet (`{file}`); "
+                         f"`make reference` makes it, one section at a time.{pending}\n```"))
+        return None
+    made = result.provenance
+    sections = ", ".join(f"{name} {s['wall_time_s'] / 60:.0f} min" for name, s in result.sections.items())
+    commits = sorted({s["provenance"]["git_commit"][:7] for s in result.sections.values()})
+    display(Markdown(
+        f"Reference run of this chapter: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
+        f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
+        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads "
+        f"`results/{file}`.{pending}"))
+    return result
+
+
+def reference_section(result: Result, section: str, *draws: Callable[[Any], Figure]) -> None:
+    """If the reference run made ``section``: its figures (the quick run's figure functions on its data),
+    then its verdict rows under them."""
+    if section not in result.data:
+        return
+    for draw in draws:
+        fig = draw(result.data[section])
+        display(fig)
+        plt.close(fig)
+    reference_verdict(result, section)
+
+
+def reference_verdict(result: Result, section: str) -> None:
+    """Show the rows the reference run made for ``section``, with the command that remade it; raise if one fails."""
+    claims = [c for c in result.claims if c.section == section]
+    record = result.sections[section]
+    notes = "".join(f"<p>No row: {html.escape(note)}</p>" for note in record["silent"])
+    display(HTML(Verdict(claims)._repr_html_() + notes + f"<p>Made by: <code>{html.escape(record['command'])}</code></p>"))
+    failed = Verdict(claims).failures()
+    if failed:
+        raise ClaimFailed(f"reference section {section}: claims that failed:\n" + Verdict(failed).text())
+
+
+def against_seed(rows: list[tuple[str, str, str]]) -> None:
+    """A table of what the seed reports beside what the reference run measured, one quantity per row."""
+    body = "".join(f"<tr><td>{html.escape(what)}</td><td>{html.escape(seed)}</td><td>{html.escape(ours)}</td></tr>"
+                   for what, seed, ours in rows)
+    display(HTML(f"<table><thead><tr><th>quantity</th><th>the seed reports</th><th>this reference run</th></tr>"
+                 f"</thead><tbody>{body}</tbody></table>"))

@@ -62,6 +62,7 @@ class Section:
     title: str
     compute: Callable[..., Outcome[Any]]
     min_seeds: int = 1  # a section that compares seeds with each other needs several
+    trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
 
     @property
     def needs(self) -> tuple[str, ...]:

@@ -644,5 +644,5 @@ CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAM
                       Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",
                               construction),
                       Section("simulator", "Proposition 5: linear positions and the wrong write", simulator),
-                      Section("training", "Training: a tail of errors on rare strings", training),
+                      Section("training", "Training: a tail of errors on rare strings", training, trains=True),
                   ), check=check)

@@ -404,6 +404,36 @@ def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
     return {"own": own, "other": other}  # type: ignore[typeddict-item]
 
 
+def recovery_slope(data: LearningData) -> float:
+    """Log-log slope against N of the median error of the parameters recovered from the learned two-token predictors."""
+    sizes = np.asarray(data["samples"], dtype=float)
+    own = np.asarray(data["recovery"]["own"])
+    median = np.median(own.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
+    return float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
+
+
+def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's seed-versus-reference table: what the theorems say of the learning experiment."""
+    if "learning" not in data:
+        return []
+    learning = data["learning"]
+    n = int(learning["samples"][-1])
+    pair, two = learning["pairwise"], learning["two_token"]
+
+    def measured(part: LearnedTask) -> str:
+        return f"{part['excess'][-1]:.3g} (seed-to-seed distance {part['within'][-1]:.3g})"
+
+    return [
+        (f"x2|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise",
+         f"{pair['exact_gap']:.3g}: their optimal pairwise predictors are equal (Thm 4)", measured(pair)),
+        (f"x2(x)x3|x1 learned at N = {n}: the same distance",
+         f"{two['exact_gap']:.3g}, that of their optimal predictors, not 0 (Thm 7)", measured(two)),
+        ("parameters recovered from the learned x2(x)x3|x1: log-log slope of the error against N",
+         "no learning experiment in the paper; -1/2 for a smooth map of an N^-1/2 estimate",
+         f"{recovery_slope(learning):.2f}"),
+    ]
+
+
 def learning_claims(data: LearningData) -> list[Claim]:
     """The rows of the learning section, from its data alone."""
     sizes = np.asarray(data["samples"], dtype=float)
@@ -427,7 +457,12 @@ def learning_claims(data: LearningData) -> list[Claim]:
                   f"the two HMMs' optimal predictors; since it falls as N^-1/2, about N = {needed:.2g} samples "
                   "(--set samples=...) would resolve it")
     own, other = np.asarray(data["recovery"]["own"]), np.asarray(data["recovery"]["other"])
+    pairwise = data["pairwise"]
     claims += [claim.eventually(resolved, unresolved) for claim in (
+        Claim.close(f"x2|x1 learned at N = {n}: the pairwise learner cannot tell the pair apart (distance between the "
+                    "two HMMs' predictors beyond seed noise = that of their optimal predictors)",
+                    float(pairwise["exact_gap"]), float(pairwise["excess"][-1]), 2 * float(pairwise["within"][-1]),
+                    EXCESS_REASON + "; made only where the two-token row below resolves the pair"),
         Claim.close(f"x2(x)x3|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise, "
                     "sqrt(cross^2 - within^2), = distance between their optimal predictors", gap, excess, 2 * within,
                     EXCESS_REASON),
@@ -435,8 +470,7 @@ def learning_claims(data: LearningData) -> list[Claim]:
                     str(own[:, -1].size), str(int((own[:, -1] < other[:, -1]).sum())),
                     "Thm 7: the two-token task tells the pair apart"),
     )]
-    median = np.median(own.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
-    slope = float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
+    slope = recovery_slope(data)
     claims += [
         Claim.close("recovered (O, T) from learned x2(x)x3|x1: log-log slope of the median error against N",
                     -0.5, slope, SLOPE_TOL, "the recovery map is smooth at the truth, so its error follows the "
@@ -717,7 +751,7 @@ CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, s
                       Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
                       Section("powers", "Claim 1: powers of T do not identify T", powers),
                       Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery),
-                      Section("learning", "Learning from samples", learning, min_seeds=2),
+                      Section("learning", "Learning from samples", learning, min_seeds=2, trains=True),
                       Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
                       Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor),
                   ), check=check)

@@ -368,6 +368,21 @@ def training_rows(runs: list[TrainingRun]) -> list[Claim]:
     return claims
 
 
+def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's seed-versus-reference table: where each loss curve of the seed's Fig. 3 ends."""
+    rows = []
+    for run in data.get("training", {"runs": []})["runs"]:
+        kernel = binary_kernel(run["p"], run["q"])
+        stuck = run["tied"] and run["p"] + run["q"] > 1
+        target = (f"the unigram loss H(π) = {theory.unigram_entropy(kernel):.3f}" if stuck
+                  else f"the entropy rate {theory.entropy_rate(kernel):.3f}")
+        final = np.asarray(run["eval_loss"])[:, -1]
+        rows.append((f"({run['p']}, {run['q']}) {'tied' if run['tied'] else 'untied'}: held-out loss at the end",
+                     f"ends at {target} (Fig. 3)",
+                     f"{np.median(final):.3f} (median of {len(final)} seeds; {final.min():.3f} to {final.max():.3f})"))
+    return rows
+
+
 def _predictions(model: GPT, task: MarkovChain) -> Prediction:
     """Predicted P(x_n+1 = 1) at every position of one held-out sequence, with its inputs."""
     x, _ = task.sample(1, heldout.generator(heldout.MARKOV_PREDICTION))
@@ -638,9 +653,9 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),
                       Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep),
                       Section("reduced_flow", "The reduced gradient flow", reduced_flow),
-                      Section("training", "Training: loss curves and predictions", training),
-                      Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram),
-                      Section("basin", "The basin of the bad minimum", basin),
-                      Section("depth_two", "Depth two escapes", depth_two),
-                      Section("multistate", "A multi-state chain", multistate),
+                      Section("training", "Training: loss curves and predictions", training, trains=True),
+                      Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True),
+                      Section("basin", "The basin of the bad minimum", basin, trains=True),
+                      Section("depth_two", "Depth two escapes", depth_two, trains=True),
+                      Section("multistate", "A multi-state chain", multistate, trains=True),
                   ))

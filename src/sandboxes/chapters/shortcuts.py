@@ -659,6 +659,6 @@ CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far
                       Section("algebra", "Solvability of the automata", algebra),
                       Section("construction", "Theorem 10: logarithmic depth, built and run", construction),
                       Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas),
-                      Section("sweep", "Trained GPTs: accuracy against depth", sweep),
-                      Section("brittleness", "Shortcuts are brittle", brittleness),
+                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True),
+                      Section("brittleness", "Shortcuts are brittle", brittleness, trains=True),
                   ), check=check)

@@ -1,0 +1,59 @@
+"""Committed reference results: what CI checks of them without rerunning anything.
+
+A reference result (``results/<chapter>-reference.json``) is made once, one section at a time
+(``run --profile reference --section S --into ...``), and shown by the book. It stays valid only
+while it is what the current code's reference profile would make: every row holds, every section
+read the values the profile gives now, it has the profile's seeds, and each section was made from
+a clean tree at a commit in this repository's history.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+
+from .profiles import resolve
+from .results import REPO_ROOT, Result
+from .sections import Chapter
+
+
+def commit_in_history(commit: str) -> bool:
+    """Whether ``commit`` is an ancestor of (or is) HEAD in this repository."""
+    try:
+        out = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=REPO_ROOT,
+                             capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0
+
+
+def problems(result: Result, chapter: Chapter,
+             known_commit: Callable[[str], bool] = commit_in_history) -> list[str]:
+    """Every reason ``result`` is not a valid committed reference result of ``chapter`` (empty: valid)."""
+    found = []
+    if (result.chapter, result.profile) != (chapter.name, "reference"):
+        found.append(f"holds {result.chapter} at the {result.profile} profile, not {chapter.name} at reference")
+    if result.seeds != list(range(chapter.seeds["reference"])):
+        found.append(f"seeds {result.seeds} are not the reference profile's {chapter.seeds['reference']}")
+    for claim in result.claims:
+        if claim.holds is not True:
+            found.append(f"row {claim.name!r} ({claim.section}) {claim.mark}")
+    profile = resolve(chapter.params, "reference", {})
+    known = {s.name for s in chapter.sections}
+    for name, section in result.sections.items():
+        if name not in known:
+            found.append(f"section {name} is not a section of {chapter.name}")
+            continue
+        values = section.get("values", {})
+        for key in section.get("params", []):
+            if key not in profile:
+                found.append(f"section {name} read {key}, no longer a parameter of {chapter.name}")
+            elif values.get(key) != profile[key]:
+                found.append(f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
+                             f"gives {profile[key]!r}: rerun it")
+        made = section.get("provenance", {})
+        if made.get("git_dirty") is not False:
+            found.append(f"section {name} was not made from a clean tree (git_dirty = {made.get('git_dirty')})")
+        if not known_commit(str(made.get("git_commit"))):
+            found.append(f"section {name} names commit {made.get('git_commit')}, which is not in this history")
+    return found

@@ -1,0 +1,90 @@
+"""Committed reference results: checked without rerunning, and the check fails on a file that lies."""
+
+import dataclasses
+import json
+
+import pytest
+
+from sandboxes.chapters import get_chapter
+from sandboxes.claims import Claim
+from sandboxes.profiles import Param, at_least, with_reference
+from sandboxes.reference import commit_in_history, problems
+from sandboxes.results import RESULTS_DIR, Result, merge
+from sandboxes.sections import Chapter, Outcome, RunContext, Section
+
+COMMITTED = sorted(RESULTS_DIR.glob("*-reference.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_a_committed_reference_result_is_what_the_current_reference_profile_makes(path):
+    result = Result.load(path)
+    assert problems(result, get_chapter(result.chapter)) == []
+    assert result.verdict.failures() == [] and result.verdict.undecided() == []
+
+
+@pytest.mark.parametrize("path", COMMITTED[:1], ids=lambda p: p.name)
+def test_flipping_one_claim_of_a_committed_file_makes_the_check_fail(path, tmp_path):
+    body = json.loads(path.read_text())
+    body["claims"][-1]["holds"] = False
+    copy = tmp_path / path.name
+    copy.write_text(json.dumps(body))
+    result = Result.load(copy)
+    assert any("fails" in problem for problem in problems(result, get_chapter(result.chapter)))
+
+
+def _measure(config: dict, ctx: RunContext) -> Outcome[dict]:
+    return Outcome([Claim.at_least("n is large enough", 3, config["n"], "r")], {"n": config["n"]})
+
+
+def _other(config: dict, ctx: RunContext) -> Outcome[dict]:
+    return Outcome([Claim.exact("m is m", str(config["m"]), str(config["m"]), "r")], {"m": config["m"]})
+
+
+TOY = Chapter("toy", "Toy", with_reference((Param("n", int, 1, 1, "n", at_least(0)),
+                                            Param("m", int, 1, 1, "m", at_least(0))), {"n": 4}),
+              seeds={"quick": 1, "reference": 2, "full": 3},
+              sections=(Section("measure", "Measure", _measure), Section("other", "Other", _other)))
+
+
+def _clean(result: Result) -> Result:
+    """``result`` as if made from a clean tree at a known commit (the test's tree may be dirty)."""
+    for section in result.sections.values():
+        section["provenance"] = {**section["provenance"], "git_dirty": False, "git_commit": "known"}
+    return result
+
+
+def _made(sections: list[str], **overrides) -> Result:
+    return _clean(TOY.run("reference", overrides, device="cpu", sections=sections))
+
+
+def _known(commit: str) -> bool:
+    return commit == "known"
+
+
+def test_a_reference_run_made_one_section_at_a_time_and_merged_passes_the_check():
+    merged = merge(_made(["measure"]), _made(["other"]), ["measure", "other"])
+    assert list(merged.sections) == ["measure", "other"] and [c.section for c in merged.claims] == ["measure", "other"]
+    assert problems(merged, TOY, _known) == []
+
+
+def test_the_check_names_each_way_a_reference_result_can_be_stale_or_wrong():
+    assert any("n = 5" in p for p in problems(_made(["measure"], n=5), TOY, _known))  # not the profile's value
+    assert any("fails" in p for p in problems(_made(["measure"], n=2), TOY, _known))  # a failed row
+    good = _made(["measure"])
+    assert problems(good, TOY, lambda commit: False)  # a commit not in the history
+    good.sections["measure"]["provenance"]["git_dirty"] = True
+    assert any("clean tree" in p for p in problems(good, TOY, _known))
+    fewer = dataclasses.replace(_made(["measure"]), seeds=[0])
+    assert any("seeds" in p for p in problems(fewer, TOY, _known))
+    quick = _clean(TOY.run("quick", {"n": 4}, device="cpu", sections=["measure"]))
+    assert any("profile" in p for p in problems(quick, TOY, _known))
+
+
+def test_merging_refuses_results_of_another_profile():
+    quick = TOY.run("quick", {"n": 4}, device="cpu", sections=["measure"])
+    with pytest.raises(ValueError, match="profile"):
+        merge(_made(["measure"]), quick, ["measure", "other"])
+
+
+def test_head_is_in_history_and_a_made_up_commit_is_not():
+    assert commit_in_history("HEAD") and not commit_in_history("0" * 40)
