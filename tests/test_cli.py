@@ -151,3 +151,25 @@ def test_strict_fails_on_a_failed_row_but_not_on_an_undecided_one(capsys):
     captured = capsys.readouterr()
     assert "[UNDECIDED] depth 2" in captured.err and "undecided" in captured.err and "--strict:" in captured.err
     assert json.loads(captured.out)["claims"][0]["holds"] is None
+
+
+def test_into_merges_sections_run_one_at_a_time_into_one_reference_file(tmp_path, capsys):
+    into = str(tmp_path / "hmm-reference.json")
+    for section in ("powers", "seed_example"):
+        assert main(["run", "hmm", "--profile", "reference", "--section", section, "--device", "cpu",
+                     "--into", into]) == 0
+    result = json.loads((tmp_path / "hmm-reference.json").read_text())
+    assert list(result["sections"]) == ["seed_example", "powers"]  # the chapter's reading order
+    assert {c["section"] for c in result["claims"]} == {"seed_example", "powers"}
+    assert result["sections"]["powers"]["command"] == "python -m sandboxes run hmm --section powers --profile reference"
+    assert main(["run", "hmm", "--section", "powers", "--device", "cpu", "--into", into]) == 2  # a quick run
+    assert "not hmm at quick" in capsys.readouterr().err
+
+
+def test_list_reference_names_one_command_per_section_that_trains(capsys):
+    assert main(["list", "--reference"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    trained = [(c.name, s.name) for c in all_chapters() for s in c.sections if s.trains]
+    assert len(lines) == len(trained) >= 4
+    assert all(f"run {c} --profile reference --section {s} --into results/{c}-reference.json" in line
+               for (c, s), line in zip(trained, lines))

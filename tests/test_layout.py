@@ -29,7 +29,7 @@ ALLOWED = {
     "figures": {"figures", "plotting", "theory", "data"},
     "chapters": {"chapters", "claims", "data", "heldout", "losses", "model", "profiles", "runtime", "sections",
                  "theory", "trainer"},
-    "notebook": {"claims", "profiles", "reference", "results", "sections"},
+    "notebook": {"claims", "profiles", "results", "sections"},
     "reference": {"profiles", "results", "sections"},
     "bench": {"data", "model", "trainer"},
     "cli": {"bench", "chapters", "profiles", "results", "runtime"},
