@@ -35,25 +35,20 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def _commit() -> tuple[str, bool | None]:
-    """HEAD and whether tracked files differ from it; in a copied tree without ``.git``, the
-    commit the copier names in ``SANDBOXES_GIT_COMMIT`` (dirtiness then unknown: ``None``)."""
+def current_commit() -> tuple[str, bool | None]:
+    """The commit the code runs from and whether tracked files differ from it (a run reads it when it starts, so
+    that commits made while it runs do not pass for its code); in a copied tree without ``.git``, the commit the
+    copier names in ``SANDBOXES_GIT_COMMIT`` (dirtiness then unknown: ``None``)."""
     head = _git("rev-parse", "HEAD")
     if head == "unknown":
         return os.environ.get("SANDBOXES_GIT_COMMIT", "unknown"), None
     return head, _git("status", "--porcelain", "--untracked-files=no") != ""
 
 
-def current_commit() -> tuple[str, bool | None]:
-    """The commit the code runs from and whether tracked files differ from it; a run reads it when it starts,
-    so that commits made while it runs do not pass for its code."""
-    return _commit()
-
-
 def provenance(device_type: str, device_name: str, wall_time: float,
                commit: tuple[str, bool | None] | None = None) -> dict[str, Any]:
     """Where and how a result was made: commit (``commit``, or now's), versions, hardware, wall time, date."""
-    commit, dirty = commit or _commit()
+    commit, dirty = commit or current_commit()
     return {
         "git_commit": commit,
         "git_dirty": dirty,
