@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
     listing.add_argument("--reference", action="store_true",
-                         help="the commands that make every chapter's reference result, one section that trains per line")
+                         help="the commands that make every chapter's reference result, one line per section sized for it")
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
     bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
@@ -61,8 +61,8 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
 def _list(names_only: bool, reference: bool) -> None:
     for chapter in all_chapters():
         if reference:
-            for section in (s for s in chapter.sections if s.trains):
-                print(f"python -m sandboxes run {chapter.name} --profile reference --section {section.name} "
+            for section in chapter.reference_sections:
+                print(f"python -m sandboxes run {chapter.name} --profile reference --section {section} "
                       f"--into {reference_result_path(chapter.name).relative_to(REPO_ROOT)} --progress")
             continue
         if names_only:

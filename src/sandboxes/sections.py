@@ -98,6 +98,9 @@ class Chapter:
 
     ``check`` sees the whole config and the number of seeds before any work starts, for the
     conditions that tie parameters together (``d >= k``); it raises ``ValueError``.
+    ``reference_sections`` names the sections that train models and whose reference values were
+    sized by measurement; ``make reference`` runs those, and the page lists the other trained
+    sections as waiting for a reference run.
     """
 
     name: str
@@ -106,6 +109,12 @@ class Chapter:
     seeds: Mapping[str, int]
     sections: tuple[Section, ...]
     check: Callable[[dict[str, Any], int], None] | None = None
+    reference_sections: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        trained = {s.name for s in self.sections if s.trains}
+        if not set(self.reference_sections) <= trained:
+            raise ValueError(f"{self.name}: reference sections must be sections that train: {self.reference_sections}")
 
     def section(self, name: str) -> Section:
         """The section called ``name``; an unknown name is an error that lists the known ones."""

@@ -754,4 +754,4 @@ CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS, s
                       Section("learning", "Learning from samples", learning, min_seeds=2, trains=True),
                       Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
                       Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor),
-                  ), check=check)
+                  ), check=check, reference_sections=("learning",))
