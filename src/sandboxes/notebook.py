@@ -137,7 +137,9 @@ def reference_verdict(result: Result, section: str) -> None:
     claims = [c for c in result.claims if c.section == section]
     record = result.sections[section]
     notes = "".join(f"<p>No row: {html.escape(note)}</p>" for note in record["silent"])
-    display(HTML(Verdict(claims)._repr_html_() + notes + f"<p>Made by: <code>{html.escape(record['command'])}</code></p>"))
+    values = ", ".join(f"{key} = {value}" for key, value in record["values"].items())
+    display(HTML(Verdict(claims)._repr_html_() + notes + f"<p>Made by: <code>{html.escape(record['command'])}</code> "
+                 f"({record['wall_time_s'] / 60:.0f} min)</p><p>Parameters it read: {html.escape(values)}</p>"))
     failed = Verdict(claims).failures()
     if failed:
         raise ClaimFailed(f"reference section {section}: claims that failed:\n" + Verdict(failed).text())
