@@ -5,8 +5,9 @@ import json
 
 import pytest
 
+from sandboxes import notebook
 from sandboxes.chapters import get_chapter
-from sandboxes.claims import Claim
+from sandboxes.claims import Claim, ClaimFailed
 from sandboxes.profiles import Param, at_least, with_reference
 from sandboxes.reference import commit_in_history, problems
 from sandboxes.results import RESULTS_DIR, Result, merge
@@ -88,3 +89,19 @@ def test_merging_refuses_results_of_another_profile():
 
 def test_head_is_in_history_and_a_made_up_commit_is_not():
     assert commit_in_history("HEAD") and not commit_in_history("0" * 40)
+
+
+def test_a_page_shows_a_reference_section_and_fails_on_its_failed_row(capsys):
+    from matplotlib.figure import Figure
+
+    drawn = []
+
+    def figure(data: dict) -> Figure:
+        drawn.append(data)
+        return Figure()
+
+    notebook.reference_section(_made(["measure"]), "measure", figure)
+    notebook.reference_section(_made(["measure"]), "other", figure)  # not in the file: nothing shown
+    assert drawn == [{"n": 4}]
+    with pytest.raises(ClaimFailed, match="n is large enough"):
+        notebook.reference_verdict(_made(["measure"], n=2), "measure")
