@@ -129,17 +129,6 @@ def ghmm_fits(data: GhmmData) -> Figure:
     return fig
 
 
-def full_learned_distance(data: LearningData) -> Figure:
-    """Full profile: distance between the two HMMs' learned predictors beyond noise, with the exact gaps."""
-    fig, ax = plt.subplots()
-    for name, color in (("pairwise", COLORS["untied"]), ("two_token", COLORS["tied"])):
-        ax.semilogx(data["samples"], data[name]["excess"], "o-", color=color, label=name)
-        ax.axhline(data[name]["exact_gap"], color=color, linestyle="--", linewidth=1)
-    ax.set(xlabel="samples N", ylabel="distance between the HMMs beyond noise", title="full profile")
-    ax.legend(fontsize=8)
-    return fig
-
-
 def ghmm_tensor(data: GhmmTensorData) -> Figure:
     """Theorem 8's recovery error per task order; along a line, the partner's conditional mean and density."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 3.3))
