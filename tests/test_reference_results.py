@@ -77,6 +77,9 @@ def test_the_check_names_each_way_a_reference_result_can_be_stale_or_wrong():
     assert any("clean tree" in p for p in problems(good, TOY, _known))
     fewer = dataclasses.replace(_made(["measure"]), seeds=[0])
     assert any("seeds" in p for p in problems(fewer, TOY, _known))
+    old = _made(["measure"])
+    del old.sections["measure"]["values"]  # a file written before sections kept their values
+    assert any("lacks values" in p for p in problems(old, TOY, _known))
     quick = _clean(TOY.run("quick", {"n": 4}, device="cpu", sections=["measure"]))
     assert any("profile" in p for p in problems(quick, TOY, _known))
 

@@ -44,14 +44,18 @@ def problems(result: Result, chapter: Chapter,
         if name not in known:
             found.append(f"section {name} is not a section of {chapter.name}")
             continue
-        values = section.get("values", {})
-        for key in section.get("params", []):
+        lacking = [key for key in ("params", "values", "provenance") if key not in section]
+        if lacking:
+            found.append(f"section {name} lacks {', '.join(lacking)}: remake it with `run --into`")
+            continue
+        values = section["values"]
+        for key in section["params"]:
             if key not in profile:
                 found.append(f"section {name} read {key}, no longer a parameter of {chapter.name}")
             elif values.get(key) != profile[key]:
                 found.append(f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
                              f"gives {profile[key]!r}: rerun it")
-        made = section.get("provenance", {})
+        made = section["provenance"]
         if made.get("git_dirty") is not False:
             found.append(f"section {name} was not made from a clean tree (git_dirty = {made.get('git_dirty')})")
         if not known_commit(str(made.get("git_commit"))):
