@@ -100,37 +100,53 @@ def _flow_of_the_mirrored_chain(monkeypatch):
 
 
 SETTLED = 0.3 * np.linspace(1.0, 0.0, 40) ** 8  # a descent (minus its end) that has flattened out
+STEPS = np.arange(40) * 10  # the evaluated steps of these made-up runs
+NEVER = [np.inf] * 3  # escape steps of runs that never left the unigram plateau
+EARLY = [30.0, 40.0, 50.0]  # escape steps of runs that left it early
 
 
-def _run(p, q, tied, excess):
-    """A finished run: every seed's loss has settled, at the entropy rate plus ``excess``."""
+def _run(p, q, tied, excess, escape=EARLY):
+    """A finished run of three seeds: every loss has settled at the entropy rate plus ``excess``."""
     excess = np.asarray(excess, dtype=float)
-    return {"p": p, "q": q, "tied": tied, "excess": excess, "still_descending": [False] * len(excess)}
+    end = markov.theory.entropy_rate(markov.binary_kernel(p, q)) + excess
+    return {"p": p, "q": q, "tied": tied, "excess": excess, "still_descending": [False] * len(excess),
+            "eval_steps": STEPS, "eval_loss": end[:, None] + SETTLED, "escape_step": np.asarray(escape, dtype=float)}
 
 
-def _trapped_when_it_should_learn(monkeypatch):  # an untrained or stuck model: at the unigram
-    return markov.training_rows([_run(0.2, 0.3, True, [GAP2] * 3), _run(0.5, 0.8, False, [GAP] * 3)])
+def _stalled_halfway(monkeypatch):  # a broken model: every run settles between the two minima
+    return markov.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3), _run(0.2, 0.3, False, [GAP2 / 2] * 3),
+                                 _run(0.5, 0.8, False, [GAP / 2] * 3)], 0.02)
 
 
-def _escaped_when_it_should_be_trapped(monkeypatch):  # tied swapped for untied: everything learns
-    return markov.training_rows([_run(0.5, 0.8, True, [0.0] * 3)])
+def _tying_changes_nothing(monkeypatch):  # a wrong theory: tied runs leave the plateau as early as untied ones
+    return markov.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)],
+                                0.02)
 
 
-def _phase(tied: bool, trapped: bool):
+def _tied_order(tied_escape, untied_escape):
+    """Two groups (cells, scales or switching probabilities), each with these escape steps."""
+    return {"tied": np.array([tied_escape] * 2, dtype=float), "untied": np.array([untied_escape] * 2, dtype=float)}
+
+
+def _phase(kind: str, side: str, escape=_tied_order(NEVER, EARLY)):
+    """Phase-diagram rows in which the ``kind`` runs on the ``side`` (< or >) of p+q = 1 settled between the minima."""
     def apply(monkeypatch):
-        switching = [0.5, 1.3]
         gaps = np.array([GAP2, GAP])
-        excess = gaps[:, None] * np.ones((2, 2)) if trapped else np.zeros((2, 2))
-        return markov.phase_rows(switching, excess, gaps, tied, np.zeros((2, 2), dtype=bool))
+        excess = {k: np.zeros((2, 3)) for k in ("tied", "untied")}
+        if kind:
+            excess[kind][0 if side == "<" else 1] = 0.6 * gaps[0 if side == "<" else 1]
+        waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
+        return markov.phase_rows([0.5, 1.3], excess, gaps, waiting, escape, 0.02)
     return apply
 
 
-def _basin(p: float, q: float, tied_trapped: float, untied_trapped: float):
+def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigram",
+           escape=_tied_order(NEVER, EARLY)):
+    """Basin rows at scales (0.01, 0.02): settled seeds ending at ``tied_end`` and ``untied_end``."""
     def apply(monkeypatch):
-        settled = [0.0, 0.0]  # no seed was still descending: the rows may fail
-        outcome = {"tied": {"unigram": [tied_trapped, 0.0], "still_descending": settled},
-                   "untied": {"unigram": [untied_trapped, 0.0], "still_descending": settled}}
-        return markov.basin_rows(p, q, [0.01, 0.3], outcome)
+        ends = {"tied": np.full((2, 3), tied_end), "untied": np.full((2, 3), untied_end)}
+        waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
+        return markov.basin_rows(p, q, [0.01, 0.02], ends, waiting, escape)
     return apply
 
 
@@ -150,12 +166,13 @@ def _spectrum_negated(monkeypatch):
     return _section("multistate")
 
 
-def _multistate(tied_below: float, tied_above: float, untied: float):
+def _multistate(tied_below: float, untied: float, escape=_tied_order(NEVER, EARLY)):
+    """Multi-state rows at p = 0.3 and 0.9 (p* = 0.8) whose settled runs end at these excess / gap ratios."""
     def apply(monkeypatch):
         gaps = np.array([0.5, 0.04])
-        settled = {kind: np.zeros((2, 1), dtype=bool) for kind in ("tied", "untied")}
-        return markov.multistate_rows(5, [0.3, 0.9], gaps, np.array([[tied_below], [tied_above]]),
-                                      np.full((2, 1), untied), settled)
+        ratios = {"tied": np.array([[tied_below] * 3, [1.0] * 3]), "untied": np.full((2, 3), untied)}
+        waiting = {kind: np.zeros((2, 3), dtype=bool) for kind in ("tied", "untied")}
+        return markov.multistate_rows(5, [0.3, 0.9], gaps, ratios, waiting, escape, 0.02)
     return apply
 
 
@@ -180,23 +197,24 @@ COUNTERFACTUALS = {
     r"reduced model .*: E = .* conserved": _velocity_off(1.0, 2.0),
     r"reduced model .*: flows from e = ": lambda monkeypatch: [markov.axis_row(_ReversedFlow(0.5, 0.8))],
     r"reduced model .*: most Gaussian starts": _flow_of_the_mirrored_chain,
-    r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
-    r"untied: every seed reaches the entropy rate": _trapped_when_it_should_learn,
-    r"tied: every seed ends at the unigram": _escaped_when_it_should_be_trapped,
-    r"phase diagram: tied runs trapped where p\+q<1": _phase(tied=True, trapped=True),
-    r"phase diagram: untied runs trapped where p\+q<1": _phase(tied=False, trapped=True),
-    r"phase diagram: tied runs trapped where p\+q>1": _phase(tied=True, trapped=False),
-    r"phase diagram: untied runs trapped where p\+q>1": _phase(tied=False, trapped=True),
-    r"basin .*: untied seeds ending at the unigram": _basin(0.5, 0.8, 1.0, 1.0),
-    r"basin \(0.5, 0.8\): tied seeds at the unigram from init std": _basin(0.5, 0.8, 0.0, 0.0),
-    r"basin \(0.2, 0.3\): tied seeds at the unigram from init std": _basin(0.2, 0.3, 1.0, 0.0),
+    r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _stalled_halfway,
+    r"untied: every seed reaches the entropy rate": _stalled_halfway,
+    r"tied runs leave the unigram plateau after every untied run": _tying_changes_nothing,
+    r"phase diagram: tied runs trapped where p\+q<1": _phase("tied", "<"),
+    r"phase diagram: untied runs trapped where p\+q<1": _phase("untied", "<"),
+    r"phase diagram: untied runs trapped where p\+q>1": _phase("untied", ">"),
+    r"phase diagram: cells with p\+q>1 where a tied run left": _phase("", ">", _tied_order(EARLY, EARLY)),
+    r"basin .*: untied seeds from init std <= 0.02 that do not reach": _basin(0.5, 0.8, untied_end="neither"),
+    r"basin \(0.2, 0.3\): tied seeds from init std <= 0.02 that do not reach": _basin(0.2, 0.3, tied_end="neither"),
+    r"basin .*: init stds <= 0.02 at which a tied seed left": _basin(0.5, 0.8, escape=_tied_order(EARLY, EARLY)),
     r"depth 2 .*: every seed reaches the entropy rate": _depth(GAP / 2, True),  # settled between the two minima
     r"depth 2: shortest time on the unigram plateau": _depth(0.0, False),
     r"state tied unigram point: embedding Hessian": _spectrum_negated,
     r"state tied Hessian sign along the p sweep": _spectrum_negated,
-    r"state chain, untied: worst excess loss": _multistate(0.0, 1.0, 1.0),
-    r"state chain, tied, p < p\*": _multistate(1.0, 1.0, 0.0),
-    r"state chain, tied, p > p\*": _multistate(0.0, 0.0, 0.0),
+    r"state chain, untied: worst excess loss": _multistate(0.0, 0.5),
+    r"state chain, tied, p < p\*": _multistate(0.5, 0.0),
+    r"state chain, p > p\*: switching probabilities at which a tied run left": _multistate(
+        0.0, 0.0, _tied_order(EARLY, EARLY)),
 }
 
 
@@ -218,10 +236,7 @@ def test_every_row_of_the_contrast_settings_has_a_counterfactual():
     # the featured chain swapped for the contrast one, and the multi-state sweep on both sides of p*
     run = markov.CHAPTER.start("quick", {**TINY["markov"], "p": 0.2, "q": 0.3}, seeds=1, device="cpu")
     names = [c.name for section in ("unigram_point", "reduced_flow") for c in run.section(section).claims]
-    names += [c.name for c in markov.multistate_rows(5, [0.3, 0.9], np.array([0.5, 0.04]), np.zeros((2, 1)),
-                                                     np.zeros((2, 1)), {k: np.zeros((2, 1), bool) for k in ("tied", "untied")})]
-    names += [c.name for c in markov.basin_rows(0.2, 0.3, [0.01], {kind: {"unigram": [0.0], "still_descending": [0.0]}
-                                                                    for kind in ("tied", "untied")})]
+    names += [c.name for c in _multistate(0.0, 0.0)(None) + _basin(0.2, 0.3)(None) + _phase("", ">")(None)]
     assert [n for n in names if not _covered(n)] == []
 
 
@@ -229,17 +244,15 @@ def test_the_rows_hold_without_a_change(tiny_result):
     # the counterfactuals above break one thing each: with nothing broken, the same rows hold
     exact = ("global_minimum", "unigram_point", "hessian_sweep", "reduced_flow")
     assert all(c["holds"] for c in tiny_result("markov")["claims"] if c["section"] in exact)
-    assert all(c.holds for c in markov.training_rows([_run(0.5, 0.8, True, [GAP] * 3), _run(0.2, 0.3, True, [0.0] * 3),
-                                                      _run(0.5, 0.8, False, [0.0] * 3)]))
-    gaps = np.array([GAP2, GAP])
-    settled = np.zeros((2, 2), dtype=bool)
-    assert all(c.holds for c in markov.phase_rows([0.5, 1.3], np.array([[0.0, 0.0], [GAP, GAP]]), gaps, True, settled))
-    assert all(c.holds for c in markov.phase_rows([0.5, 1.3], np.zeros((2, 2)), gaps, False, settled))
-    assert all(c.holds for c in _basin(0.5, 0.8, 1.0, 0.0)(None) + _basin(0.2, 0.3, 0.0, 0.0)(None))
+    learned = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.2, 0.3, True, [0.0] * 3), _run(0.5, 0.8, False, [0.0] * 3),
+               _run(0.2, 0.3, False, [0.0] * 3)]
+    assert all(c.holds for c in markov.training_rows(learned, 0.02)) and len(markov.training_rows(learned, 0.02)) == 4
+    assert all(c.holds for c in _phase("", "<")(None)) and len(_phase("", "<")(None)) == 4
+    assert all(c.holds for c in _basin(0.5, 0.8)(None) + _basin(0.2, 0.3)(None))
     H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
     plateau_then_escape = np.concatenate([np.full((2, 10), H_pi), np.full((2, 20), H_pi - GAP)], axis=1)
     assert all(c.holds for c in markov.depth_rows(0.5, 0.8, np.zeros(2), plateau_then_escape, H_pi, [False] * 2))
-    assert all(c.holds for c in _multistate(0.0, 1.0, 0.0)(None))
+    assert all(c.holds for c in _multistate(0.0, 0.0)(None)) and len(_multistate(0.0, 0.0)(None)) == 3
 
 
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
@@ -248,9 +261,31 @@ def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or
     still_on_plateau = np.concatenate([H_pi + SETTLED, np.full(20, H_pi)])
     depth = markov.depth_rows(0.5, 0.8, np.full(2, GAP), np.tile(still_on_plateau, (2, 1)), H_pi, [False] * 2)
     assert depth[0].holds is None and "depth2_steps" in depth[0].reason
-    descending = _run(0.2, 0.3, True, [GAP2] * 3) | {"still_descending": [False, True, False]}
-    assert markov.training_rows([descending])[0].holds is None
-    assert markov.training_rows([_run(0.2, 0.3, True, [GAP2] * 3)])[0].holds is False  # settled there: it fails
+    descending = _run(0.2, 0.3, True, [GAP2 / 2] * 3) | {"still_descending": [False, True, False]}
+    assert markov.training_rows([descending], 0.02)[0].holds is None
+    on_the_plateau = _run(0.2, 0.3, True, [GAP2] * 3)  # settled where a plateau sits: no budget says it stays
+    assert markov.training_rows([on_the_plateau], 0.02)[0].holds is None
+    assert markov.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3)], 0.02)[0].holds is False  # settled halfway
+
+
+def test_a_tied_run_that_stays_on_the_plateau_is_never_called_trapped():
+    # Thm 2 is local: no budget shows that training converges to theta_pi, so no row says so; the order row is
+    # decided by the untied runs leaving first, and undecided while neither has left
+    rows = markov.training_rows([_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [GAP] * 3, NEVER)], 0.02)
+    assert [(c.name.split(":")[0], c.holds) for c in rows] == [("(0.5, 0.8)", None), ("(0.5, 0.8) untied", None)]
+    assert "--set steps=" in rows[0].reason
+    assert not [c for c in rows if "ends at the unigram" in c.name or "trapped" in c.name]
+    assert _phase("", ">", _tied_order(NEVER, NEVER))(None)[-1].holds is None
+    one_fails_one_waits = {"tied": np.array([EARLY, NEVER]), "untied": np.array([EARLY, NEVER])}
+    assert _basin(0.5, 0.8, escape=one_fails_one_waits)(None)[-1].holds is False
+
+
+def test_order_rows_are_made_only_from_the_seeds_small_initialisation():
+    runs = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [0.0] * 3)]
+    assert [c.name for c in markov.training_rows(runs, 0.3) if "after every untied" in c.name] == []
+    result = markov.CHAPTER.run("quick", {**TINY["markov"], "init_std": 0.3}, seeds=1, device="cpu",
+                                sections=["training"])
+    assert any("init std 0.3" in note for note in result.sections["training"]["silent"])
 
 
 def test_a_chain_on_the_line_p_plus_q_one_gets_no_trained_row_and_the_output_says_why():

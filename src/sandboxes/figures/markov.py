@@ -108,19 +108,18 @@ def phase_portrait(data: FlowData) -> Figure:
 
 
 def phase_diagram(data: PhaseData) -> Figure:
-    """Where one-layer runs end over the (p, q) grid: 0 = entropy rate, 1 = unigram."""
+    """Where tied and untied one-layer runs are at the end over the (p, q) grid: 0 = entropy rate, 1 = unigram."""
     values = np.asarray(data["values"])
-    ratio = np.asarray(data["ratio"], dtype=float)
-    ratio = np.where(np.asarray(data["resolvable"], dtype=bool), ratio, np.nan)
-    fig, ax = plt.subplots(figsize=(4.6, 3.8))
     step = values[1] - values[0]
-    image = ax.imshow(ratio.T, origin="lower", cmap="coolwarm", vmin=0, vmax=1,
-                      extent=(values[0] - step / 2, values[-1] + step / 2, values[0] - step / 2, values[-1] + step / 2))
-    ax.plot([0, 1], [1, 0], color="black", lw=1, ls="--")
-    ax.set(xlim=(values[0] - step / 2, values[-1] + step / 2), ylim=(values[0] - step / 2, values[-1] + step / 2),
-           xlabel="p", ylabel="q",
-           title=f"{'tied' if data['tied'] else 'untied'}: excess loss / (H(π) − H); blank: gap < 0.01")
-    fig.colorbar(image, ax=ax, label="0 bigram … 1 unigram")
+    extent = (values[0] - step / 2, values[-1] + step / 2)
+    fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.8), sharey=True)
+    for ax, name in zip(axes, ("tied", "untied")):
+        ratio = np.where(np.asarray(data["resolvable"], dtype=bool), np.asarray(data["ratio"][name], dtype=float), np.nan)
+        image = ax.imshow(ratio.T, origin="lower", cmap="coolwarm", vmin=0, vmax=1, extent=extent + extent)
+        ax.plot([0, 1], [1, 0], color="black", lw=1, ls="--")
+        ax.set(xlim=extent, ylim=extent, xlabel="p", ylabel="q" if name == "tied" else None,
+               title=name)
+    fig.colorbar(image, ax=axes, label="excess loss / (H(π) − H) at the end\n0 bigram … 1 unigram; blank: gap < 0.01")
     return fig
 
 
