@@ -11,8 +11,8 @@ torch.set_num_threads(2)
 
 # Settings that run each chapter end to end in a few seconds: every section, every claim, tiny scale.
 TINY: dict[str, dict[str, object]] = {
-    "markov": {"length": 8, "steps": 3, "depth2_steps": 3, "grid": 2, "init_scales": "0.02", "switch_probs": "0.5",
-               "flow_points": 2},
+    "markov": {"length": 8, "sweep_length": 8, "depth_length": 8, "steps": 3, "depth_steps": 3, "depth_seeds": 1,
+               "grid": 2, "init_scales": "0.02", "switch_probs": "0.5", "flow_points": 2},
     "shortcuts": {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1,
                   "T": 4, "steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4,
                   "eval_size": 8, "construct": "C2", "construct_lengths": "3", "construct_samples": 4, "d_model": 8,
@@ -28,7 +28,8 @@ TINY: dict[str, dict[str, object]] = {
 # such as S5, Grid9 and Dyck, depths up to 8, layer norm, 8 heads and 10 x 8 HMMs, so a crash that would end a long
 # GPU run after hours shows up here in seconds.
 FULL_SHRUNK: dict[str, dict[str, object]] = {
-    "markov": {"length": 16, "steps": 2, "depth2_steps": 2, "grid_seeds": 1, "flow_points": 4},
+    "markov": {"length": 16, "sweep_length": 16, "depth_length": 16, "steps": 2, "depth_steps": 2, "grid_seeds": 1,
+               "flow_points": 4},
     "shortcuts": {"steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
                   "construct_samples": 2, "d_model": 16, "batch_size": 4},
     "dilution": {"T": 16, "steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8, "n_dense": 8,

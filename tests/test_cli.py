@@ -27,11 +27,11 @@ def test_list_names_chapters_sections_and_parameters(capsys):
 
 
 def test_run_with_overrides_writes_json_to_stdout(capsys):
-    assert main(["run", "markov", "--set", "p=0.7", "--set", "q=0.6", "--set", "tied=false", *TINY,
+    assert main(["run", "markov", "--set", "p=0.7", "--set", "q=0.6", "--set", "depths=2", *TINY,
                  "--device", "cpu", "--out", "-"]) == 0
     captured = capsys.readouterr()
     body = json.loads(captured.out)
-    assert body["config"]["p"] == 0.7 and body["config"]["tied"] is False
+    assert body["config"]["p"] == 0.7 and body["config"]["depths"] == "2"
     assert body["provenance"]["device_type"] == "cpu"
     assert "claims hold" in captured.err
 
@@ -101,7 +101,7 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
     (["run", "nope"], "unknown chapter 'nope'"),
     (["run", "markov", "--profile", "huge"], "unknown profile 'huge'"),
     (["run", "markov", "--device", "tpu"], "unknown device 'tpu'"),
-    (["run", "markov", "--set", "tied=maybe"], "expected true or false"),
+    (["run", "dilution", "--set", "layer_norm=maybe"], "expected true or false"),
     (["run", "markov", "--set", "switch_probs=0.5,2"], "strictly between 0 and 1"),
     (["run", "markov", "--set", "p"], "KEY=VALUE"),
     (["run", "markov", "--section", "nope"], "unknown section 'nope' of markov"),
@@ -147,7 +147,7 @@ def test_full_profile_on_a_cpu_warns_before_it_starts():
 
 def test_strict_fails_on_a_failed_row_but_not_on_an_undecided_one(capsys):
     # three steps of a depth-2 run: it cannot have escaped its plateau yet, so its rows are undecided
-    assert main(["run", "markov", "--section", "depth_two", *TINY, "--device", "cpu", "--out", "-", "--strict"]) == 0
+    assert main(["run", "markov", "--section", "depth", *TINY, "--device", "cpu", "--out", "-", "--strict"]) == 0
     captured = capsys.readouterr()
     assert "[UNDECIDED] depth 2" in captured.err and "undecided" in captured.err and "--strict:" in captured.err
     assert json.loads(captured.out)["claims"][0]["holds"] is None

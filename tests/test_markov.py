@@ -150,13 +150,20 @@ def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigr
     return apply
 
 
+def _depth_run(excess: float, plateau: bool, depth: int = 2, tied: bool = True, moving: bool = False) -> dict:
+    """Two seeds whose loss settles at the entropy rate plus ``excess`` (after a plateau at H(pi) if ``plateau``)."""
+    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    end = H_pi - GAP + excess
+    loss = np.concatenate([np.full(15, H_pi), end + SETTLED]) if plateau else end + SETTLED
+    return {"depth": depth, "tied": tied, "eval_steps": np.arange(len(loss)), "eval_loss": np.tile(loss, (2, 1)),
+            "excess": np.full(2, excess), "still_descending": np.full(2, moving)}
+
+
 def _depth(excess: float, plateau: bool):
-    """Depth-2 seeds whose loss settles at the entropy rate plus ``excess`` (after a plateau at H(pi) if ``plateau``)."""
     def apply(monkeypatch):
         H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-        end = H_pi - GAP + excess
-        loss = np.concatenate([np.full(15, H_pi), end + SETTLED]) if plateau else end + SETTLED
-        return markov.depth_rows(0.5, 0.8, np.full(2, excess), np.tile(loss, (2, 1)), H_pi, [False, False])
+        return [row for tied in (True, False) for depth in (2, 4)
+                for row in markov.depth_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
     return apply
 
 
@@ -207,8 +214,8 @@ COUNTERFACTUALS = {
     r"basin .*: untied seeds from init std <= 0.02 that do not reach": _basin(0.5, 0.8, untied_end="neither"),
     r"basin \(0.2, 0.3\): tied seeds from init std <= 0.02 that do not reach": _basin(0.2, 0.3, tied_end="neither"),
     r"basin .*: init stds <= 0.02 at which a tied seed left": _basin(0.5, 0.8, escape=_tied_order(EARLY, EARLY)),
-    r"depth 2 .*: every seed reaches the entropy rate": _depth(GAP / 2, True),  # settled between the two minima
-    r"depth 2: shortest time on the unigram plateau": _depth(0.0, False),
+    r"depth \d+ (un)?tied .*: every seed reaches the entropy rate": _depth(GAP / 2, True),  # settled between the minima
+    r"depth 2 tied: shortest time on the unigram plateau": _depth(0.0, False),
     r"state tied unigram point: embedding Hessian": _spectrum_negated,
     r"state tied Hessian sign along the p sweep": _spectrum_negated,
     r"state chain, untied: worst excess loss": _multistate(0.0, 0.5),
@@ -249,18 +256,17 @@ def test_the_rows_hold_without_a_change(tiny_result):
     assert all(c.holds for c in markov.training_rows(learned, 0.02)) and len(markov.training_rows(learned, 0.02)) == 4
     assert all(c.holds for c in _phase("", "<")(None)) and len(_phase("", "<")(None)) == 4
     assert all(c.holds for c in _basin(0.5, 0.8)(None) + _basin(0.2, 0.3)(None))
-    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-    plateau_then_escape = np.concatenate([np.full((2, 10), H_pi), np.full((2, 20), H_pi - GAP)], axis=1)
-    assert all(c.holds for c in markov.depth_rows(0.5, 0.8, np.zeros(2), plateau_then_escape, H_pi, [False] * 2))
+    assert all(c.holds for c in _depth(0.0, True)(None)) and len(_depth(0.0, True)(None)) == 5
     assert all(c.holds for c in _multistate(0.0, 0.0)(None)) and len(_multistate(0.0, 0.0)(None)) == 3
 
 
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
     # the budget ran out before the escape: the seed's Fig. 1 says it comes, so the row must not say "fails"
     H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-    still_on_plateau = np.concatenate([H_pi + SETTLED, np.full(20, H_pi)])
-    depth = markov.depth_rows(0.5, 0.8, np.full(2, GAP), np.tile(still_on_plateau, (2, 1)), H_pi, [False] * 2)
-    assert depth[0].holds is None and "depth2_steps" in depth[0].reason
+    depth = markov.depth_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)  # settled on the plateau: the escape had not come
+    assert depth[0].holds is None and "depth_steps" in depth[0].reason
+    depth = markov.depth_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
+    assert depth[0].holds is None
     descending = _run(0.2, 0.3, True, [GAP2 / 2] * 3) | {"still_descending": [False, True, False]}
     assert markov.training_rows([descending], 0.02)[0].holds is None
     on_the_plateau = _run(0.2, 0.3, True, [GAP2] * 3)  # settled where a plateau sits: no budget says it stays
@@ -291,6 +297,6 @@ def test_order_rows_are_made_only_from_the_seeds_small_initialisation():
 def test_a_chain_on_the_line_p_plus_q_one_gets_no_trained_row_and_the_output_says_why():
     settings = {**TINY["markov"], "p": 0.4, "q": 0.6}
     result = markov.CHAPTER.run("quick", settings, seeds=1, device="cpu",
-                                sections=["unigram_point", "depth_two", "basin"])
-    assert [c.name for c in result.claims if c.section in ("depth_two", "basin")] == []
-    assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth_two", "basin"))
+                                sections=["unigram_point", "depth", "basin"])
+    assert [c.name for c in result.claims if c.section in ("depth", "basin")] == []
+    assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth", "basin"))

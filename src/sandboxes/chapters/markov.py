@@ -17,11 +17,11 @@ from ..claims import Claim
 from ..data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ..model import GPT, GPTConfig
 from ..profiles import (
-    FLAG,
     Param,
     at_least,
     each,
     float_list,
+    int_list,
     in_open_unit_interval,
     positive,
     with_reference,
@@ -42,16 +42,20 @@ GPT2_INIT_STD = 0.02  # the initialisation the seed trains from; its reported ou
 PARAMS = (
     Param("p", float, 0.5, 0.5, "P(x_n+1 = 1 | x_n = 0) of the featured chain", in_open_unit_interval),
     Param("q", float, 0.8, 0.8, "P(x_n+1 = 0 | x_n = 1) of the featured chain", in_open_unit_interval),
-    Param("tied", bool, True, True, "weight tying of the depth-2 runs (the other training sections train both)", FLAG),
     Param("p2", float, 0.2, 0.2, "p of the contrast chain (the book uses p+q<1)", in_open_unit_interval),
     Param("q2", float, 0.3, 0.3, "q of the contrast chain", in_open_unit_interval),
-    Param("length", int, 64, 1024, "sequence length T", at_least(2)),
+    Param("length", int, 64, 1024, "sequence length T of the loss-curve runs", at_least(2)),
+    Param("sweep_length", int, 64, 1024, "sequence length T of the phase-diagram, basin and multi-state runs",
+          at_least(2)),
     Param("d_model", int, 8, 8, "embedding dimension", at_least(1)),
     Param("steps", int, 300, 400, "training steps of one-layer runs", at_least(1)),
     Param("batch_size", int, 16, 16, "sequences per step", at_least(1)),
     Param("lr", float, 2e-3, 2e-3, "AdamW learning rate (cosine schedule)", positive),
     Param("init_std", float, 0.02, 0.02, "std of the Gaussian initialisation", positive),
-    Param("depth2_steps", int, 1000, 1000, "training steps of the depth-2 runs", at_least(1)),
+    Param("depths", str, "1,2", "1,2,4,8", "depth runs: numbers of layers to compare", each(at_least(1))),
+    Param("depth_length", int, 64, 512, "depth runs: sequence length T", at_least(2)),
+    Param("depth_steps", int, 1000, 1000, "depth runs: training steps", at_least(1)),
+    Param("depth_seeds", int, 3, 3, "depth runs: seeds per depth and tying", at_least(1)),
     Param("grid", int, 4, 9, "phase diagram: values of p and of q in (0.1, 0.9)", at_least(2)),
     Param("grid_seeds", int, 1, 5, "phase diagram: seeds per (p, q) cell", at_least(1)),
     Param("init_scales", str, "0.01,0.03,0.1,0.3", "0.005,0.01,0.02,0.03,0.05,0.1,0.2,0.3,0.5,1.0",
@@ -62,10 +66,17 @@ PARAMS = (
     Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", at_least(1)),
     Param("flow_init_std", float, 0.5, 0.5, "reduced flow: std of the initial points", positive),
 )
-# Reference scale (2-core CPU, measured): the loss-curve section at the paper's own setting (T = 1024, 400 AdamW
-# steps, batch 16, d = 8; THEORY.md, Makkuva et al. Fig. 3) with 10 seeds: about 1.1 s per step of one 20-member
-# ensemble alone on the machine, 33 minutes in all beside other work. The other trained sections wait for their sizing.
-PARAMS = with_reference(PARAMS, {"length": 1024, "steps": 400})
+# Reference scale (2-core CPU): the loss-curve section at the paper's own setting (T = 1024, 400 AdamW steps, batch
+# 16, d = 8; THEORY.md, Makkuva et al. Fig. 3) with 10 seeds, measured at about 1.1 s per step of one 20-member
+# ensemble alone on the machine, 33 minutes in all. The sweeps (phase diagram 7 x 7 x 3 seeds, basin 8 scales x 10
+# seeds, multi-state 6 values of p around p* = 0.8 x 10 seeds, each tied and untied) run at T = 256 with the same
+# steps, and the depth runs at the seed's depth-figure length T = 512 (1, 2 and 4 layers, 3 seeds, 1000 steps):
+# each sized from that step time to stay within the hour per section.
+PARAMS = with_reference(PARAMS, {
+    "length": 1024, "steps": 400, "sweep_length": 256, "grid": 7, "grid_seeds": 3,
+    "init_scales": "0.005,0.01,0.02,0.05,0.1,0.2,0.5,1.0", "switch_probs": "0.4,0.5,0.6,0.7,0.9,0.95",
+    "depths": "1,2,4", "depth_length": 512,
+})
 
 
 def _train_config(config: dict[str, Any], steps: int | None = None) -> TrainConfig:
@@ -73,8 +84,8 @@ def _train_config(config: dict[str, Any], steps: int | None = None) -> TrainConf
                        eval_every=max(1, (steps or config["steps"]) // 30))
 
 
-def _binary_model(config: dict[str, Any], tied: bool, init_std: float | None = None, n_layer: int = 1):
-    gpt_config = replace(theory.binary_config(config["d_model"], config["length"], tied),
+def _binary_model(config: dict[str, Any], tied: bool, length: int, init_std: float | None = None, n_layer: int = 1):
+    gpt_config = replace(theory.binary_config(config["d_model"], length, tied),
                          n_layer=n_layer, init_std=init_std or config["init_std"])
     return lambda: GPT(gpt_config)
 
@@ -383,7 +394,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
         members = [(p, q) for p, q, t in settings if t == tied]
         tasks = [MarkovChain.binary(p, q, config["length"]) for p, q in members for _ in ctx.seeds]
         seeds = [s for _ in members for s in ctx.seeds]
-        trained = train(_binary_model(config, tied), tasks, _train_config(config), seeds, ctx.device,
+        trained = train(_binary_model(config, tied, config["length"]), tasks, _train_config(config), seeds, ctx.device,
                         progress=ctx.progress)
         excess, moving = _excess(trained, tasks), still_descending(trained)
         n = len(ctx.seeds)
@@ -479,13 +490,14 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
     values = np.round(np.linspace(0.1, 0.9, config["grid"]), 4)
     cells = [(p, q) for p in values for q in values]
     seeds = list(range(config["grid_seeds"]))
-    tasks = [MarkovChain.binary(p, q, config["length"]) for p, q in cells for _ in seeds]
+    tasks = [MarkovChain.binary(p, q, config["sweep_length"]) for p, q in cells for _ in seeds]
     gaps = np.array([_gap(p, q) for p, q in cells])
     unigram = np.array([theory.unigram_entropy(binary_kernel(p, q)) for p, q in cells])
     excess, waiting, escape, ratio = {}, {}, {}, {}
     for tied in (True, False):
         kind = "tied" if tied else "untied"
-        trained = train(_binary_model(config, tied), tasks, _train_config(config), [s for _ in cells for s in seeds],
+        trained = train(_binary_model(config, tied, config["sweep_length"]), tasks, _train_config(config),
+                        [s for _ in cells for s in seeds],
                         ctx.device, progress=ctx.progress)
         excess[kind] = _excess(trained, tasks).reshape(len(cells), len(seeds))
         loss = np.asarray(trained.eval_loss).reshape(len(cells), len(seeds), -1)
@@ -553,13 +565,13 @@ def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
     """Where seeds end at the featured chain, against the initialisation scale, tied and untied."""
     p, q, gap = config["p"], config["q"], _gap(config["p"], config["q"])
     scales = float_list(config["init_scales"])
-    task = MarkovChain.binary(p, q, config["length"])
+    task = MarkovChain.binary(p, q, config["sweep_length"])
     H_pi, shape = theory.unigram_entropy(task.kernel), (len(scales), len(ctx.seeds))
     outcome: dict[str, dict[str, list[float]]] = {}
     ends, waiting, escape = {}, {}, {}
     for tied in (True, False):
         kind = "tied" if tied else "untied"
-        makers = [_binary_model(config, tied, s) for s in scales for _ in ctx.seeds]
+        makers = [_binary_model(config, tied, config["sweep_length"], s) for s in scales for _ in ctx.seeds]
         trained = train(makers, task, _train_config(config), [s for _ in scales for s in ctx.seeds],
                         ctx.device, progress=ctx.progress)
         ends[kind] = classify(_excess(trained, [task] * len(makers)), gap).reshape(shape)
@@ -608,50 +620,66 @@ def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarr
     return claims
 
 
-# ---------------------------------------------------------------- depth 2 and multi-state chains
-class DepthData(TypedDict):
-    p: float
-    q: float
+# ---------------------------------------------------------------- depth and multi-state chains
+class DepthRun(TypedDict):
+    depth: int
+    tied: bool
     eval_steps: list[int]
     eval_loss: list[list[float]]  # seeds x evaluations
     excess: list[float]
     still_descending: list[bool]  # per seed: the loss had not settled when the budget ran out
 
 
-def depth_two(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
-    """Tied depth-2 runs at the featured chain: a unigram plateau, then the entropy rate."""
+class DepthData(TypedDict):
+    p: float
+    q: float
+    runs: list[DepthRun]
+
+
+def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
+    """Tied and untied runs of every depth at the featured chain: beyond one layer, a unigram plateau, then the
+    entropy rate (the seed's Fig. 1 and its depth figure)."""
     p, q = config["p"], config["q"]
-    task = MarkovChain.binary(p, q, config["length"])
-    trained = train(_binary_model(config, config["tied"], n_layer=2), task, _train_config(config, config["depth2_steps"]),
-                    ctx.seeds, ctx.device, progress=ctx.progress)
-    H_pi = theory.unigram_entropy(task.kernel)
-    excess = _excess(trained, [task] * len(ctx.seeds))
-    moving = still_descending(trained)
-    claims = depth_rows(p, q, excess, trained.eval_loss, H_pi, moving)
-    return Outcome(claims, {"p": p, "q": q, "eval_steps": trained.eval_steps, "eval_loss": trained.eval_loss,
-                            "excess": excess, "still_descending": moving}, _too_close([(p, q)], "depth 2"))
+    task = MarkovChain.binary(p, q, config["depth_length"])
+    seeds = list(range(config["depth_seeds"]))
+    H_pi, runs = theory.unigram_entropy(task.kernel), []
+    for n_layer in int_list(config["depths"]):
+        for tied in (True, False):
+            trained = train(_binary_model(config, tied, config["depth_length"], n_layer=n_layer), task,
+                            _train_config(config, config["depth_steps"]), seeds, ctx.device, progress=ctx.progress)
+            runs.append({"depth": n_layer, "tied": tied, "eval_steps": trained.eval_steps,
+                         "eval_loss": trained.eval_loss, "excess": _excess(trained, [task] * len(seeds)),
+                         "still_descending": still_descending(trained)})
+    claims = [row for run in runs if run["depth"] >= 2 for row in depth_rows(p, q, run, H_pi)]
+    silent = _too_close([(p, q)], "the depth rows")
+    if 1 in int_list(config["depths"]):
+        silent += ("depth 1: drawn for comparison; the training section's rows judge one-layer runs",)
+    if p + q < 1:
+        silent += ("a plateau before the escape: the seed reports it (Sec. 4.4) where one layer has the bad local "
+                   "minimum, p+q>1",)
+    return Outcome(claims, {"p": p, "q": q, "runs": runs}, silent)
 
 
-def depth_rows(p: float, q: float, excess: np.ndarray, eval_loss: np.ndarray, unigram_entropy: float,
-               moving: list[bool]) -> list[Claim]:
-    """Depth 2: every seed reaches the entropy rate, after a plateau at the unigram loss (the seed's Fig. 1)."""
+def depth_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) -> list[Claim]:
+    """Depth two and more: every seed reaches the entropy rate (the seed's Fig. 1), and with p+q>1 tied seeds at
+    depth 2 first sit on the unigram plateau (its Sec. 4.4)."""
     gap = _gap(p, q)
     if gap < MIN_GAP:
         return []
-    near_unigram = np.abs(np.asarray(eval_loss) - unigram_entropy) < GAP_FRACTION * gap + NOISE
-    plateau = near_unigram.mean(axis=1)  # fraction of the evaluations spent on the plateau
-    short = np.asarray(excess) > GAP_FRACTION * gap
-    waiting = short & (on_plateau(eval_loss, unigram_entropy, gap) | np.asarray(moving))
-    return [
-        Claim.at_most(f"depth 2 ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
-                      GAP_FRACTION * gap, float(np.max(excess)), f"reported (seed's Fig. 1); {GAP_REASON}").eventually(
-            *budget_ran_out(int(waiting.sum()), f"of {len(short)} seeds were on the unigram plateau (the escape "
-                            "had not come) or still descending", "depth2_steps")),
-        Claim.at_least("depth 2: shortest time on the unigram plateau (fraction of training)",
-                       0.1, float(plateau.min()), "reported (seed, Sec. 4.4); a plateau is a tenth of training or "
-                       "more within a tenth of the gap of H(pi) (+0.005 for held-out sampling noise)").eventually(
-            *budget_ran_out(int(np.sum(moving)), f"of {len(short)} seeds were still descending", "depth2_steps")),
-    ]
+    label = f"depth {run['depth']} {'tied' if run['tied'] else 'untied'}"
+    eval_loss, moving = np.asarray(run["eval_loss"]), np.asarray(run["still_descending"])
+    waiting = moving | on_plateau(eval_loss, unigram_entropy, gap)
+    claims = [reaches_entropy_rate_row(f"{label} ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
+                                       np.asarray(run["excess"]), gap, waiting, "reported (seed's Fig. 1 and Sec. 4.4)",
+                                       "depth_steps")]
+    if run["depth"] == 2 and run["tied"] and p + q > 1:
+        plateau = (np.abs(eval_loss - unigram_entropy) < plateau_band(gap)).mean(axis=1)  # fraction of evaluations
+        claims.append(Claim.at_least(
+            "depth 2 tied: shortest time on the unigram plateau (fraction of training)", 0.1, float(plateau.min()),
+            "reported (seed, Sec. 4.4); a plateau is a tenth of training or more within a tenth of the gap of H(pi) "
+            "(+0.005 for held-out sampling noise)").eventually(
+            *budget_ran_out(int(moving.sum()), f"of {len(moving)} seeds were still descending", "depth_steps")))
+    return claims
 
 
 HESSIAN_PROBS = tuple(np.round(np.linspace(0.05, 0.95, 19), 2))  # switching probabilities of the exact sweep
@@ -666,6 +694,7 @@ class MultistateData(TypedDict):
     gaps: list[float]
     tied: list[list[float]]  # excess loss / gap, per p and seed (NaN where the gap is below MIN_GAP)
     untied: list[list[float]]
+    escape_step: dict[str, list[list[float]]]  # tied / untied: per p and seed, the step it left the plateau (inf: none)
 
 
 def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateData]:
@@ -684,13 +713,13 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
         Claim.exact(f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
                     expected, signs, "the closed form above; p* is where the chain's mutual information vanishes"),
     ]
-    tasks = [MarkovChain(symmetric_kernel(n, p), config["length"]) for p in probs]
+    tasks = [MarkovChain(symmetric_kernel(n, p), config["sweep_length"]) for p in probs]
     gaps = np.array([theory.unigram_entropy(t.kernel) - theory.entropy_rate(t.kernel) for t in tasks])
     unigram = [theory.unigram_entropy(t.kernel) for t in tasks]
     ratios, waiting, escape = {}, {}, {}
     for tied in (True, False):
         kind = "tied" if tied else "untied"
-        gpt = GPTConfig(vocab_size=n, block_size=config["length"], d_model=config["d_model"], tied=tied,
+        gpt = GPTConfig(vocab_size=n, block_size=config["sweep_length"], d_model=config["d_model"], tied=tied,
                         init_std=config["init_std"])
         members = [t for t in tasks for _ in ctx.seeds]
         trained = train(lambda: GPT(gpt), members, _train_config(config), [s for _ in tasks for s in ctx.seeds],
@@ -756,6 +785,6 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("training", "Training: loss curves and predictions", training, trains=True),
                       Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True),
                       Section("basin", "The basin of the bad minimum", basin, trains=True),
-                      Section("depth_two", "Depth two escapes", depth_two, trains=True),
+                      Section("depth", "Depth two and more escape", depth, trains=True),
                       Section("multistate", "A multi-state chain", multistate, trains=True),
-                  ), reference_sections=("training",))
+                  ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))

@@ -142,15 +142,23 @@ def basin(data: BasinData) -> Figure:
     return fig
 
 
-def depth_two(data: DepthData) -> Figure:
-    """Depth-2 held-out loss: the unigram plateau, then the entropy rate."""
-    fig, ax = plt.subplots()
-    curves_with_band(ax, np.asarray(data["eval_steps"]), np.asarray(data["eval_loss"]), COLORS["depth2"], "depth 2")
+def depth(data: DepthData) -> Figure:
+    """Held-out loss of tied and untied runs by depth: one layer lingers at the unigram, deeper ones leave it."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     H, H_pi = _lines(data["p"], data["q"])
-    reference_line(ax, H, "entropy rate")
-    reference_line(ax, H_pi, "H(π) unigram", ":")
-    ax.set(xlabel="step", ylabel="held-out loss (nats)", ylim=(H - 0.02, H_pi + 0.04))
-    ax.legend()
+    depths = sorted({run["depth"] for run in data["runs"]})
+    shades = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
+    for ax, tied in zip(axes, (True, False)):
+        for run in (r for r in data["runs"] if r["tied"] == tied):
+            curves_with_band(ax, np.asarray(run["eval_steps"]), np.asarray(run["eval_loss"]),
+                             shades[depths.index(run["depth"])], f"depth {run['depth']}")
+        reference_line(ax, H, "entropy rate")
+        reference_line(ax, H_pi, "H(π) unigram", ":")
+        ax.set(xlabel="step", title=f"{'tied' if tied else 'untied'}, p = {data['p']}, q = {data['q']}",
+               ylim=(H - 0.02, H_pi + 0.04))
+    axes[0].set_ylabel("held-out loss (nats)")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 
