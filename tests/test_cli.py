@@ -1,17 +1,20 @@
 """The command line: list, runs of whole chapters and of single sections, JSON to stdout, one-line errors."""
 
 import json
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import FULL_SHRUNK
 from conftest import tiny_flags as tiny
 from reader import is_trained_row
 
-from sandboxes.chapters import all_chapters
+from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.claims import Claim
-from sandboxes.cli import main
+from sandboxes.cli import _overrides, _parser, main
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]
 SECTIONS = [(chapter.name, section.name) for chapter in all_chapters() for section in chapter.sections]
@@ -173,3 +176,23 @@ def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
     assert len(lines) == len(trained) >= 2
     assert all(f"run {c} --profile reference --section {s} --into results/{c}-reference.json" in line
                for (c, s), line in zip(trained, lines))
+
+
+def _documented_commands() -> list[str]:
+    """Every ``python -m sandboxes run ...`` a reader can copy from the docs or a chapter's own text (no placeholders)."""
+    root = Path(__file__).resolve().parents[1]
+    texts = [path.read_text() for path in [root / "README.md", root / "CONTRIBUTING.md", root / "results" / "README.md",
+                                           *sorted((root / "book").glob("*.md"))]]
+    texts += ["".join(cell["source"]) for path in sorted((root / "book").glob("*.ipynb"))
+              for cell in json.loads(path.read_text())["cells"]]
+    found = re.findall(r"python -m sandboxes run ([^`\n\"#\\]*)", "\n".join(texts))
+    return sorted({command.strip().rstrip(";.,") for command in found if "<" not in command})
+
+
+@pytest.mark.parametrize("command", _documented_commands())
+def test_every_documented_run_command_is_accepted(command):
+    # each command's chapter, profile, sections and --set values pass the checks that run before any work
+    args = _parser().parse_args(["run", *shlex.split(command)])
+    chapter = get_chapter(args.chapter)
+    chapter.closure(args.sections)
+    chapter.start(args.profile, _overrides(args.overrides), args.seeds, device="cpu")
