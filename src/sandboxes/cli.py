@@ -83,8 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
     if args.into and args.out:
         raise ValueError("give --out or --into, not both")
-    if args.into and Path(args.into).exists():
-        kept = Result.load(args.into)
+    kept = Result.load(args.into) if args.into and Path(args.into).exists() else None
+    if kept is not None:
         if (kept.chapter, kept.profile) != (chapter.name, args.profile):
             raise ValueError(f"{args.into} holds {kept.chapter} at the {kept.profile} profile, not {chapter.name} "
                              f"at {args.profile}")
@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
           f"{result.provenance['device_name']}", file=report)
     if args.into:
         order = [s.name for s in chapter.sections]
-        path = merge(Result.load(args.into) if Path(args.into).exists() else None, result, order).save(args.into)
+        path = merge(kept, result, order).save(args.into)
         print(f"sections {', '.join(result.sections)} merged into {path}", file=report)
     elif args.out == "-":
         print(result.to_json())

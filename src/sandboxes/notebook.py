@@ -63,13 +63,12 @@ class Page:
         full = resolve(self.chapter.params, "full", {})
         values = ", ".join(f"{key} = {self.config[key]}" + (f" (full: {full[key]})" if full[key] != self.config[key]
                                                               else "") for key in params)
-        lines = [f"No row: {html.escape(note)}" for note in self.run.section(name).silent]
-        lines.append(f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>")
+        lines = [f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>"]
         if self.run.profile != "full" and any(full[key] != self.config[key] for key in params):
             lines.append(f"At the full profile: <code>{html.escape(self.run.command(name, 'full'))}</code>")
         if values:
             lines.append(f"Parameters it reads: {html.escape(values)}")
-        return "".join(f"<p>{line}</p>" for line in lines)
+        return _footer(self.run.section(name).silent, lines)
 
     def result(self) -> Result:
         """Every section run so far, as one result."""
@@ -82,6 +81,11 @@ class Page:
     def check(self) -> None:
         """Print the machine-independent summary of every row; raise if any fails."""
         self.result().verdict.check()
+
+
+def _footer(silent: list[str], lines: list[str]) -> str:
+    """The paragraphs under a section's verdict: why a row was not made, then ``lines`` (HTML already escaped)."""
+    return "".join(f"<p>{line}</p>" for line in [f"No row: {html.escape(note)}" for note in silent] + lines)
 
 
 def full_result(chapter: str) -> Result | None:
@@ -136,10 +140,10 @@ def reference_verdict(result: Result, section: str) -> None:
     """Show the rows the reference run made for ``section``, with the command that remade it; raise if one fails."""
     claims = [c for c in result.claims if c.section == section]
     record = result.sections[section]
-    notes = "".join(f"<p>No row: {html.escape(note)}</p>" for note in record["silent"])
     values = ", ".join(f"{key} = {value}" for key, value in record["values"].items())
-    display(HTML(Verdict(claims)._repr_html_() + notes + f"<p>Made by: <code>{html.escape(record['command'])}</code> "
-                 f"({record['wall_time_s'] / 60:.0f} min)</p><p>Parameters it read: {html.escape(values)}</p>"))
+    display(HTML(Verdict(claims)._repr_html_() + _footer(record["silent"], [
+        f"Made by: <code>{html.escape(record['command'])}</code> ({record['wall_time_s'] / 60:.0f} min)",
+        f"Parameters it read: {html.escape(values)}"])))
     failed = Verdict(claims).failures()
     if failed:
         raise ClaimFailed(f"reference section {section}: claims that failed:\n" + Verdict(failed).text())
