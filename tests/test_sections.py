@@ -188,3 +188,13 @@ def test_a_section_whose_training_diverged_leaves_its_failed_rows_undecided_and_
         trained, exact = chapter.run(device="cpu").claims
     assert trained.holds is None and "step 3 for seed(s) [0]" in trained.reason
     assert exact.holds is True
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.reference_sections], ids=lambda c: c.name)
+def test_the_seed_table_has_rows_for_every_reference_section(chapter, tiny_result):
+    # the page's seed-versus-ours table covers each section the reference run makes, read back from JSON
+    data = tiny_result(chapter.name)["data"]
+    module = importlib.import_module(f"sandboxes.chapters.{chapter.name}")
+    for name in chapter.reference_sections:
+        rows = module.against_seed({name: data[name]})
+        assert rows and all(len(row) == 3 and all(isinstance(cell, str) and cell for cell in row) for row in rows), name
