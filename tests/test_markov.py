@@ -215,7 +215,7 @@ COUNTERFACTUALS = {
     r"basin \(0.2, 0.3\): tied seeds from init std <= 0.02 that do not reach": _basin(0.2, 0.3, tied_end="neither"),
     r"basin .*: init stds <= 0.02 at which a tied seed left": _basin(0.5, 0.8, escape=_tied_order(EARLY, EARLY)),
     r"depth \d+ (un)?tied .*: every seed reaches the entropy rate": _depth(GAP / 2, True),  # settled between the minima
-    r"depth 2 tied: shortest time on the unigram plateau": _depth(0.0, False),
+    r"depth 2 tied: shortest rest on the unigram plateau": _depth(0.0, False),
     r"state tied unigram point: embedding Hessian": _spectrum_negated,
     r"state tied Hessian sign along the p sweep": _spectrum_negated,
     r"state chain, untied: worst excess loss": _multistate(0.0, 0.5),
@@ -296,7 +296,33 @@ def test_order_rows_are_made_only_from_the_seeds_small_initialisation():
 
 def test_a_chain_on_the_line_p_plus_q_one_gets_no_trained_row_and_the_output_says_why():
     settings = {**TINY["markov"], "p": 0.4, "q": 0.6}
-    result = markov.CHAPTER.run("quick", settings, seeds=1, device="cpu",
-                                sections=["unigram_point", "depth", "basin"])
+    result = markov.CHAPTER.run("quick", {**settings, "flow_points": 4}, seeds=1, device="cpu",
+                                sections=["unigram_point", "depth", "basin", "reduced_flow"])
     assert [c.name for c in result.claims if c.section in ("depth", "basin")] == []
-    assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth", "basin"))
+    assert [c.name for c in result.claims if "(0.4, 0.6): flows" in c.name or "(0.4, 0.6): most" in c.name] == []
+    assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth", "basin", "reduced_flow"))
+    assert all(c.holds for c in result.claims)
+
+
+def test_the_hypothesis_row_resolves_a_chain_just_past_the_line():
+    # a reader's value: p+q = 1.011 made the drop along random directions smaller than round-off
+    result = markov.CHAPTER.run("quick", {"p": 0.5, "q": 0.511}, seeds=1, device="cpu", sections=["unigram_point"])
+    row = next(c for c in result.claims if c.name.startswith("Thm 2 needs its hypothesis"))
+    assert row.holds and float(row.measured) < -100 * markov.EXACT
+
+
+def test_a_run_that_never_came_down_to_the_plateau_fails_the_order_row():
+    # an untrained or broken tied model stays near ln 2, above H(pi): it never left, but it never lingered either
+    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    stuck_above = markov.escape_steps(np.arange(5), np.full((3, 5), np.log(2)), H_pi, GAP)
+    assert np.isnan(stuck_above).all()
+    row = markov.later_escape_row("order", [stuck_above], [np.array(EARLY, dtype=float)], "steps", count=False)
+    assert row.holds is False and "never came down" in row.measured
+
+
+def test_a_loss_that_falls_straight_through_the_plateau_does_not_rest_on_it():
+    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    through = np.linspace(np.log(2), H_pi - GAP, 11)[None]  # one evaluation in the band, then below
+    assert markov.plateau_rest(np.arange(11) * 10, through, H_pi, GAP)[0] < 1
+    rests = np.concatenate([[np.log(2)], np.full(5, H_pi), np.full(5, H_pi - GAP)])[None]
+    assert markov.plateau_rest(np.arange(11) * 10, rests, H_pi, GAP)[0] == 5

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.special import expit
 
 from sandboxes.data.markov import binary_kernel, stationary_law, symmetric_kernel
 from sandboxes.theory import markov as theory
@@ -158,3 +159,13 @@ class TestReducedFlow:
             flow = ReducedFlow(p, q)
             assert flow.axis_stable(-0.70) != flow.axis_stable(-0.72)
         assert ReducedFlow(0.5, 0.8).axis_stable(0.0) and not ReducedFlow(0.2, 0.3).axis_stable(0.0)
+
+
+@pytest.mark.parametrize("p, q", [(0.5, 0.8), (0.2, 0.3), (0.4, 0.4), (0.9, 0.1), (0.05, 0.95)])
+def test_the_reduced_models_optimal_bias_zeroes_its_derivative_at_any_slope(p, q):
+    # slopes of +-61 come from starts of std 2 (a reader's value that crashed the old closed form); 800 overflows e^u
+    flow = ReducedFlow(p, q)
+    for u in (-800.0, -61.0, -1.0, 0.0, 1.0, 61.0, 800.0):
+        b = flow.optimal_bias(u)
+        derivative = (1 - flow.pi1) * expit(b) + flow.pi1 * expit(u + b) - flow.pi1
+        assert abs(derivative) < 1e-12, u

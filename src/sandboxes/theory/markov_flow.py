@@ -66,12 +66,22 @@ class ReducedFlow:
         """The bias that zeroes ``dL/db = pi_0 sigma(b) + pi_1 sigma(u + b) - pi_1``, in closed form.
 
         With ``s = e^b`` and ``k = e^u`` the condition is the quadratic
-        ``pi_0 k s^2 + (pi_0 - pi_1) s - pi_1 = 0``, whose positive root is ``s``.
+        ``pi_0 k s^2 + (pi_0 - pi_1) s - pi_1 = 0``, whose positive root is ``s``, taken in whichever of its two
+        algebraic forms avoids cancellation (large slopes ``u`` otherwise lose every digit).
         """
         pi1 = self.pi1
-        pi0, k = 1 - pi1, math.exp(u)
-        s = (pi1 - pi0 + math.sqrt((pi0 - pi1) ** 2 + 4 * pi0 * pi1 * k)) / (2 * pi0 * k)
-        return math.log(s)
+        pi0 = 1 - pi1
+        B = pi0 - pi1
+        if B == 0:
+            return 0.5 * (math.log(pi1 / pi0) - u)  # s^2 = pi1 / (pi0 k)
+        if u > 0:  # scaled by e^(-u/2) so that e^u never overflows
+            h = math.exp(-u / 2)
+            root = math.sqrt((B * h) ** 2 + 4 * pi0 * pi1)
+            scaled = (root - B * h) / (2 * pi0) if B < 0 else 2 * pi1 / (B * h + root)
+            return math.log(scaled) - u / 2
+        root = math.sqrt(B * B + 4 * pi0 * pi1 * math.exp(u))
+        # each form adds two positive terms: no cancellation, and no division by an underflowed e^u
+        return math.log(root - B) - math.log(2 * pi0) - u if B < 0 else math.log(2 * pi1 / (B + root))
 
     def loss_at(self, u: float, b: float) -> float:
         """Exact population cross-entropy of the predictor ``sigma(u x_n + b)``."""
