@@ -498,7 +498,7 @@ def _predictions(model: GPT, task: MarkovChain) -> Prediction:
 # ---------------------------------------------------------------- phase diagram and basin
 class PhaseData(TypedDict):
     values: list[float]  # the grid of p and of q
-    ratio: dict[str, list[list[float]]]  # tied / untied: mean excess loss / gap per (p, q) cell
+    ratio: dict[str, list[list[float]]]  # tied / untied: mean excess loss / gap per (p, q) cell (NaN: gap < MIN_GAP)
     escape_step: dict[str, list[list[float]]]  # tied / untied: per cell and seed, the step it left the plateau (inf: none)
     resolvable: list[list[bool]]  # gap at least MIN_GAP
 
@@ -523,7 +523,8 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
         waiting[kind] = np.reshape(still_descending(trained), (len(cells), len(seeds))) | plateau
         escape[kind] = np.array([escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i])
                                  for i in range(len(cells))])
-        ratio[kind] = (excess[kind].mean(axis=1) / np.maximum(gaps, 1e-12)).reshape(len(values), len(values))
+        ratio[kind] = np.where(gaps >= MIN_GAP, excess[kind].mean(axis=1) / np.maximum(gaps, MIN_GAP),
+                               np.nan).reshape(len(values), len(values))  # no ratio where the gap vanishes
     claims = phase_rows([p + q for p, q in cells], excess, gaps, waiting, escape, config["init_std"])
     data = {"values": values, "ratio": ratio, "escape_step": escape,
             "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values))}
