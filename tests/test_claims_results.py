@@ -1,6 +1,7 @@
 """Claims decide and fail loudly; result files round-trip with their provenance."""
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -86,3 +87,21 @@ def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):
     assert "⏳" in verdict._repr_html_()
     with pytest.raises(ClaimFailed):
         Verdict([*verdict, Claim.exact("c", "1", "2", "r")]).check()
+
+
+def test_a_changed_result_file_does_not_make_the_tree_dirty_but_changed_code_does(tmp_path, monkeypatch):
+    # `run --into` merges into a tracked results/ file; that output must not pass for a change to the code
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    (tmp_path / "results" / "r.json").write_text('{"merged": 1}')
+    assert results.current_commit()[1] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert results.current_commit()[1] is True

@@ -36,13 +36,14 @@ def _version(package: str) -> str:
 
 
 def current_commit() -> tuple[str, bool | None]:
-    """The commit the code runs from and whether tracked files differ from it (a run reads it when it starts, so
-    that commits made while it runs do not pass for its code); in a copied tree without ``.git``, the commit the
+    """The commit the code runs from and whether tracked files outside ``results/`` differ from it (a run reads it
+    when it starts, so that commits made while it runs do not pass for its code; result files are what runs write,
+    e.g. the file ``--into`` merges into, never what they read); in a copied tree without ``.git``, the commit the
     copier names in ``SANDBOXES_GIT_COMMIT`` (dirtiness then unknown: ``None``)."""
     head = _git("rev-parse", "HEAD")
     if head == "unknown":
         return os.environ.get("SANDBOXES_GIT_COMMIT", "unknown"), None
-    return head, _git("status", "--porcelain", "--untracked-files=no") != ""
+    return head, _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results") != ""
 
 
 def provenance(device_type: str, device_name: str, wall_time: float,
