@@ -86,8 +86,10 @@ def test_bad_configs_are_refused(kw, message):
 
 
 def test_initialisation_scale_follows_init_std():
+    torch.manual_seed(0)  # unseeded, it drew from whatever state earlier tests left (one CI run: 2.8 std errors off)
     model = GPT(small(init_std=0.5, d_model=64, n_head=1))
-    assert abs(float(model.wte.weight.detach().std()) - 0.5) < 0.05  # 320 samples: std error about 0.02
+    # 320 samples: the sample std's error is 0.5 / sqrt(2 * 320) = 0.02; four of them
+    assert abs(float(model.wte.weight.detach().std()) - 0.5) < 0.08
 
 
 def test_lstm_maps_tokens_to_logits():

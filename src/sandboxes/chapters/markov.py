@@ -133,11 +133,11 @@ def escape_steps(eval_steps: np.ndarray, eval_loss: np.ndarray, unigram_entropy:
 def leaves_later(tied: np.ndarray, untied: np.ndarray) -> bool | None:
     """Whether every tied run left the plateau after every untied one; ``None`` while neither group had left it.
 
-    A tied run that left while an untied one had not is a definite no: the untied run leaves later still. So is a run
-    that never came down to the plateau (``nan``): it is not the dynamics the row is about.
+    A tied run that left while an untied one had not is a definite no: the untied run leaves later still. A run that
+    never came down to the plateau (``nan``) keeps it open: the row is about runs that reach it, so it cannot hold.
     """
     if np.isnan(tied).any() or np.isnan(untied).any():
-        return False
+        return None
     first_tied, last_untied = float(np.min(tied)), float(np.max(untied))
     if np.isinf(first_tied) and np.isinf(last_untied):
         return None
@@ -152,8 +152,8 @@ ORDER_REASON = ("reported (seed's Figs. 3a, 4 and 5: at its budget the tied runs
                 "untied ones are not); Thms 2 and 3 are why one expects it: at theta_pi the tied loss curves upward in "
                 "the embedding (a local minimum; for n states the embedding block above p*), the untied one has a "
                 "descent direction (a saddle). They are statements about the landscape, not about training. A run has "
-                "left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling noise; one "
-                "that never came down to H(pi) fails the row")
+                "left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling noise; while "
+                "a run had not come down to H(pi) the row is undecided")
 NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the seed reports it "
                 "from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local to theta_pi")
 
@@ -174,8 +174,8 @@ def later_escape_row(name: str, tied: list[np.ndarray], untied: list[np.ndarray]
     else:
         claim = Claim(name, "0", str(sum(v is False for v in verdicts)), "exact", ORDER_REASON, holds)
     return claim.eventually(failed or None not in verdicts, f"{sum(v is None for v in verdicts)} of {len(verdicts)} "
-                            f"groups had neither tied nor untied runs off the plateau when the budget ran out; more "
-                            f"steps (--set {steps_param}=...) decide it")
+                            f"groups had a run not yet down to the plateau, or neither tied nor untied runs off it, "
+                            f"when the budget ran out; more steps (--set {steps_param}=...) decide it")
 
 
 def _too_close(chains: list[tuple[float, float]], rows: str) -> tuple[str, ...]:
