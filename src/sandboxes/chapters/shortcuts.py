@@ -658,6 +658,32 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
     ]
 
 
+def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
+    """``best/median`` in % per depth, ``-`` for a cell the thesis's text lost."""
+    return ", ".join("/".join("-" if v is None else f"{v:.0f}" for v in pair) for pair in zip(best, median))
+
+
+def _sweep_vs_seed(data: SweepData) -> list[tuple[str, str, str]]:
+    """Each automaton's best / median accuracy per depth beside the thesis's Figs. 3.15 / 3.16 at the same depths."""
+    acc = 100 * np.asarray(data["accuracy"])
+    depths, seeds = data["depths"], acc.shape[2]
+    rows = []
+    for name, per_depth, solvable in zip(data["names"], acc, data["solvable"]):
+        best, median = data["paper_best"].get(name), data["paper_median"].get(name)
+        paper = ("no row for it" if best is None or median is None else
+                 _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
+                 + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
+        ours = _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])
+        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}): best / median accuracy (%) at depths "
+                     f"{', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
+    return rows
+
+
+def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's seed-versus-reference table, one group per section the run made."""
+    return _sweep_vs_seed(data["sweep"]) if "sweep" in data else []
+
+
 def check(config: dict[str, Any], n_seeds: int) -> None:
     """d_model divisible by n_head (the heads split the width); checked before any section runs."""
     check_heads(config["d_model"], config["n_head"])
