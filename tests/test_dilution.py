@@ -16,6 +16,7 @@ from sandboxes.data.flipflop import (
     ZERO,
     FlipFlop,
     I,
+    Mixture,
     R,
     Sharpened,
     W,
@@ -454,6 +455,9 @@ COUNTERFACTUALS = {
     "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
     "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
     "sharpened seeds whose error rate": lambda: _training_rows(),
+    # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
+    "second phase on rare strings": lambda: chapter._rare_training_claims(
+        {"transformer": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
     "trained attention obeys Prop 4": lambda: chapter._sharpness_claims(
         {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, 0),
     "sharpening lowers": lambda: chapter._sharpness_claims(  # sharpen = 0: the sharpened run is the plain one
@@ -516,3 +520,39 @@ def test_the_construction_runs_and_holds_at_every_even_base(base):
     result = chapter.CHAPTER.run("quick", {"base": base, "n_construction": 4}, seeds=1, device="cpu",
                                  sections=["construction"])
     assert result.claims and result.verdict.holds, result.verdict.text()
+
+
+def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_is_silent_without_errors():
+    plain, clean = _uniform_rate_counts(), {name: [(0, n)] * 3 for name, n in
+                                            (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))}
+    claims, silent = chapter._rare_training_claims({"transformer": plain, "rare": clean}, {"rare": 0})
+    assert [c.holds for c in claims] == [True] and silent == ()
+    claims, silent = chapter._rare_training_claims({"transformer": clean, "rare": clean}, {"rare": 0})
+    assert claims == [] and "below 7" in silent[0]
+    still, _ = chapter._rare_training_claims({"transformer": plain, "rare": plain}, {"rare": 1})
+    assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
+
+
+def test_the_smallest_significant_split_needs_seven_errors():
+    # all errors in the plain run: p = 2^-k, which is below 0.01 first at k = 7
+    assert chapter.binom.cdf(0, chapter.MIN_ERRORS, 0.5) < chapter.GLITCH_LEVEL < chapter.binom.cdf(0, chapter.MIN_ERRORS - 1, 0.5)
+
+
+def test_a_mixture_draws_each_strings_p_i_from_its_list():
+    mix = Mixture(64, (0.98, 0.1))
+    seq = mix.sequences(4000, torch.Generator().manual_seed(0))
+    check_sequences(seq)
+    ignore_share = (seq[:, 2:-2:2] == I).float().mean(dim=1)  # the free instructions of each string
+    assert ((ignore_share > 0.8) | (ignore_share < 0.35)).all()  # each string is from one component
+    assert abs(float((ignore_share > 0.5).float().mean()) - 0.5) < 0.03  # half from each: 4 std errors of 0.008
+    again = mix.sequences(4000, torch.Generator().manual_seed(0))
+    assert torch.equal(seq, again)
+
+
+def test_a_mixture_of_one_p_i_is_that_language():
+    # same generator stream but for the component draw; the law is the same, so compare instruction frequencies
+    seq = Mixture(32, (0.5,)).sequences(4000, torch.Generator().manual_seed(1))
+    assert abs(float((seq[:, 2:-2:2] == I).float().mean()) - 0.5) < 0.01
+    with pytest.raises(ValueError, match="p_i"):
+        Mixture(32, (1.5,))
+

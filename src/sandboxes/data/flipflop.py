@@ -5,7 +5,8 @@ A flip-flop string of even length ``T`` alternates instructions (even positions)
 probabilities ``(p_w, p_r, p_i)``; the bit after ``w`` or ``i`` is uniform and the bit after
 ``r`` repeats the bit of the latest ``w``. As a task, the input is the first ``T - 1`` tokens and
 the target the next token; in ``clean`` mode only the bits after a read are scored.
-:class:`Sharpened` is the same task with an attention-entropy penalty added to its loss.
+:class:`Sharpened` is the same task with an attention-entropy penalty added to its loss; :class:`Mixture`
+draws each string's ``p_i`` from a list (training on the rare strings, the thesis's R4).
 """
 
 from __future__ import annotations
@@ -55,25 +56,61 @@ class FlipFlop:
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` flip-flop strings, shape ``(n, length)``, dtype long."""
-        pairs = self.length // 2
-        u = torch.rand(n, pairs, generator=generator, dtype=torch.float64)
-        instr = torch.where(u < self.p_w, W, torch.where(u < self.p_w + self.p_r, R, I))
-        instr[:, 0], instr[:, -1] = W, R
-        bits = torch.randint(0, 2, (n, pairs), generator=generator)
-        bits = torch.where(instr == R, latest_write_bits(instr, bits), bits)
-        out = torch.empty(n, self.length, dtype=torch.long)
-        out[:, 0::2], out[:, 1::2] = instr, bits + ZERO
-        return out
+        return _strings(n, self.length, self.p_w, self.p_r, generator)
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        seq = self.sequences(n, generator)
-        inputs, targets = seq[:, :-1], seq[:, 1:].clone()
-        if self.mode == "clean":
-            targets[inputs != R] = IGNORE_INDEX
-        return inputs, targets
+        return _as_task(self.sequences(n, generator), self.mode)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """A uniform mixture of ``FFL(length, p_i)`` over ``p_is``: each string draws its own ``p_i`` (the thesis's R4)."""
+
+    length: int
+    p_is: tuple[float, ...]
+    mode: Mode = "clean"
+
+    def __post_init__(self) -> None:
+        if not self.p_is:
+            raise ValueError("a mixture needs at least one p_i")
+        for p_i in self.p_is:
+            FlipFlop.with_ignore(self.length, p_i, self.mode)  # the same checks as each component
+
+    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` strings, each from a component drawn uniformly, shape ``(n, length)``."""
+        which = torch.randint(len(self.p_is), (n, 1), generator=generator)
+        p_w = (1 - torch.tensor(self.p_is, dtype=torch.float64)[which]) / 2
+        return _strings(n, self.length, p_w, p_w, generator)
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        return _as_task(self.sequences(n, generator), self.mode)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
+
+
+def _strings(n: int, length: int, p_w: float | Tensor, p_r: float | Tensor, generator: torch.Generator) -> Tensor:
+    """``n`` strings with write and read probabilities ``p_w``, ``p_r`` (scalars, or one per string as ``(n, 1)``)."""
+    pairs = length // 2
+    u = torch.rand(n, pairs, generator=generator, dtype=torch.float64)
+    instr = torch.where(u < p_w, W, torch.where(u < p_w + p_r, R, I))
+    instr[:, 0], instr[:, -1] = W, R
+    bits = torch.randint(0, 2, (n, pairs), generator=generator)
+    bits = torch.where(instr == R, latest_write_bits(instr, bits), bits)
+    out = torch.empty(n, length, dtype=torch.long)
+    out[:, 0::2], out[:, 1::2] = instr, bits + ZERO
+    return out
+
+
+def _as_task(seq: Tensor, mode: Mode) -> tuple[Tensor, Tensor]:
+    """Inputs (all but the last token) and next-token targets; ``clean`` scores only the bits after a read."""
+    inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+    if mode == "clean":
+        targets[inputs != R] = IGNORE_INDEX
+    return inputs, targets
 
 
 class Sharpened:
