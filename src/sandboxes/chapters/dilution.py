@@ -22,7 +22,7 @@ from ..data.flipflop import R, W, FlipFlop, Mixture, Sharpened, all_strings, rea
 from ..losses import attention_entropy
 from ..model import GPT, LSTM, GPTConfig, WithAttention, check_heads
 from ..profiles import (FLAG, Custom, Param, at_least, each, float_list, in_open_unit_interval, non_negative, positive,
-                        probability)
+                        probability, with_reference)
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
 from ..trainer import TrainConfig, budget_ran_out, still_descending, train
@@ -85,6 +85,18 @@ PARAMS = (
     Param("n_construction", int, 200, 2000, "random strings per test set of the construction", at_least(1)),
 )
 
+
+# Reference (2-core CPU): the training section at T = 128, where a sparse string's read reaches back about 64 tokens
+# past an ignore-filled stretch that training strings (p_i = 0.8) almost never have, with 8 seeds of a 2-layer,
+# width-64 GPT. Measured on that CPU: about 0.28 s per step of the 8-member ensemble (so 3000 steps take about 14
+# minutes and each 500-step second phase 2 to 3), 0.42 s per 1000 test strings per model, and one minute for the 8
+# LSTMs. The test sets give each seed about 10^5 sparse reads (1 + 62 x 0.01 per string), 10^5 dense ones
+# (1 + 62 x 0.45) and twice that in distribution (1 + 62 x 0.1), so counting takes about 17 of the run's 40 minutes.
+PARAMS = with_reference(PARAMS, {
+    "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 3000, "batch_size": 32,
+    "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500, "lstm_lr": 3e-3,
+    "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000,
+})
 
 # ---------------------------------------------------------------- Proposition 4
 class BoundData(TypedDict):
@@ -706,11 +718,12 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     check_heads(config["d_model"], config["n_head"])
 
 
-CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS, seeds={"quick": 3, "reference": 3, "full": 10},
+CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS,
+                  seeds={"quick": 3, "reference": 8, "full": 10},
                   sections=(
                       Section("bound", "Proposition 4: the dilution bound", bound),
                       Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",
                               construction),
                       Section("simulator", "Proposition 5: linear positions and the wrong write", simulator),
                       Section("training", "Training: a tail of errors on rare strings", training, trains=True),
-                  ), check=check)
+                  ), check=check, reference_sections=("training",))
