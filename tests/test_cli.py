@@ -172,10 +172,13 @@ def test_into_merges_sections_run_one_at_a_time_into_one_reference_file(tmp_path
 def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
     assert main(["list", "--reference"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    trained = [(c.name, s) for c in all_chapters() for s in c.reference_sections]
-    assert len(lines) == len(trained) >= 2
-    assert all(f"run {c} --profile reference --section {s} --into results/{c}-reference.json" in line
-               for (c, s), line in zip(trained, lines))
+    runs = [(c.name, s, variant, changes) for c in all_chapters() for variant, changes in
+            {"": {}, **c.reference_variants}.items() for s in c.reference_sections]
+    assert len(lines) == len(runs) >= 2 and any(variant for _, _, variant, _ in runs)
+    for (c, s, variant, changes), line in zip(runs, lines):
+        sets = "".join(f" --set {key}={value}" for key, value in changes.items())
+        file = f"{c}-reference-{variant}.json" if variant else f"{c}-reference.json"
+        assert f"run {c} --profile reference --section {s}{sets} --into results/{file}" in line
 
 
 def _documented_commands() -> list[str]:

@@ -9,18 +9,25 @@ from sandboxes import notebook
 from sandboxes.chapters import get_chapter
 from sandboxes.claims import Claim, ClaimFailed
 from sandboxes.profiles import Param, at_least, with_reference
-from sandboxes.reference import commit_in_history, problems
+from sandboxes.reference import commit_in_history, problems, variant_of
 from sandboxes.results import RESULTS_DIR, Result, merge
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 
-COMMITTED = sorted(RESULTS_DIR.glob("*-reference.json"))
+COMMITTED = sorted(RESULTS_DIR.glob("*-reference*.json"))
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
 def test_a_committed_reference_result_is_what_the_current_reference_profile_makes(path):
     result = Result.load(path)
-    assert problems(result, get_chapter(result.chapter)) == []
+    chapter, variant = variant_of(path)
+    assert chapter == result.chapter
+    assert problems(result, get_chapter(result.chapter), variant=variant) == []
     assert result.verdict.failures() == [] and result.verdict.undecided() == []
+
+
+def test_a_file_name_says_which_reference_run_it_holds():
+    assert variant_of(RESULTS_DIR / "hmm-reference.json") == ("hmm", "")
+    assert variant_of(RESULTS_DIR / "hmm-reference-k4.json") == ("hmm", "k4")
 
 
 @pytest.mark.parametrize("path", COMMITTED[:1], ids=lambda p: p.name)
@@ -44,7 +51,8 @@ def _other(config: dict, ctx: RunContext) -> Outcome[dict]:
 TOY = Chapter("toy", "Toy", with_reference((Param("n", int, 1, 1, "n", at_least(0)),
                                             Param("m", int, 1, 1, "m", at_least(0))), {"n": 4}),
               seeds={"quick": 1, "reference": 2, "full": 3},
-              sections=(Section("measure", "Measure", _measure), Section("other", "Other", _other)))
+              sections=(Section("measure", "Measure", _measure), Section("other", "Other", _other)),
+              reference_variants={"n5": {"n": 5}})
 
 
 def _clean(result: Result) -> Result:
@@ -108,3 +116,20 @@ def test_a_page_shows_a_reference_section_and_fails_on_its_failed_row(capsys):
     assert drawn == [{"n": 4}]
     with pytest.raises(ClaimFailed, match="n is large enough"):
         notebook.reference_verdict(_made(["measure"], n=2), "measure")
+
+
+def test_a_variant_is_checked_against_the_reference_profile_with_its_own_changes():
+    assert problems(_made(["measure"], n=5), TOY, _known, variant="n5") == []
+    assert any("n = 4" in p for p in problems(_made(["measure"]), TOY, _known, variant="n5"))
+    assert any("not a reference variant" in p for p in problems(_made(["measure"]), TOY, _known, variant="n6"))
+
+
+def test_a_variant_the_chapter_check_refuses_is_an_error_when_the_chapter_is_declared():
+    def positive_n(config: dict, n_seeds: int) -> None:
+        if config["n"] < 1:
+            raise ValueError("n must be at least 1")
+
+    with pytest.raises(ValueError, match="at least 1"):
+        dataclasses.replace(TOY, check=positive_n, reference_variants={"zero": {"n": 0}})
+    with pytest.raises(ValueError, match="file-name suffix"):
+        dataclasses.replace(TOY, reference_variants={"n 5": {"n": 5}})

@@ -61,9 +61,11 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
 def _list(names_only: bool, reference: bool) -> None:
     for chapter in all_chapters():
         if reference:
-            for section in chapter.reference_sections:
-                print(f"python -m sandboxes run {chapter.name} --profile reference --section {section} "
-                      f"--into {reference_result_path(chapter.name).relative_to(REPO_ROOT)} --progress")
+            for variant, values in {"": {}, **chapter.reference_variants}.items():
+                changes = "".join(f" --set {key}={value}" for key, value in values.items())
+                for section in chapter.reference_sections:
+                    print(f"python -m sandboxes run {chapter.name} --profile reference --section {section}{changes} "
+                          f"--into {reference_result_path(chapter.name, variant).relative_to(REPO_ROOT)} --progress")
             continue
         if names_only:
             print(chapter.name)

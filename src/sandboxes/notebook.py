@@ -101,23 +101,28 @@ def full_result(chapter: str) -> Result | None:
     return result
 
 
-def reference_result(chapter: Chapter) -> Result | None:
-    """The committed reference result of ``chapter``, announced with its machine, wall time and commit and the
-    sections that train models but have no reference run yet; or a note saying how to make it."""
-    result = load_reference_result(chapter.name)
-    file = reference_result_path(chapter.name).name
-    missing = [s.name for s in chapter.sections if s.trains and (result is None or s.name not in result.sections)]
+def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
+    """The committed reference result of ``chapter`` (or of one of its ``reference_variants``), announced with its
+    machine, wall time and commit and the sections that train models but have no reference run yet; or a note
+    saying how to make it."""
+    result = load_reference_result(chapter.name, variant)
+    file = reference_result_path(chapter.name, variant).name
+    trained = [s.name for s in chapter.sections if s.trains] if not variant else list(chapter.reference_sections)
+    missing = [name for name in trained if result is None or name not in result.sections]
     pending = (f" Sections that train models and have no reference run yet: {', '.join(missing)}." if missing
                else "")
+    changes = ", ".join(f"{key} = {value}" for key, value in chapter.reference_variants.get(variant, {}).items())
+    what = f"The reference run at {changes}" if variant else "Reference run of this chapter"
     if result is None:
-        display(Markdown(f"```{{note}}\nNo reference result is committed for this chapter yet (`{file}`); "
-                         f"`make reference` makes it, one section at a time.{pending}\n```"))
+        display(Markdown(f"```{{note}}\nNo reference result {'at ' + changes + ' ' if variant else ''}is committed "
+                         f"for this chapter yet (`{file}`); `make reference` makes it, one section at a time."
+                         f"{pending}\n```"))
         return None
     made = result.provenance
     sections = ", ".join(f"{name} {s['wall_time_s'] / 60:.0f} min" for name, s in result.sections.items())
     commits = sorted({s["provenance"]["git_commit"][:7] for s in result.sections.values()})
     display(Markdown(
-        f"Reference run of this chapter: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
+        f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
         f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads "
         f"`results/{file}`.{pending}"))

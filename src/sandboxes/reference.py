@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 from .profiles import resolve
 from .results import REPO_ROOT, Result
@@ -27,9 +28,20 @@ def commit_in_history(commit: str) -> bool:
     return out.returncode == 0
 
 
-def problems(result: Result, chapter: Chapter,
-             known_commit: Callable[[str], bool] = commit_in_history) -> list[str]:
-    """Every reason ``result`` is not a valid committed reference result of ``chapter`` (empty: valid)."""
+def variant_of(path: Path) -> tuple[str, str]:
+    """The chapter and the reference variant (empty: the plain profile) a result file's name says it holds."""
+    chapter, _, variant = path.stem.partition("-reference")
+    return chapter, variant.removeprefix("-")
+
+
+def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], bool] = commit_in_history,
+             variant: str = "") -> list[str]:
+    """Every reason ``result`` is not a valid committed reference result of ``chapter`` (empty: valid).
+
+    ``variant`` names one of the chapter's ``reference_variants``: the profile's values with that variant's changes.
+    """
+    if variant and variant not in chapter.reference_variants:
+        return [f"{variant!r} is not a reference variant of {chapter.name}"]
     found = []
     if (result.chapter, result.profile) != (chapter.name, "reference"):
         found.append(f"holds {result.chapter} at the {result.profile} profile, not {chapter.name} at reference")
@@ -38,7 +50,7 @@ def problems(result: Result, chapter: Chapter,
     for claim in result.claims:
         if claim.holds is not True:
             found.append(f"row {claim.name!r} ({claim.section}) {claim.mark}")
-    profile = resolve(chapter.params, "reference", {})
+    profile = resolve(chapter.params, "reference", chapter.reference_variants.get(variant, {}))
     known = {s.name for s in chapter.sections}
     for name, section in result.sections.items():
         if name not in known:

@@ -157,14 +157,14 @@ def merge(into: Result | None, new: Result, order: list[str]) -> Result:
     )
 
 
-def reference_result_path(chapter: str) -> Path:
-    """Where the committed reference-profile result of ``chapter`` lives."""
-    return RESULTS_DIR / f"{chapter}-reference.json"
+def reference_result_path(chapter: str, variant: str = "") -> Path:
+    """Where the committed reference-profile result of ``chapter`` (or of one of its variants) lives."""
+    return RESULTS_DIR / f"{chapter}-reference{'-' + variant if variant else ''}.json"
 
 
-def load_reference_result(chapter: str) -> Result | None:
-    """The committed reference-profile result of ``chapter``, if one is committed."""
-    path = reference_result_path(chapter)
+def load_reference_result(chapter: str, variant: str = "") -> Result | None:
+    """The committed reference-profile result of ``chapter`` (or of one of its variants), if one is committed."""
+    path = reference_result_path(chapter, variant)
     return Result.load(path) if path.exists() else None
 
 

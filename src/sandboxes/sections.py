@@ -100,7 +100,8 @@ class Chapter:
     conditions that tie parameters together (``d >= k``); it raises ``ValueError``.
     ``reference_sections`` names the sections that train models and whose reference values were
     sized by measurement; ``make reference`` runs those, and the page lists the other trained
-    sections as waiting for a reference run.
+    sections as waiting for a reference run. ``reference_variants`` names further reference runs of
+    the same sections, each the reference profile with a few values changed (its own result file).
     """
 
     name: str
@@ -110,11 +111,18 @@ class Chapter:
     sections: tuple[Section, ...]
     check: Callable[[dict[str, Any], int], None] | None = None
     reference_sections: tuple[str, ...] = ()
+    reference_variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         trained = {s.name for s in self.sections if s.trains}
         if not set(self.reference_sections) <= trained:
             raise ValueError(f"{self.name}: reference sections must be sections that train: {self.reference_sections}")
+        for variant, values in self.reference_variants.items():
+            if not variant.isidentifier():
+                raise ValueError(f"{self.name}: a reference variant's name is a file-name suffix, got {variant!r}")
+            config = resolve(self.params, "reference", values)
+            if self.check is not None:
+                self.check(config, self.seeds["reference"])
 
     def section(self, name: str) -> Section:
         """The section called ``name``; an unknown name is an error that lists the known ones."""
