@@ -1,0 +1,110 @@
+"""Induction heads on in-context Markov chains: the loss levels and the chi-square information (exact, no training).
+
+Loss levels a model can sit at, measured on fixed-seed sequences with their standard errors: the
+uniform guess (``ln k``, exact), the in-context unigram estimator and the Bayes-optimal predictor,
+the Dirichlet posterior predictive ``(n(c -> s') + alpha) / (n(c) + k alpha)`` of the position's
+context ``c`` counted in the sequence so far (Nichani, Damian and Lee 2024; Edelman et al. 2024).
+The chi-square mutual information ``E_pi[sum P(s_i, s_j)^2 / (P(s_i) P(s_j)) - 1]`` between two
+positions is computed exactly for each drawn kernel of a one-parent graph (chain or tree) and
+averaged over the prior; the first gradient step on layer-1 attention ranks earlier positions by it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from ..data.incontext import InContextMarkov
+
+
+class Level(NamedTuple):
+    """A loss level in nats per predicted token, with its Monte Carlo standard error (0: exact)."""
+
+    loss: float
+    std_error: float
+
+
+def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
+    """Posterior predictive of each next symbol, ``(n, length, k)``: position ``t`` predicts ``seq[:, t + 1]``.
+
+    A position with a full set of parents gets ``(n(c -> s') + alpha) / (n(c) + k alpha)``, its
+    context's transitions counted over the positions before it; the others are uniform, as drawn.
+    """
+    n, k = seq.shape[0], task.n_states
+    counts = np.zeros((n, k ** task.order, k))
+    rows = np.arange(n)
+    out = np.full((n, task.length, k), 1.0 / k)
+    for i in range(1, task.length + 1):
+        if len(task.parents[i]) < task.order:
+            continue
+        context = task.contexts(seq, i)
+        seen = counts[rows, context]
+        out[:, i - 1] = (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
+        counts[rows, context, seq[:, i]] += 1
+    return out
+
+
+def unigram_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
+    """The in-context unigram estimator, ``(n(s') + alpha) / (t + 1 + k alpha)`` over the ``t + 1`` symbols read."""
+    k = task.n_states
+    onehot = np.eye(k)[seq[:, :-1]]
+    seen = np.cumsum(onehot, axis=1)
+    return (seen + task.alpha) / (np.arange(1, task.length + 1)[None, :, None] + k * task.alpha)
+
+
+def predictor_loss(probs: np.ndarray, seq: np.ndarray) -> Level:
+    """Mean cross-entropy of ``probs`` on the next symbols of ``seq``, with the standard error over sequences."""
+    per_token = -np.log(np.take_along_axis(probs, seq[:, 1:, None], axis=-1)[..., 0])
+    per_sequence = per_token.mean(axis=1)
+    return Level(float(per_sequence.mean()), float(per_sequence.std(ddof=1) / np.sqrt(len(per_sequence))))
+
+
+def loss_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:
+    """Uniform (exact), in-context unigram and Bayes levels on ``n`` sequences drawn with ``seed``."""
+    seq = task.sequences(n, torch.Generator().manual_seed(seed)).numpy()
+    return {"uniform": Level(float(np.log(task.n_states)), 0.0),
+            "unigram": predictor_loss(unigram_predictive(task, seq), seq),
+            "bayes": predictor_loss(bayes_predictive(task, seq), seq)}
+
+
+def single_parents(task: InContextMarkov) -> list[int | None]:
+    """Each position's one parent (None at a root); an error for graphs with more parents per position."""
+    if task.order != 1:
+        raise ValueError(f"the chi-square information here is for one-parent graphs, not order {task.order}")
+    return [ps[0] if ps else None for ps in task.parents]
+
+
+def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray:
+    """Exact joint law of ``(s_j, s_i)`` for every ``j <= i`` and every kernel: shape ``(len(kernels), i + 1, k, k)``."""
+    parent = single_parents(task)
+    m, k = kernels.shape[0], task.n_states
+    marginal = [np.full((m, k), 1.0 / k)]
+    for position in range(1, i + 1):
+        above = parent[position]
+        marginal.append(np.full((m, k), 1.0 / k) if above is None else
+                        np.einsum("ma,mab->mb", marginal[above], kernels))
+    memo: dict[tuple[int, int], np.ndarray] = {}
+
+    def joint(a: int, b: int) -> np.ndarray:  # law of (s_a, s_b), rows s_a
+        if a == b:
+            return marginal[a][:, :, None] * np.eye(k)[None]
+        if a > b:
+            return joint(b, a).transpose(0, 2, 1)
+        if (a, b) not in memo:
+            above = parent[b]
+            memo[(a, b)] = (marginal[a][:, :, None] * marginal[b][:, None, :] if above is None else
+                            np.einsum("mxy,myz->mxz", joint(a, above), kernels))
+        return memo[(a, b)]
+
+    return np.stack([joint(j, i) for j in range(i + 1)], axis=1)
+
+
+def chi2_information(task: InContextMarkov, i: int, n_kernels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``E_pi[I_chi2(s_i; s_j | pi)]`` for every ``j < i`` and its standard error over ``n_kernels`` prior draws."""
+    kernels = task.kernels(n_kernels, torch.Generator().manual_seed(seed))
+    laws = joint_laws(task, kernels, i)[:, :i]
+    rows, cols = laws.sum(axis=3, keepdims=True), laws.sum(axis=2, keepdims=True)
+    per_kernel = (laws ** 2 / (rows * cols)).sum(axis=(2, 3)) - 1.0
+    return per_kernel.mean(axis=0), per_kernel.std(axis=0, ddof=1) / np.sqrt(n_kernels)
