@@ -11,12 +11,15 @@ averaged over the prior; the first gradient step on layer-1 attention ranks earl
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from ..data.incontext import InContextMarkov
+from ..model import GPT, GPTConfig, zero_gpt
 
 
 class Level(NamedTuple):
@@ -108,3 +111,80 @@ def chi2_information(task: InContextMarkov, i: int, n_kernels: int, seed: int) -
     rows, cols = laws.sum(axis=3, keepdims=True), laws.sum(axis=2, keepdims=True)
     per_kernel = (laws ** 2 / (rows * cols)).sum(axis=(2, 3)) - 1.0
     return per_kernel.mean(axis=0), per_kernel.std(axis=0, ddof=1) / np.sqrt(n_kernels)
+
+
+def count_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
+    """The in-context count estimator ``n(c -> s') / n(c)`` of each next symbol, NaN where its context is unseen."""
+    n, k = seq.shape[0], task.n_states
+    counts = np.zeros((n, k ** task.order, k))
+    rows = np.arange(n)
+    out = np.full((n, task.length, k), np.nan)
+    for i in range(1, task.length + 1):
+        if len(task.parents[i]) < task.order:
+            continue
+        context = task.contexts(seq, i)
+        seen = counts[rows, context]
+        total = seen.sum(axis=-1, keepdims=True)
+        out[:, i - 1] = np.where(total > 0, seen / np.maximum(total, 1), np.nan)
+        counts[rows, context, seq[:, i]] += 1
+    return out
+
+
+class InductionSlots(NamedTuple):
+    """Where the induction-head construction keeps each part of the residual stream."""
+
+    token: slice  # the current token, one-hot
+    previous: slice  # layer 1's copy of the token before
+    successors: slice  # layer 2's average of the tokens that followed the current one earlier
+    one: int  # a constant 1, carried by every position
+    position: slice  # the position, one-hot
+
+
+def induction_slots(k: int, T: int) -> InductionSlots:
+    """The residual layout of :func:`induction_head` for ``k`` symbols and ``T`` positions."""
+    return InductionSlots(slice(0, k), slice(k, 2 * k), slice(2 * k, 3 * k), 3 * k, slice(3 * k + 1, 3 * k + 1 + T))
+
+
+def induction_head(k: int, T: int, beta: float) -> GPT:
+    """A two-layer attention-only GPT (float64) whose second layer writes the in-context count estimator.
+
+    Layer 1 attends from each position to the one before it (score ``beta``, others 0) and copies that
+    token into ``previous``; layer 2 attends from position ``i`` to every ``j`` whose ``previous``
+    is the current token (score ``beta``; position 0, which has no token before it, gets ``-2 beta``)
+    and averages their tokens into ``successors``: ``n(s_i -> s') / n(s_i)`` wherever ``s_i`` was seen
+    before, up to softmax leakage of order ``T e^{-beta}``.
+    """
+    slots = induction_slots(k, T)
+    d = slots.position.stop
+    config = GPTConfig(vocab_size=k, block_size=T, n_layer=2, n_head=1, d_model=d, tied=False,
+                       positional="learned", mlp=False, head_bias=False)
+    model = zero_gpt(config)
+    root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
+    token, previous, successors = (np.arange(s.start, s.stop) for s in (slots.token, slots.previous, slots.successors))
+    position = np.arange(slots.position.start, slots.position.stop)
+    with torch.no_grad():
+        model.wte.weight[token, token] = 1.0
+        model.wpe[np.arange(T), position] = 1.0
+        model.wpe[:, slots.one] = 1.0
+        first, second = (block.attn for block in model.blocks)
+        query, key, value = (first.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query[position[:-1], position[1:]] = beta * root  # from position t to t - 1
+        key[position, position] = 1.0
+        value[token, token] = 1.0
+        first.proj.weight[previous, token] = 1.0
+        query, key, value = (second.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query[previous, token] = beta * root  # the current token, against each key's previous one
+        key[previous, previous] = 1.0
+        query[slots.one, slots.one] = -2 * beta * root
+        key[slots.one, position[0]] = 1.0  # position 0 copied itself: keep it out
+        value[token, token] = 1.0
+        second.proj.weight[successors, token] = 1.0
+    return model
+
+
+def successor_average(model: GPT, idx: Tensor) -> Tensor:
+    """The ``successors`` slot of the construction's last residual stream, ``(B, T, k)``."""
+    x = model.embed(idx)
+    for block in model.blocks:
+        x, _ = block(x)
+    return x[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
