@@ -7,6 +7,7 @@ data (a ``TypedDict`` per section, which the section's figures in ``figures.dilu
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 from scipy.stats import binom
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from .. import heldout
 from ..claims import Claim
@@ -478,7 +480,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     ends["lstm"] = lstm
     moving = {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in ends.items()}
     tests = _test_sets(config)
-    counts = {kind: _count(ms, tests, ctx.device) for kind, ms in models.items()}
+    counts = {kind: _count(ms, tests, ctx.device, kind, ctx.progress) for kind, ms in models.items()}
     sharpness = {kind: [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in ms]
                  for kind, ms in models.items() if kind in ("transformer", "sharpened")}
     start = int(first.eval_steps[-1] + 1)
@@ -492,10 +494,11 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
                    + _sharpness_claims(sharpness, moving.get("sharpened", 0)), data, silent)
 
 
-def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device) -> dict[str, list[tuple[int, int]]]:
+def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device, label: str = "",
+           progress: bool | None = None) -> dict[str, list[tuple[int, int]]]:
     """Wrong and total reads of every model on every test set (evaluated on ``device``, returned to the CPU)."""
     out: dict[str, list[tuple[int, int]]] = {name: [] for name in tests}
-    for model in models:
+    for model in tqdm(models, desc=f"counting {label} reads", disable=not progress, leave=False, file=sys.stderr):
         model.to(device)
         for name, seq in tests.items():
             out[name].append(_errors(model, seq))
