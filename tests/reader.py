@@ -27,7 +27,8 @@ DRAW_NEAR: dict[str, dict[str, Any]] = {
 
 
 # Rows in sections that train models (``Section.trains``) that are theorems all the same (exact: they must hold).
-EXACT_IN_TRAINED = {"markov": r"Hessian", "shortcuts": None, "dilution": r"obeys Prop 4", "hmm": None}
+EXACT_IN_TRAINED = {"markov": r"Hessian", "shortcuts": None, "dilution": r"obeys Prop 4", "hmm": None,
+                    "induction": None}
 
 
 def is_trained_row(chapter: str, claim: Claim) -> bool:

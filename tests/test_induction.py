@@ -1,14 +1,20 @@
-"""In-context Markov chains and their theory: the sampler, the loss levels and the chi-square information."""
+"""In-context Markov chains, their theory (the sampler, the loss levels, the chi-square information, the induction-head
+construction) and the chapter's rows, each with a counterfactual in which it fails."""
 
 import itertools
+import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
+from sandboxes.model import GPT, GPTConfig
 from sandboxes.theory.induction import (bayes_predictive, chi2_information, count_predictive, induction_head,
-                                        joint_laws, loss_levels, predictor_loss, successor_average, unigram_predictive)
+                                        joint_laws, loss_levels, predictor_loss, sequence_losses, successor_average,
+                                        unigram_predictive)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -132,3 +138,113 @@ def test_the_induction_head_fails_without_its_first_layer():
     want = count_predictive(InContextMarkov.chain(k, 1.0, T), _every_sequence(k, T))
     seen = ~np.isnan(want[..., 0])
     assert np.abs(got - want)[seen].max() > 0.1
+
+
+# ---------------------------------------------------------------- the chapter's rows and their counterfactuals
+class _Estimator(torch.nn.Module):
+    """A model whose next-token probabilities are one of the theory's estimators (``uniform`` for none)."""
+
+    def __init__(self, task: InContextMarkov, name: str) -> None:
+        super().__init__()
+        self.task, self.name = task, name
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        seq = np.concatenate([idx.numpy(), np.zeros((len(idx), 1), dtype=np.int64)], axis=1)  # the last is unread
+        probs = {"bayes": bayes_predictive, "unigram": unigram_predictive}[self.name](self.task, seq) \
+            if self.name != "uniform" else np.full((*idx.shape, self.task.n_states), 1 / self.task.n_states)
+        return torch.from_numpy(np.log(probs))
+
+
+def _levels_rows(change: str) -> list:
+    chain = InContextMarkov.chain(3, 1.0, 16)
+    tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
+    task = tree if change == "information ranked against the chain while the data follow a tree" else chain
+    seq = task.sequences(4000, _gen(5)).numpy()
+    wrong_prior = replace(task, alpha=50.0) if change == "the posterior with 50 times the prior's pseudo-counts" \
+        else task
+    diff = (sequence_losses(unigram_predictive(task, seq), seq)
+            - sequence_losses(bayes_predictive(wrong_prior, seq), seq))
+    information, error = chapter.information_table(task, 200, seed=0, positions=16)
+    parents = [ps[0] if ps else -1 for ps in chain.parents]
+    return chapter.levels_claims([float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))], information,
+                                 error, parents)
+
+
+def _construction_rows(change: str) -> list:
+    k, T, beta = 2, 6, 30.0
+    seq = _every_sequence(k, T)
+    model = induction_head(k, T, beta)
+    if change == "no first layer":
+        with torch.no_grad():
+            model.blocks[0].attn.proj.weight.zero_()
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T), seq)
+    with torch.no_grad():
+        got = successor_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    return chapter.construction_claims(float(np.abs(got - want)[seen].max()), chapter.leakage_bound(T, beta),
+                                       len(seq))
+
+
+def _training_rows(change: str) -> list:
+    task = InContextMarkov.chain(3, 1.0, 16)
+    seq, ood = task.sequences(1000, _gen(6)), replace(task, alpha=0.3).sequences(1000, _gen(7))
+    two = _Estimator(task, "unigram" if change == "two layers at the in-context unigram level" else "bayes")
+    models = {"two_layers": [two], "one_layer": [_Estimator(task, "unigram")]}
+    off_prior = {**models, "two_layers": [_Estimator(task, "unigram")]} \
+        if change == "two layers fall to the unigram level off the prior" else models
+    head = induction_head(3, 16, 30.0)  # its layer 1 is a previous-token head
+    if change == "layer 1 as initialised":
+        torch.manual_seed(0)
+        head = GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=2, n_head=1, d_model=32, mlp=False)).double()
+    parents = [ps[0] if ps else -1 for ps in task.parents][:16]
+    mass = float(chapter.parent_mass(chapter.layer_one_attention(head, seq), parents).max())
+    data = {"in_distribution": chapter.held_out(task, seq, models), "out_of_distribution":
+            chapter.held_out(task, ood, off_prior), "parent_mass": {"two_layers": [mass], "one_layer": [mass]},
+            "still_descending": {"two_layers": 0, "one_layer": 0}}
+    return chapter.training_claims(data)
+
+
+COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
+    (r"Bayes predictor's loss below", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
+    (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
+     _levels_rows),
+    (r"construction writes the in-context count", "no first layer", _construction_rows),
+    (r"two layers, every seed: share of the unigram-to-Bayes", "two layers at the in-context unigram level",
+     _training_rows),
+    (r"layer 1's attention on the causal parent", "layer 1 as initialised", _training_rows),
+    (r"outside the prior", "two layers fall to the unigram level off the prior", _training_rows),
+]
+
+
+@pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])
+def test_every_row_fails_in_its_counterfactual(key, change, rows):
+    claims = [c for c in rows(change) if re.search(key, c.name)]
+    assert len(claims) == 1, f"{key!r} matches {len(claims)} rows"
+    assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
+
+
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _training_rows])
+def test_the_counterfactual_builders_hold_without_a_change(rows):
+    # the same builders with nothing changed: every row holds, so each failure above is the change's doing
+    assert [c.name for c in rows("nothing") if not c.holds] == []
+
+
+def test_every_row_has_a_counterfactual(tiny_result):
+    names = [c["name"] for c in tiny_result("induction")["claims"]]
+    for name in names:
+        assert sum(bool(re.search(key, name)) for key, *_ in COUNTERFACTUALS) == 1, name
+    assert len(names) == len(COUNTERFACTUALS)
+
+
+def test_training_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
+    # 3 steps at unit scale: the models were still descending, so no training row may say "fails"
+    data = tiny_result("induction")["data"]["training"]
+    assert data["still_descending"]["two_layers"] > 0
+    claims = chapter.training_claims(data)
+    assert [c.name for c in claims if c.holds is False] == []
+    assert any(c.holds is None and "--set steps=" in c.reason for c in claims)
+
+
+def test_a_tree_with_one_head_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="n_head >= 2"):
+        chapter.CHAPTER.start("quick", {"graph": "tree", "n_head": 1}, 1, "cpu")

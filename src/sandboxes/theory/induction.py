@@ -57,10 +57,14 @@ def unigram_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     return (seen + task.alpha) / (np.arange(1, task.length + 1)[None, :, None] + k * task.alpha)
 
 
+def sequence_losses(probs: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Cross-entropy of ``probs`` on the next symbols of ``seq``, averaged over each sequence's positions."""
+    return -np.log(np.take_along_axis(probs, seq[:, 1:, None], axis=-1)[..., 0]).mean(axis=1)
+
+
 def predictor_loss(probs: np.ndarray, seq: np.ndarray) -> Level:
     """Mean cross-entropy of ``probs`` on the next symbols of ``seq``, with the standard error over sequences."""
-    per_token = -np.log(np.take_along_axis(probs, seq[:, 1:, None], axis=-1)[..., 0])
-    per_sequence = per_token.mean(axis=1)
+    per_sequence = sequence_losses(probs, seq)
     return Level(float(per_sequence.mean()), float(per_sequence.std(ddof=1) / np.sqrt(len(per_sequence))))
 
 
@@ -79,8 +83,22 @@ def single_parents(task: InContextMarkov) -> list[int | None]:
     return [ps[0] if ps else None for ps in task.parents]
 
 
+def _ancestors(parent: list[int | None], i: int) -> dict[int, int]:
+    """Each ancestor of position ``i`` (``i`` itself included) with its distance from ``i``."""
+    out, step, here = {}, 0, i
+    while here is not None:
+        out[here] = step
+        here, step = parent[here], step + 1
+    return out
+
+
 def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray:
-    """Exact joint law of ``(s_j, s_i)`` for every ``j <= i`` and every kernel: shape ``(len(kernels), i + 1, k, k)``."""
+    """Exact joint law of ``(s_j, s_i)`` for every ``j <= i`` and every kernel: shape ``(len(kernels), i + 1, k, k)``.
+
+    In a one-parent graph ``s_j`` and ``s_i`` meet at their lowest common ancestor ``a``:
+    ``P(s_j, s_i) = sum_x P(s_a = x) K^{d(a, j)}(x, s_j) K^{d(a, i)}(x, s_i)``, with ``K`` the kernel and
+    ``d`` the distance down the tree; positions in different trees (two roots) are independent.
+    """
     parent = single_parents(task)
     m, k = kernels.shape[0], task.n_states
     marginal = [np.full((m, k), 1.0 / k)]
@@ -88,20 +106,20 @@ def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray
         above = parent[position]
         marginal.append(np.full((m, k), 1.0 / k) if above is None else
                         np.einsum("ma,mab->mb", marginal[above], kernels))
-    memo: dict[tuple[int, int], np.ndarray] = {}
-
-    def joint(a: int, b: int) -> np.ndarray:  # law of (s_a, s_b), rows s_a
-        if a == b:
-            return marginal[a][:, :, None] * np.eye(k)[None]
-        if a > b:
-            return joint(b, a).transpose(0, 2, 1)
-        if (a, b) not in memo:
-            above = parent[b]
-            memo[(a, b)] = (marginal[a][:, :, None] * marginal[b][:, None, :] if above is None else
-                            np.einsum("mxy,myz->mxz", joint(a, above), kernels))
-        return memo[(a, b)]
-
-    return np.stack([joint(j, i) for j in range(i + 1)], axis=1)
+    powers = [np.broadcast_to(np.eye(k), (m, k, k))]
+    for _ in range(i):
+        powers.append(np.einsum("mab,mbc->mac", powers[-1], kernels))
+    up_from_i = _ancestors(parent, i)
+    laws = np.empty((m, i + 1, k, k))
+    for j in range(i + 1):
+        up_from_j = _ancestors(parent, j)
+        common = [a for a in up_from_j if a in up_from_i]
+        if not common:
+            laws[:, j] = marginal[j][:, :, None] * marginal[i][:, None, :]
+            continue
+        a = common[0]  # the first shared ancestor going up from j is the lowest
+        laws[:, j] = np.einsum("mx,mxa,mxb->mab", marginal[a], powers[up_from_j[a]], powers[up_from_i[a]])
+    return laws
 
 
 def chi2_information(task: InContextMarkov, i: int, n_kernels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
