@@ -13,8 +13,8 @@ from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.model import GPT, GPTConfig
 from sandboxes.theory.induction import (bayes_predictive, chi2_information, count_predictive, induction_head,
-                                        joint_laws, loss_levels, predictor_loss, sequence_losses, successor_average,
-                                        unigram_predictive)
+                                        joint_laws, loss_levels, predictor_loss, score_gradient, sequence_losses,
+                                        staged_initialisation, successor_average, unigram_predictive)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -185,6 +185,14 @@ def _construction_rows(change: str) -> list:
                                        len(seq))
 
 
+def _gradient_rows(change: str) -> list:
+    tree = InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))
+    seq = tree.sequences(8000, _gen(8))
+    mean, error = score_gradient(staged_initialisation(3, 12, 3.0), seq, chapter.GRADIENT_CHUNKS)
+    graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
+    return chapter.gradient_claims(mean, error, [ps[0] if ps else -1 for ps in graph][:12])
+
+
 def _training_rows(change: str) -> list:
     task = InContextMarkov.chain(3, 1.0, 16)
     seq, ood = task.sequences(1000, _gen(6)), replace(task, alpha=0.3).sequences(1000, _gen(7))
@@ -209,6 +217,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
      _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
+    (r"key lemma: at the staged initialisation", "ranked against the chain while the data follow a tree",
+     _gradient_rows),
     (r"two layers, every seed: share of the unigram-to-Bayes", "two layers at the in-context unigram level",
      _training_rows),
     (r"layer 1's attention on the causal parent", "layer 1 as initialised", _training_rows),
@@ -223,7 +233,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _training_rows])
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _training_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []

@@ -11,24 +11,40 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS, curves_with_band, reference_line
 
 if TYPE_CHECKING:
-    from ..chapters.induction import ConstructionData, LevelsData, TrainingData
+    from ..chapters.induction import ConstructionData, GradientData, LevelsData, TrainingData
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
 
-def information(data: LevelsData) -> Figure:
-    """The chi-square information between each position and every earlier one, the parents circled."""
-    table = np.asarray(data["information"], dtype=float)
+def _position_map(table: np.ndarray, parents: list[int], title: str, cmap: str, label: str, mark: str,
+                  vmin: float | None = None, vmax: float | None = None) -> Figure:
+    """A position-by-position table (rows: the later position i, columns: j), each position's parent circled."""
     fig, ax = plt.subplots(figsize=(4.6, 4.0))
-    image = ax.imshow(table, cmap="viridis", origin="upper")
-    rows = [i for i in range(1, len(table)) if data["parents"][i] >= 0]
-    ax.plot([data["parents"][i] for i in rows], rows, "o", markerfacecolor="none", markeredgecolor="white",
-            markersize=5, label="the parent")
-    ax.set(xlabel="earlier position j", ylabel="position i", title="E I_chi2(s_i; s_j) under the prior")
+    image = ax.imshow(table, cmap=cmap, vmin=vmin, vmax=vmax)
+    rows = [i for i in range(1, len(table)) if parents[i] >= 0]
+    ax.plot([parents[i] for i in rows], rows, "o", markerfacecolor="none", markeredgecolor=mark, markersize=5,
+            label="the parent")
+    ax.set(xlabel="earlier position j", ylabel="position i", title=title)
     ax.grid(False)
-    fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.colorbar(image, ax=ax, shrink=0.8, label=label)
     ax.legend(loc="lower left", fontsize=8)
     return fig
+
+
+def information(data: LevelsData) -> Figure:
+    """The chi-square information between each position and every earlier one, the parents circled."""
+    return _position_map(np.asarray(data["information"], dtype=float), data["parents"],
+                         "chi-square information under the prior", "viridis", "E I_chi2(s_i; s_j) (nats)", "white")
+
+
+def gradient(data: GradientData) -> Figure:
+    """Minus the first gradient on layer 1's positional scores at the staged initialisation, each row scaled by its
+    largest entry (early rows average fewer positions and move more), the parents circled."""
+    table = -np.asarray(data["gradient"], dtype=float)
+    table[np.triu_indices_from(table)] = np.nan  # j >= i: masked, or the position itself
+    table /= np.nanmax(np.abs(table), axis=1, keepdims=True, initial=0.0, where=~np.isnan(table))
+    return _position_map(table, data["parents"], "the first gradient step on layer 1's scores", "coolwarm",
+                         "-dL/dA[i, j] / its row's largest", "black", -1.0, 1.0)
 
 
 def construction(data: ConstructionData) -> Figure:
@@ -48,7 +64,8 @@ def training(data: TrainingData) -> Figure:
     """Held-out loss of one- and two-layer models against the three levels."""
     fig, ax = plt.subplots()
     steps = np.asarray(data["eval_steps"])
-    for kind, color, label in (("one_layer", COLORS["tied"], "one layer"), ("two_layers", COLORS["untied"], "two layers")):
+    for kind, color, label in (("one_layer", COLORS["tied"], "one layer"),
+                               ("two_layers", COLORS["untied"], "two layers")):
         curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
     for name, value in data["in_distribution"]["levels"].items():
         reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
@@ -59,16 +76,9 @@ def training(data: TrainingData) -> Figure:
 
 def attention(data: TrainingData) -> Figure:
     """Layer 1's attention in the first two-layer model (the head that best finds the parents), parents marked."""
-    table = np.asarray(data["attention"], dtype=float)
-    fig, ax = plt.subplots(figsize=(4.6, 4.0))
-    ax.imshow(table, cmap="Greys", vmin=0, vmax=1)
-    rows = [i for i in range(1, len(table)) if data["parents"][i] >= 0]
-    ax.plot([data["parents"][i] for i in rows], rows, "o", markerfacecolor="none", markeredgecolor=COLORS["tied"],
-            markersize=5, label="the parent")
-    ax.set(xlabel="key position", ylabel="query position", title="trained layer 1, mean over held-out sequences")
-    ax.grid(False)
-    ax.legend(loc="lower left", fontsize=8)
-    return fig
+    return _position_map(np.asarray(data["attention"], dtype=float), data["parents"],
+                         "trained layer 1, mean over held-out sequences", "Greys", "attention weight",
+                         COLORS["tied"], 0.0, 1.0)
 
 
 def out_of_distribution(data: TrainingData) -> Figure:

@@ -206,3 +206,36 @@ def successor_average(model: GPT, idx: Tensor) -> Tensor:
     for block in model.blocks:
         x, _ = block(x)
     return x[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
+
+
+def staged_initialisation(k: int, T: int, beta: float) -> GPT:
+    """The induction head before layer 1 has learned anything: layer 1 attends uniformly (all scores 0), layer 2
+    matches with score scale ``beta``, and the output reads layer 2's successor average as logits.
+
+    Layer 1's score from position ``t`` to ``j`` is then the query weight ``W_q[position j, position t]`` over
+    ``sqrt(d)``, a free ``T x T`` matrix ``A`` of positional scores, the first layer of Nichani et al.'s model.
+    """
+    model = induction_head(k, T, beta)
+    slots = induction_slots(k, T)
+    d = model.config.d_model
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight[:d].zero_()
+        model.head.weight[:, slots.successors] = torch.eye(k, dtype=torch.float64)
+    return model
+
+
+def score_gradient(model: GPT, seq: Tensor, chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient of the next-token loss on ``seq`` with respect to layer 1's positional scores ``A[t, j]``, and its
+    standard error over ``chunks`` equal parts of ``seq``; both ``(T, T)``."""
+    slots = induction_slots(model.config.vocab_size, model.config.block_size)
+    d = model.config.d_model
+    weight = model.blocks[0].attn.qkv.weight
+    position = np.arange(slots.position.start, slots.position.stop)
+    parts = []
+    for part in torch.tensor_split(seq, chunks):
+        logits = model(part[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), part[:, 1:].reshape(-1))
+        grad, = torch.autograd.grad(loss, weight)
+        parts.append(grad[:d][np.ix_(position, position)].T.numpy() * math.sqrt(d))  # dL/dA = sqrt(d) dL/dW_q
+    stacked = np.stack(parts)
+    return stacked.mean(axis=0), stacked.std(axis=0, ddof=1) / np.sqrt(chunks)
