@@ -213,7 +213,7 @@ def _training_rows(change: str) -> list:
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
-    (r"Bayes predictor's loss below", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
+    (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
      _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
