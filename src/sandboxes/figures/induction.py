@@ -34,7 +34,7 @@ def _position_map(table: np.ndarray, parents: list[int], title: str, cmap: str, 
 def information(data: LevelsData) -> Figure:
     """The chi-square information between each position and every earlier one, the parents circled."""
     return _position_map(np.asarray(data["information"], dtype=float), data["parents"],
-                         "chi-square information under the prior", "viridis", "E I_chi2(s_i; s_j) (nats)", "white")
+                         "chi-square information under the prior", "viridis", "E I_chi2(s_i; s_j)", "white")
 
 
 def gradient(data: GradientData) -> Figure:
@@ -61,12 +61,15 @@ def construction(data: ConstructionData) -> Figure:
 
 
 def training(data: TrainingData) -> Figure:
-    """Held-out loss of one- and two-layer models against the three levels."""
+    """Held-out loss of one- and two-layer models against the three levels; the dots at the end are the final
+    losses on the held-out set the levels are computed on."""
     fig, ax = plt.subplots()
     steps = np.asarray(data["eval_steps"])
     for kind, color, label in (("one_layer", COLORS["tied"], "one layer"),
                                ("two_layers", COLORS["untied"], "two layers")):
         curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
+        final = data["in_distribution"]["loss"][kind]
+        ax.plot(np.full(len(final), steps[-1]), final, "o", color=color, markersize=4)
     for name, value in data["in_distribution"]["levels"].items():
         reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)")

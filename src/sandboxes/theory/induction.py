@@ -224,18 +224,19 @@ def staged_initialisation(k: int, T: int, beta: float) -> GPT:
     return model
 
 
-def score_gradient(model: GPT, seq: Tensor, chunks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gradient of the next-token loss on ``seq`` with respect to layer 1's positional scores ``A[t, j]``, and its
-    standard error over ``chunks`` equal parts of ``seq``; both ``(T, T)``."""
+def score_gradient(model: GPT, seq: Tensor, chunks: int, scored: Tensor) -> np.ndarray:
+    """Gradient of the next-token loss at the ``scored`` positions (a ``(T,)`` mask) with respect to layer 1's
+    positional scores ``A[t, j]``, on each of ``chunks`` equal parts of ``seq``: ``(chunks, T, T)``, whose mean is
+    the gradient on all of ``seq``."""
     slots = induction_slots(model.config.vocab_size, model.config.block_size)
     d = model.config.d_model
     weight = model.blocks[0].attn.qkv.weight
     position = np.arange(slots.position.start, slots.position.stop)
     parts = []
     for part in torch.tensor_split(seq, chunks):
-        logits = model(part[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), part[:, 1:].reshape(-1))
+        logits = model(part[:, :-1])[:, scored]
+        targets = part[:, 1:][:, scored]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         grad, = torch.autograd.grad(loss, weight)
         parts.append(grad[:d][np.ix_(position, position)].T.numpy() * math.sqrt(d))  # dL/dA = sqrt(d) dL/dW_q
-    stacked = np.stack(parts)
-    return stacked.mean(axis=0), stacked.std(axis=0, ddof=1) / np.sqrt(chunks)
+    return np.stack(parts)
