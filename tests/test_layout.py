@@ -128,3 +128,13 @@ def test_every_section_shows_its_verdict_and_its_code_on_its_page(chapter):
     included = re.findall(rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}\.py\n:pyobject: (\w+)", text)
     assert verdicts == [s.name for s in chapter.sections]
     assert set(included) >= {s.compute.__name__ for s in chapter.sections}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_code_fold_on_a_page_names_an_object_of_its_module(chapter):
+    # a renamed function would otherwise surface only as a warning of the strict book build
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells)
+    for path, name in re.findall(r"literalinclude\} \.\./(src/sandboxes/\S+\.py)\n:pyobject: (\w+)", text):
+        tree = ast.parse((ROOT / path).read_text())
+        assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}, name

@@ -73,7 +73,7 @@ def training(data: TrainingData) -> Figure:
     for name, value in data["in_distribution"]["levels"].items():
         reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="center right", fontsize=8)
     return fig
 
 
