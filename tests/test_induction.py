@@ -167,7 +167,7 @@ def _levels_rows(change: str) -> list:
         diff = sequence_losses(bayes_predictive(replace(task, alpha=factor * claimed), seq), seq) - bayes
         rivals[name] = [float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))]
     information, _ = chapter.information_table(task, 200, seed=0, positions=16)
-    return chapter.levels_claims(rivals, information, [ps[0] if ps else -1 for ps in chain.parents])
+    return chapter.levels_claims(rivals, information, chapter.parent_positions(chain))
 
 
 def _construction_rows(change: str) -> list:
@@ -191,7 +191,7 @@ def _gradient_rows(change: str) -> list:
     parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, chapter.GRADIENT_CHUNKS,
                            chapter.query_is_parent(tree))
     graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
-    return chapter.gradient_claims(parts, [ps[0] if ps else -1 for ps in graph][:12])
+    return chapter.gradient_claims(parts, chapter.parent_positions(InContextMarkov(3, 1.0, graph), 12))
 
 
 def _training_rows(change: str) -> list:
@@ -205,7 +205,7 @@ def _training_rows(change: str) -> list:
     if change == "layer 1 as initialised":
         torch.manual_seed(0)
         head = GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=2, n_head=1, d_model=32, mlp=False)).double()
-    parents = [ps[0] if ps else -1 for ps in task.parents][:16]
+    parents = chapter.parent_positions(task, 16)
     weight = chapter.parent_weight(chapter.layer_one_attention(head, seq), parents)
     data = {"in_distribution": chapter.held_out(task, seq, models), "out_of_distribution":
             chapter.held_out(task, ood, off_prior), "parents": parents,
@@ -266,5 +266,5 @@ def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     task = InContextMarkov.chain(3, 1.0, 12)
     parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), chapter.GRADIENT_CHUNKS,
                            chapter.query_is_parent(task))
-    claim, = chapter.gradient_claims(parts, [ps[0] if ps else -1 for ps in task.parents][:12])
+    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12))
     assert claim.holds is None and "--set grad_samples=" in claim.reason

@@ -100,6 +100,11 @@ def task_of(config: dict[str, Any]) -> InContextMarkov:
     return InContextMarkov(config["k"], config["alpha"], parents)
 
 
+def parent_positions(task: InContextMarkov, length: int | None = None) -> list[int]:
+    """Each position's one parent, -1 at a root (JSON has no None in an int list), for the first ``length``."""
+    return [-1 if p is None else p for p in theory.single_parents(task)][:length]
+
+
 def _generator(config: dict[str, Any], purpose: str) -> torch.Generator:
     """A generator for one purpose, fixed by the chapter's own settings and not by the order of the sections."""
     return torch.Generator().manual_seed(member_seed("induction", purpose, config["seed"]))
@@ -153,7 +158,7 @@ def levels(config: dict[str, Any], ctx: RunContext) -> Outcome[LevelsData]:
         replace(task, alpha=factor * task.alpha), seq), seq) - bayes)) for name, factor in RIVALS.items()}
     information, error = information_table(task, config["chi2_kernels"], member_seed("chi2", config["seed"]),
                                             config["chi2_positions"])
-    parents = [ps[0] if ps else -1 for ps in task.parents]
+    parents = parent_positions(task)
     data: LevelsData = {
         "levels": {"uniform": [float(np.log(task.n_states)), 0.0], "unigram": list(_mean_and_error(unigram)),
                    "bayes": list(_mean_and_error(bayes))},
@@ -258,7 +263,7 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
     seq = task.sequences(config["grad_samples"], _generator(config, "gradient"))
     model = theory.staged_initialisation(config["k"], config["T"], config["grad_beta"])
     parts = theory.score_gradient(model, seq, GRADIENT_CHUNKS, query_is_parent(task))
-    parents = [ps[0] if ps else -1 for ps in task.parents][: config["T"]]
+    parents = parent_positions(task, config["T"])
     data: GradientData = {"gradient": parts.mean(axis=0), "parents": parents}  # type: ignore[typeddict-item]
     return Outcome(gradient_claims(parts, parents), data)
 
@@ -351,7 +356,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     seq = task.sequences(config["eval_size"], _generator(config, "held-out"))
     ood_task = replace(task, alpha=config["ood_alpha"])
     ood_seq = ood_task.sequences(config["eval_size"], _generator(config, "out-of-distribution"))
-    parents = [ps[0] if ps else -1 for ps in task.parents][: config["T"]]
+    parents = parent_positions(task, config["T"])
     tables = {kind: [layer_one_attention(m, seq) for m in ms] for kind, ms in models.items()}
     weights = {kind: [parent_weight(t, parents) for t in ts] for kind, ts in tables.items()}
     first = tables["two_layers"][0]
