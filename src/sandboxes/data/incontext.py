@@ -1,11 +1,14 @@
-"""In-context Markov chains: every sequence draws its own kernel from a Dirichlet prior.
+"""In-context Markov chains: every sequence draws its own kernel from a prior.
 
 One class covers the three versions of the induction-heads chapter: the first-order chain (each
 position's parent is the one before it), the causal graph (each position's parent is fixed by a
 random tree) and the chain of order ``m`` (the ``m`` positions before). A position's *context* is
 the joint state of its parents; each context has its own row of the sequence's kernel, drawn from
-Dirichlet(alpha, ..., alpha). Positions without a full set of parents (the first ``m`` of an
-order-``m`` chain, the tree's root) are uniform.
+Dirichlet(alpha, ..., alpha), or, for the restricted prior that tests the out-of-support corollary,
+a noisy permutation ``lambda e_sigma(c) + (1 - lambda) / k`` with ``sigma`` and ``lambda ~ U[0, 1]``
+drawn per sequence. A floor ``gamma`` mixes every row with the uniform one, so that each entry is at
+least ``gamma / k`` (the hypothesis of Nichani et al.'s theorem). Positions without a full set of
+parents (the first ``m`` of an order-``m`` chain, the tree's root) are uniform.
 """
 
 from __future__ import annotations
@@ -36,18 +39,25 @@ def tree_parents(length: int, window: int, seed: int) -> tuple[tuple[int, ...], 
     return ((),) + tuple((int(rng.integers(max(0, i - window), i)),) for i in range(1, length + 1))
 
 
+ROWS = ("dirichlet", "permutation")
+
+
 @dataclass(frozen=True)
 class InContextMarkov:
-    """Sequences of ``len(parents)`` states over ``n_states`` symbols, each with its own Dirichlet(``alpha``) kernel.
+    """Sequences of ``len(parents)`` states over ``n_states`` symbols, each with its own kernel from the prior.
 
     ``parents[i]`` are the positions whose joint state selects the row that draws position ``i``; a
-    position with fewer parents than the others is uniform. As a training task the input is every
-    symbol but the last and the target at each position is the next symbol.
+    position with fewer parents than the others is uniform. ``rows`` names the prior of the kernel
+    (Dirichlet(``alpha``) rows, or a noisy permutation for a first-order graph) and ``floor`` its mix
+    with the uniform row. As a training task the input is every symbol but the last and the target at
+    each position is the next symbol.
     """
 
     n_states: int
     alpha: float
     parents: tuple[tuple[int, ...], ...]
+    rows: str = "dirichlet"
+    floor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_states < 2:
@@ -59,6 +69,12 @@ class InContextMarkov:
         for i, ps in enumerate(self.parents):
             if any(not 0 <= p < i for p in ps):
                 raise ValueError(f"position {i}'s parents {ps} must come before it")
+        if self.rows not in ROWS:
+            raise ValueError(f"the kernel rows are one of {', '.join(ROWS)}, got {self.rows!r}")
+        if self.rows == "permutation" and self.order != 1:
+            raise ValueError(f"noisy permutations are kernels of a first-order graph, got order {self.order}")
+        if not 0.0 <= self.floor <= 1.0:
+            raise ValueError(f"the uniform floor is in [0, 1], got {self.floor}")
 
     @classmethod
     def chain(cls, n_states: int, alpha: float, length: int, order: int = 1) -> "InContextMarkov":
@@ -76,10 +92,18 @@ class InContextMarkov:
         return max(len(ps) for ps in self.parents)
 
     def kernels(self, n: int, generator: torch.Generator) -> np.ndarray:
-        """``n`` kernels, shape ``(n, n_states ** order, n_states)``: each row a Dirichlet draw (normalised gammas)."""
-        shape = (n, self.n_states ** self.order, self.n_states)
-        gamma = torch._standard_gamma(torch.full(shape, float(self.alpha), dtype=torch.float64), generator=generator)
-        return (gamma / gamma.sum(dim=-1, keepdim=True)).numpy()
+        """``n`` kernels, shape ``(n, n_states ** order, n_states)``, drawn from the prior and mixed with the floor."""
+        k = self.n_states
+        if self.rows == "dirichlet":
+            shape = (n, k ** self.order, k)
+            gamma = torch._standard_gamma(torch.full(shape, float(self.alpha), dtype=torch.float64),
+                                          generator=generator)
+            rows = (gamma / gamma.sum(dim=-1, keepdim=True)).numpy()
+        else:
+            sigma = torch.argsort(torch.rand(n, k, generator=generator), dim=-1).numpy()
+            strength = torch.rand(n, 1, 1, generator=generator, dtype=torch.float64).numpy()
+            rows = strength * np.eye(k)[sigma] + (1 - strength) / k
+        return (1 - self.floor) * rows + self.floor / k
 
     def contexts(self, seq: np.ndarray, position: int) -> np.ndarray:
         """The row index (base ``n_states`` over the parents' states) of ``position`` in each sequence of ``seq``."""

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS, curves_with_band, reference_line
 
 if TYPE_CHECKING:
-    from ..chapters.induction import ConstructionData, GradientData, LevelsData, TrainingData
+    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, SupportData,
+                                      TrainingData)
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
@@ -84,18 +85,32 @@ def attention(data: TrainingData) -> Figure:
                          COLORS["tied"], 0.0, 1.0)
 
 
-def out_of_distribution(data: TrainingData) -> Figure:
-    """Each model's final loss in and out of distribution, beside the estimators' levels on the same sequences."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4), sharey=False)
-    for ax, key, title in zip(axes, ("in_distribution", "out_of_distribution"), ("kernels from the prior",
-                                                                                  "kernels outside the prior")):
-        part = data[key]
+def _final_losses(parts: list[tuple[HeldOut, str]], names: dict[str, str]) -> Figure:
+    """Each model's final loss on held-out sets, one panel per set, beside the estimators' levels on the same set."""
+    fig, axes = plt.subplots(1, len(parts), figsize=(5.6 * len(parts), 3.4), squeeze=False)
+    for ax, (part, title) in zip(axes[0], parts):
         for name, value in part["levels"].items():
-            reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
-        for x, (kind, color) in enumerate((("one_layer", COLORS["tied"]), ("two_layers", COLORS["untied"]))):
+            reference_line(ax, value, names[name], ":" if name == "unigram" else "--")
+        kinds = [kind for kind in ("one_layer", "two_layers") if kind in part["loss"]]
+        for x, kind in enumerate(kinds):
             losses = part["loss"][kind]
-            ax.plot(np.full(len(losses), x) + np.linspace(-0.1, 0.1, len(losses)), losses, "o", color=color)
-        ax.set(xticks=[0, 1], xticklabels=["one layer", "two layers"], xlim=(-0.5, 1.5), title=title,
-               ylabel="final loss (nats per token)")
+            ax.plot(np.full(len(losses), x) + np.linspace(-0.1, 0.1, len(losses)), losses, "o",
+                    color=COLORS["tied" if kind == "one_layer" else "untied"])
+        ax.set(xticks=range(len(kinds)), xticklabels=[kind.replace("_", " ") for kind in kinds],
+               xlim=(-0.5, len(kinds) - 0.5), title=title, ylabel="final loss (nats per token)")
     fig.tight_layout()
     return fig
+
+
+def out_of_distribution(data: TrainingData) -> Figure:
+    """Each model's final loss in and out of distribution, beside the estimators' levels on the same sequences."""
+    return _final_losses([(data["in_distribution"], "kernels from the prior"),
+                          (data["out_of_distribution"], "kernels outside the prior")], LEVEL_NAMES)
+
+
+def support(data: SupportData) -> Figure:
+    """Two layers trained on noisy permutations: final loss on them and on Dirichlet kernels outside their support,
+    beside the unigram and count estimators on the same sequences."""
+    names = {**LEVEL_NAMES, "bayes": "count estimator (smoothed by alpha)"}
+    return _final_losses([(data["inside"], "noisy permutations (training)"),
+                          (data["outside"], "Dirichlet kernels (outside the support)")], names)

@@ -34,6 +34,8 @@ def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
 
     A position with a full set of parents gets ``(n(c -> s') + alpha) / (n(c) + k alpha)``, its
     context's transitions counted over the positions before it; the others are uniform, as drawn.
+    For Dirichlet rows without a floor this is the posterior predictive; for other priors, the count
+    estimator smoothed by ``alpha``.
     """
     n, k = seq.shape[0], task.n_states
     counts = np.zeros((n, k ** task.order, k))
