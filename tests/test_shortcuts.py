@@ -489,6 +489,16 @@ def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
     assert easy[0].holds is None and "--set steps=" in easy[0].reason
 
 
+def test_drops_too_small_for_the_eval_set_make_no_row():
+    # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
+    coarse = {**QUICK, "eval_size": 8, "gap": 0.05}
+    assert not chapter.resolves_gap(coarse) and chapter.resolves_gap({**coarse, "eval_size": 200})
+    def drops(config):
+        return [c.name for c in chapter.brittleness_claims(_parity_data(), config) if "minus" in c.name]
+
+    assert drops(coarse) == [] and len(drops({**coarse, "eval_size": 200})) == 2
+
+
 def test_an_automaton_in_the_sweep_does_not_depend_on_its_neighbours():
     # its seed and vocabulary come from its own name: adding automata changes none of its numbers
     def accuracy_of_c2(sweep: str) -> np.ndarray:
