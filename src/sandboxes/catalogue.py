@@ -1,0 +1,71 @@
+"""The book's runs page: every chapter's parameters and every committed result file, built from the code.
+
+The parameter tables come from the declarations the command line checks (:mod:`sandboxes.profiles`), so the page
+cannot disagree with ``python -m sandboxes list``; the result tables from the files under ``results/`` and the
+provenance each run recorded in them. The site serves those files beside its pages (``html_extra_path``), so
+each row links to its file.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from .results import RESULTS_DIR, Result
+from .sections import Chapter
+
+PROFILE_NAMES = ("quick", "reference", "full")
+SITE_RESULTS = "../"  # from a page under book/ to the site root, where html_extra_path puts results/'s files
+
+
+def _cell(value: object) -> str:
+    return f"<td>{html.escape(str(value))}</td>"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in header)
+    body = "".join(f"<tr>{''.join(row)}</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def parameter_table(chapter: Chapter) -> str:
+    """Each parameter of ``chapter``: its meaning, what it accepts, and its value in each profile (HTML)."""
+    rows = [[f"<td><code>{html.escape(p.name)}</code></td>", _cell(p.help), _cell(p.domain.describe()),
+             *(_cell(p.default(profile)) for profile in PROFILE_NAMES)] for p in chapter.params]
+    first = chapter.params[0]
+    seeds = ", ".join(f"{profile} {chapter.seeds[profile]}" for profile in PROFILE_NAMES)
+    return (_table(["parameter", "meaning", "accepts", *PROFILE_NAMES], rows)
+            + f"<p>Seeds: {html.escape(seeds)}. Change a value with <code>python -m sandboxes run {chapter.name} "
+              f"--set {first.name}={html.escape(str(first.quick))}</code>; a value outside its domain stops the run "
+              f"before any work.</p>")
+
+
+def result_files(folder: Path = RESULTS_DIR) -> list[Path]:
+    """The committed result files in ``folder``, by name."""
+    return sorted(folder.glob("*.json"))
+
+
+def _section_rows(path: Path, link: str) -> list[list[str]]:
+    result = Result.load(path)
+    rows = []
+    for name, record in result.sections.items():
+        made = record["provenance"]
+        claims = [c for c in result.claims if c.section == name]
+        holding = sum(c.holds is True for c in claims)
+        rows.append([f'<td><a href="{html.escape(link)}" download><code>{html.escape(path.name)}</code></a></td>',
+                     _cell(name), _cell(f"{holding} of {len(claims)} hold"),
+                     _cell(f"{record['wall_time_s'] / 60:.1f} min"),
+                     _cell(f"{made['device_name']} ({made['device_type']})"),
+                     _cell(f"torch {made['versions']['torch']}, python {made['python']}"),
+                     f"<td><code>{html.escape(made['git_commit'][:7])}</code></td>",
+                     f"<td><code>{html.escape(record['command'])}</code></td>"])
+    return rows
+
+
+def results_table(folder: Path = RESULTS_DIR, link_prefix: str = SITE_RESULTS) -> str:
+    """One row per section of every committed result file in ``folder``: its verdict, wall time, machine, versions,
+    commit and the command that made it, with a link to download the file (HTML)."""
+    rows = [row for path in result_files(folder) for row in _section_rows(path, link_prefix + path.name)]
+    if not rows:
+        return "<p>No result file is committed here.</p>"
+    return _table(["file", "section", "rows", "wall time", "machine", "versions", "commit", "command"], rows)

@@ -1,0 +1,49 @@
+"""The runs page's tables: built from the parameter declarations and the committed result files."""
+
+import re
+import shutil
+from pathlib import Path
+
+from sandboxes import catalogue
+from sandboxes.chapters import all_chapters, get_chapter
+from sandboxes.results import RESULTS_DIR, Result
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_each_parameter_row_shows_the_values_the_profiles_resolve_to():
+    for chapter in all_chapters():
+        table = catalogue.parameter_table(chapter)
+        rows = re.findall(r"<tr><td><code>(\w+)</code></td>(.*?)</tr>", table)
+        assert [name for name, _ in rows] == [p.name for p in chapter.params]
+        for param, (_, cells) in zip(chapter.params, rows):
+            values = re.findall(r"<td>(.*?)</td>", cells)[-3:]
+            assert values == [str(param.default(profile)) for profile in catalogue.PROFILE_NAMES], param.name
+
+
+def test_a_changed_reference_value_shows_in_the_table():
+    chapter = get_chapter("induction")
+    assert "<td>tree</td>" in catalogue.parameter_table(chapter)  # the reference graph; quick and full differ
+    assert "python -m sandboxes run induction --set k=3" in catalogue.parameter_table(chapter)
+
+
+def test_every_section_of_every_committed_file_has_a_row_linking_its_file(tmp_path):
+    files = catalogue.result_files()
+    table = catalogue.results_table()
+    for path in files:
+        result = Result.load(path)
+        assert table.count(f'href="{catalogue.SITE_RESULTS}{path.name}"') == len(result.sections), path.name
+    copied = tmp_path / files[0].name
+    shutil.copy(files[0], copied)
+    assert catalogue.results_table(tmp_path, "x/").count('href="x/') == len(Result.load(copied).sections)
+
+
+def test_a_folder_without_results_says_so(tmp_path):
+    assert catalogue.results_table(tmp_path) == "<p>No result file is committed here.</p>"
+
+
+def test_the_site_serves_the_result_files_the_links_point_at():
+    # html_extra_path copies results/'s files to the site root, one level above the pages under book/
+    assert 'html_extra_path: ["results"]' in (ROOT / "_config.yml").read_text()
+    assert catalogue.SITE_RESULTS == "../" and RESULTS_DIR == ROOT / "results"
+    assert "book/runs" in (ROOT / "_toc.yml").read_text()
