@@ -131,6 +131,15 @@ def test_every_section_shows_its_verdict_and_its_code_on_its_page(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_theorem_block_carries_the_papers_number_only(chapter):
+    # sphinx-proof would number the blocks book-wide ("Theorem 6 (... Thm. 11)"), contradicting the paper's number
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    for kind, options in re.findall(r"^(?:```+|:::+)\{prf:(\w+)\}[^\n]*\n((?::\w+:[^\n]*\n)*)", text, re.MULTILINE):
+        assert kind == "proof" or ":nonumber:" in options, kind
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_verdict_cell_keeps_its_measured_numbers_out_of_nbval(chapter):
     # a verdict table shows measured values, which differ between CPUs and thread counts
     cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
