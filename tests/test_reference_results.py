@@ -133,3 +133,9 @@ def test_a_variant_the_chapter_check_refuses_is_an_error_when_the_chapter_is_dec
         dataclasses.replace(TOY, check=positive_n, reference_variants={"zero": {"n": 0}})
     with pytest.raises(ValueError, match="file-name suffix"):
         dataclasses.replace(TOY, reference_variants={"n 5": {"n": 5}})
+
+
+def test_a_page_note_is_html_with_its_code_spans_and_escapes_the_rest():
+    box = notebook.note("run `make reference` if a < b").data
+    assert box.startswith('<div class="admonition note">') and "<code>make reference</code>" in box
+    assert "a &lt; b" in box and "```" not in box

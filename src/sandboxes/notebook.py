@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import matplotlib.pyplot as plt
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
 from .claims import ClaimFailed, Verdict
@@ -88,16 +88,22 @@ def _footer(silent: list[str], lines: list[str]) -> str:
     return "".join(f"<p>{line}</p>" for line in [f"No row: {html.escape(note)}" for note in silent] + lines)
 
 
+def note(text: str) -> HTML:
+    """A note box as HTML, with ``code`` spans: no reliance on Markdown outputs being parsed as MyST."""
+    body = html.escape(text)
+    parts = body.split("`")
+    body = "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+    return HTML(f'<div class="admonition note"><p class="admonition-title">Note</p><p>{body}</p></div>')
+
+
 def full_result(chapter: str) -> Result | None:
     """The committed GPU full-profile result of ``chapter``, or a note saying how to make it."""
     result = load_full_result(chapter)
     if result is None:
         command = f"python -m sandboxes run {chapter} --profile full --device cuda --out results/{chapter}-full.json"
-        display(Markdown(
-            f"```{{note}}\nNo full-profile result made on a GPU is committed for this chapter yet "
-            f"(`{full_result_path(chapter).name}`). On a machine with a GPU, run\n\n"
-            f"    {command}\n\nand commit the file; this section then shows it beside the quick run.\n```"
-        ))
+        display(note(f"No full-profile result made on a GPU is committed for this chapter yet "
+                     f"(`{full_result_path(chapter).name}`). On a machine with a GPU, run `{command}` and commit the "
+                     f"file; this section then shows it beside the quick run."))
     return result
 
 
@@ -114,18 +120,17 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
     changes = ", ".join(f"{key} = {value}" for key, value in chapter.reference_variants.get(variant, {}).items())
     what = f"The reference run at {changes}" if variant else "Reference run of this chapter"
     if result is None:
-        display(Markdown(f"```{{note}}\nNo reference result {'at ' + changes + ' ' if variant else ''}is committed "
-                         f"for this chapter yet (`{file}`); `make reference` makes it, one section at a time."
-                         f"{pending}\n```"))
+        display(note(f"No reference result {'at ' + changes + ' ' if variant else ''}is committed for this chapter "
+                     f"yet (`{file}`); `make reference` makes it, one section at a time.{pending}"))
         return None
     made = result.provenance
     sections = ", ".join(f"{name} {s['wall_time_s'] / 60:.0f} min" for name, s in result.sections.items())
     commits = sorted({s["provenance"]["git_commit"][:7] for s in result.sections.values()})
-    display(Markdown(
+    display(HTML("<p>" + html.escape(
         f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
-        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads "
-        f"`results/{file}`.{pending}"))
+        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads ")
+        + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
     return result
 
 
