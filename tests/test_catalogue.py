@@ -47,3 +47,9 @@ def test_the_site_serves_the_result_files_the_links_point_at():
     assert 'html_extra_path: ["results"]' in (ROOT / "_config.yml").read_text()
     assert catalogue.SITE_RESULTS == "../" and RESULTS_DIR == ROOT / "results"
     assert "book/runs" in (ROOT / "_toc.yml").read_text()
+
+
+def test_the_site_needs_no_network_for_its_maths():
+    config = (ROOT / "_config.yml").read_text()
+    assert "sphinx-mathjax-offline" in config and "mathjax_path: mathjax/tex-chtml.js" in config
+    assert "sphinx-mathjax-offline" in (ROOT / "requirements.txt").read_text()

@@ -80,6 +80,18 @@ class Claim:
         return asdict(self)
 
 
+def _mark(colour: str, path: str) -> str:
+    """A 12-pixel inline SVG disc: drawn by any browser, with no font whose glyphs a page might lack."""
+    return (f'<svg width="12" height="12" viewBox="0 0 12 12" role="img" aria-hidden="true">'
+            f'<circle cx="6" cy="6" r="6" fill="{colour}"/><path d="{path}" stroke="#fff" stroke-width="1.6" '
+            f'fill="none"/></svg>')
+
+
+MARKS = {"holds": _mark("#2e7d32", "M3 6.2l2 2 4-4.4"), "fails": _mark("#c62828", "M3.8 3.8l4.4 4.4M8.2 3.8l-4.4 4.4"),
+         "undecided": _mark("#757575", "M3.5 6h5")}
+VERDICT_WORDS = {"holds": "holds", "fails": "fails", "undecided": "undecided at this budget"}
+
+
 class Verdict(list):
     """The claims of one run, displayable as a table."""
 
@@ -105,9 +117,9 @@ class Verdict(list):
         head = "".join(f"<th>{h}</th>" for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
         rows = []
         for c in self:
-            mark = {"holds": "✅ holds", "fails": "❌ fails", "undecided": "⏳ undecided at this budget"}[c.mark]
-            cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason, mark)
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
+            cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason)
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
+                        + f'<td class="verdict-{c.mark}">{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td></tr>')
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
     def text(self, measured: bool = True) -> str:

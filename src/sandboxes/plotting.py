@@ -29,6 +29,8 @@ def apply_style() -> None:
         "font.size": 10,
         "legend.frameon": False,
         "savefig.bbox": "tight",
+        "figure.facecolor": "white",  # the notebook backend's default is transparent, unreadable in dark mode
+        "savefig.facecolor": "white",
     })
 
 
