@@ -4,24 +4,34 @@
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
 #   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
+#   make lock     rewrites requirements.lock from the venv (after a change to requirements.txt)
 # PROFILE=full builds the book with the full (GPU) profile. TORCH=... picks the torch build
 # installed first (default: the CPU build 2.13.0; TORCH=torch takes PyPI's default build).
+# REQUIREMENTS=... picks what is installed beside it: the exact versions CI runs (requirements.lock,
+# the default) or the ranges a GPU user may take (requirements.txt).
 
 PYTHON ?= python3
 PROFILE ?= quick
 TORCH ?= torch==2.13.0
+REQUIREMENTS ?= requirements.lock
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test outputs reference results clean
+.PHONY: book test outputs reference results lock clean
 
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
+
+lock: $(STAMP)
+	{ sed -n '1,3p' requirements.lock; $(BIN)/python -m pip list --format=freeze --exclude-editable \
+		| grep -v -i -E '^(torch|pip|setuptools|wheel)=='; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 book: $(STAMP)
 	rm -rf _build

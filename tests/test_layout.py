@@ -159,3 +159,16 @@ def test_every_code_fold_on_a_page_names_an_object_of_its_module(chapter):
             named = {node.name: node for node in body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
             assert part in named, name
             body = named[part].body
+
+
+def test_the_lock_pins_every_requirement_exactly():
+    # make installs requirements.lock by default, so a requirement missing from it would go untested
+    def name(line: str) -> str:
+        return re.split(r"[<>=!~ \[]", line, maxsplit=1)[0].lower().replace("_", "-")
+
+    wanted = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith(("#", "-e"))]
+    pinned = [line for line in (ROOT / "requirements.lock").read_text().splitlines() if line and line[0] != "#"]
+    assert all(re.fullmatch(r"[\w.\-]+==[\w.\-+]+", line) for line in pinned)
+    assert {name(w) for w in wanted} - {"torch"} <= {name(p) for p in pinned}
+    assert "torch" not in {name(p) for p in pinned}  # the Makefile's TORCH picks the build
