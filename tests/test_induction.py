@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import TINY
 from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.model import GPT, GPTConfig
-from sandboxes.theory.induction import (bayes_predictive, chi2_information, count_predictive, induction_head,
-                                        joint_laws, loss_levels, predictor_loss, score_gradient, sequence_losses,
-                                        staged_initialisation, successor_average, unigram_predictive)
+from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
+                                        induction_head, joint_laws, loss_levels, permutation_predictive,
+                                        predictor_loss, score_gradient, sequence_losses, staged_initialisation,
+                                        successor_average, unigram_predictive)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -46,6 +48,34 @@ def test_noisy_permutations_put_each_rows_peak_on_its_own_successor_above_the_fl
     kernels = replace(InContextMarkov.chain(4, 1.0, 8), rows="permutation", floor=0.2).kernels(500, _gen(2))
     assert np.allclose(kernels.sum(axis=-1), 1.0) and kernels.min() >= 0.2 / 4
     assert all(sorted(row) == [0, 1, 2, 3] for row in kernels.argmax(axis=-1))  # a permutation of the states
+
+
+def test_the_noisy_permutation_posterior_is_a_law_that_beats_counting_on_its_own_prior():
+    task = replace(InContextMarkov.chain(3, 1.0, 24), rows="permutation", floor=0.2)
+    seq = task.sequences(3000, _gen(4)).numpy()
+    probs = permutation_predictive(task, seq)
+    assert np.allclose(probs.sum(axis=-1), 1.0) and np.allclose(probs[:, 0], 1 / 3)  # nothing counted yet
+    edge = sequence_losses(bayes_predictive(task, seq), seq) - sequence_losses(probs, seq)
+    assert edge.mean() > 3 * edge.std(ddof=1) / np.sqrt(len(edge))  # Bayes for its prior: better than counting
+    with pytest.raises(ValueError, match="k <= "):
+        permutation_predictive(replace(task, n_states=MAX_PERMUTED_STATES + 1), seq)
+
+
+def test_the_last_row_distance_of_the_true_kernel_is_zero():
+    task = InContextMarkov(3, 1.0, tree_parents(10, 3, seed=1))
+    seq, kernels = task.sequences_and_kernels(50, _gen(5))
+    seq = seq.numpy()
+    truth = np.zeros((50, task.length, 3))
+    truth[:, -1] = kernels[np.arange(50), task.contexts(seq, task.length)]
+    assert np.abs(chapter.last_row_distance(truth, seq, kernels, task)).max() == 0.0
+    assert chapter.last_row_distance(np.full_like(truth, 1 / 3), seq, kernels, task).min() > 0
+
+
+def test_support_beyond_the_permutation_sum_makes_no_row_and_says_why():
+    settings = {**TINY["induction"], "k": MAX_PERMUTED_STATES + 1}
+    result = chapter.CHAPTER.run("quick", settings, seeds=1, device="cpu", sections=["support"])
+    assert [c for c in result.claims if c.section == "support"] == []
+    assert any("k! permutations" in note for note in result.sections["support"]["silent"])
 
 
 def test_the_floor_lifts_every_dirichlet_entry():
@@ -170,8 +200,6 @@ class _Estimator(torch.nn.Module):
         seq = np.concatenate([idx.numpy(), np.zeros((len(idx), 1), dtype=np.int64)], axis=1)  # the last is unread
         if self.name == "uniform":
             return torch.full((*idx.shape, self.task.n_states), -float(np.log(self.task.n_states)), dtype=torch.float64)
-        if self.name == "squared":  # the count estimator's law squared: it trusts the most-seen successor
-            return torch.from_numpy(2 * np.log(bayes_predictive(self.task, seq)))
         return torch.from_numpy(np.log({"bayes": bayes_predictive, "unigram": unigram_predictive}[self.name](
             self.task, seq)))
 
@@ -236,12 +264,14 @@ def _training_rows(change: str) -> list:
 
 
 def _support_rows(change: str) -> list:
-    outside = replace(InContextMarkov.chain(3, 1.0, 16), floor=0.2)
-    seq = outside.sequences(1000, _gen(10))
-    fitted = "squared" if change == "two layers that trust the most-seen successor, as noisy permutations reward" \
-        else "bayes"
-    data = {"outside": chapter.held_out(outside, seq, {"two_layers": [_Estimator(outside, fitted)]}),
-            "still_descending": 0}
+    base = InContextMarkov.chain(3, 1.0, 16)
+    inside, outside = replace(base, rows="permutation", floor=0.2), replace(base, floor=0.2)
+    seq = outside.sequences(1000, _gen(10)).numpy()
+    rival = sequence_losses(permutation_predictive(inside, seq), seq)
+    fitted = permutation_predictive(inside, seq) if change == "two layers that only fit the noisy permutations" \
+        else bayes_predictive(outside, seq)
+    advantage = rival - sequence_losses(fitted, seq)
+    data = {"advantage": [[advantage.mean(), advantage.std(ddof=1) / np.sqrt(len(seq))]], "still_descending": 0}
     return chapter.support_claims(data)
 
 
@@ -256,8 +286,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
      _training_rows),
     (r"layer 1's weight on the causal parent", "layer 1 as initialised", _training_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
-    (r"trained on noisy permutations only", "two layers that trust the most-seen successor, as noisy permutations "
-     "reward", _support_rows),
+    (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
 ]
 
 

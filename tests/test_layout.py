@@ -30,6 +30,7 @@ ALLOWED = {
     "chapters": {"chapters", "claims", "data", "heldout", "losses", "model", "profiles", "runtime", "sections",
                  "theory", "trainer"},
     "notebook": {"claims", "profiles", "results", "sections"},
+    "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
     "bench": {"data", "model", "trainer"},
     "cli": {"bench", "chapters", "profiles", "results", "runtime"},

@@ -90,7 +90,7 @@ def _final_losses(parts: list[tuple[HeldOut, str]], names: dict[str, str]) -> Fi
     fig, axes = plt.subplots(1, len(parts), figsize=(5.6 * len(parts), 3.4), squeeze=False)
     for ax, (part, title) in zip(axes[0], parts):
         for name, value in part["levels"].items():
-            reference_line(ax, value, names[name], ":" if name == "unigram" else "--")
+            reference_line(ax, value, names[name], {"unigram": ":", "prior_bayes": "-."}.get(name, "--"))
         kinds = [kind for kind in ("one_layer", "two_layers") if kind in part["loss"]]
         for x, kind in enumerate(kinds):
             losses = part["loss"][kind]
@@ -111,6 +111,7 @@ def out_of_distribution(data: TrainingData) -> Figure:
 def support(data: SupportData) -> Figure:
     """Two layers trained on noisy permutations: final loss on them and on Dirichlet kernels outside their support,
     beside the unigram and count estimators on the same sequences."""
-    names = {**LEVEL_NAMES, "bayes": "count estimator (smoothed by alpha)"}
+    names = {**LEVEL_NAMES, "bayes": "count estimator (smoothed by alpha)",
+             "prior_bayes": "Bayes for noisy permutations"}
     return _final_losses([(data["inside"], "noisy permutations (training)"),
                           (data["outside"], "Dirichlet kernels (outside the support)")], names)

@@ -11,6 +11,7 @@ averaged over the prior; the first gradient step on layer-1 attention ranks earl
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -131,6 +132,45 @@ def chi2_information(task: InContextMarkov, i: int, n_kernels: int, seed: int) -
     rows, cols = laws.sum(axis=3, keepdims=True), laws.sum(axis=2, keepdims=True)
     per_kernel = (laws ** 2 / (rows * cols)).sum(axis=(2, 3)) - 1.0
     return per_kernel.mean(axis=0), per_kernel.std(axis=0, ddof=1) / np.sqrt(n_kernels)
+
+
+STRENGTH_GRID = 64  # midpoints of [0, 1] on which the noisy-permutation posterior integrates the strength lambda
+MAX_PERMUTED_STATES = 5  # the noisy-permutation posterior sums over k! permutations: 120 at k = 5
+
+
+def permutation_predictive(task: InContextMarkov, seq: np.ndarray, grid: int = STRENGTH_GRID) -> np.ndarray:
+    """The Bayes predictor of the noisy-permutation prior, ``(n, length, k)``, for a first-order graph.
+
+    A kernel is ``a e_sigma(c) + (1 - a) / k`` in every row ``c``, with ``a = (1 - floor) lambda``,
+    ``lambda ~ U[0, 1]`` and ``sigma`` a uniform permutation, one of each per sequence. Given the
+    transitions counted so far, ``sigma`` and ``a`` have likelihood ``hi^m lo^(N - m)``: ``m`` of the ``N``
+    transitions land on ``sigma``'s successor, ``hi = a + lo``, ``lo = (1 - a) / k``. The posterior is summed
+    exactly over the ``k!`` permutations and over ``grid`` midpoints of ``lambda``. This is the predictor a
+    model that only fit that prior would be.
+    """
+    n, k = seq.shape[0], task.n_states
+    if k > MAX_PERMUTED_STATES:
+        raise ValueError(f"the noisy-permutation posterior sums over k! permutations; k <= {MAX_PERMUTED_STATES}")
+    perms = np.array(list(itertools.permutations(range(k))))  # (P, k): perms[p, c] = sigma_p(c)
+    strength = (1 - task.floor) * (np.arange(grid) + 0.5) / grid
+    low = (1 - strength) / k
+    log_low, log_high = np.log(low), np.log(low + strength)
+    counts = np.zeros((n, k, k))
+    rows = np.arange(n)
+    out = np.full((n, task.length, k), 1.0 / k)
+    for i in range(1, task.length + 1):
+        if len(task.parents[i]) < task.order:
+            continue
+        context = task.contexts(seq, i)
+        matched = counts[:, np.arange(k), perms].sum(axis=-1)  # (n, P): transitions on each sigma's successors
+        total = counts.sum(axis=(1, 2))[:, None, None]
+        log_like = matched[..., None] * log_high + (total - matched[..., None]) * log_low  # (n, P, grid)
+        weight = np.exp(log_like - log_like.max(axis=(1, 2), keepdims=True))
+        weight /= weight.sum(axis=(1, 2), keepdims=True)
+        peak = np.eye(k)[perms[:, context].T]  # (n, P, k): one-hot of sigma_p(context)
+        out[:, i - 1] = (weight.sum(axis=1) @ low)[:, None] + np.einsum("np,npj->nj", weight @ strength, peak)
+        counts[rows, context, seq[:, i]] += 1
+    return out
 
 
 def count_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
