@@ -330,3 +330,11 @@ def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
                            chapter.query_is_parent(task))
     claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12))
     assert claim.holds is None and "--set grad_samples=" in claim.reason
+
+
+def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():
+    behind = {"advantage": [[0.0, 0.01]], "still_descending": 1}
+    claim, = chapter.support_claims(behind)
+    assert claim.holds is None and "--set steps=" in claim.reason
+    claim, = chapter.support_claims({**behind, "still_descending": 0})
+    assert claim.holds is False
