@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 
 from .claims import ClaimFailed, Verdict
 from .profiles import check_profile, resolve
-from .results import Result, full_result_path, load_full_result, load_reference_result, reference_result_path
+from .results import (RESULTS_DIR, Result, full_result_path, load_full_result, load_reference_result,
+                      reference_result_path)
 from .sections import Chapter, Run
 
 
@@ -131,6 +132,18 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
         f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads ")
         + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
+    return result
+
+
+def attempt(name: str) -> Result:
+    """Show the rows of a reference attempt kept under ``results/attempts/`` (one whose rows did not all hold), as
+    measured and without raising: what the chapter reports where its reference run has not succeeded yet."""
+    result = Result.load(RESULTS_DIR / "attempts" / name)
+    made = result.provenance
+    display(note(f"A reference attempt, not a reference result: `results/attempts/{name}`, "
+                 f"{made['wall_time_s'] / 60:.0f} minutes at commit {made['git_commit'][:7]}, "
+                 f"{result.verdict.tally()}. Its rows as measured:"))
+    display(HTML(result.verdict._repr_html_()))
     return result
 
 
