@@ -173,3 +173,11 @@ def test_the_lock_pins_every_requirement_exactly():
     assert all(re.fullmatch(r"[\w.\-]+==[\w.\-+]+", line) for line in pinned)
     assert {name(w) for w in wanted} - {"torch"} <= {name(p) for p in pinned}
     assert "torch" not in {name(p) for p in pinned}  # the Makefile's TORCH picks the build
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_reference_to_a_theorem_block_names_it(chapter):
+    # the blocks carry no book-wide number, so a bare {prf:ref}`label` would render as "Theorem" alone
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    assert not re.findall(r"\{prf:ref\}`[^`<]*`", text)
