@@ -181,3 +181,12 @@ def test_every_reference_to_a_theorem_block_names_it(chapter):
     cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
     text = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
     assert not re.findall(r"\{prf:ref\}`[^`<]*`", text)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_output_on_a_page_is_html_or_text_not_markdown(chapter):
+    # how MyST-NB parses a text/markdown output depends on its settings (nb_render_markdown_format), so the page
+    # would not show what the notebook shows; notebook.note() writes HTML for that reason
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    outputs = [output for cell in cells if cell["cell_type"] == "code" for output in cell.get("outputs", [])]
+    assert not [output for output in outputs if "text/markdown" in output.get("data", {})]
