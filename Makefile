@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.10+:
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
+#   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
 #   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
@@ -17,8 +18,9 @@ REQUIREMENTS ?= requirements.lock
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test outputs reference results lock clean
+.PHONY: book test site-test outputs reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -40,6 +42,12 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
 	SANDBOXES_PROFILE=quick $(BIN)/python -m pytest --nbval --nbval-current-env book
+
+# Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already
+site-test: $(STAMP)
+	command -v chromium >/dev/null || $(SUDO) apt-get install -y -q --no-install-recommends chromium \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
+	SANDBOXES_SITE=required $(BIN)/python -m pytest tests/test_site.py
 
 outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
