@@ -1,17 +1,19 @@
 """Screenshots of one chapter of the built site in the theme's light and dark modes, for the README.
 
 python tests/screenshots.py [page] (after make book; page defaults to book/markov.html), writes
-book/screenshots/<name>-light.png and -dark.png: the top of the page and its first verdict table.
+book/screenshots/<name>-{top,verdict}-{light,dark}.png: the top of the page and its first verdict table.
 """
 
 import sys
 from pathlib import Path
 
+from PIL import Image
 from playwright.sync_api import sync_playwright
 from test_site import CHROMIUM, CHROMIUM_ARGS, ROOT, SITE, _server
 
 OUT = ROOT / "book" / "screenshots"
-VIEWPORT = {"width": 1100, "height": 760}
+VIEWPORT = {"width": 1280, "height": 800}
+COLOURS = 64  # a palette this small keeps text and marks legible and a screenshot near 40 KB
 
 
 def shoot(page_path: str) -> list[Path]:
@@ -30,6 +32,7 @@ def shoot(page_path: str) -> list[Path]:
                     locator.evaluate("cell => cell.closest('table').scrollIntoView({block: 'end'})")
                 path = OUT / f"{stem}-{part}-{scheme}.png"
                 page.screenshot(path=path)
+                Image.open(path).quantize(colors=COLOURS).save(path, optimize=True)
                 written.append(path)
             page.close()
         browser.close()

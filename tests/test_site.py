@@ -30,7 +30,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 RAW_MATHS = ("\\(", "\\[", "$$")
-PAGES = sorted(SITE.rglob("*.html")) if SITE.is_dir() else []
+# _static and _sources hold the theme's templates and the pages' sources, not pages
+PAGES = sorted(p for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] not in ("_static", "_sources")) \
+    if SITE.is_dir() else []
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -68,12 +70,14 @@ def page_problems(browser: object, url: str, chapter: bool, color_scheme: str = 
     did not load; on a chapter page also a missing verdict table or theorem block."""
     problems: list[str] = []
     page = browser.new_page(color_scheme=color_scheme)
-    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
+    page.on("console", lambda message: message.type == "error" and problems.append(
+        f"console: {message.text} ({message.location.get('url')})"))
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
     page.on("requestfailed", lambda request: problems.append(f"failed to load {request.url}"))
     page.on("response", lambda response: response.status >= 400 and problems.append(
         f"HTTP {response.status} for {response.url}"))
     page.goto(url, wait_until="load")
+    page.wait_for_load_state("networkidle")  # a redirecting page (the site's index.html) has reached its target
     page.evaluate("() => window.MathJax?.startup?.promise")  # typesetting finished, where the page has maths
     text = page.inner_text("body")
     problems += [f"raw maths {raw!r} in the text" for raw in RAW_MATHS if raw in text]
