@@ -2,6 +2,7 @@
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
+#   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
 #   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
@@ -20,7 +21,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test site-test outputs reference results lock clean
+.PHONY: book test site-test oldest outputs reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -49,6 +50,17 @@ site-test: $(STAMP)
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
 	SANDBOXES_SITE=required $(BIN)/python -m pytest tests/test_site.py
 
+# its own environment, each `>=X` bound of requirements.txt installed as `==X` (torch stays at $(TORCH))
+OLDEST := .venv-oldest
+oldest:
+	rm -rf $(OLDEST) && $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	grep -v -E '^(torch|-e)' requirements.txt | sed -E 's/>=([^,; #]+)[^ #]*/==\1/' > $(OLDEST)/oldest.txt
+	$(OLDEST)/bin/python -m pip install --quiet --disable-pip-version-check -r $(OLDEST)/oldest.txt
+	$(OLDEST)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(OLDEST)/bin/python -m pip list --format=freeze > $(OLDEST)/installed.txt
+	$(OLDEST)/bin/python -m pytest tests
+
 outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
 
@@ -64,4 +76,4 @@ results: $(STAMP)
 	done
 
 clean:
-	rm -rf _build $(VENV) runs
+	rm -rf _build $(VENV) $(OLDEST) runs
