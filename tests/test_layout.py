@@ -33,7 +33,8 @@ ALLOWED = {
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
     "bench": {"data", "model", "trainer"},
-    "cli": {"bench", "chapters", "profiles", "results", "runtime"},
+    "cluster": {"chapters", "profiles", "results", "runtime", "trainer"},
+    "cli": {"bench", "chapters", "cluster", "profiles", "results", "runtime"},
     "__main__": {"cli"},
     "__init__": set(),
 }

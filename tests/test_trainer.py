@@ -20,6 +20,7 @@ from sandboxes.trainer import (
     _held_out_loss,
     _plan,
     activation_bytes,
+    calibrating,
     sample_members,
     still_descending,
     train,
@@ -38,6 +39,16 @@ def test_same_seed_gives_the_same_numbers_twice():
     b = train(make_model, TASK, CONFIG, seeds=[3], batched=False)
     assert np.array_equal(a.train_loss, b.train_loss)
     assert np.array_equal(a.eval_loss, b.eval_loss)
+
+
+def test_a_calibrated_call_runs_few_steps_records_its_plan_and_leaves_later_calls_alone():
+    with calibrating(3) as calls:
+        short = train(make_model, TASK, CONFIG, seeds=[0, 1], batched=True)
+    assert short.train_loss.shape == (2, 3) and len(calls) == 1
+    call = calls[0]
+    assert (call.planned_steps, call.timing.steps, call.timing.evals, call.timing.groups) == (12, 2, 2, 1)
+    assert call.step_bytes > 0 and call.estimated_s > 0
+    assert train(make_model, TASK, CONFIG, seeds=[0], batched=False).train_loss.shape == (1, 12)
 
 
 def test_different_seeds_give_different_runs():

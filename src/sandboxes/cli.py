@@ -1,4 +1,4 @@
-"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list`` and ``bench``."""
+"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list``, ``merge`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from . import bench
+from . import bench, cluster
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES
 from .results import REPO_ROOT, Result, merge, reference_result_path
@@ -35,6 +35,21 @@ def _parser() -> argparse.ArgumentParser:
                      "(an undecided claim, whose budget ran out first, does not)")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars on stderr (default: when stderr is a terminal)")
+    jobs = run.add_argument_group("on a scheduler", "run the sections as jobs (submitit) and merge their results")
+    jobs.add_argument("--executor", choices=cluster.EXECUTORS, default=None,
+                      help="slurm: one job per section that trains, the theory sections in one more; "
+                      "local: the same jobs as processes on this machine")
+    jobs.add_argument("--folder", default=None, help="where the plan, partial results and logs go "
+                      "(default runs/<chapter>-<profile>-jobs); rerunning into it skips the sections already done")
+    jobs.add_argument("--partition", default=None, help="Slurm partition")
+    jobs.add_argument("--gpus-per-job", type=int, default=0, help="GPUs each job asks for (default 0)")
+    jobs.add_argument("--max-jobs", type=int, default=8, help="jobs running at once (default 8)")
+    jobs.add_argument("--timeout-min", type=int, default=600, help="each job's time limit in minutes (default 600)")
+    jobs.add_argument("--dry-run", action="store_true",
+                      help="print the jobs and their estimated hours (a short calibration on this machine), submit none")
+    merging = commands.add_parser("merge", help="assemble a folder of partial results (run --executor) into one result")
+    merging.add_argument("folder", help="the folder `run --executor` wrote")
+    merging.add_argument("--out", default=None, help="result JSON path (default <folder>/<chapter>-<profile>.json)")
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
     listing.add_argument("--reference", action="store_true",
@@ -81,7 +96,54 @@ def _list(names_only: bool, reference: bool) -> None:
             print(f"  and: {inspect.getdoc(chapter.check).splitlines()[0]}")
 
 
+def _report(result: Result, report: object) -> None:
+    """The verdict table, the rows not made and the tally, as every run prints them."""
+    verdict = result.verdict
+    print(verdict.text(), file=report)
+    for name, section in result.sections.items():
+        for note in section["silent"]:
+            print(f"[no row] {name}: {note}", file=report)
+    print(f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on "
+          f"{result.provenance['device_name']}", file=report)
+
+
+def _on_scheduler(args: argparse.Namespace) -> int:
+    """``run --executor``: plan (checks and a calibration), submit the pending jobs, wait, merge."""
+    if args.into or args.out == "-":
+        raise ValueError("--executor writes its result into --folder (or --out PATH): not --into, not --out -")
+    options = cluster.JobOptions(args.executor, args.partition, args.gpus_per_job, args.max_jobs, args.timeout_min)
+    plan = cluster.Plan.make(args.chapter, args.profile, _overrides(args.overrides), args.seeds, args.device,
+                             args.sections)
+    folder = Path(args.folder or f"runs/{plan.chapter}-{plan.profile}-jobs")
+    if (folder / cluster.PLAN_FILE).exists() and cluster.Plan.load(folder) != plan:
+        raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
+    jobs = plan.jobs(cluster.pending(plan, folder))
+    estimates, measured_on = cluster.estimate(plan, jobs)  # on this machine's own device, whatever the jobs get
+    print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job))
+    if args.dry_run:
+        return 0
+    failures = cluster.submit(plan, folder, jobs, options)
+    for failure in failures:
+        print(f"failed: {failure}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} jobs failed; the same command reruns only them", file=sys.stderr)
+        return 1
+    return _merge(folder, args.out)
+
+
+def _merge(folder: Path, out: str | None) -> int:
+    result = cluster.merge_folder(folder)
+    _report(result, sys.stdout)
+    path = result.save(Path(out or folder / f"{result.chapter}-{result.profile}.json"))
+    print(f"result written to {path}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.executor:
+        return _on_scheduler(args)
+    if args.folder or args.partition or args.gpus_per_job or args.dry_run:
+        raise ValueError("--folder, --partition, --gpus-per-job and --dry-run go with --executor local or slurm")
     chapter = get_chapter(args.chapter)
     if args.into and args.out:
         raise ValueError("give --out or --into, not both")
@@ -96,12 +158,7 @@ def _run(args: argparse.Namespace) -> int:
                          args.sections)
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
-    print(verdict.text(), file=report)
-    for name, section in result.sections.items():
-        for note in section["silent"]:
-            print(f"[no row] {name}: {note}", file=report)
-    print(f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on "
-          f"{result.provenance['device_name']}", file=report)
+    _report(result, report)
     if args.into:
         order = [s.name for s in chapter.sections]
         path = merge(kept, result, order).save(args.into)
@@ -136,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "bench":
             return _bench(args)
+        if args.command == "merge":
+            return _merge(Path(args.folder), args.out)
         return _run(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,8 +18,9 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 import numpy as np
@@ -246,6 +247,75 @@ def _plan(
     return group, chunk
 
 
+@dataclass
+class _Timing:
+    """Seconds in training steps (each group's first step excluded: it warms up) and in evaluations, per group."""
+
+    step_s: float = 0.0
+    steps: int = 0
+    eval_s: float = 0.0
+    evals: int = 0
+    groups: int = 0
+
+    def mark(self, device: torch.device) -> float:
+        """Now, once the device has finished what it was given (CUDA runs asynchronously)."""
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class TrainCall:
+    """One call of :func:`train` run shortened under :func:`calibrating`, and what its full run would cost."""
+
+    planned_steps: int
+    eval_every: int
+    wall_time: float
+    timing: _Timing
+    step_bytes: int  # weights, gradients, Adam's state and activations of one step of one group of members
+
+    @property
+    def estimated_s(self) -> float:
+        """Seconds of the full run: the shortened run's set-up and warm-up, then its mean step and evaluation
+        times, each group of members running the planned steps and evaluations."""
+        t = self.timing
+        setup = self.wall_time - t.step_s - t.eval_s
+        evals = self.planned_steps // self.eval_every + 1
+        per_group = (t.step_s / max(1, t.steps)) * self.planned_steps + (t.eval_s / max(1, t.evals)) * evals
+        return setup + t.groups * per_group
+
+
+@dataclass
+class _Calibration:
+    steps: int
+    calls: list[TrainCall]
+    timing: _Timing = field(default_factory=_Timing)
+
+
+_calibration: _Calibration | None = None
+
+
+@contextmanager
+def calibrating(steps: int) -> Iterator[list[TrainCall]]:
+    """Within it, every :func:`train` call runs at most ``steps`` steps and records what its full run would cost;
+    how a cluster run is planned before it is submitted (the models come out barely trained: use only the costs)."""
+    global _calibration
+    if steps < 1:
+        raise ValueError(f"calibration needs at least one step, got {steps}")
+    outer, _calibration = _calibration, _Calibration(steps, [])
+    try:
+        yield _calibration.calls
+    finally:
+        _calibration = outer
+
+
+def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:
+    """Bytes of one training step with ``members`` members at once (as :func:`_plan` counts them)."""
+    model = make_model()
+    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+    return members * (weights + activation_bytes(model, task, config.batch_size))
+
+
 def _scored(targets: Tensor) -> Tensor:
     """Per member, how much a batch weighs in a mean over batches: its class-label targets other
     than ``IGNORE_INDEX`` (what :func:`~sandboxes.losses.next_token_loss` averages over), or its samples for real targets."""
@@ -317,7 +387,11 @@ def _fit(
     eval_steps, eval_curve = [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
+    timing = _calibration.timing if _calibration is not None else None
+    if timing is not None:
+        timing.groups += 1
     for step in bar:
+        started = timing.mark(device) if timing is not None and step > 0 else 0.0
         x, y = sample_members(tasks, config.batch_size, generators)
         losses = per_member_loss(runner(x.to(device)), y.to(device))
         optimizer.zero_grad(set_to_none=True)
@@ -325,12 +399,17 @@ def _fit(
         optimizer.step()
         schedule.step()
         train_curve[:, step] = losses.detach()
+        if timing is not None and step > 0:
+            timing.step_s, timing.steps = timing.step_s + timing.mark(device) - started, timing.steps + 1
         if step % config.eval_every == 0 or step == config.steps - 1:
+            started = timing.mark(device) if timing is not None else 0.0
             _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr, diverged)
             checked = step + 1
             eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
+            if timing is not None:
+                timing.eval_s, timing.evals = timing.eval_s + timing.mark(device) - started, timing.evals + 1
     trained = [runner.member(k, template) for k in range(runner.size)]
     return trained, train_curve.double().cpu().numpy(), eval_steps, np.stack(eval_curve, axis=1)
 
@@ -365,6 +444,10 @@ def train(
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
     budget = memory_budget(device) if budget is None else budget
+    planned_steps = config.steps
+    if _calibration is not None:
+        config = replace(config, steps=min(config.steps, _calibration.steps))
+        _calibration.timing = _Timing()
     size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if batched else 1, budget)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
@@ -378,6 +461,9 @@ def train(
         models += trained
         train_curves.append(train_curve)
         eval_curves.append(eval_curve)
+    if _calibration is not None:
+        _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
+                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size)))
     return TrainResult(
         seeds=list(seeds),
         models=models,

@@ -1,0 +1,121 @@
+"""A chapter run as jobs (submitit's local executor: separate processes) merges into the single run's result."""
+
+import json
+
+import pytest
+
+from conftest import TINY
+from sandboxes import cluster
+from sandboxes.chapters import all_chapters
+from sandboxes.cli import main
+from sandboxes.results import Result
+from sandboxes.trainer import TrainCall, _Timing
+
+submitit = pytest.importorskip("submitit")  # the optional [cluster] extra; requirements.txt installs it
+
+CHAPTERS = [chapter.name for chapter in all_chapters()]
+
+
+def _seeds(chapter: str) -> int:
+    return 2 if chapter == "hmm" else 1  # as conftest.tiny_flags: the HMM chapter compares seeds
+
+
+def _tiny_plan(chapter: str) -> cluster.Plan:
+    overrides = {key: str(value) for key, value in TINY[chapter].items()}
+    return cluster.Plan.make(chapter, "quick", overrides, _seeds(chapter), "cpu")
+
+
+def _what_a_run_computed(body: dict) -> dict:
+    """A result file without what differs between any two runs of the same code: times, dates, machine."""
+    return {"chapter": body["chapter"], "profile": body["profile"], "config": body["config"], "seeds": body["seeds"],
+            "claims": body["claims"], "data": body["data"],
+            "sections": {name: {k: v for k, v in section.items() if k not in ("wall_time_s", "provenance")}
+                         for name, section in body["sections"].items()}}
+
+
+@pytest.fixture(scope="module")
+def job_folders(tmp_path_factory):
+    """Every chapter at unit scale run as local jobs, two at a time; its folder, once per chapter."""
+    folders = {}
+
+    def run(chapter: str):
+        if chapter not in folders:
+            folder = tmp_path_factory.mktemp(f"{chapter}-jobs")
+            plan = _tiny_plan(chapter)
+            options = cluster.JobOptions("local", max_jobs=2, timeout_min=10)
+            assert cluster.submit(plan, folder, plan.jobs(), options, say=lambda line: None) == []
+            folders[chapter] = folder
+        return folders[chapter]
+
+    return run
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_jobs_merge_into_exactly_what_one_process_computes(chapter, job_folders, tiny_result):
+    merged = json.loads(cluster.merge_folder(job_folders(chapter)).to_json())
+    assert _what_a_run_computed(merged) == _what_a_run_computed(tiny_result(chapter))
+
+
+def test_a_job_per_section_that_trains_and_one_for_the_theory():
+    plan = _tiny_plan("hmm")
+    assert plan.jobs() == [("seed_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor"),
+                           ("learning",)]
+
+
+def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folders, tmp_path):
+    source = job_folders("hmm")
+    plan = cluster.Plan.load(source)
+    plan.save(tmp_path)
+    (tmp_path / cluster.PARTS).mkdir()
+    for part in (source / cluster.PARTS).glob("*.json"):
+        (tmp_path / cluster.PARTS / part.name).write_text(part.read_text())
+    assert cluster.pending(plan, tmp_path) == []
+    (tmp_path / cluster.PARTS / "powers.json").unlink()
+    foreign = Result.load(tmp_path / cluster.PARTS / "learning.json")
+    foreign.seeds = [0]  # a partial from another plan (one seed, not two) does not count as done
+    foreign.save(tmp_path / cluster.PARTS / "learning.json")
+    assert cluster.pending(plan, tmp_path) == ["powers", "learning"]
+    assert plan.jobs(cluster.pending(plan, tmp_path)) == [("powers",), ("learning",)]
+    with pytest.raises(ValueError, match="powers, learning"):
+        cluster.merge_folder(tmp_path)
+
+
+def test_a_failed_job_is_reported_with_its_log_and_leaves_no_partial(tmp_path, monkeypatch):
+    plan = _tiny_plan("hmm")
+    failing = cluster.Plan(plan.chapter, plan.profile, {**plan.overrides, "steps": "-1"}, plan.seeds, "cpu",
+                           ("learning",))  # a value the parameter check refuses, reached only inside the job
+    failures = cluster.submit(failing, tmp_path, failing.jobs(), cluster.JobOptions("local", timeout_min=5),
+                              say=lambda line: None)
+    assert len(failures) == 1 and failures[0].startswith("learning: job ") and "log " in failures[0]
+    assert (tmp_path / failures[0].rsplit("log ", 1)[1]).exists()
+    assert cluster.pending(failing, tmp_path) == ["learning"]
+
+
+def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path, capsys):
+    flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
+    assert main(["run", "hmm", *flags, "--seeds", "2", "--device", "cpu", "--executor", "local", "--folder",
+                 str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 jobs to run" in out and "learning" in out and "6 theory sections" in out and "total" in out
+    assert not (tmp_path / cluster.PARTS).exists()
+
+
+def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
+    timing = _Timing(step_s=9.0, steps=9, eval_s=2.0, evals=2, groups=2)  # 1 s a step, 1 s an evaluation
+    call = TrainCall(planned_steps=1000, eval_every=100, wall_time=13.0, timing=timing, step_bytes=0)
+    assert call.estimated_s == pytest.approx(2.0 + 2 * (1000 + 11))  # set-up, then each group's steps and evaluations
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--executor", "pbs"], "invalid choice"),
+    (["--executor", "local", "--partition", "gpu"], "Slurm option"),
+    (["--executor", "local", "--max-jobs", "0"], "at least 1"),
+    (["--partition", "gpu"], "go with --executor"),
+    (["--executor", "local", "--into", "x.json"], "not --into"),
+])
+def test_bad_scheduler_options_stop_before_any_work(flags, message, capsys):
+    try:
+        code = main(["run", "hmm", *flags])
+    except SystemExit as exit_:  # argparse's own refusal
+        code = exit_.code
+    assert code == 2 and message in capsys.readouterr().err
