@@ -40,9 +40,11 @@ book: $(STAMP)
 	rm -rf _build
 	SANDBOXES_PROFILE=$(PROFILE) $(BIN)/jupyter-book build . --warningiserror --keep-going
 
+# two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well;
+# a notebook stays on one worker (--dist loadfile), whose kernel inherits the one thread
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
-	SANDBOXES_PROFILE=quick $(BIN)/python -m pytest --nbval --nbval-current-env book
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
+	SANDBOXES_PROFILE=quick OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-current-env book
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already
 site-test: $(STAMP)

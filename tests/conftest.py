@@ -1,13 +1,15 @@
-"""Shared test settings: two threads, as on the CI machine, and tiny overrides of every chapter."""
+"""Shared test settings: the threads OMP_NUM_THREADS names (make test: one per pytest worker, two workers on the
+CI machine's two cores; two otherwise), and tiny overrides of every chapter."""
 
 import json
+import os
 
 import pytest
 import torch
 
 from sandboxes.cli import main
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
 
 # Settings that run each chapter end to end in a few seconds: every section, every claim, tiny scale.
 TINY: dict[str, dict[str, object]] = {

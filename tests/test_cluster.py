@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from conftest import TINY
 from sandboxes import cluster
@@ -43,7 +44,10 @@ def job_folders(tmp_path_factory):
             folder = tmp_path_factory.mktemp(f"{chapter}-jobs")
             plan = _tiny_plan(chapter)
             options = cluster.JobOptions("local", max_jobs=2, timeout_min=10)
-            assert cluster.submit(plan, folder, plan.jobs(), options, say=lambda line: None) == []
+            # the jobs' processes inherit the environment: the same threads as this one, so the same reduction order
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+                assert cluster.submit(plan, folder, plan.jobs(), options, say=lambda line: None) == []
             folders[chapter] = folder
         return folders[chapter]
 
