@@ -1,4 +1,4 @@
-# Two commands do everything on a fresh machine with Python 3.10+:
+# Two commands do everything on a fresh machine with Python 3.11+:
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
