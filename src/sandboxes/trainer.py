@@ -233,15 +233,21 @@ def memory_budget(device: torch.device) -> int | None:
     return free // 2
 
 
+def _member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig) -> tuple[int, float]:
+    """One member's bytes in a training step: its weights, gradients and Adam's two moments, and its activations
+    per sequence."""
+    model = make_model()
+    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights, activation_bytes(model, task, config.batch_size) / config.batch_size
+
+
 def _plan(
     make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None
 ) -> tuple[int, int]:
     """Members per group and held-out sequences per chunk that keep one step within ``budget`` bytes."""
     if budget is None:
         return members, config.eval_size
-    model = make_model()
-    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())  # weights, grads, Adam's two
-    per_sequence = activation_bytes(model, task, config.batch_size) / config.batch_size
+    weights, per_sequence = _member_bytes(make_model, task, config)
     group = int(max(1, min(members, budget // (weights + per_sequence * config.batch_size))))
     chunk = int(max(1, min(config.eval_size, budget // (group * per_sequence))))
     return group, chunk
@@ -310,10 +316,9 @@ def calibrating(steps: int) -> Iterator[list[TrainCall]]:
 
 
 def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:
-    """Bytes of one training step with ``members`` members at once (as :func:`_plan` counts them)."""
-    model = make_model()
-    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
-    return members * (weights + activation_bytes(model, task, config.batch_size))
+    """Bytes of one training step with ``members`` members at once."""
+    weights, per_sequence = _member_bytes(make_model, task, config)
+    return int(members * (weights + per_sequence * config.batch_size))
 
 
 def _scored(targets: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,24 @@ class Level(NamedTuple):
     std_error: float
 
 
+def _predict_online(task: InContextMarkov, seq: np.ndarray, predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                    unseen: float) -> np.ndarray:
+    """Each position's prediction of the next symbol, ``(n, length, k)``, from the transitions counted before it:
+    ``predict(seen, context)`` gets each sequence's counts in the current context (``(n, k)``) and the context;
+    positions without a full set of parents get ``unseen``."""
+    n, k = seq.shape[0], task.n_states
+    counts = np.zeros((n, k ** task.order, k))
+    rows = np.arange(n)
+    out = np.full((n, task.length, k), unseen)
+    for i in range(1, task.length + 1):
+        if len(task.parents[i]) < task.order:
+            continue
+        context = task.contexts(seq, i)
+        out[:, i - 1] = predict(counts, context)
+        counts[rows, context, seq[:, i]] += 1
+    return out
+
+
 def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     """Posterior predictive of each next symbol, ``(n, length, k)``: position ``t`` predicts ``seq[:, t + 1]``.
 
@@ -38,18 +57,13 @@ def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     For Dirichlet rows without a floor this is the posterior predictive; for other priors, the count
     estimator smoothed by ``alpha``.
     """
-    n, k = seq.shape[0], task.n_states
-    counts = np.zeros((n, k ** task.order, k))
-    rows = np.arange(n)
-    out = np.full((n, task.length, k), 1.0 / k)
-    for i in range(1, task.length + 1):
-        if len(task.parents[i]) < task.order:
-            continue
-        context = task.contexts(seq, i)
+    k, rows = task.n_states, np.arange(seq.shape[0])
+
+    def smoothed(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
         seen = counts[rows, context]
-        out[:, i - 1] = (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
-        counts[rows, context, seq[:, i]] += 1
-    return out
+        return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
+
+    return _predict_online(task, seq, smoothed, 1.0 / k)
 
 
 def unigram_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
@@ -148,46 +162,38 @@ def permutation_predictive(task: InContextMarkov, seq: np.ndarray, grid: int = S
     exactly over the ``k!`` permutations and over ``grid`` midpoints of ``lambda``. This is the predictor a
     model that only fit that prior would be.
     """
-    n, k = seq.shape[0], task.n_states
+    k = task.n_states
+    if task.order != 1:
+        raise ValueError(f"the noisy-permutation posterior is for one-parent graphs, not order {task.order}")
     if k > MAX_PERMUTED_STATES:
         raise ValueError(f"the noisy-permutation posterior sums over k! permutations; k <= {MAX_PERMUTED_STATES}")
     perms = np.array(list(itertools.permutations(range(k))))  # (P, k): perms[p, c] = sigma_p(c)
     strength = (1 - task.floor) * (np.arange(grid) + 0.5) / grid
     low = (1 - strength) / k
     log_low, log_high = np.log(low), np.log(low + strength)
-    counts = np.zeros((n, k, k))
-    rows = np.arange(n)
-    out = np.full((n, task.length, k), 1.0 / k)
-    for i in range(1, task.length + 1):
-        if len(task.parents[i]) < task.order:
-            continue
-        context = task.contexts(seq, i)
+
+    def posterior(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
         matched = counts[:, np.arange(k), perms].sum(axis=-1)  # (n, P): transitions on each sigma's successors
         total = counts.sum(axis=(1, 2))[:, None, None]
         log_like = matched[..., None] * log_high + (total - matched[..., None]) * log_low  # (n, P, grid)
         weight = np.exp(log_like - log_like.max(axis=(1, 2), keepdims=True))
         weight /= weight.sum(axis=(1, 2), keepdims=True)
         peak = np.eye(k)[perms[:, context].T]  # (n, P, k): one-hot of sigma_p(context)
-        out[:, i - 1] = (weight.sum(axis=1) @ low)[:, None] + np.einsum("np,npj->nj", weight @ strength, peak)
-        counts[rows, context, seq[:, i]] += 1
-    return out
+        return (weight.sum(axis=1) @ low)[:, None] + np.einsum("np,npj->nj", weight @ strength, peak)
+
+    return _predict_online(task, seq, posterior, 1.0 / k)
 
 
 def count_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     """The in-context count estimator ``n(c -> s') / n(c)`` of each next symbol, NaN where its context is unseen."""
-    n, k = seq.shape[0], task.n_states
-    counts = np.zeros((n, k ** task.order, k))
-    rows = np.arange(n)
-    out = np.full((n, task.length, k), np.nan)
-    for i in range(1, task.length + 1):
-        if len(task.parents[i]) < task.order:
-            continue
-        context = task.contexts(seq, i)
+    rows = np.arange(seq.shape[0])
+
+    def frequencies(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
         seen = counts[rows, context]
         total = seen.sum(axis=-1, keepdims=True)
-        out[:, i - 1] = np.where(total > 0, seen / np.maximum(total, 1), np.nan)
-        counts[rows, context, seq[:, i]] += 1
-    return out
+        return np.where(total > 0, seen / np.maximum(total, 1), np.nan)
+
+    return _predict_online(task, seq, frequencies, np.nan)
 
 
 class InductionSlots(NamedTuple):
