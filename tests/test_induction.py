@@ -338,3 +338,21 @@ def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed(
     assert claim.holds is None and "--set steps=" in claim.reason
     claim, = chapter.support_claims({**behind, "still_descending": 0})
     assert claim.holds is False
+
+
+def test_the_parent_row_takes_at_each_position_the_head_that_reads_the_parent():
+    # two heads splitting "read my parent" by position: the layer holds the graph though neither head alone does
+    parents = chapter.parent_positions(InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0)), 16)
+    first, second = np.full((16, 16), 1 / 16), np.full((16, 16), 1 / 16)
+    for t in range(1, 16):
+        (first if t % 2 else second)[t, parents[t]] = 1.0
+    weights = chapter.parent_weight(np.stack([first, second]), parents)
+    assert chapter.carried_weight(weights, parents).min() == 1.0
+    assert all(chapter.carried_weight(head[None], parents).min() < chapter.PARENT_MASS for head in weights)
+
+
+def test_a_previous_token_head_fails_the_parent_row_on_a_tree():
+    tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
+    parents = chapter.parent_positions(tree, 16)
+    table = chapter.layer_one_attention(induction_head(3, 16, 30.0), tree.sequences(200, _gen(11)))
+    assert chapter.carried_weight(chapter.parent_weight(table, parents), parents).min() < chapter.PARENT_MASS

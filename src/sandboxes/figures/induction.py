@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 
 from ..plotting import COLORS, curves_with_band, reference_line
 
@@ -17,18 +18,25 @@ if TYPE_CHECKING:
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
 
-def _position_map(table: np.ndarray, parents: list[int], title: str, cmap: str, label: str, mark: str,
-                  vmin: float | None = None, vmax: float | None = None) -> Figure:
-    """A position-by-position table (rows: the later position i, columns: j), each position's parent circled."""
-    fig, ax = plt.subplots(figsize=(4.6, 4.0))
+def _draw_position_map(ax: plt.Axes, table: np.ndarray, parents: list[int], title: str, cmap: str, mark: str,
+                       vmin: float | None, vmax: float | None) -> AxesImage:
+    """Draw a position-by-position table (rows: the later position i, columns: j), each position's parent circled."""
     image = ax.imshow(table, cmap=cmap, vmin=vmin, vmax=vmax)
     rows = [i for i in range(1, len(table)) if parents[i] >= 0]
     ax.plot([parents[i] for i in rows], rows, "o", markerfacecolor="none", markeredgecolor=mark, markersize=5,
             label="the parent")
     ax.set(xlabel="earlier position j", ylabel="position i", title=title)
     ax.grid(False)
-    fig.colorbar(image, ax=ax, shrink=0.8, label=label)
     ax.legend(loc="lower left", fontsize=8)
+    return image
+
+
+def _position_map(table: np.ndarray, parents: list[int], title: str, cmap: str, label: str, mark: str,
+                  vmin: float | None = None, vmax: float | None = None) -> Figure:
+    """One position-by-position table with its colour bar."""
+    fig, ax = plt.subplots(figsize=(4.6, 4.0))
+    fig.colorbar(_draw_position_map(ax, table, parents, title, cmap, mark, vmin, vmax), ax=ax, shrink=0.8,
+                 label=label)
     return fig
 
 
@@ -79,10 +87,14 @@ def training(data: TrainingData) -> Figure:
 
 
 def attention(data: TrainingData) -> Figure:
-    """Layer 1's attention in the first two-layer model (the head that best finds the parents), parents marked."""
-    return _position_map(np.asarray(data["attention"], dtype=float), data["parents"],
-                         "trained layer 1, mean over held-out sequences", "Greys", "attention weight",
-                         COLORS["tied"], 0.0, 1.0)
+    """Layer 1's attention in the first two-layer model, one panel per head, parents marked."""
+    tables = np.asarray(data["attention"], dtype=float)
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables), 4.0), squeeze=False)
+    for head, (ax, table) in enumerate(zip(axes[0], tables)):
+        image = _draw_position_map(ax, table, data["parents"], f"trained layer 1, head {head + 1}", "Greys",
+                                   COLORS["tied"], 0.0, 1.0)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight, mean over held-out sequences")
+    return fig
 
 
 def _final_losses(parts: list[tuple[HeldOut, str]], names: dict[str, str]) -> Figure:
