@@ -12,11 +12,12 @@ import torch
 from conftest import TINY
 from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
+from sandboxes.data.trigger import TriggerTask
 from sandboxes.model import GPT, GPTConfig
 from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
                                         induction_head, joint_laws, loss_levels, permutation_predictive,
                                         predictor_loss, score_gradient, sequence_losses, staged_initialisation,
-                                        successor_average, unigram_predictive)
+                                        induction_slots, successor_average, unigram_predictive)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -275,6 +276,48 @@ def _support_rows(change: str) -> list:
     return chapter.support_claims(data)
 
 
+def _recall_or_bigram(task: TriggerTask, seq: np.ndarray, recall: bool) -> np.ndarray:
+    """Predictions of the likeliest bigram successor, or, where ``recall`` and the token is a trigger seen before,
+    the token that followed it last time (an induction head)."""
+    predictions = task.bigram.argmax(axis=1)[seq[:, :-1]]
+    if recall:
+        for row, t in zip(*np.nonzero(task.recall_positions(seq))):
+            earlier = np.flatnonzero(seq[row, :t] == seq[row, t])
+            predictions[row, t] = seq[row, earlier[-1] + 1]
+    return predictions
+
+
+def _forming(task: TriggerTask, order: tuple[int, ...]) -> list[list[float]]:
+    """The probes of the hand-built induction head with its three memories put in one at a time in ``order``
+    (the others zero), one evaluation per stage."""
+    stages = []
+    for formed in range(len(order) + 1):
+        model = induction_head(task.n_tokens, task.length, 30.0)
+        first, second = (block.attn for block in model.blocks)
+        d = model.config.d_model
+        with torch.no_grad():
+            model.head.weight.copy_(torch.eye(d)[induction_slots(task.n_tokens, task.length).successors])
+            parts = (second.proj.weight, second.qkv.weight[:d], first.qkv.weight[:d])  # OV 2, KQ 2, KQ 1
+            for memory in order[formed:]:
+                parts[memory].zero_()
+        stages.append(chapter.trigger_memories(model, task))
+    return stages
+
+
+def _trigger_rows(change: str) -> list:
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    seq = task.sequences(300, _gen(12)).numpy()
+    masks = chapter.output_positions(task, seq)
+    two = chapter.accuracy_at(_recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq,
+                              masks)
+    one = chapter.accuracy_at(_recall_or_bigram(task, seq, False), seq, masks)
+    data = {"chance": 1 / len(task.outputs_possible),
+            "accuracy": {name: {"two_layers": [two[name]], "one_layer": [one[name]]} for name in masks},
+            "still_descending": {"two_layers": 0, "one_layer": 0},
+            "positions": {name: int(mask.sum()) for name, mask in masks.items()}}
+    return chapter.trigger_claims(data)
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
@@ -287,6 +330,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"layer 1's weight on the causal parent", "layer 1 as initialised", _training_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
+    (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
 ]
 
 
@@ -297,7 +341,8 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _training_rows, _support_rows])
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _training_rows, _support_rows,
+                                  _trigger_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []
@@ -356,3 +401,55 @@ def test_a_previous_token_head_fails_the_parent_row_on_a_tree():
     parents = chapter.parent_positions(tree, 16)
     table = chapter.layer_one_attention(induction_head(3, 16, 30.0), tree.sequences(200, _gen(11)))
     assert chapter.carried_weight(chapter.parent_weight(table, parents), parents).min() < chapter.PARENT_MASS
+
+
+def test_a_trigger_is_always_followed_by_its_sequences_output():
+    task = TriggerTask(10, 3, 40, 0.5, 1)
+    seq, outputs = task.sequences_and_outputs(200, _gen(13))
+    seq = seq.numpy()
+    assert not np.isin(outputs, task.triggers).any()
+    for slot, trigger in enumerate(task.triggers):
+        rows, t = np.nonzero(seq[:, :-1] == trigger)
+        assert (seq[rows, t + 1] == outputs[rows, slot]).all()
+
+
+def test_recall_positions_are_the_second_and_later_occurrences_of_a_trigger():
+    task = TriggerTask(6, 1, 8, 0.5, 0)
+    q, other = int(task.triggers[0]), int(task.outputs_possible[0])
+    seq = np.array([[q, other, other, q, other, q, other, other, other]])
+    assert task.recall_positions(seq)[0].tolist() == [False, False, False, True, False, True, False, False]
+
+
+def test_non_triggers_follow_the_global_bigram():
+    task = TriggerTask(6, 1, 200, 0.5, 2)
+    seq = task.sequences(400, _gen(14)).numpy()
+    before, after = seq[:, :-1].ravel(), seq[:, 1:].ravel()
+    source = int(task.outputs_possible[0])
+    drawn = np.bincount(after[before == source], minlength=6) / (before == source).sum()
+    assert np.abs(drawn - task.bigram[source]).max() < 5 / np.sqrt((before == source).sum())
+
+
+@pytest.mark.parametrize("bad", [dict(n_triggers=5), dict(n_triggers=0), dict(length=1), dict(concentration=0.0)])
+def test_a_bad_trigger_task_is_refused(bad):
+    with pytest.raises(ValueError):
+        TriggerTask(**{**dict(n_tokens=6, n_triggers=1, length=8, concentration=0.5, seed=0), **bad})
+
+
+def test_too_many_triggers_are_refused_before_any_work():
+    with pytest.raises(ValueError, match="triggers <= trigger_tokens - 2"):
+        chapter.CHAPTER.start("quick", {"trigger_tokens": 5, "triggers": 4}, 1, "cpu")
+
+
+def test_the_hand_built_induction_head_holds_all_three_memories_and_a_fresh_model_none():
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    assert _forming(task, (0, 1, 2))[-1] == [1.0, 1.0, 1.0]
+    torch.manual_seed(0)
+    fresh = GPT(GPTConfig(vocab_size=12, block_size=32, n_layer=2, n_head=2, d_model=32, mlp=False, tied=False))
+    assert max(chapter.trigger_memories(fresh, task)) < chapter.FORMED
+
+
+def test_formation_steps_follow_the_order_the_memories_are_put_in():
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    data = {"eval_steps": [0, 10, 20, 30], "memories": [_forming(task, (2, 0, 1))]}
+    assert chapter.formation_steps(data).tolist() == [[20.0, 30.0, 10.0]]
+    assert chapter.formation_steps({**data, "memories": [[[0.0, 0.0, 0.0]] * 4]}).tolist() == [[np.inf] * 3]

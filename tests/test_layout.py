@@ -20,15 +20,15 @@ CHAPTERS = [chapter.name for chapter in all_chapters()]
 # A layer is a top-level module or a subpackage; imports under ``if TYPE_CHECKING:`` are annotations only.
 ALLOWED = {
     "claims": set(), "profiles": set(), "runtime": set(), "losses": set(), "heldout": set(), "plotting": set(),
-    "model": set(),
+    "model": set(), "probes": set(),
     "results": {"claims"},
     "trainer": {"heldout", "losses", "runtime"},
     "data": {"data", "losses"},
     "theory": {"theory", "data", "model"},
     "sections": {"claims", "profiles", "results", "runtime", "trainer"},
     "figures": {"figures", "plotting", "theory", "data"},
-    "chapters": {"chapters", "claims", "data", "heldout", "losses", "model", "profiles", "runtime", "sections",
-                 "theory", "trainer"},
+    "chapters": {"chapters", "claims", "data", "heldout", "losses", "model", "probes", "profiles", "runtime",
+                 "sections", "theory", "trainer"},
     "notebook": {"claims", "profiles", "results", "sections"},
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},

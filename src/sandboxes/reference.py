@@ -13,7 +13,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .profiles import resolve
 from .results import REPO_ROOT, Result
 from .sections import Chapter
 
@@ -50,7 +49,7 @@ def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], boo
     for claim in result.claims:
         if claim.holds is not True:
             found.append(f"row {claim.name!r} ({claim.section}) {claim.mark}")
-    profile = resolve(chapter.params, "reference", chapter.reference_variants.get(variant, {}))
+    profile = chapter.reference_config(variant)
     known = {s.name for s in chapter.sections}
     for name, section in result.sections.items():
         if name not in known:

@@ -120,9 +120,12 @@ class Chapter:
         for variant, values in self.reference_variants.items():
             if not variant.isidentifier():
                 raise ValueError(f"{self.name}: a reference variant's name is a file-name suffix, got {variant!r}")
-            config = resolve(self.params, "reference", values)
             if self.check is not None:
-                self.check(config, self.seeds["reference"])
+                self.check(self.reference_config(variant), self.seeds["reference"])
+
+    def reference_config(self, variant: str = "") -> dict[str, Any]:
+        """The values the reference run (or its ``variant``) reads."""
+        return resolve(self.params, "reference", self.reference_variants.get(variant, {}))
 
     def section(self, name: str) -> Section:
         """The section called ``name``; an unknown name is an error that lists the known ones."""

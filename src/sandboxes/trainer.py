@@ -139,6 +139,7 @@ class TrainResult:
     eval_loss: np.ndarray  # (K, n_evals)
     wall_time: float
     config: TrainConfig  # the schedule it ran, to judge whether its loss had settled
+    probes: np.ndarray | None = None  # (K, n_evals, n_probes): what ``probe`` read of each member at each evaluation
 
 
 class Ensemble(nn.Module):
@@ -367,7 +368,8 @@ def _fit(
     batched: bool,
     progress: bool,
     eval_chunk: int,
-) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray]:
+    probe: Callable[[nn.Module], Sequence[float]] | None = None,
+) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
     batched = batched and len(seeds) > 1  # one member runs as a plain model: no vmap to pay for
     models = []
     for seed, make_model in zip(seeds, make_models):
@@ -389,7 +391,7 @@ def _fit(
     # host never waits for the device and samples the next batch while the device computes.
     train_curve = torch.zeros(len(seeds), config.steps, device=device)
     checked, diverged = 0, set()
-    eval_steps, eval_curve = [], []
+    eval_steps, eval_curve, probed = [], [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
     timing = _calibration.timing if _calibration is not None else None
@@ -412,11 +414,15 @@ def _fit(
             checked = step + 1
             eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)
+            if probe is not None:
+                with torch.no_grad():
+                    probed.append([list(probe(runner.member(k, template))) for k in range(runner.size)])
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
             if timing is not None:
                 timing.eval_s, timing.evals = timing.eval_s + timing.mark(device) - started, timing.evals + 1
     trained = [runner.member(k, template) for k in range(runner.size)]
-    return trained, train_curve.double().cpu().numpy(), eval_steps, np.stack(eval_curve, axis=1)
+    probes = np.asarray(probed, dtype=float).transpose(1, 0, 2) if probe is not None else None
+    return trained, train_curve.double().cpu().numpy(), eval_steps, np.stack(eval_curve, axis=1), probes
 
 
 def train(
@@ -428,6 +434,7 @@ def train(
     batched: bool = True,
     progress: bool | None = None,
     budget: int | None = None,
+    probe: Callable[[nn.Module], Sequence[float]] | None = None,
 ) -> TrainResult:
     """Train one model per seed on fresh samples from ``task`` and log train and held-out loss.
 
@@ -437,7 +444,8 @@ def train(
     differ in data (say ``p`` and ``q``) or initialisation but must share their shapes.
     Each member is evaluated on a held-out set drawn from its own task with a fixed seed.
     ``budget`` caps the bytes of one step (default: :func:`memory_budget` of ``device``); members
-    beyond it train in later groups, which changes no member's run.
+    beyond it train in later groups, which changes no member's run. ``probe`` reads numbers off a copy of
+    each member at every evaluation (say, how far a weight matrix has formed), without touching the run.
     """
     if not seeds:
         raise ValueError("train() needs at least one seed")
@@ -456,16 +464,17 @@ def train(
     size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if batched else 1, budget)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
-    models, train_curves, eval_curves = [], [], []
+    models, train_curves, eval_curves, probe_curves = [], [], [], []
     eval_steps: list[int] = []
     for group in groups:
-        trained, train_curve, eval_steps, eval_curve = _fit(
+        trained, train_curve, eval_steps, eval_curve, probed = _fit(
             [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
-            config, device, batched, progress, eval_chunk,
+            config, device, batched, progress, eval_chunk, probe,
         )
         models += trained
         train_curves.append(train_curve)
         eval_curves.append(eval_curve)
+        probe_curves.append(probed)
     if _calibration is not None:
         _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
                                             _calibration.timing, _step_bytes(makers[0], tasks[0], config, size)))
@@ -477,4 +486,5 @@ def train(
         eval_loss=np.concatenate(eval_curves),
         wall_time=time.perf_counter() - start,
         config=config,
+        probes=np.concatenate(probe_curves) if probe is not None else None,
     )

@@ -50,7 +50,7 @@ SLOPE_TOL = 0.25
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
 FIT_RESIDUAL = 1e-9  # a G-HMM fit with a smaller RMS residual matches the predictor exactly
-TWO_TOKEN = (1, (2, 3))  # the task x_2 (x) x_3 | x_1
+TWO_TOKEN = theory.TWO_TOKEN  # the task x_2 (x) x_3 | x_1
 PAIRWISE = (1, (2,))  # the task x_2 | x_1
 # the six two-token tasks x_t2 (x) x_t3 | x_t1, (t1, t2, t3) a permutation of (1, 2, 3)
 TASK_ORDERS = tuple((g, tuple(t for t in (1, 2, 3) if t != g)[::s]) for g in (1, 2, 3) for s in (1, -1))
@@ -497,6 +497,37 @@ def learning(config: dict[str, Any], ctx: RunContext, counterexample: Counterexa
         "recovery": learned_recovery(learned["two_token"], hmms)}
     return Outcome(learning_claims(data), data)
 
+
+
+IDEAL_DRAWS = 20  # sample draws per N of the ideal learner: enough for a median
+
+
+class IdealRecovery(TypedDict):
+    label: str  # the pair's (d, k)
+    factor_condition: float  # largest condition number of the pair's CP factors
+    samples: list[int]
+    errors: list[list[float]]  # N x draw: error of (O, T) recovered from the ideal learner's predictor
+
+
+def ideal_recovery(config: dict[str, Any]) -> IdealRecovery:
+    """The learning section's pair (the counterexample for ``config``) recovered from an ideal learner's predictor,
+    the conditional frequencies of N sampled triples: the error any learner would pass on at each N."""
+    pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
+    sizes = int_list(config["samples"])
+    errors = theory.ideal_recovery_errors(pair["emission"], pair["transition"], sizes, IDEAL_DRAWS, _rng(config, 9))
+    return {"label": f"d = {config['d']}, k = {config['k']}", "factor_condition": float(pair["factor_condition"]),
+            "samples": sizes, "errors": errors.tolist()}
+
+
+def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
+    """One sentence per pair: its factor condition, the median error at the largest N and the log-log slope."""
+    parts = []
+    for run in runs:
+        sizes, median = np.asarray(run["samples"], dtype=float), np.median(np.asarray(run["errors"]), axis=1)
+        slope = float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
+        parts.append(f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
+                     f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {slope:.2f}")
+    return "Recovered from the best fit to N samples: " + "; ".join(parts) + "."
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5, Lemma 7
 class GhmmData(TypedDict):

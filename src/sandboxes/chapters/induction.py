@@ -12,6 +12,7 @@ trained on a prior of restricted support and tested outside it.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypedDict
 
 import numpy as np
@@ -21,19 +22,20 @@ from torch import Tensor, nn
 
 from ..claims import Claim
 from ..data.incontext import InContextMarkov, chain_parents, tree_parents
+from ..data.trigger import TriggerTask
+from .. import probes
 from ..model import GPT, GPTConfig, check_heads
 from ..profiles import Custom, Interval, Param, at_least, in_range, positive, with_reference
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import induction as theory
+from ..theory.induction import PARENT_MASS, judged_positions
 from ..trainer import TrainConfig, budget_ran_out, still_descending, train
 
 GRAPHS = ("chain", "tree")
 MC_SIGMAS = 3.0  # a Monte Carlo difference counts when it exceeds three of its standard errors
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
 GAP_CLOSED = 0.5  # a model nearer the Bayes level than the unigram one uses the transitions it has read
-PARENT_MASS = 0.5  # layer 1 puts more weight on the parent than on all other positions together
-JUDGED_KEYS = 0.5  # the attention row judges the positions t < JUDGED_KEYS * T, whose keys most later queries read
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 GRADIENT_CHUNKS = 32  # equal parts of the sample whose gradients give the standard error
 FAMILY_LEVEL = 0.01  # chance that any of a row's many comparisons is significant when nothing is wrong
@@ -77,6 +79,10 @@ PARAMS = (
           at_least(2)),
     Param("gamma", float, 0.2, 0.2, "floor of the support section's kernels: every entry at least gamma / k",
           Interval(0.01, 0.99)),
+    Param("trigger_tokens", int, 16, 64, "tokens of the trigger task (Bietti et al.: 65 characters)", in_range(4, 256)),
+    Param("triggers", int, 3, 5, "trigger tokens, each followed by its sequence's own output", at_least(1)),
+    Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
+    Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),
 )
 # Sized by a one-seed pilot on the 2-core CPU (193 s alone for both depths): the tree at T = 64 with two heads left
 # the unigram plateau after about 2500 steps and had settled by 6000, at gap closed 0.91 and parent weight 0.61.
@@ -91,6 +97,9 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     if config["graph"] == "tree" and config["n_head"] < 2:
         raise ValueError("a tree needs n_head >= 2: layer 1 copies the parent of each token (for the keys) and the "
                          "parent of the next one (for the query), which differ in a tree")
+    if config["triggers"] > config["trigger_tokens"] - 2:
+        raise ValueError(f"the triggers leave at least two tokens for outputs: triggers <= trigger_tokens - 2, got "
+                         f"{config['triggers']} of {config['trigger_tokens']}")
     if config["grad_samples"] < 2 * GRADIENT_CHUNKS:
         raise ValueError(f"the gradient's error needs grad_samples >= {2 * GRADIENT_CHUNKS}, "
                          f"got {config['grad_samples']}")
@@ -302,11 +311,12 @@ def _gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
                      d_model=config["d_model"], tied=False, positional="learned", mlp=False)
 
 
-def _schedule(config: dict[str, Any]) -> TrainConfig:
-    """Online training with a cosine schedule; 40 evaluations on a small held-out set along the way."""
-    return TrainConfig(steps=config["steps"], batch_size=config["batch_size"], lr=config["lr"],
-                       warmup=min(config["warmup"], config["steps"] - 1), eval_every=max(1, config["steps"] // 40),
-                       eval_size=256)
+def _schedule(config: dict[str, Any], steps_key: str = "steps") -> TrainConfig:
+    """Online training for ``config[steps_key]`` steps with a cosine schedule; 40 evaluations on a small held-out
+    set along the way."""
+    steps = config[steps_key]
+    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"],
+                       warmup=min(config["warmup"], steps - 1), eval_every=max(1, steps // 40), eval_size=256)
 
 
 def _loss_per_sequence(model: nn.Module, seq: Tensor) -> np.ndarray:
@@ -332,15 +342,6 @@ def layer_one_attention(model: GPT, seq: Tensor) -> np.ndarray:
     with torch.no_grad():
         _, attention = model(seq[:, :-1], return_attention=True)
     return attention[0].double().mean(dim=0).numpy()
-
-
-def judged_positions(parents: list[int]) -> list[int]:
-    """The positions whose layer-1 attention the row judges: with a parent, before ``JUDGED_KEYS`` of the length.
-
-    Every position is a target here, so the key at ``t`` is read only by the queries after it: the last keys
-    get little gradient and learn last (in Nichani et al. only the last token is scored, and it reads every key).
-    """
-    return [t for t in range(1, max(2, int(JUDGED_KEYS * len(parents)))) if parents[t] >= 0]
 
 
 def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
@@ -466,6 +467,159 @@ def support_claims(data: SupportData) -> list[Claim]:
                            "errors of the paired difference", digits=3).eventually(*settled)]
 
 
+# ---------------------------------------------------------------- the trigger task
+BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
+
+
+class TriggerData(TypedDict):
+    eval_steps: list[int]
+    eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations
+    chance: float  # accuracy of any guess that ignores the earlier occurrence: 1 / (tokens that can be outputs)
+    accuracy: dict[str, dict[str, list[float]]]  # "first" / "recall" -> kind -> per seed, on held-out sequences
+    positions: dict[str, int]  # "first" / "recall" -> how many held-out positions were judged
+    previous_weight: dict[str, list[float]]  # two layers, per seed: layer 1's weight on the token before, where it
+    # is a trigger ("after_trigger") and elsewhere
+    memory_names: list[str]  # the probed memories, in the order Bietti et al. see them form
+    memories: list[list[list[float]]]  # two layers: seed x evaluation x memory, the recall probes
+    still_descending: dict[str, int]
+
+
+def trigger_task(config: dict[str, Any]) -> TriggerTask:
+    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``."""
+    return TriggerTask(config["trigger_tokens"], config["triggers"], config["trigger_T"], BIGRAM_CONCENTRATION,
+                       config["seed"])
+
+
+def output_positions(task: TriggerTask, seq: np.ndarray) -> dict[str, np.ndarray]:
+    """Masks over the inputs where the target is a trigger's output: its first occurrence, and a later one."""
+    recall = task.recall_positions(seq)
+    return {"first": np.isin(seq[:, :-1], task.triggers) & ~recall, "recall": recall}
+
+
+def accuracy_at(predictions: np.ndarray, seq: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, float]:
+    """Share of the masked positions where ``predictions`` (``(n, length)`` tokens) is the next token."""
+    right = predictions == seq[:, 1:]
+    return {name: float(right[mask].mean()) if mask.any() else float("nan") for name, mask in masks.items()}
+
+
+MEMORIES = ("W_OV of layer 2", "W_KQ of layer 2", "W_KQ of layer 1")  # in the order Bietti et al. see them form
+
+
+def _head_matrices(attention: nn.Module) -> tuple[list[Tensor], Tensor]:
+    """Each head's ``W_KQ = W_Q^T W_K`` (the score of query x against key y is ``x^T W_KQ y``, unscaled) and the
+    layer's ``W_OV`` (what it writes for a value x), from the fused projections."""
+    d = attention.proj.weight.shape[0]
+    w_q, w_k, w_v = attention.qkv.weight.split(d)
+    size = d // attention.n_head
+    heads = [slice(h * size, (h + 1) * size) for h in range(attention.n_head)]
+    return [w_q[h].T @ w_k[h] for h in heads], attention.proj.weight @ w_v
+
+
+def trigger_memories(model: GPT, task: TriggerTask) -> list[float]:
+    """Bietti et al.'s memory-recall probes of a two-layer GPT, in the order of ``MEMORIES``: layer 2 reads an
+    output token's embedding out as that token; layer 2 matches a trigger against the key whose predecessor,
+    copied by layer 1, is that trigger; layer 1 sends each position to the one before. Each key-query memory is
+    read in its best head."""
+    tokens, unembed, positions = model.wte.weight, model.head.weight, model.wpe
+    first, second = (_head_matrices(block.attn) for block in model.blocks[:2])
+    outputs = torch.from_numpy(task.outputs_possible)
+    triggers = torch.from_numpy(task.triggers)
+    out_recall = probes.recall_share(probes.bilinear_scores(tokens[outputs], second[1].T, unembed), outputs)
+    copied = tokens @ first[1].T  # layer 1's write for each token it attends to
+    match = max(probes.recall_share(probes.bilinear_scores(tokens[triggers], kq, copied), triggers)
+                for kq in second[0])
+    later = torch.arange(1, len(positions))
+    previous = max(probes.recall_share(probes.causal(probes.bilinear_scores(positions, kq, positions))[later],
+                                       later - 1) for kq in first[0])
+    return [out_recall, match, previous]
+
+
+def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dict[str, float]:
+    """Layer 1's weight from each position onto the one before, averaged where that token is a trigger and
+    elsewhere, in the head that puts the most on a trigger: a positional previous-token head weighs both alike."""
+    with torch.no_grad():
+        _, attention = model(torch.from_numpy(seq[:, :-1]), return_attention=True)
+    steps = np.arange(1, seq.shape[1] - 1)
+    weight = attention[0].double().numpy()[:, :, steps, steps - 1]  # (B, H, T - 1)
+    trigger_before = np.isin(seq[:, :-2], task.triggers)[:, None].repeat(weight.shape[1], axis=1)
+    if not trigger_before.any():
+        return {"after_trigger": float("nan"), "elsewhere": float(weight.mean())}
+    after = np.where(trigger_before, weight, np.nan)
+    head = int(np.nanargmax(np.nanmean(after, axis=(0, 2))))
+    return {"after_trigger": float(weight[:, head][trigger_before[:, head]].mean()),
+            "elsewhere": float(weight[:, head][~trigger_before[:, head]].mean())}
+
+
+def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
+    """One- and two-layer transformers trained on the trigger task; accuracy on the outputs of triggers."""
+    task = trigger_task(config)
+    gpt = GPTConfig(vocab_size=config["trigger_tokens"], block_size=config["trigger_T"], n_layer=1,
+                    n_head=config["n_head"], d_model=config["d_model"], tied=False, positional="learned", mlp=False)
+    schedule = _schedule(config, "trigger_steps")
+    runs = {kind: train(lambda n=n: GPT(replace(gpt, n_layer=n)), task, schedule, ctx.seeds, ctx.device,
+                        progress=ctx.progress, probe=partial(trigger_memories, task=task) if n == 2 else None)
+            for kind, n in KINDS.items()}
+    seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
+    masks = output_positions(task, seq)
+    accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
+    for kind, run in runs.items():
+        for model in run.models:
+            with torch.no_grad():
+                predictions = model.cpu()(torch.from_numpy(seq[:, :-1])).argmax(dim=-1).numpy()
+            for name, value in accuracy_at(predictions, seq, masks).items():
+                accuracy[name].setdefault(kind, []).append(value)
+    previous = [previous_token_weight(model, task, seq) for model in runs["two_layers"].models]
+    data: TriggerData = {
+        "eval_steps": runs["two_layers"].eval_steps,
+        "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
+        "chance": 1.0 / len(task.outputs_possible),
+        "accuracy": accuracy,
+        "positions": {name: int(mask.sum()) for name, mask in masks.items()},
+        "previous_weight": {part: [weights[part] for weights in previous] for part in ("after_trigger", "elsewhere")},
+        "memory_names": list(MEMORIES),
+        "memories": runs["two_layers"].probes,
+        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }  # type: ignore[typeddict-item]
+    silent = (one_layer_silence({**config, "T": config["trigger_T"]}), MEMORY_SILENCE)
+    if not data["positions"]["recall"]:
+        silent += ("trigger task: no held-out sequence has a trigger twice, so no accuracy is judged where the "
+                   "output was seen before; more tokens or sequences (--set trigger_T=... or eval_size=...) give "
+                   "some",)
+    return Outcome(trigger_claims(data), data, silent)
+
+
+FORMED = 0.5  # a memory counts as formed once it recalls half of its associations
+
+
+def formation_steps(data: TriggerData) -> np.ndarray:
+    """Per seed and memory, the first evaluated step at which the recall probe reached ``FORMED`` (inf: never)."""
+    probed = np.asarray(data["memories"], dtype=float) >= FORMED
+    steps = np.asarray(data["eval_steps"], dtype=float)
+    return np.where(probed.any(axis=1), steps[probed.argmax(axis=1)], np.inf)
+
+
+def trigger_claims(data: TriggerData) -> list[Claim]:
+    """Two layers recall a trigger's output from context, more than halfway from chance to always (where some
+    held-out trigger comes twice)."""
+    if not data["positions"]["recall"]:
+        return []
+    settled = budget_ran_out(data["still_descending"]["two_layers"], "two-layer runs were still descending",
+                             "trigger_steps")
+    return [Claim.at_least("trigger task, two layers, every seed: accuracy on a trigger's output where the trigger "
+                           "came earlier in the sequence", (1.0 + data["chance"]) / 2,
+                           min(data["accuracy"]["recall"]["two_layers"]),
+                           "induction head (Bietti et al.; the construction above): the output read in context is "
+                           "certain, so an induction head is always right; a guess that ignores the earlier "
+                           "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
+                           digits=3).eventually(*settled)]
+
+
+MEMORY_SILENCE = ("memory order. Bietti et al.'s theorem (three sequential gradient steps) and their probes concern "
+                  "a simplified model with random embeddings held fixed, in which only the three memories train; "
+                  "here every weight trains, and layer 1 may find a trigger by its content instead of storing the "
+                  "positional previous-token memory, so the order is shown as a measurement")
+
+
 PRECISION_BITS = 32  # float32 weights and activations
 
 
@@ -507,6 +661,18 @@ def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
     rows = []
+    if "trigger" in data:
+        run = data["trigger"]
+        formed = [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
+        rows.append(("trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
+                     ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
+                     "per seed: " + "; ".join(formed) + "; layer 1's weight on the token before: "
+                     f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
+                     f"{spread(run['previous_weight']['elsewhere'])} elsewhere"))
+        rows.append(("trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a trigger's output seen earlier "
+                     "in the sequence", "one layer about 55 %, two layers about 99 %",
+                     f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
+                     f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})"))
     if "support" in data:
         run = data["support"]
         rows.append(("trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not be in "
@@ -540,4 +706,5 @@ CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PA
                       Section("gradient", "The first gradient points layer 1 at the parents", gradient),
                       Section("training", "Training one and two layers", training, trains=True),
                       Section("support", "Trained on a restricted prior, tested outside it", support, trains=True),
+                      Section("trigger", "The trigger task: recall from context", trigger, trains=True),
                   ), check=check, reference_sections=("training", "support"))

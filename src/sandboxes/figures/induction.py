@@ -10,10 +10,11 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ..plotting import COLORS, curves_with_band, reference_line
+from ..theory.induction import PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
     from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, SupportData,
-                                      TrainingData)
+                                      TrainingData, TriggerData)
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
@@ -127,3 +128,49 @@ def support(data: SupportData) -> Figure:
              "prior_bayes": "Bayes for noisy permutations"}
     return _final_losses([(data["inside"], "noisy permutations (training)"),
                           (data["outside"], "Dirichlet kernels (outside the support)")], names)
+
+
+def trigger(data: TriggerData) -> Figure:
+    """Accuracy on a trigger's output at its first occurrence and where it came before, per seed, one and two
+    layers, against chance and the seed's reported accuracies."""
+    fig, ax = plt.subplots()
+    for x, name in enumerate(("first", "recall")):
+        for offset, (kind, color, label) in zip((-0.12, 0.12), (("one_layer", COLORS["tied"], "one layer"),
+                                                                ("two_layers", COLORS["untied"], "two layers"))):
+            values = data["accuracy"][name][kind]
+            ax.plot(np.full(len(values), x + offset), values, "o", color=color, label=label if x == 0 else None)
+    reference_line(ax, data["chance"], "chance (ignores the context)", ":")
+    reference_line(ax, 1.0, "an induction head", "--")
+    ax.set(xticks=(0, 1), xticklabels=("first occurrence", "trigger seen before"), xlim=(-0.5, 1.5), ylim=(0, 1.05),
+           ylabel="accuracy on the trigger's output (held-out)")
+    ax.legend(loc="center left", fontsize=8)
+    return fig
+
+
+def memories(data: TriggerData) -> Figure:
+    """Each memory-recall probe of the two-layer models over training: median over seeds, and each seed thin."""
+    fig, ax = plt.subplots()
+    steps = np.asarray(data["eval_steps"])
+    probed = np.asarray(data["memories"], dtype=float)
+    for index, (name, color) in enumerate(zip(data["memory_names"], (COLORS["untied"], COLORS["tied"], "black"))):
+        curves_with_band(ax, steps, probed[:, :, index], color, name)
+    ax.set(xlabel="step", ylabel="recall probe R (share of associations recalled)", ylim=(0, 1.05))
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def parent_weight(data: TrainingData) -> Figure:
+    """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
+    seed; the judged positions shaded, the row's bound dashed."""
+    fig, ax = plt.subplots()
+    weights = np.asarray(data["parent_weight"]["two_layers"], dtype=float)  # seed x head x position t >= 1
+    carried = np.nanmax(weights, axis=1)
+    positions = np.arange(1, carried.shape[1] + 1)
+    judged = judged_positions(data["parents"])
+    ax.axvspan(judged[0] - 0.5, judged[-1] + 0.5, color=COLORS["theory"], alpha=0.08, label="judged positions")
+    for seed, row in enumerate(carried):
+        ax.plot(positions, row, ".-", linewidth=0.8, markersize=3, label=f"seed {seed}")
+    reference_line(ax, PARENT_MASS, "the row's bound", "--")
+    ax.set(xlabel="position t", ylabel="weight on the parent (best head)", ylim=(0, 1.05))
+    ax.legend(loc="lower left", fontsize=7, ncol=2)
+    return fig

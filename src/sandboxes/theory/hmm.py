@@ -324,6 +324,9 @@ def refine(tensor: np.ndarray, factors: tuple[np.ndarray, np.ndarray, np.ndarray
     return A, B, C
 
 
+TWO_TOKEN = (1, (2, 3))  # x_2 (x) x_3 | x_1: the task whose tensor Theorem 7 decomposes
+
+
 def recover(predictor: np.ndarray, given: int, targets: tuple[int, int], k: int,
             rng: np.random.Generator, als_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(O, T)`` up to a relabelling from a two-token predictor ``F[j, a, b]`` (Theorem 7 made constructive).
@@ -342,6 +345,26 @@ def recover(predictor: np.ndarray, given: int, targets: tuple[int, int], k: int,
     emission = laws[2]
     return emission, np.linalg.lstsq(emission, laws[3], rcond=None)[0]
 
+
+
+def empirical_two_token_predictor(emission: np.ndarray, transition: np.ndarray, n: int,
+                                  rng: np.random.Generator) -> np.ndarray:
+    """The best fit of ``x_2 (x) x_3 | x_1`` to ``n`` sampled triples, their conditional frequencies: what an ideal
+    learner hands to :func:`recover` (uniform rows for a symbol never drawn)."""
+    joint = symbol_law(emission)[:, None, None] * two_token_predictor(emission, transition, *TWO_TOKEN)
+    counts = rng.multinomial(n, joint.ravel() / joint.sum()).reshape(joint.shape).astype(float)
+    totals = counts.sum(axis=(1, 2), keepdims=True)
+    return np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / counts[0].size)
+
+
+def ideal_recovery_errors(emission: np.ndarray, transition: np.ndarray, sizes: list[int], draws: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """``(len(sizes), draws)`` parameter errors of ``(O, T)`` recovered from an ideal learner's predictor at each
+    sample size: how much the recovery amplifies sampling noise, with no optimiser in the way."""
+    k = emission.shape[1]
+    return np.array([[parameter_distance(emission, transition, *recover(
+        empirical_two_token_predictor(emission, transition, n, rng), *TWO_TOKEN, k, rng, als_steps=100))
+        for _ in range(draws)] for n in sizes])
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5 and Lemma 7
 def ghmm_posterior(means: np.ndarray, points: np.ndarray) -> np.ndarray:

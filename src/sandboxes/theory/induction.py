@@ -211,6 +211,19 @@ def induction_slots(k: int, T: int) -> InductionSlots:
     return InductionSlots(slice(0, k), slice(k, 2 * k), slice(2 * k, 3 * k), 3 * k, slice(3 * k + 1, 3 * k + 1 + T))
 
 
+PARENT_MASS = 0.5  # A[i, p(i)] > 1/2: row i of the attention is nearer the graph's row than any other one-hot row
+JUDGED_KEYS = 0.5  # the attention row judges the positions t < JUDGED_KEYS * T, whose keys most later queries read
+
+
+def judged_positions(parents: list[int]) -> list[int]:
+    """The positions whose layer-1 attention the row judges: with a parent, before ``JUDGED_KEYS`` of the length.
+
+    Every position is a target here, so the key at ``t`` is read only by the queries after it: the last keys
+    get little gradient and learn last (in Nichani et al. only the last token is scored, and it reads every key).
+    """
+    return [t for t in range(1, max(2, int(JUDGED_KEYS * len(parents)))) if parents[t] >= 0]
+
+
 def induction_head(k: int, T: int, beta: float) -> GPT:
     """A two-layer attention-only GPT (float64) whose second layer writes the in-context count estimator.
 

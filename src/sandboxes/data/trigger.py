@@ -1,0 +1,101 @@
+"""Bietti et al.'s trigger task: a global bigram language in which each of a few fixed *trigger* tokens
+is always followed, within one sequence, by that sequence's own *output* token.
+
+Every sequence draws one output per trigger, uniformly among the tokens that are not triggers;
+then ``z_1`` is uniform and ``z_{t+1}`` is the output of ``z_t`` when ``z_t`` is a trigger, else a draw
+from the global bigram's row of ``z_t``. The bigram (Dirichlet rows) and the triggers are fixed by
+``seed``, the same for every sequence, as the paper's character-level bigram is. Where a trigger
+comes back, its output has been seen before in the sequence: predicting it is in-context recall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..losses import next_token_loss
+from .markov import inverse_cdf
+
+
+@dataclass(frozen=True)
+class TriggerTask:
+    """Sequences of ``length + 1`` tokens over ``n_tokens``, with ``n_triggers`` triggers; as a training
+    task the input is every token but the last and the target at each position is the next token."""
+
+    n_tokens: int
+    n_triggers: int
+    length: int
+    concentration: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_triggers <= self.n_tokens - 2:
+            raise ValueError(f"the triggers leave at least two tokens for outputs: 1 <= n_triggers <= n_tokens - 2, "
+                             f"got {self.n_triggers} triggers of {self.n_tokens} tokens")
+        if self.length < 2:
+            raise ValueError(f"a sequence reads at least 2 tokens, got length {self.length}")
+        if not self.concentration > 0:
+            raise ValueError(f"the bigram rows' Dirichlet concentration is positive, got {self.concentration}")
+
+    @cached_property
+    def _fixed(self) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([self.seed, 7])
+        bigram = rng.dirichlet(np.full(self.n_tokens, self.concentration), size=self.n_tokens)
+        return bigram, np.sort(rng.choice(self.n_tokens, self.n_triggers, replace=False))
+
+    @property
+    def bigram(self) -> np.ndarray:
+        """The global bigram ``(n_tokens, n_tokens)``: row ``i`` is the law of the token after a non-trigger ``i``."""
+        return self._fixed[0]
+
+    @property
+    def triggers(self) -> np.ndarray:
+        """The trigger tokens, sorted."""
+        return self._fixed[1]
+
+    @property
+    def outputs_possible(self) -> np.ndarray:
+        """The tokens an output is drawn from: every token that is not a trigger."""
+        return np.setdiff1d(np.arange(self.n_tokens), self.triggers)
+
+    def sequences_and_outputs(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
+        """``n`` sequences ``(n, length + 1)`` and each one's output per trigger ``(n, n_triggers)``."""
+        choice = torch.randint(len(self.outputs_possible), (n, self.n_triggers), generator=generator).numpy()
+        outputs = self.outputs_possible[choice]
+        uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
+        edges = np.cumsum(self.bigram, axis=-1)[:, :-1]
+        slot = np.full(self.n_tokens, -1)
+        slot[self.triggers] = np.arange(self.n_triggers)
+        rows = np.arange(n)
+        seq = np.empty(uniform.shape, dtype=np.int64)
+        seq[:, 0] = inverse_cdf(uniform[:, 0], np.arange(1, self.n_tokens) / self.n_tokens)
+        for t in range(1, self.length + 1):
+            before = seq[:, t - 1]
+            drawn = inverse_cdf(uniform[:, t], edges[before])
+            seq[:, t] = np.where(slot[before] >= 0, outputs[rows, np.maximum(slot[before], 0)], drawn)
+        return torch.from_numpy(seq), outputs
+
+    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` sequences of ``length + 1`` tokens."""
+        return self.sequences_and_outputs(n, generator)[0]
+
+    def recall_positions(self, seq: np.ndarray) -> np.ndarray:
+        """``(n, length)`` mask over the inputs: a trigger seen earlier in its sequence, so that the target there
+        (its output) has been read in context before."""
+        inputs = seq[:, :-1]
+        seen = np.zeros(inputs.shape, dtype=bool)
+        for trigger in self.triggers:
+            here = inputs == trigger
+            seen |= here & (np.cumsum(here, axis=1) >= 2)
+        return seen
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        seq = self.sequences(n, generator)
+        return seq[:, :-1], seq[:, 1:]
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
