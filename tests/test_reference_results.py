@@ -143,10 +143,11 @@ def test_a_page_note_is_html_with_its_code_spans_and_escapes_the_rest():
     assert "a &lt; b" in box and "```" not in box
 
 
-def test_an_attempt_shown_on_a_page_exists_and_its_failed_rows_do_not_raise():
+def test_an_attempt_shown_on_a_page_exists_and_its_failed_or_undecided_rows_do_not_raise():
     root = Path(__file__).resolve().parents[1]
     for page in (root / "book").glob("*.ipynb"):
         text = "".join("".join(c["source"]) for c in json.loads(page.read_text())["cells"])
         for name in re.findall(r'notebook\.attempt\("([^"]+)"\)', text):
             shown = notebook.attempt(name)  # an attempt's failed rows are reported, not raised
-            assert shown.verdict.failures(), f"{name} holds every row: commit it as a reference result instead"
+            assert shown.verdict.failures() or shown.verdict.undecided(), \
+                f"{name} holds every row: commit it as a reference result instead"
