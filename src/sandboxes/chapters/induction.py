@@ -310,8 +310,9 @@ class TrainingData(TypedDict):
     still_descending: dict[str, int]
 
 
-def _gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
-    return GPTConfig(vocab_size=config["k"], block_size=config["T"], n_layer=n_layer, n_head=config["n_head"],
+def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "T") -> GPTConfig:
+    """The chapter's attention-only GPT, reading ``config[vocab]`` tokens over ``config[length]`` positions."""
+    return GPTConfig(vocab_size=config[vocab], block_size=config[length], n_layer=n_layer, n_head=config["n_head"],
                      d_model=config["d_model"], tied=False, positional="learned", mlp=False)
 
 
@@ -557,11 +558,9 @@ def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dic
 def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
     """One- and two-layer transformers trained on the trigger task; accuracy on the outputs of triggers."""
     task = trigger_task(config)
-    gpt = GPTConfig(vocab_size=config["trigger_tokens"], block_size=config["trigger_T"], n_layer=1,
-                    n_head=config["n_head"], d_model=config["d_model"], tied=False, positional="learned", mlp=False)
     schedule = _schedule(config, "trigger_steps")
-    runs = {kind: train(lambda n=n: GPT(replace(gpt, n_layer=n)), task, schedule, ctx.seeds, ctx.device,
-                        progress=ctx.progress, probe=partial(trigger_memories, task=task) if n == 2 else None)
+    runs = {kind: train(lambda n=n: GPT(_gpt(config, n, "trigger_tokens", "trigger_T")), task, schedule, ctx.seeds,
+                        ctx.device, progress=ctx.progress, probe=partial(trigger_memories, task=task) if n == 2 else None)
             for kind, n in KINDS.items()}
     seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
     masks = output_positions(task, seq)
@@ -673,8 +672,8 @@ def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
                      "per seed: " + "; ".join(formed) + "; layer 1's weight on the token before: "
                      f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
                      f"{spread(run['previous_weight']['elsewhere'])} elsewhere"))
-        rows.append(("trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a trigger's output seen earlier "
-                     "in the sequence", "one layer about 55 %, two layers about 99 %",
+        rows.append(("trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
+                     "trigger's output seen earlier in the sequence", "one layer about 55 %, two layers about 99 %",
                      f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
                      f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})"))
     if "support" in data:
