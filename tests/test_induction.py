@@ -13,7 +13,8 @@ from conftest import TINY
 from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.data.trigger import TriggerTask
-from sandboxes.model import GPT, GPTConfig
+from sandboxes.losses import IGNORE_INDEX
+from sandboxes.model import GPT, Disentangled, GPTConfig
 from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
                                         induction_head, joint_laws, loss_levels, permutation_predictive,
                                         predictor_loss, score_gradient, sequence_losses, staged_initialisation,
@@ -239,9 +240,21 @@ def _gradient_rows(change: str) -> list:
     tree = InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))
     seq = tree.sequences(8000, _gen(8))
     parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, chapter.GRADIENT_CHUNKS,
-                           chapter.query_is_parent(tree))
+                           tree.parent_queries())
     graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
     return chapter.gradient_claims(parts, chapter.parent_positions(InContextMarkov(3, 1.0, graph), 12))
+
+
+def _staged_rows(change: str) -> list:
+    tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
+    parents = chapter.parent_positions(tree, 16)
+    model = Disentangled(3, 16, 3.0)
+    if change != "layer 1 as initialised":
+        with torch.no_grad():  # the graph's adjacency, as the theorem's first stage ends
+            model.first[torch.arange(1, 16), torch.tensor(parents[1:])] = 30.0
+    table = model.first_attention(16).detach().double().numpy()
+    data = {"parents": parents, "parent_weight": [chapter.parent_weight(table[None], parents)], "still_descending": 0}
+    return chapter.staged_claims(data)
 
 
 def _training_rows(change: str) -> list:
@@ -327,7 +340,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
      _gradient_rows),
     (r"two layers, every seed: share of the unigram-to-Bayes", "two layers at the in-context unigram level",
      _training_rows),
-    (r"layer 1's weight on the causal parent", "layer 1 as initialised", _training_rows),
+    (r"layer 1 trained alone by gradient descent", "layer 1 as initialised", _staged_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
@@ -341,8 +354,8 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _training_rows, _support_rows,
-                                  _trigger_rows])
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _staged_rows, _training_rows,
+                                  _support_rows, _trigger_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []
@@ -372,7 +385,7 @@ def test_a_tree_with_one_head_is_refused_before_any_work():
 def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     task = InContextMarkov.chain(3, 1.0, 12)
     parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), chapter.GRADIENT_CHUNKS,
-                           chapter.query_is_parent(task))
+                           task.parent_queries())
     claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12))
     assert claim.holds is None and "--set grad_samples=" in claim.reason
 
@@ -394,6 +407,39 @@ def test_the_parent_row_takes_at_each_position_the_head_that_reads_the_parent():
     weights = chapter.parent_weight(np.stack([first, second]), parents)
     assert chapter.carried_weight(weights, parents).min() == 1.0
     assert all(chapter.carried_weight(head[None], parents).min() < chapter.PARENT_MASS for head in weights)
+
+
+def test_the_disentangled_model_with_layer_1_on_the_token_before_is_the_hand_built_induction_head():
+    seq = torch.from_numpy(_every_sequence(3, 6)[:, :-1])
+    model = Disentangled(3, 6, 30.0).double()
+    with torch.no_grad():
+        model.first.fill_(0.0)
+        model.first[torch.arange(1, 6), torch.arange(0, 5)] = 30.0
+    with torch.no_grad():
+        torch.testing.assert_close(model(seq), successor_average(induction_head(3, 6, 30.0), seq), rtol=0, atol=1e-12)
+
+
+def test_the_first_stage_trains_layer_1_alone(tiny_result):
+    data = tiny_result("induction")["data"]["staged"]
+    assert np.allclose(np.asarray(data["attention"]).sum(axis=1), 1.0)
+    assert [name for name, _ in Disentangled(3, 32, 3.0).named_parameters()] == ["first"]
+    assert [name for name, _ in Disentangled(3, 32, 3.0, train_match=True).named_parameters()] == ["first", "second"]
+
+
+def test_a_first_stage_cut_short_is_undecided_not_failed(tiny_result):
+    data = tiny_result("induction")["data"]["staged"]
+    assert data["still_descending"] > 0
+    claim, = chapter.staged_claims(data)
+    assert claim.holds is None and "--set stage_steps=" in claim.reason
+
+
+def test_training_scores_only_the_targets_whose_parent_reads_them():
+    tree = replace(InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0)), scored="parent_query")
+    _, targets = tree.sample(5, _gen(2))
+    scored = targets != IGNORE_INDEX
+    assert (scored == tree.parent_queries()).all() and 0 < int(tree.parent_queries().sum()) < 16
+    _, every = replace(tree, scored="every").sample(5, _gen(2))
+    assert (every[scored] == targets[scored]).all() and (every != IGNORE_INDEX).all()
 
 
 def test_a_previous_token_head_fails_the_parent_row_on_a_tree():

@@ -228,6 +228,48 @@ def zero_gpt(config: GPTConfig) -> GPT:
     return model
 
 
+class Disentangled(nn.Module):
+    """Nichani et al.'s two-layer attention-only transformer reduced to its two score matrices, one-hot throughout.
+
+    Layer 1 attends from position ``t`` to ``j <= t`` with a free positional score ``first[t, j]`` and copies the
+    token there; layer 2 attends from ``i`` to ``t <= i`` with score ``onehot(s_i)^T second copied_t`` (minus
+    ``2 match_scale`` at ``t = 0``, which has no token before it) and averages the tokens ``s_t``; that average is
+    the logits. With ``first`` one on the previous position and large, it is the induction head of
+    :func:`sandboxes.theory.induction.induction_head`. ``second`` trains only with ``train_match``: Nichani et
+    al.'s first stage trains ``first`` alone from zero, with ``second = match_scale I``.
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, match_scale: float, train_match: bool = False) -> None:
+        super().__init__()
+        self.vocab_size, self.match_scale = vocab_size, match_scale
+        self.first = nn.Parameter(torch.zeros(block_size, block_size))
+        match = match_scale * torch.eye(vocab_size)
+        if train_match:
+            self.second = nn.Parameter(match)
+        else:
+            self.register_buffer("second", match)
+
+    def first_attention(self, length: int) -> Tensor:
+        """Layer 1's weights ``(length, length)``: the same for every input, since its scores are positional."""
+        causal = torch.ones(length, length, dtype=torch.bool, device=self.first.device).tril()
+        return torch.softmax(self.first[:length, :length].masked_fill(~causal, -math.inf), dim=-1)
+
+    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits ``(B, T, vocab)``; with ``return_attention`` also both layers' weights, ``(B, 1, T, T)`` each."""
+        length = idx.shape[-1]
+        tokens = (idx[..., None] == torch.arange(self.vocab_size, device=idx.device)).to(self.first.dtype)
+        causal = torch.ones(length, length, dtype=torch.bool, device=idx.device).tril()
+        first = self.first_attention(length)
+        copied = first @ tokens  # (B, T, vocab): each position's soft copy of the token it attends to
+        scores = tokens @ self.second @ copied.transpose(-1, -2)
+        scores = scores - 2 * self.match_scale * (torch.arange(length, device=idx.device) == 0).to(scores.dtype)
+        second = torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
+        logits = second @ tokens
+        if not return_attention:
+            return logits
+        return logits, [first.expand(idx.shape[0], 1, length, length), second[:, None]]
+
+
 class LSTM(nn.Module):
     """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
 

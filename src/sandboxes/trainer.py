@@ -79,6 +79,8 @@ class TrainConfig:
     final_lr_fraction: float = 0.1
     eval_every: int = 10
     eval_size: int = 256
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # "sgd": plain gradient steps (no momentum, no decay), as theorems
+    # about gradient descent take them
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``lr`` at ``step``: linear warm-up, then the chosen decay."""
@@ -102,7 +104,7 @@ SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations low
                     # fraction of its whole descent
 
 
-def still_descending(result: "TrainResult", noise: float) -> np.ndarray:
+def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | None = None) -> np.ndarray:
     """Per member: the loss had not settled when the budget ran out.
 
     Time is counted in learning-rate units (the sum of the schedule's factors), so that a loss that
@@ -110,9 +112,10 @@ def still_descending(result: "TrainResult", noise: float) -> np.ndarray:
     a member is still descending when the last quarter of that time lowered its evaluated loss by
     more than a tenth of its whole descent, or when the whole descent is within ``noise`` (the run
     has hardly started), or when it was evaluated fewer than ``MIN_EVALS`` times (too few to tell).
-    Rows about eventual behaviour use it to say "undecided" instead of "fails".
+    Rows about eventual behaviour use it to say "undecided" instead of "fails". ``curve`` (members x
+    evaluations) is judged in place of the loss: minus a probe that should rise, say.
     """
-    loss = np.asarray(result.eval_loss, dtype=float)
+    loss = np.asarray(result.eval_loss if curve is None else curve, dtype=float)
     if loss.shape[1] < MIN_EVALS:
         return np.ones(len(loss), dtype=bool)
     time = np.cumsum([result.config.lr_factor(step) for step in range(result.config.steps)])[result.eval_steps]
@@ -204,6 +207,14 @@ def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> 
         ndim = p.dim() - (1 if member_axis else 0)
         (decay if ndim >= 2 else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _optimizer(runner: nn.Module, config: TrainConfig, batched: bool) -> torch.optim.Optimizer:
+    """AdamW with GPT-2's decay groups, or plain gradient descent: each member's parameters get their own steps."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(runner.parameters(), lr=config.lr)
+    return torch.optim.AdamW(_decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr,
+                             betas=config.betas)
 
 
 def activation_bytes(model: nn.Module, task: Task, n: int) -> int:
@@ -379,9 +390,7 @@ def _fit(
     runner: nn.Module = Ensemble(models) if batched else Single(models[0])
     runner.to(device)
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-    optimizer = torch.optim.AdamW(
-        _decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr, betas=config.betas
-    )
+    optimizer = _optimizer(runner, config, batched)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
     x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])

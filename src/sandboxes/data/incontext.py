@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..losses import next_token_loss
+from ..losses import IGNORE_INDEX, next_token_loss
 from .markov import inverse_cdf
 
 
@@ -40,6 +40,7 @@ def tree_parents(length: int, window: int, seed: int) -> tuple[tuple[int, ...], 
 
 
 ROWS = ("dirichlet", "permutation")
+SCORED = ("every", "parent_query")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class InContextMarkov:
     parents: tuple[tuple[int, ...], ...]
     rows: str = "dirichlet"
     floor: float = 0.0
+    scored: str = "every"  # which targets training scores: "every" one, or "parent_query": those whose only
+    # parent is the position that reads them (as Nichani et al. score the token after the last, a child of it)
 
     def __post_init__(self) -> None:
         if self.n_states < 2:
@@ -75,6 +78,8 @@ class InContextMarkov:
             raise ValueError(f"noisy permutations are kernels of a first-order graph, got order {self.order}")
         if not 0.0 <= self.floor <= 1.0:
             raise ValueError(f"the uniform floor is in [0, 1], got {self.floor}")
+        if self.scored not in SCORED:
+            raise ValueError(f"the scored targets are one of {', '.join(SCORED)}, got {self.scored!r}")
 
     @classmethod
     def chain(cls, n_states: int, alpha: float, length: int, order: int = 1) -> "InContextMarkov":
@@ -132,9 +137,16 @@ class InContextMarkov:
         """``n`` sequences of ``length + 1`` symbols, each from its own kernel."""
         return self.sequences_and_kernels(n, generator)[0]
 
+    def parent_queries(self) -> Tensor:
+        """The input positions ``t`` whose target's only parent is ``t`` itself (every one in a first-order chain)."""
+        return torch.tensor([self.parents[t + 1] == (t,) for t in range(self.length)])
+
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seq = self.sequences(n, generator)
-        return seq[:, :-1], seq[:, 1:]
+        targets = seq[:, 1:]
+        if self.scored == "parent_query":
+            targets = targets.masked_fill(~self.parent_queries(), IGNORE_INDEX)
+        return seq[:, :-1], targets
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)

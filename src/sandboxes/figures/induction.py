@@ -13,8 +13,8 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory.induction import PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, SupportData,
-                                      TrainingData, TriggerData)
+    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, StagedData,
+                                      SupportData, TrainingData, TriggerData)
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
@@ -159,18 +159,34 @@ def memories(data: TriggerData) -> Figure:
     return fig
 
 
-def parent_weight(data: TrainingData) -> Figure:
-    """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
-    seed; the judged positions shaded, the row's bound dashed."""
-    fig, ax = plt.subplots()
-    weights = np.asarray(data["parent_weight"]["two_layers"], dtype=float)  # seed x head x position t >= 1
-    carried = np.nanmax(weights, axis=1)
+def _draw_parent_lines(ax: plt.Axes, weights: np.ndarray | list, parents: list[int], ylabel: str) -> None:
+    """Each seed's weight on the parent per position (best head), the judged positions shaded, the bound dashed."""
+    carried = np.nanmax(np.asarray(weights, dtype=float), axis=1)  # seed x head x position t >= 1
     positions = np.arange(1, carried.shape[1] + 1)
-    judged = judged_positions(data["parents"])
+    judged = judged_positions(parents)
     ax.axvspan(judged[0] - 0.5, judged[-1] + 0.5, color=COLORS["theory"], alpha=0.08, label="judged positions")
     for seed, row in enumerate(carried):
         ax.plot(positions, row, ".-", linewidth=0.8, markersize=3, label=f"seed {seed}")
     reference_line(ax, PARENT_MASS, "the row's bound", "--")
-    ax.set(xlabel="position t", ylabel="weight on the parent (best head)", ylim=(0, 1.05))
+    ax.set(xlabel="position t", ylabel=ylabel, ylim=(0, 1.05))
     ax.legend(loc="lower left", fontsize=7, ncol=2)
+
+
+def parent_weight(data: TrainingData) -> Figure:
+    """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
+    seed; the judged positions shaded, the bound of the first stage's row dashed."""
+    fig, ax = plt.subplots()
+    _draw_parent_lines(ax, data["parent_weight"]["two_layers"], data["parents"], "weight on the parent (best head)")
+    return fig
+
+
+def staged(data: StagedData) -> Figure:
+    """The first stage: layer 1's attention after it (first seed; it is the same for every input), and every
+    seed's weight on the parent by position."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
+    image = _draw_position_map(left, np.asarray(data["attention"], dtype=float), data["parents"],
+                               "layer 1 after the first stage", "Greys", COLORS["tied"], 0.0, 1.0)
+    fig.colorbar(image, ax=left, shrink=0.8, label="attention weight")
+    _draw_parent_lines(right, data["parent_weight"], data["parents"], "weight on the parent")
+    fig.tight_layout()
     return fig

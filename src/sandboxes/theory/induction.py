@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..data.incontext import InContextMarkov
-from ..model import GPT, GPTConfig, zero_gpt
+from ..model import GPT, Disentangled, GPTConfig, zero_gpt
 
 
 class Level(NamedTuple):
@@ -224,6 +224,15 @@ def judged_positions(parents: list[int]) -> list[int]:
     return [t for t in range(1, max(2, int(JUDGED_KEYS * len(parents)))) if parents[t] >= 0]
 
 
+def carried_weight(weights: np.ndarray | list, parents: list[int]) -> np.ndarray:
+    """At each judged position, the weight on the parent in the head that carries it there (the largest).
+
+    With several heads a model may give "copy my parent" to different heads at different positions; the
+    layer's attention holds the graph where some head reads the parent.
+    """
+    return np.asarray(weights, dtype=float)[:, [t - 1 for t in judged_positions(parents)]].max(axis=0)
+
+
 def induction_head(k: int, T: int, beta: float) -> GPT:
     """A two-layer attention-only GPT (float64) whose second layer writes the in-context count estimator.
 
@@ -269,35 +278,21 @@ def successor_average(model: GPT, idx: Tensor) -> Tensor:
     return x[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
 
 
-def staged_initialisation(k: int, T: int, beta: float) -> GPT:
-    """The induction head before layer 1 has learned anything: layer 1 attends uniformly (all scores 0), layer 2
-    matches with score scale ``beta``, and the output reads layer 2's successor average as logits.
-
-    Layer 1's score from position ``t`` to ``j`` is then the query weight ``W_q[position j, position t]`` over
-    ``sqrt(d)``, a free ``T x T`` matrix ``A`` of positional scores, the first layer of Nichani et al.'s model.
-    """
-    model = induction_head(k, T, beta)
-    slots = induction_slots(k, T)
-    d = model.config.d_model
-    with torch.no_grad():
-        model.blocks[0].attn.qkv.weight[:d].zero_()
-        model.head.weight[:, slots.successors] = torch.eye(k, dtype=torch.float64)
-    return model
+def staged_initialisation(k: int, T: int, beta: float) -> Disentangled:
+    """Nichani et al.'s model before layer 1 has learned anything (float64): layer 1 attends uniformly (all scores
+    0), layer 2 matches with score scale ``beta``, and the output reads layer 2's successor average as logits."""
+    return Disentangled(k, T, beta).double()
 
 
-def score_gradient(model: GPT, seq: Tensor, chunks: int, scored: Tensor) -> np.ndarray:
+def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor) -> np.ndarray:
     """Gradient of the next-token loss at the ``scored`` positions (a ``(T,)`` mask) with respect to layer 1's
     positional scores ``A[t, j]``, on each of ``chunks`` equal parts of ``seq``: ``(chunks, T, T)``, whose mean is
     the gradient on all of ``seq``."""
-    slots = induction_slots(model.config.vocab_size, model.config.block_size)
-    d = model.config.d_model
-    weight = model.blocks[0].attn.qkv.weight
-    position = np.arange(slots.position.start, slots.position.stop)
     parts = []
     for part in torch.tensor_split(seq, chunks):
         logits = model(part[:, :-1])[:, scored]
         targets = part[:, 1:][:, scored]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        grad, = torch.autograd.grad(loss, weight)
-        parts.append(grad[:d][np.ix_(position, position)].T.numpy() * math.sqrt(d))  # dL/dA = sqrt(d) dL/dW_q
+        grad, = torch.autograd.grad(loss, model.first)
+        parts.append(grad.numpy())
     return np.stack(parts)
