@@ -10,6 +10,7 @@ from torch.func import vmap
 from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT, GPTConfig
+from sandboxes.runtime import seed_everything
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
     Ensemble,
@@ -49,6 +50,28 @@ def test_a_calibrated_call_runs_few_steps_records_its_plan_and_leaves_later_call
     assert (call.planned_steps, call.timing.steps, call.timing.evals, call.timing.groups) == (12, 2, 2, 1)
     assert call.step_bytes > 0 and call.estimated_s > 0
     assert train(make_model, TASK, CONFIG, seeds=[0], batched=False).train_loss.shape == (1, 12)
+
+
+def test_a_probe_reads_every_member_at_every_evaluation_without_changing_the_run():
+    def norms(model):
+        return [float(p.detach().norm()) for p in list(model.parameters())[:2]]
+
+    plain = train(make_model, TASK, CONFIG, seeds=[0, 1], batched=True)
+    probed = train(make_model, TASK, CONFIG, seeds=[0, 1], batched=True, probe=norms)
+    assert np.array_equal(plain.train_loss, probed.train_loss) and plain.probes is None
+    assert probed.probes.shape == (2, len(probed.eval_steps), 2)
+    assert probed.probes[1, -1].tolist() == norms(probed.models[1])
+
+
+def test_plain_gradient_descent_takes_the_step_minus_lr_times_the_gradient():
+    config = TrainConfig(steps=1, batch_size=4, lr=0.5, optimizer="sgd", eval_every=1, eval_size=16)
+    result = train(make_model, TASK, config, seeds=[0], batched=False)
+    seed_everything(0)
+    model = make_model()
+    x, y = TASK.sample(4, torch.Generator().manual_seed(0))
+    TASK.loss(model(x), y).backward()
+    for trained, (name, start) in zip(result.models[0].parameters(), model.named_parameters()):
+        assert torch.allclose(trained, start - 0.5 * start.grad, atol=1e-6), name
 
 
 def test_different_seeds_give_different_runs():
