@@ -124,7 +124,8 @@ def sharpness_by_position(data: TrainingData) -> Figure:
 
     def seed_mean(runs: list[Sharpness], layer: int, key: str) -> np.ndarray:
         values = np.array([[np.nan if v is None else v for v in r["layers"][layer][key]] for r in runs], dtype=float)
-        return np.nanmean(values, axis=0)
+        counts = (~np.isnan(values)).sum(axis=0)  # a position bin no seed read stays empty (NaN), without a warning
+        return np.where(counts > 0, np.nansum(values, axis=0) / np.maximum(counts, 1), np.nan)
 
     for layer in range(layers):
         for kind, runs in sharp.items():
