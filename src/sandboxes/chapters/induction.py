@@ -741,16 +741,17 @@ def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
                      f"to π̃ {spread(run['distance']['models'])} (count estimator "
                      f"{spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
                      f"{spread(run['distance'].get('prior_bayes', [float('nan')]))})"))
+    staged: list[tuple[str, str, str]] = []
     if "staged" in data:
         run = data["staged"]
-        rows.insert(0, ("layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T)",
-                        "the causal graph's adjacency", "weight on the parent, worst of the judged positions: "
-                        + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]])))
+        staged = [("layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T)",
+                   "the causal graph's adjacency", "weight on the parent, worst of the judged positions: "
+                   + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]]))]
     if "training" not in data:
-        return rows
+        return staged + rows
     run = data["training"]
     inside, outside = run["in_distribution"], run["out_of_distribution"]
-    return [
+    gpt = [
         ("two layers reach the Bayes level (Nichani et al., Thm (1): L - OPT ≲ T^-cγ)",
          "the gap to OPT vanishes as T grows", f"gap closed {spread(inside['gap_closed']['two_layers'])}"),
         ("one layer (Sanford et al.; slides)", "stays above the bigram level at fixed size",
@@ -762,6 +763,7 @@ def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("another prior (corollary: any kernel)", "tracks the in-context estimator",
          f"gap closed {spread(outside['gap_closed']['two_layers'])}"),
     ] + rows
+    return staged + gpt
 
 
 CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PARAMS,
