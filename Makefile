@@ -3,7 +3,8 @@
 #   make test   unit tests, CLI tests, and every chapter notebook under nbval
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
 #   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
-#   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares
+#   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares and the
+#                 CI build shows, and stamps each with the digest of the figure code that drew it (NOTEBOOKS=... for some)
 #   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
 #   make lock     rewrites requirements.lock from the venv (after a change to requirements.txt)
@@ -36,9 +37,19 @@ lock: $(STAMP)
 		| grep -v -i -E '^(torch|pip|setuptools|wheel)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
+# OUTPUTS=stored (CI) shows the outputs stored in the chapter notebooks, which `make test` has just checked under nbval,
+# instead of executing every chapter a second time (the runs page still executes); only quick outputs are stored
 book: $(STAMP)
 	rm -rf _build
+ifeq ($(OUTPUTS),stored)
+	test "$(PROFILE)" = quick || { echo "OUTPUTS=stored holds the quick profile's outputs; PROFILE=$(PROFILE) executes"; exit 1; }
+	sed -E 's/^(  exclude_patterns:) \[\]/\1 ["book\/*.ipynb"]/' _config.yml > _config.stored.yml
+	grep -q 'exclude_patterns: \["book/\*.ipynb"\]' _config.stored.yml
+	$(BIN)/jupyter-book build . --config _config.stored.yml --warningiserror --keep-going; \
+		status=$$?; rm -f _config.stored.yml; exit $$status
+else
 	SANDBOXES_PROFILE=$(PROFILE) $(BIN)/jupyter-book build . --warningiserror --keep-going
+endif
 
 # two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well;
 # a notebook stays on one worker (--dist loadfile), whose kernel inherits the one thread
@@ -63,8 +74,10 @@ oldest:
 	$(OLDEST)/bin/python -m pip list --format=freeze > $(OLDEST)/installed.txt
 	$(OLDEST)/bin/python -m pytest tests
 
+NOTEBOOKS ?= book/*.ipynb
 outputs: $(STAMP)
-	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace book/*.ipynb
+	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace $(NOTEBOOKS)
+	$(BIN)/python -m sandboxes.notebook $(NOTEBOOKS)
 
 reference: $(STAMP)
 	$(BIN)/python -m sandboxes list --reference | while read -r command; do \

@@ -1,5 +1,6 @@
 """The runs page's tables: built from the parameter declarations and the committed result files."""
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -56,3 +57,24 @@ def test_the_site_needs_no_network_for_its_maths():
     config = (ROOT / "_config.yml").read_text()
     assert "sphinx-mathjax-offline" in config and "mathjax_path: mathjax/tex-chtml.js" in config
     assert "sphinx-mathjax-offline" in (ROOT / "requirements.txt").read_text()
+
+
+def test_the_stored_runs_table_reads_each_notebooks_cell_timestamps(tmp_path):
+    def cell(start: str, end: str) -> dict:
+        return {"cell_type": "code", "metadata": {"execution": {"iopub.execute_input": start,
+                                                                 "shell.execute_reply": end}}}
+
+    timed, untimed = tmp_path / "timed.ipynb", tmp_path / "untimed.ipynb"
+    cells = [{"cell_type": "markdown"}, cell("2026-11-25T12:00:00.5Z", "2026-11-25T12:00:01Z"),
+             cell("2026-11-25T12:00:02Z", "2026-11-25T12:01:40.5Z")]
+    timed.write_text(json.dumps({"cells": cells}))
+    untimed.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
+    table = catalogue.stored_runs_table([timed, untimed])
+    assert "<td>2026-11-25 12:00 UTC</td><td>100 s</td>" in table
+    assert "<td>no timing stored</td>" in table
+
+
+def test_every_chapter_notebook_stores_its_cell_timestamps():
+    # the runs page tells when the outputs a CI-built site shows were made, from these
+    pages = [ROOT / "book" / f"{chapter.name}.ipynb" for chapter in all_chapters()]
+    assert "no timing stored" not in catalogue.stored_runs_table(pages)

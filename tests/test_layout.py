@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import FULL_SHRUNK, TINY
 
+from sandboxes import notebook as notebook_module
 from sandboxes.chapters import all_chapters
+from sandboxes.notebook import figure_code_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "sandboxes"
@@ -191,3 +193,23 @@ def test_every_output_on_a_page_is_html_or_text_not_markdown(chapter):
     cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
     outputs = [output for cell in cells if cell["cell_type"] == "code" for output in cell.get("outputs", [])]
     assert not [output for output in outputs if "text/markdown" in output.get("data", {})]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_page_stores_outputs_of_a_whole_run_drawn_by_the_current_figure_code(chapter):
+    # CI builds the site from the stored outputs (make book OUTPUTS=stored); nbval re-executes every cell but compares
+    # text only, so a figure drawn by older figure code would reach the site unnoticed
+    notebook = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert [cell["execution_count"] for cell in code] == list(range(1, len(code) + 1)), "make outputs"
+    assert not [o for cell in code for o in cell["outputs"] if o["output_type"] == "error"]
+    stamped = notebook["metadata"].get("sandboxes", {}).get("figure_code")
+    assert stamped == figure_code_digest(), f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
+
+
+def test_the_figure_code_digest_sees_a_change_to_a_figure_module(monkeypatch, tmp_path):
+    before = figure_code_digest()
+    changed = tmp_path / "plotting.py"
+    changed.write_bytes(notebook_module.FIGURE_CODE[0].read_bytes() + b"\n# changed\n")
+    monkeypatch.setattr(notebook_module, "FIGURE_CODE", [changed, *notebook_module.FIGURE_CODE[1:]])
+    assert figure_code_digest() != before

@@ -9,6 +9,8 @@ each row links to its file.
 from __future__ import annotations
 
 import html
+import json
+from datetime import datetime
 from pathlib import Path
 
 from .results import RESULTS_DIR, Result
@@ -69,3 +71,20 @@ def results_table(folder: Path = RESULTS_DIR, link_prefix: str = SITE_RESULTS) -
     if not rows:
         return "<p>No result file is committed here.</p>"
     return _table(["file", "section", "rows", "wall time", "machine", "versions", "commit", "command"], rows)
+
+
+def stored_runs_table(pages: list[Path]) -> str:
+    """When the outputs stored in each chapter notebook were made and how long that execution took, from the cell
+    timestamps the executor recorded (HTML): what a site built from the stored outputs shows."""
+    rows = []
+    for page in pages:
+        cells = [cell for cell in json.loads(page.read_text())["cells"] if cell["cell_type"] == "code"]
+        times = [cell["metadata"].get("execution", {}) for cell in cells]
+        if not all("iopub.execute_input" in t and "shell.execute_reply" in t for t in times):
+            rows.append([f"<td><code>{html.escape(page.name)}</code></td>", _cell("no timing stored"), _cell("")])
+            continue
+        start = datetime.fromisoformat(times[0]["iopub.execute_input"])
+        end = datetime.fromisoformat(times[-1]["shell.execute_reply"])
+        rows.append([f"<td><code>{html.escape(page.name)}</code></td>", _cell(f"{start:%Y-%m-%d %H:%M} UTC"),
+                     _cell(f"{(end - start).total_seconds():.0f} s")])
+    return _table(["notebook", "executed", "execution time"], rows)

@@ -9,12 +9,16 @@ if a GPU made one.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import os
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import nbformat
 from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
@@ -178,3 +182,27 @@ def against_seed(rows: list[tuple[str, str, str]]) -> None:
                    for what, seed, ours in rows)
     display(HTML(f"<table><thead><tr><th>quantity</th><th>the seed reports</th><th>this reference run</th></tr>"
                  f"</thead><tbody>{body}</tbody></table>"))
+
+
+FIGURE_CODE = [Path(__file__).parent / "plotting.py", *sorted((Path(__file__).parent / "figures").glob("*.py"))]
+
+
+def figure_code_digest() -> str:
+    """A digest of the code that draws the figures: the book's CI build shows the figures stored in the notebooks,
+    and nbval compares text only, so a test checks that they were drawn by this code."""
+    digest = hashlib.sha256()
+    for path in FIGURE_CODE:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def stamp(path: Path) -> None:
+    """Record in notebook ``path``'s metadata which figure code drew its stored outputs (after executing it)."""
+    notebook = nbformat.read(path, as_version=4)
+    notebook.metadata["sandboxes"] = {"figure_code": figure_code_digest()}
+    nbformat.write(notebook, path)
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        stamp(Path(name))
