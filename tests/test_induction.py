@@ -14,7 +14,7 @@ from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.data.trigger import TriggerTask
 from sandboxes.losses import IGNORE_INDEX
-from sandboxes.model import GPT, Disentangled, GPTConfig
+from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
                                         induction_head, joint_laws, loss_levels, permutation_predictive,
                                         predictor_loss, score_gradient, sequence_losses, staged_initialisation,
@@ -331,6 +331,37 @@ def _trigger_rows(change: str) -> list:
     return chapter.trigger_claims(data)
 
 
+def _plant(model: AssociativeMemories, task: TriggerTask, memories: tuple[str, ...], scale: float = 30.0) -> None:
+    """Write Bietti et al.'s target memories into ``model``: ``W_OV2 = sum_k u_k e_k^T``, ``W_KQ2 = sum_q e_q
+    (W_OV1 e_q)^T`` over the triggers, ``W_KQ1 = sum_t p_t p_(t-1)^T``, each times ``scale``."""
+    triggers = torch.from_numpy(task.triggers)
+    targets = {"ov2": model.outputs.T @ model.tokens,
+               "kq2": model.tokens[triggers].T @ (model.tokens[triggers] @ model.ov1.T),
+               "kq1": model.positions[1:].T @ model.positions[:-1]}
+    with torch.no_grad():
+        for name in memories:
+            getattr(model, name).copy_(scale * targets[name])
+
+
+def _memory_stages(task: TriggerTask, order: tuple[str, ...]) -> list[list[float]]:
+    """The probes of a simplified model whose memories are planted one at a time in ``order``, one evaluation per
+    stage (none planted first)."""
+    stages = []
+    for formed in range(len(order) + 1):
+        torch.manual_seed(0)
+        model = AssociativeMemories(task.n_tokens, task.length, 64)
+        _plant(model, task, order[:formed])
+        stages.append(chapter.memory_probes(model, task))
+    return stages
+
+
+def _memories_rows(change: str) -> list:
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    order = ("kq1", "ov2", "kq2") if change == "W_KQ of layer 1 planted at initialisation" else ("ov2", "kq2", "kq1")
+    data = {"eval_steps": [0, 10, 20, 30], "memories": [_memory_stages(task, order)], "still_descending": 0}
+    return chapter.memories_claims(data)
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
@@ -344,6 +375,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
+    (r"simplified model trained by gradient descent", "W_KQ of layer 1 planted at initialisation", _memories_rows),
 ]
 
 
@@ -355,7 +387,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
 
 
 @pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _staged_rows, _training_rows,
-                                  _support_rows, _trigger_rows])
+                                  _support_rows, _trigger_rows, _memories_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []
@@ -499,3 +531,42 @@ def test_formation_steps_follow_the_order_the_memories_are_put_in():
     data = {"eval_steps": [0, 10, 20, 30], "memories": [_forming(task, (2, 0, 1))]}
     assert chapter.formation_steps(data).tolist() == [[20.0, 30.0, 10.0]]
     assert chapter.formation_steps({**data, "memories": [[[0.0, 0.0, 0.0]] * 4]}).tolist() == [[np.inf] * 3]
+
+
+def test_the_recall_task_scores_only_recalled_outputs_and_a_batch_without_one_costs_nothing():
+    task = TriggerTask(12, 2, 32, 0.5, 0, scored="recall")
+    inputs, targets = task.sample(50, _gen(3))
+    recall = task.recall_positions(torch.cat([inputs, targets.clamp_min(0)[:, -1:]], dim=1).numpy())
+    assert ((targets != IGNORE_INDEX).numpy() == recall).all() and recall.any()
+    logits = torch.randn(50, 32, 12, requires_grad=True)
+    loss = task.loss(logits, targets)
+    want = torch.nn.functional.cross_entropy(logits[torch.from_numpy(recall)], targets[torch.from_numpy(recall)])
+    assert torch.allclose(loss, want)
+    nothing = task.loss(logits, torch.full_like(targets, IGNORE_INDEX))
+    assert float(nothing.detach()) == 0.0 and not torch.autograd.grad(nothing, logits)[0].any()
+
+
+def test_the_planted_memories_are_recalled_and_predict_a_triggers_output_from_context():
+    # the probes' targets are the memories an induction head needs: planted, the model reads recalled outputs (wide
+    # enough that the random embeddings' cross-talk is small: 0.85 of them at d = 64, 0.98 at d = 256)
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    torch.manual_seed(0)
+    model = AssociativeMemories(12, 32, 256)
+    assert max(chapter.memory_probes(model, task)) < chapter.FORMED
+    _plant(model, task, ("ov2", "kq2", "kq1"))
+    assert chapter.memory_probes(model, task) == [1.0, 1.0, 1.0]
+    seq = task.sequences(200, _gen(4)).numpy()
+    with torch.no_grad():
+        predictions = model(torch.from_numpy(seq[:, :-1])).argmax(dim=-1).numpy()
+    masks = chapter.output_positions(task, seq)
+    assert chapter.accuracy_at(predictions, seq, masks)["recall"] > 0.9
+
+
+def test_a_memory_not_yet_formed_while_the_loss_falls_leaves_the_order_row_undecided():
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    data = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("ov2", "kq2", "kq1"))[:3]]}
+    assert chapter.memories_claims({**data, "still_descending": 1})[0].holds is None
+    assert chapter.memories_claims({**data, "still_descending": 0})[0].holds is False
+    swapped = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("kq2", "ov2", "kq1"))[:3]],
+               "still_descending": 1}
+    assert chapter.memories_claims(swapped)[0].holds is False  # formed out of order: no budget changes that

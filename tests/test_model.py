@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sandboxes.model import FUSED_FROM, GPT, LSTM, CausalSelfAttention, GPTConfig, count_parameters
+from sandboxes.model import FUSED_FROM, GPT, LSTM, AssociativeMemories, CausalSelfAttention, GPTConfig, count_parameters
 
 
 def small(**kw) -> GPTConfig:
@@ -124,3 +124,28 @@ def test_the_fused_attention_equals_the_one_that_returns_its_weights(recency_slo
     explicit, weights = attention(x, need_weights=True)
     assert none is None and weights.shape == (3, 2, FUSED_FROM, FUSED_FROM)
     torch.testing.assert_close(fused, explicit)
+
+
+def test_the_simplified_model_trains_three_memories_from_zero_on_fixed_random_embeddings():
+    torch.manual_seed(0)
+    model = AssociativeMemories(vocab_size=7, block_size=6, d_model=16)
+    assert sorted(name for name, _ in model.named_parameters()) == ["kq1", "kq2", "ov2"]
+    assert all(float(p.detach().abs().max()) == 0.0 for p in model.parameters())
+    idx = torch.randint(7, (3, 6), generator=torch.Generator().manual_seed(1))
+    logits, (first, second) = model(idx, return_attention=True)
+    uniform = torch.tril(torch.ones(6, 6)) / torch.arange(1, 7)[:, None]
+    assert torch.allclose(first[:, 0], uniform.expand(3, 6, 6))
+    assert torch.allclose(second[:, 0], uniform.expand(3, 6, 6))
+    x = model.tokens[idx] + model.positions[:6]
+    h1 = x + uniform @ x @ model.ov1.T  # layer 2 writes nothing while W_OV2 is zero
+    assert torch.allclose(logits, h1 @ model.outputs.T, atol=1e-6)
+
+
+def test_the_simplified_models_layer_2_scores_get_no_gradient_before_it_writes():
+    # with W_OV2 = 0, layer 2's attention changes nothing, so W_OV2 must move before W_KQ2 can (Bietti et al.)
+    torch.manual_seed(0)
+    model = AssociativeMemories(vocab_size=7, block_size=6, d_model=16)
+    idx = torch.randint(7, (4, 6), generator=torch.Generator().manual_seed(2))
+    loss = torch.nn.functional.cross_entropy(model(idx).reshape(-1, 7), idx.roll(-1, dims=1).reshape(-1))
+    grad_kq2, grad_ov2 = torch.autograd.grad(loss, [model.kq2, model.ov2])
+    assert float(grad_kq2.abs().max()) == 0.0 and float(grad_ov2.abs().max()) > 0.0

@@ -270,6 +270,40 @@ class Disentangled(nn.Module):
         return logits, [first.expand(idx.shape[0], 1, length, length), second[:, None]]
 
 
+class AssociativeMemories(nn.Module):
+    """Bietti et al.'s simplified two-layer transformer, in which only three associative memories train.
+
+    Token embeddings ``e_k``, positional embeddings ``p_t``, output embeddings ``u_k`` and layer 1's value-output
+    matrix ``W_OV1`` are random and held fixed (entries of variance ``1/d``, so that in high dimension they are
+    nearly orthonormal); the residual stream is a sum of them. What trains, from zero (uniform attention, layer 2
+    writing nothing), is layer 1's score matrix ``W_KQ1``, layer 2's score matrix ``W_KQ2`` and layer 2's
+    value-output matrix ``W_OV2``; a score is ``x_t^T W_KQ x_s``. No MLP, no normalisation, one head per layer.
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, d_model: int) -> None:
+        super().__init__()
+        scale = d_model ** -0.5
+        for name, rows in (("tokens", vocab_size), ("positions", block_size), ("outputs", vocab_size),
+                           ("ov1", d_model)):
+            self.register_buffer(name, scale * torch.randn(rows, d_model))
+        self.kq1, self.kq2, self.ov2 = (nn.Parameter(torch.zeros(d_model, d_model)) for _ in range(3))
+
+    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits ``(B, T, vocab)``; with ``return_attention`` also both layers' weights, ``(B, 1, T, T)`` each."""
+        length = idx.shape[-1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=idx.device).tril()
+        x = self.tokens[idx] + self.positions[:length]
+        weights = []
+        for kq, ov in ((self.kq1, self.ov1), (self.kq2, self.ov2)):
+            scores = (x @ kq @ x.transpose(-1, -2)).masked_fill(~causal, -math.inf)
+            weights.append(torch.softmax(scores, dim=-1))
+            x = x + weights[-1] @ x @ ov.T
+        logits = x @ self.outputs.T
+        if not return_attention:
+            return logits
+        return logits, [w[:, None] for w in weights]
+
+
 class LSTM(nn.Module):
     """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
 

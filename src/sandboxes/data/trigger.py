@@ -5,7 +5,8 @@ Every sequence draws one output per trigger, uniformly among the tokens that are
 then ``z_1`` is uniform and ``z_{t+1}`` is the output of ``z_t`` when ``z_t`` is a trigger, else a draw
 from the global bigram's row of ``z_t``. The bigram (Dirichlet rows) and the triggers are fixed by
 ``seed``, the same for every sequence, as the paper's character-level bigram is. Where a trigger
-comes back, its output has been seen before in the sequence: predicting it is in-context recall.
+comes back, its output has been seen before in the sequence: predicting it is in-context recall. Training may
+score every target, or (``scored="recall"``, as Bietti et al. train their simplified model) only those recalls.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..losses import next_token_loss
+from ..losses import IGNORE_INDEX, next_token_loss, scored_token_loss
 from .markov import inverse_cdf
 
 
@@ -31,8 +32,12 @@ class TriggerTask:
     length: int
     concentration: float
     seed: int
+    scored: str = "every"  # which targets training scores: "every" one, or "recall": a trigger's output where the
+    # trigger came earlier in the sequence
 
     def __post_init__(self) -> None:
+        if self.scored not in ("every", "recall"):
+            raise ValueError(f"the scored targets are 'every' or 'recall', got {self.scored!r}")
         if not 1 <= self.n_triggers <= self.n_tokens - 2:
             raise ValueError(f"the triggers leave at least two tokens for outputs: 1 <= n_triggers <= n_tokens - 2, "
                              f"got {self.n_triggers} triggers of {self.n_tokens} tokens")
@@ -95,7 +100,12 @@ class TriggerTask:
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seq = self.sequences(n, generator)
-        return seq[:, :-1], seq[:, 1:]
+        targets = seq[:, 1:]
+        if self.scored == "recall":
+            targets = targets.masked_fill(~torch.from_numpy(self.recall_positions(seq.numpy())), IGNORE_INDEX)
+        return seq[:, :-1], targets
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        if self.scored == "recall":  # a batch may hold no recall
+            return scored_token_loss(outputs, targets)
         return next_token_loss(outputs, targets)

@@ -13,8 +13,8 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory.induction import PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, StagedData,
-                                      SupportData, TrainingData, TriggerData)
+    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, MemoriesData,
+                                      StagedData, SupportData, TrainingData, TriggerData)
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
@@ -147,8 +147,9 @@ def trigger(data: TriggerData) -> Figure:
     return fig
 
 
-def memories(data: TriggerData) -> Figure:
-    """Each memory-recall probe of the two-layer models over training: median over seeds, and each seed thin."""
+def memories(data: TriggerData | MemoriesData) -> Figure:
+    """Each memory-recall probe over training (the two-layer GPT, or the simplified model): median over seeds, and
+    each seed thin."""
     fig, ax = plt.subplots()
     steps = np.asarray(data["eval_steps"])
     probed = np.asarray(data["memories"], dtype=float)

@@ -296,3 +296,4 @@ def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor
         grad, = torch.autograd.grad(loss, model.first)
         parts.append(grad.numpy())
     return np.stack(parts)
+
