@@ -204,12 +204,16 @@ def test_every_page_stores_outputs_of_a_whole_run_drawn_by_the_current_figure_co
     assert [cell["execution_count"] for cell in code] == list(range(1, len(code) + 1)), "make outputs"
     assert not [o for cell in code for o in cell["outputs"] if o["output_type"] == "error"]
     stamped = notebook["metadata"].get("sandboxes", {}).get("figure_code")
-    assert stamped == figure_code_digest(), f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
+    assert stamped == figure_code_digest(chapter), f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
 
 
-def test_the_figure_code_digest_sees_a_change_to_a_figure_module(monkeypatch, tmp_path):
-    before = figure_code_digest()
-    changed = tmp_path / "plotting.py"
-    changed.write_bytes(notebook_module.FIGURE_CODE[0].read_bytes() + b"\n# changed\n")
-    monkeypatch.setattr(notebook_module, "FIGURE_CODE", [changed, *notebook_module.FIGURE_CODE[1:]])
-    assert figure_code_digest() != before
+def test_the_figure_code_digest_sees_a_change_to_the_chapters_figure_module_and_to_no_other(monkeypatch, tmp_path):
+    before = {chapter: figure_code_digest(chapter) for chapter in CHAPTERS}
+    changed = tmp_path / "figures"
+    changed.mkdir()
+    for path in notebook_module.FIGURES.glob("*.py"):
+        (changed / path.name).write_bytes(path.read_bytes())
+    with (changed / "hmm.py").open("a") as module:
+        module.write("\n# changed\n")
+    monkeypatch.setattr(notebook_module, "FIGURES", changed)
+    assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == ["hmm"]

@@ -184,22 +184,28 @@ def against_seed(rows: list[tuple[str, str, str]]) -> None:
                  f"</thead><tbody>{body}</tbody></table>"))
 
 
-FIGURE_CODE = [Path(__file__).parent / "plotting.py", *sorted((Path(__file__).parent / "figures").glob("*.py"))]
+FIGURES = Path(__file__).parent / "figures"
 
 
-def figure_code_digest() -> str:
-    """A digest of the code that draws the figures: the book's CI build shows the figures stored in the notebooks,
-    and nbval compares text only, so a test checks that they were drawn by this code."""
+def figure_code(chapter: str) -> list[Path]:
+    """The modules that draw ``chapter``'s figures: the shared plotting style and the chapter's figure module."""
+    return [Path(__file__).parent / "plotting.py", FIGURES / "__init__.py", FIGURES / f"{chapter}.py"]
+
+
+def figure_code_digest(chapter: str) -> str:
+    """A digest of the code that draws ``chapter``'s figures: the book's CI build shows the figures stored in the
+    notebooks, and nbval compares text only, so a test checks that they were drawn by this code."""
     digest = hashlib.sha256()
-    for path in FIGURE_CODE:
+    for path in figure_code(chapter):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def stamp(path: Path) -> None:
-    """Record in notebook ``path``'s metadata which figure code drew its stored outputs (after executing it)."""
+    """Record in notebook ``path``'s metadata which figure code drew its stored outputs (after executing it); the
+    notebook's name is its chapter's."""
     notebook = nbformat.read(path, as_version=4)
-    notebook.metadata["sandboxes"] = {"figure_code": figure_code_digest()}
+    notebook.metadata["sandboxes"] = {"figure_code": figure_code_digest(path.stem)}
     nbformat.write(notebook, path)
 
 
