@@ -26,7 +26,7 @@ TINY: dict[str, dict[str, object]] = {
             "ghmm_starts": 1, "ghmm_points": 20},
     "induction": {"T": 8, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 8, "construct_T": 4,
                   "construct_k": 2, "grad_samples": 64, "d_model": 8, "steps": 3, "batch_size": 8, "eval_size": 16,
-                  "trigger_T": 8, "trigger_steps": 3, "stage_steps": 3, "memory_T": 8, "memory_d": 16,
+                  "trigger_T": 8, "trigger_steps": 3, "stage_steps": 3, "memory_T": 16, "memory_d": 16,
                   "memory_steps": 3},
 }
 

@@ -570,3 +570,14 @@ def test_a_memory_not_yet_formed_while_the_loss_falls_leaves_the_order_row_undec
     swapped = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("kq2", "ov2", "kq1"))[:3]],
                "still_descending": 1}
     assert chapter.memories_claims(swapped)[0].holds is False  # formed out of order: no budget changes that
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"memory_T": 8}, "by chance"),  # a random positional score recalls 0.37 of the positions
+    ({"memory_d": 8}, "below that regime"),
+    ({"trigger_tokens": 256, "triggers": 1, "memory_T": 8}, "No held-out sequence had a trigger"),
+])
+def test_the_memory_order_makes_no_row_where_the_observation_is_silent_or_unmeasured(change, why):
+    settings = {"memory_T": 16, "memory_d": 16, "memory_steps": 3, "batch_size": 8, **change}
+    done = chapter.CHAPTER.start("quick", settings, 1, "cpu").section("memories")
+    assert done.verdict == [] and any(why in note for note in done.silent)
