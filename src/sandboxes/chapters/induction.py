@@ -31,7 +31,7 @@ from ..profiles import Custom, Interval, Param, at_least, in_range, positive, wi
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import induction as theory
-from ..theory.induction import PARENT_MASS, carried_weight, judged_positions
+from ..theory.induction import FORMED, PARENT_MASS, carried_weight, judged_positions
 from ..trainer import TrainConfig, budget_ran_out, still_descending, train
 
 GRAPHS = ("chain", "tree")
@@ -661,7 +661,6 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
     return Outcome(trigger_claims(data), data, silent)
 
 
-FORMED = 0.5  # a memory counts as formed once it recalls half of its associations
 
 
 def formation_steps(data: TriggerData | MemoriesData) -> np.ndarray:

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ..plotting import COLORS, curves_with_band, reference_line
-from ..theory.induction import PARENT_MASS, judged_positions
+from ..theory.induction import FORMED, PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
     from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, MemoriesData,
@@ -147,9 +147,8 @@ def trigger(data: TriggerData) -> Figure:
     return fig
 
 
-def memories(data: TriggerData | MemoriesData) -> Figure:
-    """Each memory-recall probe over training (the two-layer GPT, or the simplified model): median over seeds, and
-    each seed thin."""
+def _memory_curves(data: TriggerData | MemoriesData) -> Figure:
+    """Each memory-recall probe over training: median over seeds, and each seed thin."""
     fig, ax = plt.subplots()
     steps = np.asarray(data["eval_steps"])
     probed = np.asarray(data["memories"], dtype=float)
@@ -157,6 +156,19 @@ def memories(data: TriggerData | MemoriesData) -> Figure:
         curves_with_band(ax, steps, probed[:, :, index], color, name)
     ax.set(xlabel="step", ylabel="recall probe R (share of associations recalled)", ylim=(0, 1.05))
     ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def memories(data: TriggerData) -> Figure:
+    """Each memory-recall probe of the two-layer GPTs on the trigger task over training."""
+    return _memory_curves(data)
+
+
+def simplified_memories(data: MemoriesData) -> Figure:
+    """Each memory-recall probe of Bietti et al.'s simplified model over training, the row's level dashed."""
+    fig = _memory_curves(data)
+    reference_line(fig.axes[0], FORMED, "formed (the row's level)", "--")
+    fig.axes[0].legend(loc="lower right", fontsize=8)
     return fig
 
 

@@ -24,6 +24,9 @@ from ..data.incontext import InContextMarkov
 from ..model import GPT, Disentangled, GPTConfig, zero_gpt
 
 
+FORMED = 0.5  # a memory-recall probe counts a memory as formed once it recalls half of its associations
+
+
 class Level(NamedTuple):
     """A loss level in nats per predicted token, with its Monte Carlo standard error (0: exact)."""
 
