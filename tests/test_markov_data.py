@@ -7,7 +7,9 @@ import torch
 from sandboxes.data.markov import (
     MarkovChain,
     binary_kernel,
+    chain_states,
     check_kernel,
+    inverse_cdf,
     stationary_law,
     symmetric_kernel,
 )
@@ -73,3 +75,23 @@ def test_probability_outside_the_open_unit_interval_is_refused(p):
 def test_non_stochastic_matrices_are_refused(kernel, message):
     with pytest.raises(ValueError, match=message):
         check_kernel(np.array(kernel))
+
+
+def _draw_step_by_step(start, edges, uniform):
+    """The recursion as written in the definition: each state drawn from the kernel row of the one before."""
+    member = np.arange(len(edges))[:, None]
+    out = np.empty(uniform.shape, dtype=np.int64)
+    out[:, :, 0] = inverse_cdf(uniform[:, :, 0], start[:, None, :])
+    for t in range(1, uniform.shape[2]):
+        out[:, :, t] = inverse_cdf(uniform[:, :, t], edges[member, out[:, :, t - 1]])
+    return out
+
+
+@pytest.mark.parametrize("members, rows, length, states", [(1, 16, 1025, 2), (3, 5, 7, 4), (2, 3, 1, 3), (2, 1, 40, 7)])
+def test_the_tabulated_recursion_draws_the_states_of_the_step_by_step_one(members, rows, length, states):
+    rng = np.random.default_rng(length)
+    kernels = rng.dirichlet(np.ones(states), size=(members, states))
+    start = np.cumsum(rng.dirichlet(np.ones(states), size=members), axis=-1)[:, :-1]
+    uniform = rng.random((members, rows, length))
+    expected = _draw_step_by_step(start, np.cumsum(kernels, axis=-1)[..., :-1], uniform)
+    np.testing.assert_array_equal(chain_states(start, np.cumsum(kernels, axis=-1)[..., :-1], uniform), expected)
