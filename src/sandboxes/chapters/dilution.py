@@ -718,7 +718,7 @@ def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
     trained_to_zero = ("transformer seeds trained to zero held-out in-distribution errors before the rare strings "
                        "are counted", "every run (the thesis's premise)",
                        f"{seeds - len(erring)} of {seeds} seeds{others}; {data['still_descending']['transformer']} "
-                       f"of {seeds} first-phase runs still descending when their steps ended")
+                       f"of {seeds} plain runs still descending when their steps ended")
     return [trained_to_zero] + [
         (f"{kind}: wrong reads per seed ({seeds} seeds), in distribution; sparse; dense", reported[kind],
          "; ".join(_per_seed(counts[kind], name) for name in ("in-distribution", "sparse", "dense")))
