@@ -457,11 +457,11 @@ COUNTERFACTUALS = {
     "sharpened seeds whose error rate": lambda: _training_rows(),
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
     "second phase on rare strings": lambda: chapter._rare_training_claims(
-        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
+        {"transformer": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
     "trained attention obeys Prop 4": lambda: chapter._sharpness_claims(
         {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, 0),
     "sharpening lowers": lambda: chapter._sharpness_claims(  # sharpen = 0: the sharpened run is the plain one
-        {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
+        {"transformer": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
 }
 
 
@@ -525,11 +525,11 @@ def test_the_construction_runs_and_holds_at_every_even_base(base):
 def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_is_silent_without_errors():
     plain, clean = _uniform_rate_counts(), {name: [(0, n)] * 3 for name, n in
                                             (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))}
-    claims, silent = chapter._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
+    claims, silent = chapter._rare_training_claims({"transformer": plain, "rare": clean}, {"rare": 0})
     assert [c.holds for c in claims] == [True] and silent == ()
-    claims, silent = chapter._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
+    claims, silent = chapter._rare_training_claims({"transformer": clean, "rare": clean}, {"rare": 0})
     assert claims == [] and "below 7" in silent[0]
-    still, _ = chapter._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
+    still, _ = chapter._rare_training_claims({"transformer": plain, "rare": plain}, {"rare": 1})
     assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
 
 

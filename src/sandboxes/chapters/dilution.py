@@ -69,8 +69,7 @@ PARAMS = (
     Param("batch_size", int, 32, 16, "sequences per step", at_least(1)),
     Param("lr", float, 1e-2, 3e-4, "peak AdamW learning rate (linear warm-up and decay)", positive),
     Param("weight_decay", float, 0.1, 0.1, "AdamW weight decay", non_negative),
-    Param("warmup", int, 20, 50, "linear warm-up steps of each transformer phase (a second phase starts a fresh AdamW, "
-          "whose first step moves every weight by the full rate)", at_least(0)),
+    Param("warmup", int, 20, 50, "linear warm-up steps of the first phase", at_least(0)),
     Param("finetune_steps", int, 300, 2000, "steps of the second phase, with and without sharpening", at_least(1)),
     Param("finetune_lr", float, 3e-3, 1e-4, "peak learning rate of the second phase", positive),
     Param("sharpen", float, 0.03, 0.03, "weight of the attention-entropy penalty in the second phase (0: skip)",
@@ -431,14 +430,13 @@ class Sharpness(TypedDict):
 
 class TrainingData(TypedDict):
     counts: dict[str, dict[str, list[tuple[int, int]]]]  # model kind -> test set -> per seed (wrong, total) reads
-    # kinds: transformer (as the first phase left it), plain (a second phase as the first: the paired control),
-    # sharpened, rare (second phase on the `rare_mix` mixture), lstm
+    # kinds: transformer (plain second phase), sharpened, rare (second phase on the `rare_mix` mixture), lstm
     eval_steps: list[int]  # both phases of the transformers, the second shifted to follow the first
     second_phase_start: int
     eval_loss: list[list[float]]  # transformer seeds x evaluations (second phase: the plain run)
     lstm_eval_steps: list[int]
     lstm_eval_loss: list[list[float]]  # LSTM seeds x evaluations
-    sharpness: dict[str, list[Sharpness]]  # transformer / plain / sharpened -> per seed
+    sharpness: dict[str, list[Sharpness]]  # transformer / sharpened -> per seed
     still_descending: dict[str, int]  # model kind -> runs whose loss had not settled at the end
 
 
@@ -463,11 +461,10 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     first = train(lambda: GPT(_gpt_config(config)), task,
                   _schedule(config["steps"], config["batch_size"], config["lr"], config["weight_decay"], config["warmup"]),
                   batched=batched, **run)
-    second = _schedule(config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"],
-                       config["warmup"])
+    second = _schedule(config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"], 0)
     plain = train([_copier(m) for m in first.models], task, second, batched=batched, **run)
-    models = {"transformer": first.models, "plain": plain.models}
-    ends = {"transformer": first, "plain": plain}  # the last phase of each kind: has its loss settled?
+    models = {"transformer": plain.models}
+    ends = {"transformer": plain}  # the last phase of each kind: has its loss settled?
     if config["sharpen"] > 0:
         sharpened = Sharpened(task, config["sharpen"])
         makers = [_copier(m, WithAttention) for m in first.models]
@@ -485,7 +482,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     tests = _test_sets(config)
     counts = {kind: _count(ms, tests, ctx.device, kind, ctx.progress) for kind, ms in models.items()}
     sharpness = {kind: [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in ms]
-                 for kind, ms in models.items() if kind in ("transformer", "plain", "sharpened")}
+                 for kind, ms in models.items() if kind in ("transformer", "sharpened")}
     start = int(first.eval_steps[-1] + 1)
     data: TrainingData = {
         "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + plain.eval_steps]),
@@ -561,8 +558,7 @@ def glitching_seeds(runs: dict[str, list[tuple[int, int]]]) -> int:
 
 def _unsettled(moving: Mapping[str, int], kind: str) -> tuple[bool, str]:
     """Whether every ``kind`` run had settled, and what to say where one had not (for ``Claim.eventually``)."""
-    steps = {"lstm": "lstm_steps", "plain": "finetune_steps", "sharpened": "finetune_steps",
-             "rare": "finetune_steps"}.get(kind, "steps")
+    steps = {"lstm": "lstm_steps", "sharpened": "finetune_steps", "rare": "finetune_steps"}.get(kind, "steps")
     return budget_ran_out(moving[kind], f"{kind} runs were still descending", steps)
 
 
@@ -606,13 +602,13 @@ def _rare_training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]],
                           moving: Mapping[str, int]) -> tuple[list[Claim], tuple[str, ...]]:
     """R4: the second phase on the rare-string mixture against the plain one, over all seeds; no row with too few
     errors to test (and the reason why in ``silent``)."""
-    total = sum(w for kind in ("plain", "rare") for name in ("sparse", "dense") for w, _ in counts[kind][name])
+    total = sum(w for kind in ("transformer", "rare") for name in ("sparse", "dense") for w, _ in counts[kind][name])
     if total < MIN_ERRORS:
         return [], (f"training on rare strings (R4): {total} wrong sparse and dense reads in all, plain and rare "
                     f"together; below {MIN_ERRORS} no split of them is significant at p < {GLITCH_LEVEL:g}",)
     return [Claim.at_most("second phase on rare strings against the plain one: fewer wrong sparse and dense reads "
                           "(one-sided exact p-value, all seeds)", GLITCH_LEVEL,
-                          rare_training_pvalue(counts["plain"], counts["rare"]),
+                          rare_training_pvalue(counts["transformer"], counts["rare"]),
                           f"reported (R4): training on a mixture of FFL(p_i) over rare p_i cuts the errors by a wide "
                           f"margin (there from the start of training; here a second phase, from the same model as "
                           f"the plain one, tested on the same strings); {total} wrong reads in all",
@@ -681,7 +677,7 @@ def _sharpness_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: i
             f"a theorem, with sigma = sigma_max |x_i| max_j |x_j| (the latents' norms); {BOUND_TOL:g} for float32; "
             f"{tested} (query, head, layer) triples; the rest, the first query among them, have bound 1"))
     if "sharpened" in sharpness:
-        plain = [_read_entropy(p) for p in sharpness["plain"]]
+        plain = [_read_entropy(p) for p in sharpness["transformer"]]
         ratio = max(_read_entropy(s) / max(p, 1e-12) for s, p in zip(sharpness["sharpened"], plain))
         claims.append(Claim.at_most(
             "sharpening lowers the last layer's read entropy by at least a tenth, every seed (largest sharpened / "
@@ -705,8 +701,6 @@ def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
     reported = {
         "transformer": "a long, irregular tail of errors on sparse and dense strings, varying between seeds "
                        "(R1; 6 layers, T = 512)",
-        "plain": "no counterpart: a second phase without penalty, the paired control of the sharpened and rare "
-                 "ones (same start, batches and schedule)",
         "sharpened": "among the strongest cuts of sparse-string errors, orders of magnitude (R6), but errors "
                      "persist (R7, R8)",
         "rare": "the fewest errors by a wide margin; none detected in 6 of 25 runs (R4)",

@@ -14,8 +14,8 @@ from ..theory import dilution as theory
 if TYPE_CHECKING:
     from ..chapters.dilution import BoundData, ConstructionData, Sharpness, SimulatorData, TrainingData
 
-KINDS = {"transformer": COLORS["untied"], "plain": COLORS["theory"], "sharpened": COLORS["full"],
-         "rare": COLORS["depth2"], "lstm": COLORS["lstm"]}
+KINDS = {"transformer": COLORS["untied"], "sharpened": COLORS["full"], "rare": COLORS["depth2"],
+         "lstm": COLORS["lstm"]}
 SETS = {"0.98": "sparse, p_i = 0.98", "0.8": "p_i = 0.8", "0.1": "dense, p_i = 0.1"}
 
 
