@@ -90,8 +90,7 @@ def _draw_step_by_step(start, edges, uniform):
 @pytest.mark.parametrize("members, rows, length, states", [(1, 16, 1025, 2), (3, 5, 7, 4), (2, 3, 1, 3), (2, 1, 40, 7)])
 def test_the_tabulated_recursion_draws_the_states_of_the_step_by_step_one(members, rows, length, states):
     rng = np.random.default_rng(length)
-    kernels = rng.dirichlet(np.ones(states), size=(members, states))
+    edges = np.cumsum(rng.dirichlet(np.ones(states), size=(members, states)), axis=-1)[..., :-1]
     start = np.cumsum(rng.dirichlet(np.ones(states), size=members), axis=-1)[:, :-1]
     uniform = rng.random((members, rows, length))
-    expected = _draw_step_by_step(start, np.cumsum(kernels, axis=-1)[..., :-1], uniform)
-    np.testing.assert_array_equal(chain_states(start, np.cumsum(kernels, axis=-1)[..., :-1], uniform), expected)
+    np.testing.assert_array_equal(chain_states(start, edges, uniform), _draw_step_by_step(start, edges, uniform))

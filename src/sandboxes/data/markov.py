@@ -54,8 +54,7 @@ def chain_states(start: np.ndarray, edges: np.ndarray, uniform: np.ndarray) -> n
     # after[t - 1, r * S + s]: the state at t of row r (members' rows flattened) when its state at t - 1 is s
     later = np.ascontiguousarray(uniform[:, :, 1:].reshape(members * rows, length - 1).T)
     row_edges = np.repeat(edges, rows, axis=0)  # (K * n, S, S - 1)
-    after = (later[:, :, None, None] >= row_edges).sum(axis=-1, dtype=np.intp)
-    after = after.reshape(length - 1, members * rows * n_states)
+    after = inverse_cdf(later[:, :, None], row_edges).reshape(length - 1, members * rows * n_states)
     offset = np.arange(members * rows) * n_states
     out = np.empty((length, members * rows), dtype=np.int64)
     out[0] = inverse_cdf(uniform[:, :, 0], start[:, None, :]).reshape(-1)
