@@ -334,7 +334,7 @@ def test_sharpened_training_one_seed_after_another_matches_the_batched_run():
 # ---------------------------------------------------------------- the chapter
 def test_every_row_but_the_trained_ones_holds_even_at_unit_test_scale(tiny_result):
     claims = tiny_result("dilution")["claims"]
-    assert [c["name"] for c in claims if c["section"] != "training" and not c["holds"]] == []
+    assert [c["name"] for c in claims if c["section"] not in ("training", "second_phases") and not c["holds"]] == []
 
 
 @pytest.mark.parametrize("name, value", [("T", "31"), ("T", "2"), ("p_i", "1.0"), ("sharpen", "-1"), ("base", "63")])
@@ -409,7 +409,7 @@ SETTLED = {"transformer": 0, "sharpened": 0, "lstm": 0}  # every run had settled
 
 
 def _training_rows(**kinds):
-    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
+    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
     return chapter._training_claims({**counts, **kinds}, SETTLED)
 
 
@@ -454,14 +454,18 @@ COUNTERFACTUALS = {
     "LSTM: wrong reads": lambda: _training_rows(),
     "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
     "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
-    "sharpened seeds whose error rate": lambda: _training_rows(),
+    "sharpened seeds whose error rate": lambda: chapter._sharpened_claims(
+        {"sharpened": _untrained_counts("transformer")}, SETTLED),
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
     "second phase on rare strings": lambda: chapter._rare_training_claims(
-        {"transformer": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
-    "trained attention obeys Prop 4": lambda: chapter._sharpness_claims(
-        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, 0),
-    "sharpening lowers": lambda: chapter._sharpness_claims(  # sharpen = 0: the sharpened run is the plain one
-        {"transformer": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
+        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
+    "trained attention obeys Prop 4": lambda: chapter._bound_claims(
+        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, "trained attention"),
+    "second-phase attention, plain and sharpened, obeys Prop 4": lambda: chapter._bound_claims(
+        {"plain": [_sharp(_sharp_gpt(0))], "sharpened": [_sharp(_sharp_gpt(1), _sigma_without_norms)]},
+        "second-phase attention, plain and sharpened,"),
+    "sharpening lowers": lambda: chapter._sharpening_claims(  # sharpen = 0: the sharpened run is the plain one
+        {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
 }
 
 
@@ -484,7 +488,7 @@ def test_the_bound_rows_hold_with_the_right_theory_on_the_small_grid(key):
 
 
 def test_the_prop4_row_holds_with_the_latents_norms_on_the_same_model():
-    claims = chapter._sharpness_claims({"transformer": [_sharp(_sharp_gpt(0))]}, 0)
+    claims = chapter._bound_claims({"transformer": [_sharp(_sharp_gpt(0))]}, "trained attention")
     assert _row(claims, "trained attention obeys Prop 4").holds
 
 
@@ -509,9 +513,11 @@ def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
 
 
 def test_rows_about_trained_models_are_undecided_while_those_models_still_descend():
-    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "sharpened", "lstm")}
-    claims = chapter._training_claims(counts, {"transformer": 1, "sharpened": 1, "lstm": 1})
-    assert [c.holds for c in claims] == [None, None, None] and "lstm_steps" in claims[0].reason
+    counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
+    claims = chapter._training_claims(counts, {"transformer": 1, "lstm": 1})
+    assert [c.holds for c in claims] == [None, None] and "lstm_steps" in claims[0].reason
+    sharpened = chapter._sharpened_claims({"sharpened": counts["transformer"]}, {"sharpened": 1})
+    assert [c.holds for c in sharpened] == [None] and "finetune_steps" in sharpened[0].reason
 
 
 @pytest.mark.parametrize("base", [6, 8, 20, 30])
@@ -525,11 +531,11 @@ def test_the_construction_runs_and_holds_at_every_even_base(base):
 def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_is_silent_without_errors():
     plain, clean = _uniform_rate_counts(), {name: [(0, n)] * 3 for name, n in
                                             (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))}
-    claims, silent = chapter._rare_training_claims({"transformer": plain, "rare": clean}, {"rare": 0})
+    claims, silent = chapter._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
     assert [c.holds for c in claims] == [True] and silent == ()
-    claims, silent = chapter._rare_training_claims({"transformer": clean, "rare": clean}, {"rare": 0})
+    claims, silent = chapter._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
     assert claims == [] and "below 7" in silent[0]
-    still, _ = chapter._rare_training_claims({"transformer": plain, "rare": plain}, {"rare": 1})
+    still, _ = chapter._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
     assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
 
 

@@ -184,3 +184,15 @@ def test_a_loss_still_falling_in_its_last_quarter_of_learning_time_has_not_settl
     # last quarter of it lies among the steps where the loss was still falling as fast as before
     assert still_descending(_curve(falling, "cosine"), 0.005).tolist() == [True]
     assert still_descending(_curve(flattened[:7]), 0.005).tolist() == [True]  # too few evaluations to tell
+
+
+def test_a_continued_run_that_stays_flat_has_settled_and_one_still_recovering_from_a_bump_has_not():
+    """A second phase from trained weights: flat means settled; a bump still coming down in its last quarter does not."""
+    flat = np.full(40, 1e-5)
+    bump = 1e-5 + 0.3 * np.exp(-np.arange(40) / 4)  # a jump at the start, then back to where it began
+    recovering = np.concatenate([[1e-5], np.linspace(0.3, 0.05, 39)])
+    assert still_descending(_curve(flat), 0.005).tolist() == [True]  # from scratch: it never started
+    assert still_descending(_curve(flat), 0.005, continued=True).tolist() == [False]
+    assert still_descending(_curve(bump), 0.005, continued=True).tolist() == [False]
+    assert still_descending(_curve(recovering), 0.005, continued=True).tolist() == [True]
+    assert still_descending(_curve(flat + 0.004 * (np.arange(40) < 35)), 0.005, continued=True).tolist() == [False]

@@ -104,7 +104,8 @@ SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations low
                     # fraction of its whole descent
 
 
-def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | None = None) -> np.ndarray:
+def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | None = None,
+                     continued: bool = False) -> np.ndarray:
     """Per member: the loss had not settled when the budget ran out.
 
     Time is counted in learning-rate units (the sum of the schedule's factors), so that a loss that
@@ -114,6 +115,11 @@ def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | No
     has hardly started), or when it was evaluated fewer than ``MIN_EVALS`` times (too few to tell).
     Rows about eventual behaviour use it to say "undecided" instead of "fails". ``curve`` (members x
     evaluations) is judged in place of the loss: minus a probe that should rise, say.
+
+    A ``continued`` run starts from trained weights (a second phase), so a flat curve there has
+    settled rather than hardly started: such a member is still descending only when its last
+    quarter lowered the loss by more than ``noise`` and by more than a tenth of its fall from its
+    highest point.
     """
     loss = np.asarray(result.eval_loss if curve is None else curve, dtype=float)
     if loss.shape[1] < MIN_EVALS:
@@ -121,6 +127,9 @@ def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | No
     time = np.cumsum([result.config.lr_factor(step) for step in range(result.config.steps)])[result.eval_steps]
     tail = np.flatnonzero(time >= time[-1] - (time[-1] - time[0]) / 4)
     first = min(tail[0], len(time) - 2) if len(time) > 1 else 0
+    if continued:
+        fall = loss.max(axis=1) - loss[:, -1]
+        return loss[:, first] - loss[:, -1] > np.maximum(noise, SETTLED_TAIL * fall)
     descent = loss[:, 0] - loss[:, -1]
     return (descent < noise) | (loss[:, first] - loss[:, -1] > SETTLED_TAIL * descent)
 

@@ -12,10 +12,11 @@ from ..plotting import COLORS
 from ..theory import dilution as theory
 
 if TYPE_CHECKING:
-    from ..chapters.dilution import BoundData, ConstructionData, Sharpness, SimulatorData, TrainingData
+    from ..chapters.dilution import (BoundData, ConstructionData, SecondPhaseData, Sharpness, SimulatorData,
+                                     TrainingData)
 
-KINDS = {"transformer": COLORS["untied"], "sharpened": COLORS["full"], "rare": COLORS["depth2"],
-         "lstm": COLORS["lstm"]}
+KINDS = {"transformer": COLORS["untied"], "plain": COLORS["theory"], "sharpened": COLORS["full"],
+         "rare": COLORS["depth2"], "lstm": COLORS["lstm"]}
 SETS = {"0.98": "sparse, p_i = 0.98", "0.8": "p_i = 0.8", "0.1": "dense, p_i = 0.1"}
 
 
@@ -92,23 +93,30 @@ def simulator_attention(data: SimulatorData) -> Figure:
 
 
 def error_violins(data: TrainingData) -> Figure:
-    """Wrong reads per seed, as distributions over seeds, for every model kind and test set."""
-    counts = data["counts"]
+    """Wrong reads per seed of the transformers and the LSTMs, as distributions over seeds, on each test set."""
+    return _violins(data["counts"])
+
+
+def second_phase_violins(data: SecondPhaseData) -> Figure:
+    """Wrong reads per seed after each second phase (plain, sharpened, rare), on each test set."""
+    return _violins(data["counts"])
+
+
+def _violins(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> Figure:
     names = ["in-distribution", "sparse", "dense"]
+    present = [kind for kind in KINDS if kind in counts]
     fig, axes = plt.subplots(1, len(names), figsize=(11, 3.4), sharey=True)
     for ax, name in zip(axes, names):
-        for k, (kind, color) in enumerate((kind, c) for kind, c in KINDS.items() if kind in counts):
+        for k, kind in enumerate(present):
             errors = np.array([w for w, _ in counts[kind][name]], dtype=float)
             y = np.log10(1 + errors)
             if np.ptp(y) > 0:
                 parts = ax.violinplot(y, positions=[k], showextrema=False, widths=0.7)
                 for body in parts["bodies"]:
-                    body.set(facecolor=color, alpha=0.3)
-            ax.plot(np.full(len(y), k) + np.linspace(-0.1, 0.1, len(y)), y, "o", ms=4, color=color)
-        reads = counts["lstm"][name][0][1]
-        present = [kind for kind in KINDS if kind in counts]
+                    body.set(facecolor=KINDS[kind], alpha=0.3)
+            ax.plot(np.full(len(y), k) + np.linspace(-0.1, 0.1, len(y)), y, "o", ms=4, color=KINDS[kind])
         ax.set_xticks(range(len(present)), present)
-        ax.set(title=f"{name} ({reads} reads)")
+        ax.set(title=f"{name} ({counts[present[0]][name][0][1]} reads)")
     axes[0].set_ylabel("log10(1 + wrong reads) per seed")
     fig.tight_layout()
     return fig
@@ -116,9 +124,18 @@ def error_violins(data: TrainingData) -> Figure:
 
 def sharpness_by_position(data: TrainingData) -> Figure:
     """Largest weight and entropy of the sharpest head at read queries, against the read's position."""
-    sharp = data["sharpness"]
-    layers = len(sharp["transformer"][0]["layers"])
-    edges = np.asarray(sharp["transformer"][0]["bin_edges"])
+    return _sharpness(data["sharpness"], "transformer")
+
+
+def sharpening_by_position(data: SecondPhaseData) -> Figure:
+    """The same after the plain and the sharpened second phases: what the penalty did to the attention."""
+    return _sharpness(data["sharpness"], "plain")
+
+
+def _sharpness(sharp: dict[str, list[Sharpness]], bound_of: str) -> Figure:
+    """Per layer, the seeds' mean largest weight and entropy per position bin, with the Prop 4 bound of ``bound_of``."""
+    layers = len(sharp[bound_of][0]["layers"])
+    edges = np.asarray(sharp[bound_of][0]["bin_edges"])
     centre = (edges[:-1] + edges[1:]) / 2
     fig, axes = plt.subplots(2, layers, figsize=(4.6 * layers, 5.6), squeeze=False, sharex=True)
 
@@ -131,9 +148,9 @@ def sharpness_by_position(data: TrainingData) -> Figure:
         for kind, runs in sharp.items():
             for row, key in enumerate(("max_weight", "entropy")):
                 axes[row, layer].plot(centre, seed_mean(runs, layer, key), "o-", color=KINDS[kind], label=kind)
-        sigma = seed_mean(sharp["transformer"], layer, "sigma")
+        sigma = seed_mean(sharp[bound_of], layer, "sigma")
         axes[0, layer].plot(centre, theory.max_weight_bound(centre + 1, sigma), "--", color=COLORS["theory"], lw=1,
-                            label="Prop 4 bound (transformer's σ)")
+                            label=f"Prop 4 bound ({bound_of}'s σ)")
         axes[0, layer].set(title=f"layer {layer + 1}", ylim=(0, 1.05), ylabel="largest weight")
         axes[1, layer].set(xlabel="position of the read (keys = position + 1)", ylabel="entropy (nats)", ylim=(0, None))
     axes[0, 0].legend(fontsize=7)
@@ -141,18 +158,36 @@ def sharpness_by_position(data: TrainingData) -> Figure:
     return fig
 
 
+FLOOR = 1e-5  # a held-out loss of exactly 0 would vanish from a log axis
+
+
 def training_curves(data: TrainingData) -> Figure:
-    """Held-out clean loss of the transformers (both phases) and of the LSTMs, on a log scale."""
-    steps = np.asarray(data["eval_steps"])
-    floor = 1e-5  # a loss of exactly 0 would vanish from a log axis
+    """Held-out loss on the reads of the transformers and of the LSTMs, on a log scale."""
     fig, ax = plt.subplots()
     for curve in np.asarray(data["eval_loss"]):
-        ax.plot(steps, np.maximum(curve, floor), color=KINDS["transformer"], lw=1)
+        ax.plot(data["eval_steps"], np.maximum(curve, FLOOR), color=KINDS["transformer"], lw=1)
     for curve in np.asarray(data["lstm_eval_loss"]):
-        ax.plot(data["lstm_eval_steps"], np.maximum(curve, floor), color=KINDS["lstm"], lw=1)
-    ax.axvline(data["second_phase_start"], color=COLORS["theory"], ls=":", lw=1, label="second phase (plain run shown)")
+        ax.plot(data["lstm_eval_steps"], np.maximum(curve, FLOOR), color=KINDS["lstm"], lw=1)
     ax.plot([], [], color=KINDS["transformer"], label="transformer, one line per seed")
     ax.plot([], [], color=KINDS["lstm"], label="LSTM, one line per seed")
+    ax.set(xlabel="step", ylabel="held-out loss on reads (nats)", yscale="log")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def second_phase_curves(data: SecondPhaseData) -> Figure:
+    """Held-out loss of the first phase, then of each second phase from its end, on a log scale."""
+    steps = np.asarray(data["eval_steps"])
+    start = data["second_phase_start"]
+    fig, ax = plt.subplots()
+    for kind, curves in data["eval_loss"].items():
+        for curve in np.asarray(curves):
+            ax.plot(steps[steps >= start], np.maximum(curve[steps >= start], FLOOR), color=KINDS[kind], lw=1)
+        ax.plot([], [], color=KINDS[kind], label=f"{kind}, one line per seed")
+    for curve in np.asarray(next(iter(data["eval_loss"].values()))):
+        ax.plot(steps[steps < start], np.maximum(curve[steps < start], FLOOR), color=KINDS["transformer"], lw=1)
+    ax.plot([], [], color=KINDS["transformer"], label="first phase")
+    ax.axvline(start, color=COLORS["theory"], ls=":", lw=1, label="second phases start")
     ax.set(xlabel="step", ylabel="held-out loss on reads (nats)", yscale="log")
     ax.legend(fontsize=8)
     return fig
