@@ -95,13 +95,15 @@ PARAMS = (
 # stretch that training strings (p_i = 0.8) almost never have, with 8 seeds of a 2-layer, width-64 GPT. Measured on
 # that CPU (run at b492725): 0.28 s per step of the 8-member ensemble, 43 s to count one transformer's test strings
 # and 22 s one LSTM's, one minute to train the 8 LSTMs. After 3000 steps the seeds still erred on 0 to 22 of 208444
-# in-distribution reads; a pilot took two of them to zero with 9000. So the training section trains 9000 steps
-# (about 42 minutes) and counts one transformer and one LSTM per seed (about 9), and the second phases start from
-# 3000 steps (14 minutes), train three 500-step phases (7) and count three transformers per seed (17). The test sets
+# in-distribution reads; a pilot took two of them to 1 and 0 with 6000 steps and to zero with 9000. The training
+# section trains 8000 steps (0.325 s per step at its start in a run of 9000 that would have taken 49 minutes, so
+# about 43) and counts one transformer and one LSTM per seed (about 10 with the LSTMs' training), within its hour;
+# the second phases start from 3000 steps (16 minutes), train three 500-step phases (8) and count three
+# transformers per seed (17). The test sets
 # give each seed about 10^5 sparse reads (1 + 62 x 0.01 per string), 10^5 dense ones (1 + 62 x 0.45) and twice
 # that in distribution (1 + 62 x 0.1).
 PARAMS = with_reference(PARAMS, {
-    "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 9000, "start_steps": 3000,
+    "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 8000, "start_steps": 3000,
     "batch_size": 32, "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
     "lstm_lr": 3e-3, "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000,
 })
