@@ -176,7 +176,8 @@ def training_curves(data: TrainingData) -> Figure:
 
 
 def second_phase_curves(data: SecondPhaseData) -> Figure:
-    """Held-out loss of the first phase, then of each second phase from its end, on a log scale."""
+    """Held-out objective of the first phase, then of each second phase from its end, on a log scale: cross-entropy on
+    the reads, plus the penalty in the sharpened phase, on strings of the mixture in the rare one."""
     steps = np.asarray(data["eval_steps"])
     start = data["second_phase_start"]
     fig, ax = plt.subplots()
@@ -188,6 +189,6 @@ def second_phase_curves(data: SecondPhaseData) -> Figure:
         ax.plot(steps[steps < start], np.maximum(curve[steps < start], FLOOR), color=KINDS["transformer"], lw=1)
     ax.plot([], [], color=KINDS["transformer"], label="first phase")
     ax.axvline(start, color=COLORS["theory"], ls=":", lw=1, label="second phases start")
-    ax.set(xlabel="step", ylabel="held-out loss on reads (nats)", yscale="log")
+    ax.set(xlabel="step", ylabel="held-out objective of the phase (nats)", yscale="log")
     ax.legend(fontsize=8)
     return fig
