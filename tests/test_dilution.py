@@ -562,3 +562,17 @@ def test_a_mixture_of_one_p_i_is_that_language():
     with pytest.raises(ValueError, match="p_i"):
         Mixture(32, (1.5,))
 
+
+
+def test_the_witness_count_finds_either_bit_at_instruction_positions_only():
+    seq = torch.tensor([[W, ONE, I, ZERO, R, ONE, W, ZERO, I, ONE, R, ZERO],
+                        [R, W, ONE, I, ZERO, R, I, ONE, I, ONE, R, ONE]])  # row 2: the pattern off the instruction grid
+    assert chapter.witness_count(seq) == 2
+
+
+def test_the_random_string_row_is_made_only_where_the_witness_pattern_occurs():
+    data = chapter.construction_data(theory.FlipFlopWeights(base=8), 1)
+    names = [c.name for c in chapter.construction_claims(data, 1)]
+    assert any("wrong reads on random strings" in n for n in names) == (data["witness_at_onset"] > 0)
+    data["witness_at_onset"] = 0
+    assert not any("wrong reads on random strings" in c.name for c in chapter.construction_claims(data, 1))
