@@ -22,7 +22,7 @@ CHAPTERS = [chapter.name for chapter in all_chapters()]
 # A layer is a top-level module or a subpackage; imports under ``if TYPE_CHECKING:`` are annotations only.
 ALLOWED = {
     "claims": set(), "profiles": set(), "runtime": set(), "losses": set(), "heldout": set(), "plotting": set(),
-    "model": set(), "probes": set(),
+    "attention": set(), "model": {"attention"}, "probes": set(),
     "results": {"claims"},
     "trainer": {"heldout", "losses", "runtime"},
     "data": {"data", "losses"},

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .attention import causal_attention
 
 PositionalEncoding = Literal["learned", "sinusoidal", "linear", "none"]
 Activation = Literal["relu", "gelu"]
@@ -67,7 +68,8 @@ def _norm(config: GPTConfig) -> nn.Module:
 
 
 # From this length on, training attention uses the fused kernel: at T = 64 vmapped members were slower
-# with it (3.1 against 2.3 ms per member-step, 8 members), at T = 256 twice as fast (9.5 against 21.1).
+# with it (3.1 against 2.3 ms per member-step, 8 members), at T = 256 twice as fast (9.5 against 21.1); measured
+# while vmap still ran the kernel member by member (sandboxes.attention now folds the members into its batch).
 FUSED_FROM = 128
 
 
@@ -95,7 +97,7 @@ class CausalSelfAttention(nn.Module):
         if not need_weights and T >= FUSED_FROM:
             bias = None if not self.recency_slope else (
                 -self.recency_slope * distance.to(q.dtype)).masked_fill(distance < 0, float("-inf"))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None)
+            out = causal_attention(q, k, v, bias)
             return self.proj(out.transpose(1, 2).reshape(B, T, C)), None
         scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
         if self.recency_slope:

@@ -95,7 +95,8 @@ class TrainConfig:
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-# vmap runs the fused attention kernel member by member on a CPU (forward and backward), and says so each time
+# vmap runs PyTorch's fused attention member by member (forward and backward) and says so each time; on a CPU the
+# model's own kernel (sandboxes.attention) folds the members into the batch instead
 warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the "
                         "batching rule for aten::_scaled_dot_product", category=UserWarning)
 
