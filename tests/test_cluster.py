@@ -105,9 +105,10 @@ def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path,
 
 
 def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
-    timing = _Timing(step_s=9.0, steps=9, eval_s=2.0, evals=2, groups=2)  # 1 s a step, 1 s an evaluation
-    call = TrainCall(planned_steps=1000, eval_every=100, wall_time=13.0, timing=timing, step_bytes=0)
-    assert call.estimated_s == pytest.approx(2.0 + 2 * (1000 + 11))  # set-up, then each group's steps and evaluations
+    # the first of three groups trained: 1 s a step, 1 s an evaluation, 2 s of set-up
+    timing = _Timing(step_s=9.0, steps=9, eval_s=2.0, evals=2, groups=1)
+    call = TrainCall(planned_steps=1000, eval_every=100, wall_time=13.0, timing=timing, step_bytes=0, groups=3)
+    assert call.estimated_s == pytest.approx(3 * (2.0 + 1000 + 11))  # each group: set-up, its steps, its evaluations
 
 
 @pytest.mark.parametrize("flags, message", [

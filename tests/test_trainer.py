@@ -1,6 +1,7 @@
 """The trainer: reproducible, batched equals looped, NaN is an error, schedules are right."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ from sandboxes.trainer import (
     _held_out_loss,
     _plan,
     activation_bytes,
+    ChunkedCall,
+    calibrated_map,
     calibrating,
     sample_members,
     still_descending,
@@ -50,6 +53,26 @@ def test_a_calibrated_call_runs_few_steps_records_its_plan_and_leaves_later_call
     assert (call.planned_steps, call.timing.steps, call.timing.evals, call.timing.groups) == (12, 2, 2, 1)
     assert call.step_bytes > 0 and call.estimated_s > 0
     assert train(make_model, TASK, CONFIG, seeds=[0], batched=False).train_loss.shape == (1, 12)
+
+
+def test_a_calibration_on_a_cpu_trains_an_ensemble_too_big_for_this_machine_in_groups(monkeypatch):
+    # a full profile sized for GPUs is planned on the machine at hand: its ensembles must fit that machine's memory
+    one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
+        p.numel() for p in make_model().parameters())
+    monkeypatch.setattr("sandboxes.trainer._host_budget", lambda: one_member + 1)
+    with calibrating(2) as calls:
+        short = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], batched=True)
+    # three groups of one: the first trains, the others hand on its copies, and its time counts three times
+    assert (calls[0].groups, calls[0].timing.groups) == (3, 1)
+    assert len(short.models) == 3 and short.train_loss.shape == (3, 2) and short.eval_loss.shape[0] == 3
+    assert short.models[1] is not short.models[0]
+    assert calls[0].estimated_s > 3 * (calls[0].timing.step_s / calls[0].timing.steps) * 12
+
+    def unasked() -> int:
+        raise AssertionError("a run outside a calibration must not depend on this machine's free memory")
+
+    monkeypatch.setattr("sandboxes.trainer._host_budget", unasked)
+    train(make_model, TASK, replace(CONFIG, steps=2), seeds=[0, 1, 2])
 
 
 def test_a_probe_reads_every_member_at_every_evaluation_without_changing_the_run():
@@ -196,3 +219,22 @@ def test_a_continued_run_that_stays_flat_has_settled_and_one_still_recovering_fr
     assert still_descending(_curve(bump), 0.005, continued=True).tolist() == [False]
     assert still_descending(_curve(recovering), 0.005, continued=True).tolist() == [True]
     assert still_descending(_curve(flat + 0.004 * (np.arange(40) < 35)), 0.005, continued=True).tolist() == [False]
+
+
+def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_times_a_few_and_keeps_the_shapes():
+    chunks = [np.full(3, i) for i in range(9)] + [np.full(1, 9)]  # the last chunk shorter
+    ran: list[int] = []
+
+    def double(chunk: np.ndarray) -> np.ndarray:
+        ran.append(int(chunk[0]))
+        return 2 * chunk
+
+    assert [list(c) for c in calibrated_map(double, chunks)] == [list(2 * c) for c in chunks] and ran == list(range(10))
+    ran.clear()
+    with calibrating(4) as calls:
+        out = calibrated_map(double, chunks)
+    assert ran == [0, 1, 2, 9]  # the first chunks and the last
+    assert [len(c) for c in out] == [len(c) for c in chunks] and list(out[9]) == [18] and list(out[4]) == list(out[1])
+    (call,) = calls
+    assert isinstance(call, ChunkedCall) and (call.chunks, call.ran) == (10, 4)
+    assert call.estimated_s == pytest.approx(call.wall_time * 10 / 4) and call.step_bytes == 0

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ from . import heldout
 from .losses import IGNORE_INDEX
 from .runtime import seed_everything
 
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 class Task(Protocol):
@@ -255,6 +258,30 @@ def memory_budget(device: torch.device) -> int | None:
     return free // 2
 
 
+def _repeated(members: int, models: list[nn.Module], *curves: list[np.ndarray | None]) -> tuple:
+    """The first group's models (copied) and curves repeated to ``members`` rows: what a calibration hands on in
+    place of the groups it did not train, so that what follows sees every member."""
+    have = len(models)
+    out_models = models + [copy.deepcopy(models[i % have]) for i in range(have, members)]
+    out_curves = []
+    for pieces in curves:
+        first = pieces[0]
+        out_curves.append([None if first is None else first[np.arange(members) % have]])
+    return (out_models, *out_curves)
+
+
+def _host_budget() -> int:
+    """Half the memory this machine has available now (Linux's MemAvailable); what a calibration on a CPU may use,
+    so that planning a run sized for GPUs trains its ensembles in groups rather than running out of memory."""
+    try:
+        with open("/proc/meminfo") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return available // 2
+
+
 def _member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig) -> tuple[int, float]:
     """One member's bytes in a training step: its weights, gradients and Adam's two moments, and its activations
     per sequence."""
@@ -301,22 +328,38 @@ class TrainCall:
     wall_time: float
     timing: _Timing
     step_bytes: int  # weights, gradients, Adam's state and activations of one step of one group of members
+    groups: int = 1  # groups of members the full run trains one after another (the calibration trains the first)
 
     @property
     def estimated_s(self) -> float:
-        """Seconds of the full run: the shortened run's set-up and warm-up, then its mean step and evaluation
-        times, each group of members running the planned steps and evaluations."""
+        """Seconds of the full run: per group, the shortened run's set-up and warm-up, then its mean step and
+        evaluation times over the planned steps and evaluations (the last group, if smaller, costs as much)."""
         t = self.timing
-        setup = self.wall_time - t.step_s - t.eval_s
+        setup = (self.wall_time - t.step_s - t.eval_s) / max(1, t.groups)
         evals = self.planned_steps // self.eval_every + 1
         per_group = (t.step_s / max(1, t.steps)) * self.planned_steps + (t.eval_s / max(1, t.evals)) * evals
-        return setup + t.groups * per_group
+        return self.groups * (setup + per_group)
+
+
+@dataclass(frozen=True)
+class ChunkedCall:
+    """One :func:`calibrated_map` run shortened under :func:`calibrating`: the chunks it ran of how many, and their
+    seconds; a full run costs their mean per chunk times every chunk."""
+
+    chunks: int
+    ran: int
+    wall_time: float
+    step_bytes: int = 0  # it trains nothing
+
+    @property
+    def estimated_s(self) -> float:
+        return self.wall_time * self.chunks / self.ran
 
 
 @dataclass
 class _Calibration:
     steps: int
-    calls: list[TrainCall]
+    calls: list[TrainCall | ChunkedCall]
     timing: _Timing = field(default_factory=_Timing)
 
 
@@ -324,9 +367,10 @@ _calibration: _Calibration | None = None
 
 
 @contextmanager
-def calibrating(steps: int) -> Iterator[list[TrainCall]]:
-    """Within it, every :func:`train` call runs at most ``steps`` steps and records what its full run would cost;
-    how a cluster run is planned before it is submitted (the models come out barely trained: use only the costs)."""
+def calibrating(steps: int) -> Iterator[list[TrainCall | ChunkedCall]]:
+    """Within it, every :func:`train` call runs at most ``steps`` steps and every :func:`calibrated_map` at most
+    ``steps`` chunks, each recording what its full run would cost; how a cluster run is planned before it is
+    submitted (the models come out barely trained and the counts are made up: use only the costs)."""
     global _calibration
     if steps < 1:
         raise ValueError(f"calibration needs at least one step, got {steps}")
@@ -335,6 +379,22 @@ def calibrating(steps: int) -> Iterator[list[TrainCall]]:
         yield _calibration.calls
     finally:
         _calibration = outer
+
+
+def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
+    """``fn`` of every chunk, in order: a long evaluation split so that planning can time it.
+
+    Under :func:`calibrating` only the first chunks and the last (which may be shorter) run, as many as the
+    calibration's steps; the others repeat the first chunks' results, so that what follows sees every chunk's
+    shape, and the skipped time is the measured mean per chunk.
+    """
+    if _calibration is None or len(chunks) <= max(2, _calibration.steps):
+        return [fn(chunk) for chunk in chunks]
+    head = max(1, _calibration.steps - 1)
+    start = time.perf_counter()
+    done = {i: fn(chunks[i]) for i in [*range(head), len(chunks) - 1]}
+    _calibration.calls.append(ChunkedCall(len(chunks), len(done), time.perf_counter() - start))
+    return [done[i] if i in done else done[i % head] for i in range(len(chunks))]
 
 
 def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:
@@ -476,6 +536,8 @@ def train(
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
     budget = memory_budget(device) if budget is None else budget
+    if budget is None and _calibration is not None:  # planning a run sized for another machine: fit this one
+        budget = _host_budget()
     planned_steps = config.steps
     if _calibration is not None:
         config = replace(config, steps=min(config.steps, _calibration.steps))
@@ -485,7 +547,8 @@ def train(
     start = time.perf_counter()
     models, train_curves, eval_curves, probe_curves = [], [], [], []
     eval_steps: list[int] = []
-    for group in groups:
+    # a calibration trains the first group alone: the others have its shapes, and its time is scaled to them
+    for group in groups[:1] if _calibration is not None else groups:
         trained, train_curve, eval_steps, eval_curve, probed = _fit(
             [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
             config, device, batched, progress, eval_chunk, probe,
@@ -496,7 +559,10 @@ def train(
         probe_curves.append(probed)
     if _calibration is not None:
         _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
-                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size)))
+                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size),
+                                            len(groups)))
+        models, train_curves, eval_curves, probe_curves = _repeated(len(seeds), models, train_curves, eval_curves,
+                                                                    probe_curves)
     return TrainResult(
         seeds=list(seeds),
         models=models,

@@ -27,7 +27,7 @@ from ..profiles import (FLAG, Custom, Param, at_least, each, float_list, in_open
                         probability, with_reference)
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, still_descending, train
+from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, still_descending, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -320,13 +320,13 @@ def _witness_scan(weights: theory.FlipFlopWeights, build: Build = theory.flipflo
 
 def _errors(model: nn.Module, seq: Tensor, chunk: int = 256) -> tuple[int, int]:
     """Wrong and total reads of ``model`` on full strings (the input drops the last bit)."""
-    wrong = total = 0
+    def read(part: Tensor) -> tuple[int, int]:
+        x = part[:, :-1]
+        return read_errors(model(x.to(_device(model))).cpu(), x)
+
     with torch.no_grad():
-        for part in seq.split(chunk):
-            x = part[:, :-1]
-            w, t = read_errors(model(x.to(_device(model))).cpu(), x)
-            wrong, total = wrong + w, total + t
-    return wrong, total
+        counts = calibrated_map(read, seq.split(chunk))
+    return sum(w for w, _ in counts), sum(t for _, t in counts)
 
 
 def _device(model: nn.Module) -> torch.device:

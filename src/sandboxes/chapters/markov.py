@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 import torch
+from torch import nn
 
 from .. import heldout, trainer
 from ..claims import Claim
@@ -29,7 +30,7 @@ from ..profiles import (
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, train
+from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, train
 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
@@ -94,12 +95,13 @@ def _binary_model(config: dict[str, Any], tied: bool, length: int, init_std: flo
 
 def _excess(trained: TrainResult, tasks: list[MarkovChain]) -> np.ndarray:
     """Exact-expectation excess loss of every trained member on its own held-out sequences."""
-    out = []
-    for model, task in zip(trained.models, tasks):
+    def excess(member: tuple[nn.Module, MarkovChain]) -> float:
+        model, task = member
         x, _ = task.sample(256, heldout.generator(heldout.MARKOV_EXCESS))
         with torch.no_grad():
-            out.append(float(theory.excess_loss(model(x), x, task.kernel).mean()))
-    return np.array(out)
+            return float(theory.excess_loss(model(x), x, task.kernel).mean())
+
+    return np.array(calibrated_map(excess, list(zip(trained.models, tasks))))
 
 
 NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats)
