@@ -1,6 +1,7 @@
 """The trainer: reproducible, batched equals looped, NaN is an error, schedules are right."""
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -221,7 +222,7 @@ def test_a_continued_run_that_stays_flat_has_settled_and_one_still_recovering_fr
     assert still_descending(_curve(flat + 0.004 * (np.arange(40) < 35)), 0.005, continued=True).tolist() == [False]
 
 
-def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_times_a_few_and_keeps_the_shapes():
+def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_times_two_and_keeps_the_shapes():
     chunks = [np.full(3, i) for i in range(9)] + [np.full(1, 9)]  # the last chunk shorter
     ran: list[int] = []
 
@@ -233,8 +234,21 @@ def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_tim
     ran.clear()
     with calibrating(4) as calls:
         out = calibrated_map(double, chunks)
-    assert ran == [0, 1, 2, 9]  # the first chunks and the last
-    assert [len(c) for c in out] == [len(c) for c in chunks] and list(out[9]) == [18] and list(out[4]) == list(out[1])
+    assert ran == [0, 9]  # the first chunk and the last
+    assert [len(c) for c in out] == [len(c) for c in chunks] and list(out[9]) == [18] and list(out[4]) == [0, 0, 0]
     (call,) = calls
-    assert isinstance(call, ChunkedCall) and (call.chunks, call.ran) == (10, 4)
-    assert call.estimated_s == pytest.approx(call.wall_time * 10 / 4) and call.step_bytes == 0
+    assert isinstance(call, ChunkedCall) and (call.chunks, call.ran) == (10, 2)
+    assert call.estimated_s == pytest.approx(call.ran_in_full_s * 5) and call.step_bytes == 0
+
+
+def test_a_calibrated_map_inside_another_is_scaled_once():
+    # each of 4 outer chunks maps 6 inner ones; a full inner map costs 6 inner chunks, so the outer costs 4 x that
+    def inner(_: int) -> int:
+        time.sleep(0.01)
+        return 1
+
+    with calibrating(3) as calls:
+        calibrated_map(lambda _: sum(calibrated_map(inner, range(6))), range(4))
+    (call,) = calls
+    assert call.step_bytes == 0 and call.wall_time == pytest.approx(4 * 0.01, rel=0.5)
+    assert call.estimated_s == pytest.approx(4 * 6 * 0.01, rel=0.5)

@@ -343,17 +343,19 @@ class TrainCall:
 
 @dataclass(frozen=True)
 class ChunkedCall:
-    """One :func:`calibrated_map` run shortened under :func:`calibrating`: the chunks it ran of how many, and their
-    seconds; a full run costs their mean per chunk times every chunk."""
+    """One :func:`calibrated_map` run shortened under :func:`calibrating`: how many chunks it ran of how many, its
+    seconds, and what the chunks it ran would have cost in full (more, where they held shortened calls of their
+    own); a full run costs that per chunk times every chunk."""
 
     chunks: int
     ran: int
     wall_time: float
-    step_bytes: int = 0  # it trains nothing
+    ran_in_full_s: float
+    step_bytes: int = 0  # the largest training step of a call it held
 
     @property
     def estimated_s(self) -> float:
-        return self.wall_time * self.chunks / self.ran
+        return self.ran_in_full_s * self.chunks / self.ran
 
 
 @dataclass
@@ -368,9 +370,9 @@ _calibration: _Calibration | None = None
 
 @contextmanager
 def calibrating(steps: int) -> Iterator[list[TrainCall | ChunkedCall]]:
-    """Within it, every :func:`train` call runs at most ``steps`` steps and every :func:`calibrated_map` at most
-    ``steps`` chunks, each recording what its full run would cost; how a cluster run is planned before it is
-    submitted (the models come out barely trained and the counts are made up: use only the costs)."""
+    """Within it, every :func:`train` call runs at most ``steps`` steps and every :func:`calibrated_map` two chunks,
+    each recording what its full run would cost; how a cluster run is planned before it is submitted (the models
+    come out barely trained and the counts are made up: use only the costs)."""
     global _calibration
     if steps < 1:
         raise ValueError(f"calibration needs at least one step, got {steps}")
@@ -382,19 +384,24 @@ def calibrating(steps: int) -> Iterator[list[TrainCall | ChunkedCall]]:
 
 
 def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
-    """``fn`` of every chunk, in order: a long evaluation split so that planning can time it.
+    """``fn`` of every chunk, in order: a long count split so that planning can time it.
 
-    Under :func:`calibrating` only the first chunks and the last (which may be shorter) run, as many as the
-    calibration's steps; the others repeat the first chunks' results, so that what follows sees every chunk's
-    shape, and the skipped time is the measured mean per chunk.
+    Under :func:`calibrating` only the first chunk and the last (which may be shorter) run; the chunks between
+    repeat the first one's result, so that what follows sees every chunk's shape, and the skipped time is the mean
+    of the two. Shortened calls inside ``fn`` (a nested map, a training run) are scaled with it, not twice.
     """
-    if _calibration is None or len(chunks) <= max(2, _calibration.steps):
+    if _calibration is None or len(chunks) <= 2:
         return [fn(chunk) for chunk in chunks]
-    head = max(1, _calibration.steps - 1)
+    calls = _calibration.calls
+    mark = len(calls)
     start = time.perf_counter()
-    done = {i: fn(chunks[i]) for i in [*range(head), len(chunks) - 1]}
-    _calibration.calls.append(ChunkedCall(len(chunks), len(done), time.perf_counter() - start))
-    return [done[i] if i in done else done[i % head] for i in range(len(chunks))]
+    first, last = fn(chunks[0]), fn(chunks[-1])
+    wall = time.perf_counter() - start
+    inner = calls[mark:]
+    del calls[mark:]
+    in_full = wall - sum(call.wall_time for call in inner) + sum(call.estimated_s for call in inner)
+    calls.append(ChunkedCall(len(chunks), 2, wall, in_full, max((call.step_bytes for call in inner), default=0)))
+    return [first] * (len(chunks) - 1) + [last]
 
 
 def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:

@@ -549,13 +549,18 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhas
 def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device, label: str = "",
            progress: bool | None = None) -> dict[str, list[tuple[int, int]]]:
     """Wrong and total reads of every model on every test set (evaluated on ``device``, returned to the CPU)."""
-    out: dict[str, list[tuple[int, int]]] = {name: [] for name in tests}
-    for model in tqdm(models, desc=f"counting {label} reads", disable=not progress, leave=False, file=sys.stderr):
+    bar = tqdm(total=len(models), desc=f"counting {label} reads", disable=not progress, leave=False, file=sys.stderr)
+
+    def count(model: nn.Module) -> dict[str, tuple[int, int]]:
         model.to(device)
-        for name, seq in tests.items():
-            out[name].append(_errors(model, seq))
+        counts = {name: _errors(model, seq) for name, seq in tests.items()}
         model.cpu()
-    return out
+        bar.update()
+        return counts
+
+    per_model = calibrated_map(count, models)
+    bar.close()
+    return {name: [counts[name] for counts in per_model] for name in tests}
 
 
 def _copier(model: nn.Module, wrap: type[nn.Module] | None = None):

@@ -31,7 +31,7 @@ from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
 from .. import heldout
-from ..trainer import TrainConfig, budget_ran_out, still_descending, train
+from ..trainer import TrainConfig, budget_ran_out, calibrated_map, still_descending, train
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
 LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
@@ -489,8 +489,9 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
             seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
             trained = train(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
                             ctx.device, progress=ctx.progress)
-            acc[group, j] = np.array([_accuracy(m, t, config["eval_size"]) for m, t in zip(trained.models, tasks)]
-                                     ).reshape(len(group), len(ctx.seeds))
+            acc[group, j] = np.array(calibrated_map(lambda member: _accuracy(*member, config["eval_size"]),
+                                                    list(zip(trained.models, tasks)))).reshape(len(group),
+                                                                                              len(ctx.seeds))
             moving[group, j] = still_descending(trained, LOSS_NOISE).reshape(len(group), len(ctx.seeds))
             if grid in group and depth == 2:
                 attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
