@@ -489,9 +489,9 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
             seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
             trained = train(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
                             ctx.device, progress=ctx.progress)
-            acc[group, j] = np.array(calibrated_map(lambda member: _accuracy(*member, config["eval_size"]),
-                                                    list(zip(trained.models, tasks)))).reshape(len(group),
-                                                                                              len(ctx.seeds))
+            scores = calibrated_map(lambda member: _accuracy(*member, config["eval_size"]),
+                                    list(zip(trained.models, tasks)))
+            acc[group, j] = np.reshape(scores, (len(group), len(ctx.seeds)))
             moving[group, j] = still_descending(trained, LOSS_NOISE).reshape(len(group), len(ctx.seeds))
             if grid in group and depth == 2:
                 attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
