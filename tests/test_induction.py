@@ -16,9 +16,11 @@ from sandboxes.data.trigger import TriggerTask
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
+                                        higher_order_average, higher_order_head, higher_order_leakage,
                                         induction_head, joint_laws, loss_levels, permutation_predictive,
                                         predictor_loss, score_gradient, sequence_losses, staged_initialisation,
-                                        induction_slots, successor_average, unigram_predictive)
+                                        induction_slots, successor_average, unigram_predictive, window_gap,
+                                        window_weights)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -190,6 +192,53 @@ def test_the_induction_head_fails_without_its_first_layer():
     assert np.abs(got - want)[seen].max() > 0.1
 
 
+@pytest.mark.parametrize("k, m, T", [(2, 2, 9), (3, 2, 7), (2, 3, 10), (3, 1, 7)])
+def test_the_three_layer_head_writes_the_order_m_count_estimator_within_its_bound(k, m, T):
+    seq = _every_sequence(k, T)
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    assert seen.any() and not seen.all()
+    for beta in (20.0, 30.0, 60.0):
+        with torch.no_grad():
+            got = higher_order_average(higher_order_head(k, m, T, beta), torch.from_numpy(seq[:, :-1])).numpy()
+        error = np.abs(got - want)[seen].max()
+        assert error <= higher_order_leakage(T, beta, m) < 1e-3
+    # measured at beta = 20: 1e-7 to 4e-7, below the bound by 200 to 1000; at 60 round-off only
+    assert error < 1e-12
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_different_windows_are_at_least_the_gap_apart(m):
+    # the score margin beta_3 * gap = beta assumes |u(a) - u(b)|^2 / 2 >= window_gap for every pair of windows
+    weights, k = window_weights(m), 3
+    summaries = {a: np.eye(k)[list(a)].T @ weights for a in itertools.product(range(k), repeat=m)}
+    closest = min(np.sum((summaries[a] - summaries[b]) ** 2) / 2
+                  for a, b in itertools.combinations(summaries, 2))
+    assert closest == pytest.approx(window_gap(weights), rel=1e-12)
+
+
+@pytest.mark.parametrize("change", ["equal window weights", "no squared norm"])
+def test_the_three_layer_head_loses_the_estimator_without_its_parts(change):
+    # equal weights cannot tell 'a b' from 'b a'; without |v|^2 / 2 the score is an inner product, largest for the
+    # longest window summary rather than the matching one
+    k, m, T = 3, 2, 7
+    seq = _every_sequence(k, T)
+    model = higher_order_head(k, m, T, 40.0, **({"weights": np.full(m, 1 / m)} if change == "equal window weights"
+                                                 else {"squares": False}))
+    with torch.no_grad():
+        got = higher_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    assert np.abs(got - want)[seen].max() > 0.5
+
+
+def test_a_vacuous_leakage_bound_makes_no_row_and_says_why():
+    bound = higher_order_leakage(7, 8.0, 2)  # beta = 8: leakage past 1, a bound no error can exceed
+    assert bound > 1
+    claims, silent = chapter.higher_order_claims(0.01, bound, 6561, 2)
+    assert claims == [] and "raise beta" in silent[0]
+
+
 # ---------------------------------------------------------------- the chapter's rows and their counterfactuals
 class _Estimator(torch.nn.Module):
     """A model whose next-token probabilities are one of the theory's estimators (``uniform`` for none)."""
@@ -234,6 +283,19 @@ def _construction_rows(change: str) -> list:
     seen = ~np.isnan(want[..., 0])
     return chapter.construction_claims(float(np.abs(got - want)[seen].max()), chapter.leakage_bound(T, beta),
                                        len(seq))
+
+
+def _higher_order_rows(change: str) -> list:
+    k, m, T, beta = 2, 2, 7, 30.0
+    seq = _every_sequence(k, T)
+    model = higher_order_head(k, m, T, beta, **({"weights": np.full(m, 1 / m)} if change == "equal window weights"
+                                                 else {}))
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    with torch.no_grad():
+        got = higher_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    return chapter.higher_order_claims(float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m),
+                                       len(seq), m)[0]
 
 
 def _gradient_rows(change: str) -> list:
@@ -367,6 +429,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
      _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
+    (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
     (r"key lemma: at the staged initialisation", "ranked against the chain while the data follow a tree",
      _gradient_rows),
     (r"two layers, every seed: share of the unigram-to-Bayes", "two layers at the in-context unigram level",
@@ -386,7 +449,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _gradient_rows, _staged_rows, _training_rows,
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _higher_order_rows, _gradient_rows, _staged_rows, _training_rows,
                                   _support_rows, _trigger_rows, _memories_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing

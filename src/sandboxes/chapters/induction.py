@@ -66,7 +66,9 @@ PARAMS = (
     Param("construct_k", int, 3, 3, "states of the induction-head construction's check", in_range(2, 4)),
     Param("construct_T", int, 7, 8, "tokens of the construction's check (every sequence is enumerated)",
           in_range(2, 12)),
-    Param("beta", float, 30.0, 30.0, "attention score scale of the construction", Interval(5.0, 60.0)),
+    Param("beta", float, 30.0, 30.0, "attention score scale of the constructions", Interval(5.0, 60.0)),
+    Param("order", int, 2, 2, "order m of the chain the k-th order section builds its induction head for",
+          in_range(1, 4)),
     Param("grad_samples", int, 16000, 64000, "sequences of the gradient at the staged initialisation", at_least(2)),
     Param("grad_beta", float, 3.0, 3.0, "layer 2's score scale at the staged initialisation", Interval(0.1, 30.0)),
     Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)",
@@ -128,6 +130,9 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     if config["grad_samples"] < 2 * GRADIENT_CHUNKS:
         raise ValueError(f"the gradient's error needs grad_samples >= {2 * GRADIENT_CHUNKS}, "
                          f"got {config['grad_samples']}")
+    if config["order"] >= config["construct_T"]:
+        raise ValueError(f"an order-{config['order']} context is seen twice only in sequences longer than the "
+                         f"order: construct_T > order, got construct_T = {config['construct_T']}")
     count = config["construct_k"] ** (config["construct_T"] + 1)
     if count > MAX_ENUMERATED:
         raise ValueError(f"the construction is checked on all construct_k^(construct_T+1) = {count} sequences; "
@@ -253,6 +258,67 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
         "example": example[0].tolist(),
         "attention": [a[0, 0].numpy() for a in attention]}  # type: ignore[typeddict-item]
     return Outcome(construction_claims(data["max_error"], data["bound"], data["sequences"]), data)
+
+
+# ---------------------------------------------------------------- the k-th order induction head
+class HigherOrderData(TypedDict):
+    order: int
+    k: int
+    T: int
+    beta: float
+    sequences: int  # every sequence of construct_T + 1 symbols
+    max_error: float  # largest |construction - order-m count estimator| where the last m tokens were seen before
+    bound: float  # the leakage bound (infinite where it says nothing)
+    example: list[int]  # one sequence, for the figure
+    attention: list[list[list[float]]]  # the construction's three attention patterns on it (layer x T x T)
+    levels: dict[str, list[float]]  # on the order-m chain: uniform / unigram / bigram / bayes -> [loss, std error]
+    levels_T: int  # the length of that chain (the chapter's T; the construction's is construct_T)
+
+
+def higher_order_claims(max_error: float, bound: float, sequences: int,
+                        order: int) -> tuple[list[Claim], tuple[str, ...]]:
+    """The construction's row, or no row (with the reason) where the leakage bound is vacuous: two probability
+    vectors are never more than 1 apart, so a bound of 1 or more cannot fail."""
+    if not bound < 1:
+        return [], (f"no row for the order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
+                    f"which two probability vectors never exceed; raise beta",)
+    return [Claim.at_most(f"the three-layer construction writes the in-context order-{order} count estimator (max "
+                          f"error over all {sequences} sequences, positions whose last {order} tokens were seen "
+                          f"before)", bound, max_error, "softmax leakage of the three layers, derived "
+                          "(higher_order_leakage); float64 round-off", digits=3)], ()
+
+
+def _telling_example(inputs: np.ndarray, seen: np.ndarray) -> int:
+    """A sequence for the figure: every symbol in it and as many windows seen before as any such sequence has (the
+    middle one of those), so that layer 3 has matches to show."""
+    varied = np.array([len(np.unique(row)) for row in inputs]) == inputs.max() + 1
+    matches = np.where(varied, seen.sum(axis=1), -1)
+    best = np.flatnonzero(matches == matches.max())
+    return int(best[len(best) // 2])
+
+
+def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrderData]:
+    """The order-m induction head in three layers of one head each, against the order-m count estimator on every
+    sequence of the chosen size; and the loss levels of an order-m chain."""
+    k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
+    every = np.stack(np.meshgrid(*[np.arange(k)] * (T + 1), indexing="ij"), axis=-1).reshape(-1, T + 1)
+    model = theory.higher_order_head(k, m, T, beta)
+    want = theory.count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), every)
+    with torch.no_grad():
+        got = theory.higher_order_average(model, torch.from_numpy(every[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    example = torch.from_numpy(every[_telling_example(every[:, :-1], seen), :-1])[None]
+    with torch.no_grad():
+        _, attention = model(example, return_attention=True)
+    chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
+    levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
+    data: HigherOrderData = {
+        "order": m, "k": k, "T": T, "beta": beta, "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()), "bound": theory.higher_order_leakage(T, beta, m),
+        "example": example[0].tolist(), "attention": [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
+        "levels": {name: list(level) for name, level in levels.items()}, "levels_T": config["T"]}
+    claims, silent = higher_order_claims(data["max_error"], data["bound"], data["sequences"], m)
+    return Outcome(claims, data, silent)
 
 
 # ---------------------------------------------------------------- the first gradient
@@ -899,6 +965,7 @@ CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PA
                   sections=(
                       Section("levels", "The loss levels and the chi-square information", levels),
                       Section("construction", "An induction head written by hand", construction),
+                      Section("higher_order", "Order m in three layers of one head", higher_order),
                       Section("gradient", "The first gradient points layer 1 at the parents", gradient),
                       Section("staged", "The first stage trained: layer 1 finds the graph", staged, trains=True),
                       Section("training", "Training one and two layers", training, trains=True),

@@ -13,8 +13,8 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory.induction import FORMED, PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, LevelsData, MemoriesData,
-                                      StagedData, SupportData, TrainingData, TriggerData)
+    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, HigherOrderData, LevelsData,
+                                      MemoriesData, StagedData, SupportData, TrainingData, TriggerData)
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
@@ -59,9 +59,22 @@ def gradient(data: GradientData) -> Figure:
 
 def construction(data: ConstructionData) -> Figure:
     """The construction's two attention patterns on one sequence: the token before, then the matching tokens."""
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    return _attention_panels(data, ("layer 1: the token before", "layer 2: earlier matches"))
+
+
+def higher_order(data: HigherOrderData) -> Figure:
+    """The order-m construction's three attention patterns on one sequence: the last m tokens, weighted; the
+    position before; the positions whose m tokens before match the last m."""
+    m = data["order"]
+    return _attention_panels(data, (f"layer 1: the last {m} tokens", "layer 2: the position before",
+                                    f"layer 3: earlier matches of {m} tokens"))
+
+
+def _attention_panels(data: ConstructionData | HigherOrderData, titles: tuple[str, ...]) -> Figure:
+    """One panel per layer of a construction's attention on its example sequence, tokens on the axes."""
+    fig, axes = plt.subplots(1, len(titles), figsize=(4 * len(titles), 3.6))
     tokens = [str(s) for s in data["example"]]
-    for ax, table, title in zip(axes, data["attention"], ("layer 1: the token before", "layer 2: earlier matches")):
+    for ax, table, title in zip(axes, data["attention"], titles):
         ax.imshow(np.asarray(table), cmap="Greys", vmin=0, vmax=1)
         ax.set(title=title, xlabel="key (token)", ylabel="query (token)",
                xticks=range(len(tokens)), yticks=range(len(tokens)), xticklabels=tokens, yticklabels=tokens)

@@ -300,3 +300,140 @@ def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor
         parts.append(grad.numpy())
     return np.stack(parts)
 
+
+
+class HigherOrderSlots(NamedTuple):
+    """Where the order-``m`` construction keeps each part of the residual stream."""
+
+    token: slice  # the current token, one-hot
+    recent: slice  # layer 1: the last m tokens, the one j back weighted by window_weights(m)[j]
+    before: slice  # layer 2: ``recent`` of the position before (the m tokens before this one)
+    half_square: int  # layer 2's MLP: half the squared norm of ``before``
+    successors: slice  # layer 3: the average of the tokens whose m predecessors match the last m tokens
+    one: int  # a constant 1, carried by every position
+    position: slice  # the position, one-hot
+
+
+def higher_order_slots(k: int, T: int) -> HigherOrderSlots:
+    """The residual layout of :func:`higher_order_head` for ``k`` symbols and ``T`` positions."""
+    return HigherOrderSlots(slice(0, k), slice(k, 2 * k), slice(2 * k, 3 * k), 3 * k, slice(3 * k + 1, 4 * k + 1),
+                            4 * k + 1, slice(4 * k + 2, 4 * k + 2 + T))
+
+
+def window_weights(m: int) -> np.ndarray:
+    """Weights ``2^-j / Z`` of the token ``j`` back (``j < m``): every subset has its own sum, so the weighted sum of
+    one-hot tokens tells windows apart, order included (equal weights would not: 'a b' and 'b a' would collide)."""
+    weights = 0.5 ** np.arange(m)
+    return weights / weights.sum()
+
+
+def window_gap(weights: np.ndarray) -> float:
+    """Half the least squared distance between the summaries of two different windows: ``min_j w_j^2``.
+
+    Two windows that differ only in the token ``j`` back differ by ``w_j`` in two entries; any other pair is at least
+    as far apart when the weights have distinct subset sums (checked by enumeration in the tests)."""
+    return float(np.min(weights) ** 2)
+
+
+def _half_square_knots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Knots and slope changes of the piecewise-linear function through ``(x, x^2 / 2)`` at every subset sum of
+    ``weights``: a ReLU layer that writes ``x^2 / 2`` exactly wherever an entry of a window summary can be."""
+    sums = np.unique([sum(c) for r in range(len(weights) + 1) for c in itertools.combinations(weights, r)])
+    slopes = (sums[:-1] + sums[1:]) / 2  # the chord's slope between neighbouring values of x^2 / 2
+    return sums[:-1], np.diff(slopes, prepend=0.0)
+
+
+def higher_order_head(k: int, m: int, T: int, beta: float, weights: np.ndarray | None = None,
+                      squares: bool = True) -> GPT:
+    """A three-layer GPT with one head per layer (float64) whose last layer writes the order-``m`` count estimator.
+
+    Layer 1 attends from each position to itself and the ``m - 1`` before it with scores ``beta + ln w_j`` (0
+    elsewhere): ``recent`` becomes the weighted sum ``u_t`` of their one-hot tokens. Layer 2 copies the ``u`` of the
+    position before into ``before`` (``v_n = u_{n-1}``, a summary of the ``m`` tokens before ``n``) and its MLP writes
+    ``|v_n|^2 / 2``, exactly on every value a window can take. Layer 3 scores key ``n`` from query ``t`` by
+    ``beta_3 (<u_t, v_n> - |v_n|^2 / 2) = beta_3 (|u_t|^2 - |u_t - v_n|^2) / 2``, largest exactly where the windows
+    match; ``beta_3 = beta / window_gap`` makes every mismatch ``beta`` lower, and the first ``m`` keys, whose
+    windows are incomplete, get ``-beta``. Its value averages the matching tokens into ``successors``. This is the
+    shape of Rajaraman et al.'s construction (three layers, one head each, a comparison of normalised window
+    summaries); their layer norm is replaced by the MLP's ``|v|^2 / 2``, the same comparison by a distance. A test
+    passes ``weights`` that are equal, or ``squares=False``, and sees the estimator lost.
+    """
+    w = window_weights(m) if weights is None else np.asarray(weights, dtype=float)
+    slots = higher_order_slots(k, T)
+    d = slots.position.stop
+    knots, changes = _half_square_knots(w)
+    config = GPTConfig(vocab_size=k, block_size=T, n_layer=3, n_head=1, d_model=d, d_mlp=k * len(knots),
+                       tied=False, positional="learned", mlp=True, head_bias=False)
+    model = zero_gpt(config)
+    root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
+    token, recent, before, successors, position = (np.arange(s.start, s.stop) for s in (
+        slots.token, slots.recent, slots.before, slots.successors, slots.position))
+    beta_3 = beta / window_gap(w)
+    with torch.no_grad():
+        model.wte.weight[token, token] = 1.0
+        model.wpe[np.arange(T), position] = 1.0
+        model.wpe[:, slots.one] = 1.0
+        first, second, third = (block.attn for block in model.blocks)
+        query, key, value = (first.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        for lag in range(min(m, T)):
+            query[position[:T - lag], position[lag:]] = (beta + math.log(w[lag])) * root  # from t to t - lag
+        key[position, position] = 1.0
+        value[token, token] = 1.0
+        first.proj.weight[recent, token] = 1.0
+        query, key, value = (second.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query[position[:-1], position[1:]] = beta * root  # from n to n - 1
+        key[position, position] = 1.0
+        value[recent, recent] = 1.0
+        second.proj.weight[before, recent] = 1.0
+        if squares:
+            mlp = model.blocks[1].mlp
+            for s in range(k):  # hidden unit (s, i): relu(v_s - knot_i), weighted by the slope's change
+                units = np.arange(s * len(knots), (s + 1) * len(knots))
+                mlp.fc.weight[units, before[s]] = 1.0
+                mlp.fc.weight[units, slots.one] = torch.from_numpy(-knots)
+                mlp.proj.weight[slots.half_square, units] = torch.from_numpy(changes)
+        query, key, value = (third.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query[before, recent] = beta_3 * root  # u_t against each key's v_n
+        key[before, before] = 1.0
+        query[slots.half_square, slots.one] = beta_3 * root
+        key[slots.half_square, slots.half_square] = -1.0
+        query[slots.one, slots.one] = -beta * root
+        key[slots.one, position[:m]] = 1.0  # the first m positions have no full window before them: keep them out
+        value[token, token] = 1.0
+        third.proj.weight[successors, token] = 1.0
+    return model
+
+
+def higher_order_average(model: GPT, idx: Tensor) -> Tensor:
+    """The ``successors`` slot of :func:`higher_order_head`'s last residual stream, ``(B, T, k)``."""
+    x = model.embed(idx)
+    for block in model.blocks:
+        x, _ = block(x)
+    return x[..., higher_order_slots(model.config.vocab_size, model.config.block_size).successors]
+
+
+def order_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:
+    """On ``n`` sequences of an order-``m`` chain drawn with ``seed``: the uniform, unigram and Bayes levels, and the
+    in-context bigram estimator's (the first-order posterior predictive, what a first-order induction head can
+    write), which counts transitions from the last token alone."""
+    seq = task.sequences(n, torch.Generator().manual_seed(seed)).numpy()
+    first_order = InContextMarkov.chain(task.n_states, task.alpha, task.length)
+    return {"uniform": Level(float(np.log(task.n_states)), 0.0),
+            "unigram": predictor_loss(unigram_predictive(task, seq), seq),
+            "bigram": predictor_loss(bayes_predictive(first_order, seq), seq),
+            "bayes": predictor_loss(bayes_predictive(task, seq), seq)}
+
+
+def higher_order_leakage(T: int, beta: float, m: int) -> float:
+    """How far :func:`higher_order_head` may be from the order-``m`` count estimator (max norm).
+
+    Layers 1 and 2 leak ``delta = T e^-beta`` of their mass, which moves ``u`` by at most ``2 delta`` and ``v`` by
+    ``4 delta`` (l1; both are probability vectors) and the MLP's square by ``4 delta`` (its slopes are at most 1),
+    so layer 3's scores move by at most ``eta = 10 beta_3 delta``. Then the matching keys' weights are equal to within
+    ``e^(2 eta) - 1`` and the others carry at most ``T e^(2 eta - beta)``, twice that in l1; plus float64 round-off
+    of scores as large as ``beta_3``."""
+    beta_3 = beta / window_gap(window_weights(m))
+    eta = 10 * beta_3 * T * math.exp(-beta)
+    if 2 * eta > 700:  # far past 1, where the bound says nothing (and exp overflows)
+        return math.inf
+    return math.expm1(2 * eta) + 2 * T * math.exp(2 * eta - beta) + beta_3 * 1e-14
