@@ -101,7 +101,15 @@ def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path,
                  str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "2 jobs to run" in out and "learning" in out and "6 theory sections" in out and "total" in out
+    assert "10-step calibration" in out
     assert not (tmp_path / cluster.PARTS).exists()
+
+
+def test_a_shorter_calibration_is_a_flag_and_says_so(tmp_path, capsys):
+    flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
+    assert main(["run", "hmm", *flags, "--seeds", "2", "--device", "cpu", "--executor", "local", "--folder",
+                 str(tmp_path), "--dry-run", "--calibration-steps", "3"]) == 0
+    assert "3-step calibration" in capsys.readouterr().out
 
 
 def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
@@ -116,6 +124,8 @@ def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
     (["--executor", "local", "--partition", "gpu"], "Slurm option"),
     (["--executor", "local", "--max-jobs", "0"], "at least 1"),
     (["--partition", "gpu"], "go with --executor"),
+    (["--calibration-steps", "3"], "go with --executor"),
+    (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),
     (["--executor", "local", "--into", "x.json"], "not --into"),
 ])
 def test_bad_scheduler_options_stop_before_any_work(flags, message, capsys):

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--timeout-min", type=int, default=600, help="each job's time limit in minutes (default 600)")
     jobs.add_argument("--dry-run", action="store_true",
                       help="print the jobs and their estimated hours (a short calibration on this machine), submit none")
+    jobs.add_argument("--calibration-steps", type=int, default=cluster.CALIBRATION_STEPS,
+                      help="steps each train() call runs when planning; the first warms up and is not timed "
+                      f"(default {cluster.CALIBRATION_STEPS}; fewer plan a large model sooner, less precisely)")
     merging = commands.add_parser("merge", help="assemble a folder of partial results (run --executor) into one result")
     merging.add_argument("folder", help="the folder `run --executor` wrote")
     merging.add_argument("--out", default=None, help="result JSON path (default <folder>/<chapter>-<profile>.json)")
@@ -118,8 +121,8 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     if (folder / cluster.PLAN_FILE).exists() and cluster.Plan.load(folder) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
     jobs = plan.jobs(cluster.pending(plan, folder))
-    estimates, measured_on = cluster.estimate(plan, jobs)  # on this machine's own device, whatever the jobs get
-    print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job))
+    estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
+    print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
     if args.dry_run:
         return 0
     failures = cluster.submit(plan, folder, jobs, options)
@@ -142,8 +145,10 @@ def _merge(folder: Path, out: str | None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.executor:
         return _on_scheduler(args)
-    if args.folder or args.partition or args.gpus_per_job or args.dry_run:
-        raise ValueError("--folder, --partition, --gpus-per-job and --dry-run go with --executor local or slurm")
+    if (args.folder or args.partition or args.gpus_per_job or args.dry_run
+            or args.calibration_steps != cluster.CALIBRATION_STEPS):
+        raise ValueError("--folder, --partition, --gpus-per-job, --dry-run and --calibration-steps go with "
+                         "--executor local or slurm")
     chapter = get_chapter(args.chapter)
     if args.into and args.out:
         raise ValueError("give --out or --into, not both")

@@ -152,6 +152,8 @@ def estimate(plan: Plan, jobs: list[tuple[str, ...]], device: str = "auto",
              steps: int = CALIBRATION_STEPS) -> tuple[list[JobEstimate], str]:
     """Each job's cost, from a short calibration on this machine: every train() call runs ``steps`` steps and is
     scaled to its planned steps, the rest of a section runs in full; and the device that measured it."""
+    if steps < 2:
+        raise ValueError(f"--calibration-steps must be at least 2 (the first step warms up, untimed), got {steps}")
     chapter = get_chapter(plan.chapter)
     measured_on = pick_device(device)
     estimates = []
@@ -169,11 +171,12 @@ def estimate(plan: Plan, jobs: list[tuple[str, ...]], device: str = "auto",
     return estimates, device_name(measured_on)
 
 
-def plan_report(plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus_per_job: int) -> str:
+def plan_report(plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus_per_job: int,
+                steps: int = CALIBRATION_STEPS) -> str:
     """The table printed before submitting: each job, its estimated hours and memory, and the total."""
     unit = "GPU-hours" if gpus_per_job else "hours"
     lines = [f"{plan.chapter} at the {plan.profile} profile: {len(estimates)} jobs to run; estimated from a "
-             f"{CALIBRATION_STEPS}-step calibration of each train() call on {measured_on}"]
+             f"{steps}-step calibration of each train() call on {measured_on}"]
     for job in estimates:
         hours = job.seconds / 3600 * max(1, gpus_per_job)
         note = f"  (calibration stopped early: {job.error})" if job.error else ""

@@ -610,13 +610,16 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
             generator = heldout.generator(heldout.AUTOMATON_EVAL)
             return AutomatonTask(parity, length, bernoulli_probs(p)).sample(n, generator)[0]
 
-        out[name] = {
-            "by_prob": [[score(draw(p, T), m) for p in probs] for m in models],
-            "by_length": [[score(draw(0.5, L), m) for L in lengths] for m in models],
-        }
-        if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
-            out[name]["by_count"] = [[score(binary_with_count(n // 4, T, c, heldout.generator(heldout.AUTOMATON_EVAL)),
-                                            m) for c in range(T + 1)] for m in models]
+        def views(m: nn.Module) -> dict[str, list[float]]:
+            scores = {"by_prob": [score(draw(p, T), m) for p in probs],
+                      "by_length": [score(draw(0.5, L), m) for L in lengths]}
+            if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
+                scores["by_count"] = [score(binary_with_count(n // 4, T, c, heldout.generator(
+                    heldout.AUTOMATON_EVAL)), m) for c in range(T + 1)]
+            return scores
+
+        per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all
+        out[name] = {view: [scores[view] for scores in per_model] for view in per_model[0]}
     claims = brittleness_claims(out, config)
     silent = ("parity GPT drops under shift and at 2T: the GPT had settled without solving its training law, and the "
               "paper's drops are those of a GPT that does",) if claims[0].holds is False else () if resolves_gap(
