@@ -304,7 +304,8 @@ def _gradient_rows(change: str) -> list:
     parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, chapter.GRADIENT_CHUNKS,
                            tree.parent_queries())
     graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
-    return chapter.gradient_claims(parts, chapter.parent_positions(InContextMarkov(3, 1.0, graph), 12))
+    return chapter.gradient_claims(parts, chapter.parent_positions(InContextMarkov(3, 1.0, graph), 12),
+                                   tree.parent_queries().numpy())
 
 
 def _staged_rows(change: str) -> list:
@@ -481,8 +482,23 @@ def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     task = InContextMarkov.chain(3, 1.0, 12)
     parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), chapter.GRADIENT_CHUNKS,
                            task.parent_queries())
-    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12))
+    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12), task.parent_queries().numpy())
     assert claim.holds is None and "--set grad_samples=" in claim.reason
+
+
+def test_the_gradient_row_does_not_judge_rows_no_scored_query_reads():
+    # a tree (T = 64, window 8, seed 0) whose last scored query is 59: rows 60 to 63 of layer 1 get no gradient
+    # at all, and a row that waited for them would stay undecided at any sample size
+    task = replace(InContextMarkov(3, 1.0, tree_parents(64, 8, seed=0)), scored="parent_query")
+    scored = task.parent_queries().numpy()
+    last = int(np.flatnonzero(scored).max())
+    assert last < 63
+    seq = task.sequences(2048, _gen(3))
+    parts = score_gradient(staged_initialisation(3, 64, 3.0), seq, chapter.GRADIENT_CHUNKS, task.parent_queries())
+    assert np.all(parts[:, last + 1:] == 0.0)
+    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 64), scored)
+    judged = sum(1 for t in range(2, last + 1) if chapter.parent_positions(task, 64)[t] >= 0)
+    assert claim.predicted == f"{judged} positions"
 
 
 def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():
