@@ -112,12 +112,11 @@ PARAMS = (
 # the three memories in order at T = 64 (d = 128; steps 37, 74, 148) and T = 128 (d = 128; 37, 37, 296; 93 s); at the
 # seed's T = 256 with d = 256 (not d = 64, the quick value, at which the positional memory cannot form) they formed in
 # order too (W_KQ1 at step 675; 544 s for 1500 steps of one seed), so five seeds of 3000 steps there would take about
-# 90 minutes, over the hour a reference section may take; five of 1500 steps, twice the pilot's formation step,
-# about 46 (the reference, at the seed's T = 256 and d = 256).
+# 90 minutes, over the hour a reference section may take.
 PARAMS = with_reference(PARAMS, {"graph": "tree", "T": 64, "n_head": 2, "d_model": 64, "steps": 10000, "lr": 1e-2,
                                  "stage_steps": 3000,
                                  "eval_size": 8192, "trigger_tokens": 65, "triggers": 5, "trigger_T": 256,
-                                 "trigger_steps": 2400, "memory_T": 256, "memory_d": 256, "memory_steps": 1500,
+                                 "trigger_steps": 2400, "memory_T": 128, "memory_d": 128, "memory_steps": 3000,
                                  "memory_lr": 30.0})
 
 
