@@ -23,6 +23,7 @@ from sandboxes.trainer import (
     _held_out_loss,
     _plan,
     activation_bytes,
+    CALIBRATION_EVAL,
     ChunkedCall,
     calibrated_map,
     calibrating,
@@ -54,6 +55,29 @@ def test_a_calibrated_call_runs_few_steps_records_its_plan_and_leaves_later_call
     assert (call.planned_steps, call.timing.steps, call.timing.evals, call.timing.groups) == (12, 2, 2, 1)
     assert call.step_bytes > 0 and call.estimated_s > 0
     assert train(make_model, TASK, CONFIG, seeds=[0], batched=False).train_loss.shape == (1, 12)
+
+
+def test_a_calibration_reads_a_few_held_out_sequences_and_scales_their_time(monkeypatch):
+    # at full size one held-out evaluation can take minutes on the planning machine: a plan reads CALIBRATION_EVAL
+    read = []
+
+    def slow_held_out_loss(runner, loss, x, y, chunk):
+        read.append(x.shape[1])
+        time.sleep(0.02)
+        return np.zeros(x.shape[0])
+
+    monkeypatch.setattr("sandboxes.trainer._held_out_loss", slow_held_out_loss)
+    config = replace(CONFIG, eval_size=4 * CALIBRATION_EVAL)
+    with calibrating(2) as calls:
+        train(make_model, TASK, config, seeds=[0, 1], batched=True)
+    timing = calls[0].timing
+    assert read == [CALIBRATION_EVAL] * 2 and timing.eval_scale == 4
+    # the held-out part of each evaluation counts four times: 0.02 s read, 0.08 s planned
+    assert timing.planned_eval_s - timing.eval_s == pytest.approx(3 * timing.heldout_s)
+    assert timing.heldout_s >= 2 * 0.02
+    read.clear()
+    train(make_model, TASK, replace(config, steps=2), seeds=[0, 1])
+    assert read == [4 * CALIBRATION_EVAL] * 2  # outside a plan every held-out sequence is read
 
 
 def test_a_calibration_on_a_cpu_trains_an_ensemble_too_big_for_this_machine_in_groups(monkeypatch):

@@ -302,6 +302,9 @@ def _plan(
     return group, chunk
 
 
+CALIBRATION_EVAL = 16  # held-out sequences a calibration evaluates; their time is scaled to the planned eval_size
+
+
 @dataclass
 class _Timing:
     """Seconds in training steps (each group's first step excluded: it warms up) and in evaluations, per group."""
@@ -311,6 +314,13 @@ class _Timing:
     eval_s: float = 0.0
     evals: int = 0
     groups: int = 0
+    heldout_s: float = 0.0  # the part of eval_s spent on the held-out loss (the rest: checks and probes)
+    eval_scale: float = 1.0  # the planned held-out set over the part a calibration read
+
+    @property
+    def planned_eval_s(self) -> float:
+        """Evaluation seconds with the held-out loss scaled to the whole planned held-out set."""
+        return self.eval_s + self.heldout_s * (self.eval_scale - 1.0)
 
     def mark(self, device: torch.device) -> float:
         """Now, once the device has finished what it was given (CUDA runs asynchronously)."""
@@ -337,7 +347,7 @@ class TrainCall:
         t = self.timing
         setup = (self.wall_time - t.step_s - t.eval_s) / max(1, t.groups)
         evals = self.planned_steps // self.eval_every + 1
-        per_group = (t.step_s / max(1, t.steps)) * self.planned_steps + (t.eval_s / max(1, t.evals)) * evals
+        per_group = (t.step_s / max(1, t.steps)) * self.planned_steps + (t.planned_eval_s / max(1, t.evals)) * evals
         return self.groups * (setup + per_group)
 
 
@@ -471,6 +481,10 @@ def _fit(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
     x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])
+    timing = _calibration.timing if _calibration is not None else None
+    if timing is not None and config.eval_size > CALIBRATION_EVAL:  # a plan reads a few and scales their time
+        timing.eval_scale = config.eval_size / CALIBRATION_EVAL
+        x_eval, y_eval = x_eval[:, :CALIBRATION_EVAL], y_eval[:, :CALIBRATION_EVAL]
     x_eval, y_eval = x_eval.to(device), y_eval.to(device)
 
     # Losses stay on the device and are checked at each evaluation, so between evaluations the
@@ -480,7 +494,6 @@ def _fit(
     eval_steps, eval_curve, probed = [], [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
     bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
-    timing = _calibration.timing if _calibration is not None else None
     if timing is not None:
         timing.groups += 1
     for step in bar:
@@ -500,6 +513,8 @@ def _fit(
             checked = step + 1
             eval_curve.append(_held_out_loss(runner, per_member_loss, x_eval, y_eval, eval_chunk))
             eval_steps.append(step)
+            if timing is not None:
+                timing.heldout_s += timing.mark(device) - started
             if probe is not None:
                 with torch.no_grad():
                     probed.append([list(probe(runner.member(k, template))) for k in range(runner.size)])
