@@ -505,7 +505,8 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
     tests = _test_sets(config)
     counts = {kind: _count(run.models, tests, ctx.device, kind, ctx.progress)
               for kind, run in (("transformer", first), ("lstm", lstm))}
-    sharpness = {"transformer": [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in first.models]}
+    sharpness = {"transformer": calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
+                                               first.models)}
     data: TrainingData = {
         "counts": counts, "eval_steps": first.eval_steps, "eval_loss": first.eval_loss,
         "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness,
@@ -531,8 +532,8 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhas
     moving = {kind: int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for kind, phase in phases.items()}
     tests = _test_sets(config)
     counts = {kind: _count(ms, tests, ctx.device, kind, ctx.progress) for kind, ms in models.items()}
-    sharpness = {kind: [_sharpness(m, tests["in-distribution"][:64], ctx.device) for m in models[kind]]
-                 for kind in ("plain", "sharpened") if kind in models}
+    sharpness = {kind: calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
+                                      models[kind]) for kind in ("plain", "sharpened") if kind in models}
     start = int(first.eval_steps[-1] + 1)
     data: SecondPhaseData = {
         "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + phases["plain"].eval_steps]),
