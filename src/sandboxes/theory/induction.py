@@ -275,12 +275,17 @@ def induction_head(k: int, T: int, beta: float) -> GPT:
     return model
 
 
-def successor_average(model: GPT, idx: Tensor) -> Tensor:
-    """The ``successors`` slot of the construction's last residual stream, ``(B, T, k)``."""
+def _last_residual(model: GPT, idx: Tensor) -> Tensor:
+    """A construction's residual stream after its last block, ``(B, T, d)``: where it writes its estimate."""
     x = model.embed(idx)
     for block in model.blocks:
         x, _ = block(x)
-    return x[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
+    return x
+
+
+def successor_average(model: GPT, idx: Tensor) -> Tensor:
+    """The ``successors`` slot of the construction's last residual stream, ``(B, T, k)``."""
+    return _last_residual(model, idx)[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
 
 
 def staged_initialisation(k: int, T: int, beta: float) -> Disentangled:
@@ -413,10 +418,8 @@ def higher_order_head(k: int, m: int, T: int, beta: float, weights: np.ndarray |
 
 def higher_order_average(model: GPT, idx: Tensor) -> Tensor:
     """The ``successors`` slot of :func:`higher_order_head`'s last residual stream, ``(B, T, k)``."""
-    x = model.embed(idx)
-    for block in model.blocks:
-        x, _ = block(x)
-    return x[..., higher_order_slots(model.config.vocab_size, model.config.block_size).successors]
+    slots = higher_order_slots(model.config.vocab_size, model.config.block_size)
+    return _last_residual(model, idx)[..., slots.successors]
 
 
 LEVEL_CHUNK_FLOATS = 2 ** 24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64
