@@ -1,13 +1,14 @@
 """A chapter run as jobs (submitit's local executor: separate processes) merges into the single run's result."""
 
 import json
+import re
 
 import pytest
 import torch
 
 from conftest import TINY
 from sandboxes import cluster
-from sandboxes.chapters import all_chapters
+from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 from sandboxes.results import Result
 from sandboxes.trainer import TrainCall, _Timing
@@ -62,8 +63,83 @@ def test_jobs_merge_into_exactly_what_one_process_computes(chapter, job_folders,
 
 def test_a_job_per_section_that_trains_and_one_for_the_theory():
     plan = _tiny_plan("hmm")
-    assert plan.jobs() == [("seed_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor"),
-                           ("learning",)]
+    assert plan.jobs() == [cluster.Job(("seed_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor")),
+                           cluster.Job(("learning",))]
+
+
+def test_seeds_per_job_splits_a_section_that_trains_into_seed_groups_then_its_own_job():
+    overrides = {key: str(value) for key, value in TINY["hmm"].items()}
+    plan = cluster.Plan.make("hmm", "quick", overrides, 5, "cpu", ["powers", "learning"], seeds_per_job=2)
+    # a last group of one seed joins the one before: one seed alone would train unbatched
+    assert plan.jobs() == [cluster.Job(("powers",)), cluster.Job(("learning",), (0, 1)),
+                           cluster.Job(("learning",), (2, 3, 4)), cluster.Job(("learning",))]
+    assert cluster.Plan.make("hmm", "quick", overrides, 2, "cpu", ["learning"], seeds_per_job=2).jobs() == [
+        cluster.Job(("learning",))]  # no more seeds than a job takes: not split
+    with pytest.raises(ValueError, match="at least 2"):
+        cluster.Plan.make("hmm", "quick", overrides, 5, "cpu", ["learning"], seeds_per_job=1)
+
+
+SPLIT_SEEDS = 4
+
+
+@pytest.fixture(scope="module")
+def split_folders(tmp_path_factory):
+    """A chapter at unit scale with four seeds, every section that trains split into two group jobs of two seeds
+    (local jobs, two at a time): its folder and what the jobs said, once per chapter."""
+    folders = {}
+
+    def run(chapter: str):
+        if chapter not in folders:
+            folder = tmp_path_factory.mktemp(f"{chapter}-split")
+            overrides = {key: str(value) for key, value in TINY[chapter].items()}
+            plan = cluster.Plan.make(chapter, "quick", overrides, SPLIT_SEEDS, "cpu", seeds_per_job=2)
+            said: list[str] = []
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+                options = cluster.JobOptions("local", max_jobs=2, timeout_min=10)
+                assert cluster.submit(plan, folder, plan.jobs(), options, say=said.append) == []
+            folders[chapter] = folder, said
+        return folders[chapter]
+
+    return run
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_section_split_into_seed_groups_merges_into_exactly_what_one_process_computes(chapter, split_folders):
+    folder, said = split_folders(chapter)
+    overrides = {key: str(value) for key, value in TINY[chapter].items()}
+    alone = get_chapter(chapter).run("quick", overrides, SPLIT_SEEDS, "cpu", False)
+    merged = json.loads(cluster.merge_folder(folder).to_json())
+    assert _what_a_run_computed(merged) == _what_a_run_computed(json.loads(alone.to_json()))
+    plan = cluster.Plan.load(folder)
+    split = [name for name in plan.sections if plan.split(name)]
+    assert split == [s.name for s in get_chapter(chapter).sections if s.trains]
+    finished = [line for line in said if " done: " in line and "parts" in line and "members found stored" in line]
+    assert len(finished) == len(split) and all(line.endswith(", 0 trained") for line in finished)
+
+
+def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_folders, tmp_path):
+    source, _ = split_folders("hmm")
+    for path in source.rglob("*"):
+        if path.is_file() and "logs" not in path.parts:
+            copy = tmp_path / path.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(path.read_bytes())
+    plan = cluster.Plan.load(tmp_path)
+    killed = cluster.Job(("learning",), (2, 3))
+    (tmp_path / cluster.PARTS / "learning.json").unlink()  # as if the group job and the section's job never ended
+    cluster.group_path(tmp_path, killed).unlink()
+    assert cluster.pending_jobs(plan, tmp_path) == [killed, cluster.Job(("learning",))]
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+        options = cluster.JobOptions("local", timeout_min=10)
+        assert cluster.submit(plan, tmp_path, cluster.pending_jobs(plan, tmp_path), options, say=said.append) == []
+    (rerun,) = [line for line in said if "done: learning seeds 2,3: " in line]
+    assert re.search(r": [1-9]\d* members found stored, 0 trained$", rerun)  # it had stored all before it was killed
+    assert cluster.pending_jobs(plan, tmp_path) == []
+    assert _what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == _what_a_run_computed(
+        json.loads(cluster.merge_folder(source).to_json()))
 
 
 def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folders, tmp_path):
@@ -79,7 +155,7 @@ def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folder
     foreign.seeds = [0]  # a partial from another plan (one seed, not two) does not count as done
     foreign.save(tmp_path / cluster.PARTS / "learning.json")
     assert cluster.pending(plan, tmp_path) == ["powers", "learning"]
-    assert plan.jobs(cluster.pending(plan, tmp_path)) == [("powers",), ("learning",)]
+    assert plan.jobs(cluster.pending(plan, tmp_path)) == [cluster.Job(("powers",)), cluster.Job(("learning",))]
     with pytest.raises(ValueError, match="powers, learning"):
         cluster.merge_folder(tmp_path)
 
@@ -105,6 +181,15 @@ def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path,
     assert not (tmp_path / cluster.PARTS).exists()
 
 
+def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_path, capsys):
+    flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
+    assert main(["run", "hmm", *flags, "--section", "learning", "--seeds", "4", "--seeds-per-job", "2", "--device",
+                 "cpu", "--executor", "local", "--folder", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "3 jobs to run" in out and "learning seeds 0,1" in out and "learning seeds 2,3" in out
+    assert "(after its group jobs; serves their members)" in out
+
+
 def test_a_shorter_calibration_is_a_flag_and_says_so(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
     assert main(["run", "hmm", *flags, "--seeds", "2", "--device", "cpu", "--executor", "local", "--folder",
@@ -125,6 +210,8 @@ def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
     (["--executor", "local", "--max-jobs", "0"], "at least 1"),
     (["--partition", "gpu"], "go with --executor"),
     (["--calibration-steps", "3"], "go with --executor"),
+    (["--seeds-per-job", "2"], "go with --executor"),
+    (["--executor", "local", "--seeds-per-job", "1"], "at least 2"),
     (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),
     (["--executor", "local", "--into", "x.json"], "not --into"),
 ])

@@ -1,5 +1,6 @@
 """The trainer: reproducible, batched equals looped, NaN is an error, schedules are right."""
 
+import copy
 import math
 import time
 from dataclasses import replace
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch.func import vmap
 
+from sandboxes import members
 from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT, GPTConfig
@@ -27,6 +29,7 @@ from sandboxes.trainer import (
     ChunkedCall,
     calibrated_map,
     calibrating,
+    count_chunks,
     sample_members,
     still_descending,
     train,
@@ -134,6 +137,36 @@ def test_member_of_a_batched_run_is_the_single_run_with_its_seed():
     assert np.allclose(batched.train_loss[1], single.train_loss[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(batched.models[1].state_dict().values(), single.models[0].state_dict().values()):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_member_trains_bit_for_bit_alike_in_any_ensemble_of_two_or_more():
+    # what lets a cluster run train a section's seeds in separate jobs and compute what one process computes
+    whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2, 3])
+    part = train(make_model, TASK, CONFIG, seeds=[3, 1])
+    assert np.array_equal(part.train_loss, whole.train_loss[[3, 1]])
+    assert np.array_equal(part.eval_loss, whole.eval_loss[[3, 1]])
+    for a, b in zip(part.models, [whole.models[3], whole.models[1]]):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_under_sharing_a_stored_member_is_served_and_any_change_to_its_run_trains_it_anew(tmp_path):
+    with members.sharing(tmp_path) as shared:
+        first = train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
+        again = train(make_model, TASK, CONFIG, seeds=[2, 0])
+    assert (shared.trained, shared.served) == (3, 2)
+    assert np.array_equal(again.train_loss, first.train_loss[[2, 0]])
+    assert np.array_equal(again.eval_loss, first.eval_loss[[2, 0]])
+    assert np.array_equal(again.eval_steps, first.eval_steps)
+    for a, b in zip(again.models, [first.models[2], first.models[0]]):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with members.sharing(tmp_path) as shared:
+        train(make_model, MarkovChain.binary(0.2, 0.3, 16), CONFIG, seeds=[0, 1])  # another task
+        train(make_model, TASK, replace(CONFIG, lr=1e-3), seeds=[0, 1])  # another schedule
+        train(lambda: GPT(binary_config(4, 16, tied=False)), TASK, CONFIG, seeds=[0, 1])  # another model
+        train(make_model, TASK, CONFIG, seeds=[0], batched=False)  # not vmapped
+        start = first.models[1]
+        train(lambda: copy.deepcopy(start), TASK, CONFIG, seeds=[0, 1])  # other initial weights: a second phase
+    assert (shared.trained, shared.served) == (9, 0)
 
 
 def test_held_out_loss_in_chunks_is_the_mean_over_scored_targets_not_over_sequences():
@@ -263,6 +296,14 @@ def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_tim
     (call,) = calls
     assert isinstance(call, ChunkedCall) and (call.chunks, call.ran) == (10, 2)
     assert call.estimated_s == pytest.approx(call.ran_in_full_s * 5) and call.step_bytes == 0
+
+
+def test_a_count_reads_short_chunks_only_under_calibration():
+    seq = torch.arange(10 * CALIBRATION_EVAL)[:, None]
+    assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [4 * CALIBRATION_EVAL] * 2 + [2 * CALIBRATION_EVAL]
+    with calibrating(3):  # a plan times two chunks of CALIBRATION_EVAL and scales them to the ten
+        assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [CALIBRATION_EVAL] * 10
+        assert [len(c) for c in count_chunks(seq, 2)] == [2] * (5 * CALIBRATION_EVAL)
 
 
 def test_a_calibrated_map_inside_another_is_scaled_once():

@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="progress bars on stderr (default: when stderr is a terminal)")
     jobs = run.add_argument_group("on a scheduler", "run the sections as jobs (submitit) and merge their results")
     jobs.add_argument("--executor", choices=cluster.EXECUTORS, default=None,
-                      help="slurm: one job per section that trains, the theory sections in one more; "
+                      help="slurm: one job per section that trains (or per seed group, --seeds-per-job), the theory "
+                      "sections in one more; "
                       "local: the same jobs as processes on this machine")
     jobs.add_argument("--folder", default=None, help="where the plan, partial results and logs go "
                       "(default runs/<chapter>-<profile>-jobs); rerunning into it skips the sections already done")
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--gpus-per-job", type=int, default=0, help="GPUs each job asks for (default 0)")
     jobs.add_argument("--max-jobs", type=int, default=8, help="jobs running at once (default 8)")
     jobs.add_argument("--timeout-min", type=int, default=600, help="each job's time limit in minutes (default 600)")
+    jobs.add_argument("--seeds-per-job", type=int, default=None, metavar="N",
+                      help="split each section that trains more than N seeds: group jobs of N seeds train and store "
+                      "their members, then the section's own job computes it from them (default: a section per job)")
     jobs.add_argument("--dry-run", action="store_true",
                       help="print the jobs and their estimated hours (a short calibration on this machine), submit none")
     jobs.add_argument("--calibration-steps", type=int, default=cluster.CALIBRATION_STEPS,
@@ -116,11 +120,11 @@ def _on_scheduler(args: argparse.Namespace) -> int:
         raise ValueError("--executor writes its result into --folder (or --out PATH): not --into, not --out -")
     options = cluster.JobOptions(args.executor, args.partition, args.gpus_per_job, args.max_jobs, args.timeout_min)
     plan = cluster.Plan.make(args.chapter, args.profile, _overrides(args.overrides), args.seeds, args.device,
-                             args.sections)
+                             args.sections, args.seeds_per_job)
     folder = Path(args.folder or f"runs/{plan.chapter}-{plan.profile}-jobs")
     if (folder / cluster.PLAN_FILE).exists() and cluster.Plan.load(folder) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
-    jobs = plan.jobs(cluster.pending(plan, folder))
+    jobs = cluster.pending_jobs(plan, folder)
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
     print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
     if args.dry_run:
@@ -145,10 +149,10 @@ def _merge(folder: Path, out: str | None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.executor:
         return _on_scheduler(args)
-    if (args.folder or args.partition or args.gpus_per_job or args.dry_run
+    if (args.folder or args.partition or args.gpus_per_job or args.dry_run or args.seeds_per_job is not None
             or args.calibration_steps != cluster.CALIBRATION_STEPS):
-        raise ValueError("--folder, --partition, --gpus-per-job, --dry-run and --calibration-steps go with "
-                         "--executor local or slurm")
+        raise ValueError("--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run and --calibration-steps "
+                         "go with --executor local or slurm")
     chapter = get_chapter(args.chapter)
     if args.into and args.out:
         raise ValueError("give --out or --into, not both")

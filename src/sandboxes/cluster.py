@@ -6,6 +6,12 @@ that section alone would write. :func:`merge_folder` assembles the partials, in 
 into the file a single process would write; sections do not share state, so the claims and data are the
 same, bit for bit on one CPU (``tests/test_cluster.py``). A rerun submits only the sections whose partial is
 missing or does not match the plan; a failed job is reported with its log, never dropped.
+
+With ``seeds_per_job`` a section with more seeds is split: first one *group job* per group of its seeds, each
+training those seeds' members of every training call of the section and storing them (``members/``, see
+:mod:`sandboxes.members`), then the section's own job, which finds every member stored, trains none, and computes
+the section over all its seeds as one process would. A group job that has finished leaves a marker,
+``groups/<section>/<seeds>.json``; a rerun skips it.
 """
 
 from __future__ import annotations
@@ -13,21 +19,43 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import members
 from .chapters import get_chapter
 from .profiles import resolve
 from .results import Result, merge
 from .runtime import device_name, pick_device
-from .trainer import calibrating
+from .trainer import TrainCall, calibrating
 
 PLAN_FILE = "plan.json"
 PARTS = "parts"
 LOGS = "logs"
+GROUPS = "groups"
+MEMBERS = "members"
 EXECUTORS = ("local", "slurm")
 CALIBRATION_STEPS = 10  # steps per train() call when planning: the first warms up, the other nine are timed
+
+
+MIN_GROUP = 2  # seeds per group job at least: one seed alone would train as a plain model, not vmapped as in the
+# section's own run, and agree with it to float precision only
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: ``sections`` run and written as partial results, or with ``seeds``, a group job that trains those
+    seeds of its one section and stores their members."""
+
+    sections: tuple[str, ...]
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        if self.seeds:
+            return f"{self.sections[0]} seeds {','.join(map(str, self.seeds))}"
+        return self.sections[0] if len(self.sections) == 1 else f"{len(self.sections)} theory sections"
 
 
 @dataclass(frozen=True)
@@ -40,24 +68,52 @@ class Plan:
     seeds: int | None = None
     device: str = "auto"
     sections: tuple[str, ...] = ()
+    seeds_per_job: int | None = None  # split a section with more seeds into group jobs of this many seeds
 
     @classmethod
     def make(cls, chapter: str, profile: str, overrides: Mapping[str, str], seeds: int | None, device: str,
-             sections: Sequence[str] = ()) -> "Plan":
+             sections: Sequence[str] = (), seeds_per_job: int | None = None) -> "Plan":
         """Check the values as a single run would (every check before any job starts); default: all sections."""
         found = get_chapter(chapter)
         run = found.start(profile, overrides, seeds, "cpu")  # the job's device is not this machine's
         names = [found.section(name).name for name in sections] or [s.name for s in found.sections]
         for name in found.closure(names):
             run.check_seeds(name)
-        return cls(found.name, profile, dict(overrides), seeds, device, tuple(names))
+        plan = cls(found.name, profile, dict(overrides), seeds, device, tuple(names), seeds_per_job)
+        if seeds_per_job is not None:
+            least = max([MIN_GROUP] + [found.section(name).min_seeds for name in found.closure(names)])
+            if seeds_per_job < least:
+                raise ValueError(f"--seeds-per-job must be at least {least} (a group of one seed would train unbatched"
+                                 f"{'; a section compares seeds' if least > MIN_GROUP else ''}), got {seeds_per_job}")
+        return plan
 
-    def jobs(self, sections: Sequence[str] | None = None) -> list[tuple[str, ...]]:
-        """The jobs for ``sections`` (default: the plan's): one per section that trains, one for the rest."""
-        chapter = get_chapter(self.chapter)
+    def groups(self, section: str) -> list[tuple[int, ...]]:
+        """The seed groups of ``section``'s group jobs: none unless it trains and has more seeds than a job takes;
+        a last group smaller than the others joins the one before when it would be too small to run alone."""
+        if self.seeds_per_job is None or not self._trains(section):
+            return []
+        seeds = self.expected()[1]
+        if len(seeds) <= self.seeds_per_job:
+            return []
+        size = self.seeds_per_job
+        groups = [tuple(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+        least = max(MIN_GROUP, get_chapter(self.chapter).section(section).min_seeds)
+        if len(groups[-1]) < least:
+            groups[-2:] = [groups[-2] + groups[-1]]
+        return groups
+
+    def _trains(self, section: str) -> bool:
+        return get_chapter(self.chapter).section(section).trains
+
+    def jobs(self, sections: Sequence[str] | None = None) -> list[Job]:
+        """The jobs for ``sections`` (default: the plan's): one for the sections that train nothing, and per section
+        that trains, its group jobs (if it is split) and then its own job."""
         wanted = self.sections if sections is None else sections
-        theory = tuple(name for name in wanted if not chapter.section(name).trains)
-        return ([theory] if theory else []) + [(name,) for name in wanted if chapter.section(name).trains]
+        theory = tuple(name for name in wanted if not self._trains(name))
+        out = [Job(theory)] if theory else []
+        for name in (n for n in wanted if self._trains(n)):
+            out += [Job((name,), group) for group in self.groups(name)] + [Job((name,))]
+        return out
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -71,6 +127,9 @@ class Plan:
         body = json.loads(path.read_text())
         return cls(**{**body, "sections": tuple(body["sections"])})
 
+    def split(self, section: str) -> bool:
+        return bool(self.groups(section))
+
     def expected(self) -> tuple[dict[str, Any], list[int]]:
         """The config and seed list every partial result of this plan must carry."""
         chapter = get_chapter(self.chapter)
@@ -78,11 +137,47 @@ class Plan:
         return config, list(range(chapter.seeds[self.profile] if self.seeds is None else self.seeds))
 
 
-def run_job(plan: Plan, sections: tuple[str, ...], folder: str) -> list[str]:
-    """One job: run ``sections`` (and the sections they read) and write each one's partial result; the paths."""
+def run_job(plan: Plan, job: Job, folder: str) -> str:
+    """One job: run its sections (and the sections they read) and write each one's partial result; or, for a group
+    job, train its seeds' members of its section, store them and leave the group's marker. What it did, in a line."""
     chapter = get_chapter(plan.chapter)
-    result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(sections))
-    return [str(_save_atomically(only(result, name), part_path(Path(folder), name))) for name in sections]
+    root = Path(folder)
+    if not any(plan.split(name) for name in job.sections):
+        result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections))
+        return ", ".join(str(_save_atomically(only(result, n), part_path(root, n))) for n in job.sections)
+    with members.sharing(root / MEMBERS) as shared:
+        result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections),
+                             job.seeds)
+    counts = f"{shared.served} members found stored, {shared.trained} trained"
+    if job.seeds:
+        marker = group_path(root, job)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.with_suffix(".tmp").write_text(json.dumps(_group_record(plan, job)) + "\n")
+        marker.with_suffix(".tmp").replace(marker)
+        return f"{job.name}: {counts}"
+    (name,) = job.sections
+    return f"{_save_atomically(only(result, name), part_path(root, name))}: {counts}"
+
+
+def group_path(folder: Path, job: Job) -> Path:
+    return folder / GROUPS / job.sections[0] / f"{'-'.join(map(str, job.seeds))}.json"
+
+
+def _group_record(plan: Plan, job: Job) -> dict[str, Any]:
+    """What a group job's marker holds: the plan's chapter, profile, config and seeds, and its own section and
+    seeds, so that a marker left by another plan does not count."""
+    config, seeds = plan.expected()
+    return {"chapter": plan.chapter, "profile": plan.profile, "config": config, "seeds": seeds,
+            "section": job.sections[0], "group": list(job.seeds)}
+
+
+def group_done(plan: Plan, folder: Path, job: Job) -> bool:
+    """Whether group job ``job`` of this plan has finished (its marker exists and matches the plan)."""
+    path = group_path(folder, job)
+    try:
+        return json.loads(path.read_text()) == json.loads(json.dumps(_group_record(plan, job)))
+    except (OSError, ValueError):
+        return False
 
 
 def only(result: Result, section: str) -> Result:
@@ -123,6 +218,11 @@ def pending(plan: Plan, folder: Path) -> list[str]:
     return [name for name in plan.sections if valid_part(plan, folder, name) is None]
 
 
+def pending_jobs(plan: Plan, folder: Path) -> list[Job]:
+    """The jobs still to run: those of the sections without a valid partial, less the group jobs that finished."""
+    return [job for job in plan.jobs(pending(plan, folder)) if not (job.seeds and group_done(plan, folder, job))]
+
+
 def merge_folder(folder: Path) -> Result:
     """The chapter's result from the partials in ``folder``, in reading order; an error names what is missing."""
     plan = Plan.load(folder)
@@ -142,32 +242,41 @@ def merge_folder(folder: Path) -> Result:
 class JobEstimate:
     """What planning measured for one job: seconds on the measuring device and the largest training step's bytes."""
 
-    sections: tuple[str, ...]
+    job: Job
     seconds: float
     step_bytes: int
     error: str = ""
 
 
-def estimate(plan: Plan, jobs: list[tuple[str, ...]], device: str = "auto",
+def estimate(plan: Plan, jobs: list[Job], device: str = "auto",
              steps: int = CALIBRATION_STEPS) -> tuple[list[JobEstimate], str]:
     """Each job's cost, from a short calibration on this machine: every train() call runs ``steps`` steps and is
-    scaled to its planned steps, the rest of a section runs in full; and the device that measured it."""
+    scaled to its planned steps, the rest of a section runs in full; and the device that measured it. Group jobs
+    of one size are calibrated once; a split section's own job trains nothing, so only the rest of it counts."""
     if steps < 2:
         raise ValueError(f"--calibration-steps must be at least 2 (the first step warms up, untimed), got {steps}")
     chapter = get_chapter(plan.chapter)
     measured_on = pick_device(device)
-    estimates = []
+    estimates: list[JobEstimate] = []
+    known: dict[tuple[tuple[str, ...], int], JobEstimate] = {}
     for job in jobs:
+        alike = (job.sections, len(job.seeds))
+        if job.seeds and alike in known:
+            estimates.append(replace(known[alike], job=job))
+            continue
+        served = not job.seeds and any(plan.split(name) for name in job.sections)
         start = time.perf_counter()
         error = ""
         with calibrating(steps) as calls:
             try:
-                chapter.run(plan.profile, plan.overrides, plan.seeds, device, False, list(job))
+                chapter.run(plan.profile, plan.overrides, plan.seeds, device, False, list(job.sections), job.seeds)
             except Exception as err:  # noqa: BLE001 - barely trained models may trip a section; say so, keep the rest
                 error = f"{type(err).__name__}: {err}"
-        trained = sum(call.wall_time for call in calls)
-        seconds = time.perf_counter() - start - trained + sum(call.estimated_s for call in calls)
-        estimates.append(JobEstimate(job, seconds, max((call.step_bytes for call in calls), default=0), error))
+        counted = [call for call in calls if not (served and isinstance(call, TrainCall))]
+        seconds = (time.perf_counter() - start - sum(call.wall_time for call in calls)
+                   + sum(call.estimated_s for call in counted))
+        known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error)
+        estimates.append(known[alike])
     return estimates, device_name(measured_on)
 
 
@@ -177,12 +286,14 @@ def plan_report(plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus
     unit = "GPU-hours" if gpus_per_job else "hours"
     lines = [f"{plan.chapter} at the {plan.profile} profile: {len(estimates)} jobs to run; estimated from a "
              f"{steps}-step calibration of each train() call on {measured_on}"]
-    for job in estimates:
-        hours = job.seconds / 3600 * max(1, gpus_per_job)
-        note = f"  (calibration stopped early: {job.error})" if job.error else ""
-        name = job.sections[0] if len(job.sections) == 1 else f"{len(job.sections)} theory sections"
-        lines.append(f"  {name:<24} {hours:9.3f} {unit}  largest step {job.step_bytes / 2**30:6.2f} GiB{note}")
-    total = sum(job.seconds for job in estimates) / 3600 * max(1, gpus_per_job)
+    for estimate_ in estimates:
+        hours = estimate_.seconds / 3600 * max(1, gpus_per_job)
+        note = f"  (calibration stopped early: {estimate_.error})" if estimate_.error else ""
+        if not estimate_.job.seeds and any(plan.split(name) for name in estimate_.job.sections):
+            note += "  (after its group jobs; serves their members)"
+        lines.append(f"  {estimate_.job.name:<24} {hours:9.3f} {unit}  largest step "
+                     f"{estimate_.step_bytes / 2**30:6.2f} GiB{note}")
+    total = sum(e.seconds for e in estimates) / 3600 * max(1, gpus_per_job)
     lines.append(f"  {'total':<24} {total:9.3f} {unit}")
     return "\n".join(lines)
 
@@ -223,26 +334,40 @@ def _executor(options: JobOptions, folder: Path, name: str) -> Any:
     return executor
 
 
-def submit(plan: Plan, folder: Path, jobs: list[tuple[str, ...]], options: JobOptions,
+def submit(plan: Plan, folder: Path, jobs: list[Job], options: JobOptions,
            say: Callable[[str], None] = print) -> list[str]:
-    """Run ``jobs`` and wait for them; the failures, each with its log's path."""
+    """Run ``jobs`` and wait for them, the group jobs first, then the jobs of split sections whose groups all
+    succeeded; the failures, each with its log's path."""
     plan.save(folder)
     if not jobs:
         say(f"every section already has a valid partial result in {folder / PARTS}")
         return []
     executor = _executor(options, folder, f"sandboxes-{plan.chapter}")
-    failures = []
+    waiting = [job for job in jobs if not job.seeds and any(plan.split(name) for name in job.sections)]
+    failed = _run_wave(executor, plan, folder, [job for job in jobs if job not in waiting], options, say)
+    broken = {job.sections[0] for job, _ in failed if job.seeds}
+    held = [(job, f"{job.name}: not submitted, since a group job of it failed") for job in waiting
+            if job.sections[0] in broken]
+    failed += held + _run_wave(executor, plan, folder, [j for j in waiting if j.sections[0] not in broken], options,
+                               say)
+    return [message for _, message in failed]
+
+
+def _run_wave(executor: Any, plan: Plan, folder: Path, jobs: list[Job], options: JobOptions,
+              say: Callable[[str], None]) -> list[tuple[Job, str]]:
+    """Submit ``jobs`` and wait for every one; the jobs that failed, each with a line that names its log."""
+    failed = []
     # Slurm limits how many run at once itself; local processes are started max_jobs at a time
     batches = [jobs] if options.executor == "slurm" else [jobs[i:i + options.max_jobs]
                                                           for i in range(0, len(jobs), options.max_jobs)]
-    for batch in batches:
+    for batch in (b for b in batches if b):
         submitted = executor.map_array(run_job, [plan] * len(batch), batch, [str(folder)] * len(batch))
-        for job, sections in zip(submitted, batch):
-            say(f"job {job.job_id}: {', '.join(sections)}")
-        for job, sections in zip(submitted, batch):
+        for job, spec in zip(submitted, batch):
+            say(f"job {job.job_id}: {spec.name}")
+        for job, spec in zip(submitted, batch):
             try:
-                job.result()
+                say(f"job {job.job_id} done: {job.result()}")
             except Exception as err:  # noqa: BLE001 - a failed job is reported, whatever it raised
                 first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                failures.append(f"{', '.join(sections)}: job {job.job_id} failed ({first_line}); log {job.paths.stderr}")
-    return failures
+                failed.append((spec, f"{spec.name}: job {job.job_id} failed ({first_line}); log {job.paths.stderr}"))
+    return failed

@@ -144,14 +144,16 @@ class Chapter:
         return [s.name for s in self.sections if s.name in wanted]
 
     def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
-              device: str = "auto", progress: bool | None = None) -> "Run":
-        """Resolve and check the config and the seeds; no section runs yet."""
-        return Run(self, profile, overrides or {}, seeds, device, progress)
+              device: str = "auto", progress: bool | None = None, only_seeds: Sequence[int] = ()) -> "Run":
+        """Resolve and check the config and the seeds; no section runs yet. ``only_seeds``: run these of the
+        seeds alone (a cluster run's group job, which trains some seeds of a section for the job that runs it)."""
+        return Run(self, profile, overrides or {}, seeds, device, progress, tuple(only_seeds))
 
     def run(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
-            device: str = "auto", progress: bool | None = None, sections: Sequence[str] | None = None) -> Result:
+            device: str = "auto", progress: bool | None = None, sections: Sequence[str] | None = None,
+            only_seeds: Sequence[int] = ()) -> Result:
         """Run ``sections`` (default: all) and the sections they need; return one result with provenance."""
-        run = self.start(profile, overrides, seeds, device, progress)
+        run = self.start(profile, overrides, seeds, device, progress, only_seeds)
         names = [s.name for s in self.sections] if not sections else [self.section(n).name for n in sections]
         for name in self.closure(names):
             run.check_seeds(name)
@@ -186,6 +188,7 @@ class Run:
     n_seeds: int | None
     device_choice: str
     progress: bool | None
+    only_seeds: tuple[int, ...] = ()
     done: dict[str, Done] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -196,8 +199,11 @@ class Run:
             raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
         if self.chapter.check is not None:
             self.chapter.check(self.config, n_seeds)
+        if self.only_seeds and not (list(self.only_seeds) == sorted(set(self.only_seeds))
+                                    and set(self.only_seeds) <= set(range(n_seeds))):
+            raise ValueError(f"only_seeds must be distinct seeds of 0 .. {n_seeds - 1} in order, got {self.only_seeds}")
         device = pick_device(self.device_choice)
-        self.context = RunContext(self.profile, device, list(range(n_seeds)), self.progress)
+        self.context = RunContext(self.profile, device, list(self.only_seeds or range(n_seeds)), self.progress)
         self.commit = current_commit()
 
     def check_seeds(self, name: str) -> None:

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
-from . import heldout
+from . import heldout, members
 from .losses import IGNORE_INDEX
 from .runtime import seed_everything
 
@@ -414,6 +414,13 @@ def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
     return [first] * (len(chunks) - 1) + [last]
 
 
+def count_chunks(seq: Tensor, chunk: int) -> tuple[Tensor, ...]:
+    """``seq`` in chunks of ``chunk`` sequences for a :func:`calibrated_map` count; under :func:`calibrating` in
+    chunks of ``CALIBRATION_EVAL``, so that a plan times two short chunks and scales them to all (at a full
+    profile's size one chunk of hundreds of long strings takes minutes on the planning machine)."""
+    return seq.split(min(chunk, CALIBRATION_EVAL) if _calibration is not None else chunk)
+
+
 def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:
     """Bytes of one training step with ``members`` members at once."""
     weights, per_sequence = _member_bytes(make_model, task, config)
@@ -463,12 +470,11 @@ def _fit(
     tasks: list[Task],
     config: TrainConfig,
     device: torch.device,
-    batched: bool,
+    batched: bool,  # vmapped: decided by train() for the whole call, so a group of one runs as its members do
     progress: bool,
     eval_chunk: int,
     probe: Callable[[nn.Module], Sequence[float]] | None = None,
 ) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
-    batched = batched and len(seeds) > 1  # one member runs as a plain model: no vmap to pay for
     models = []
     for seed, make_model in zip(seeds, make_models):
         seed_everything(seed)
@@ -557,6 +563,25 @@ def train(
         raise ValueError("give one task and one model factory per seed, or a single one of each")
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
+    vmapped = batched and len(seeds) > 1  # one member runs as a plain model: no vmap to pay for
+    shared = members.active()
+    if shared is not None and _calibration is None:
+        return _train_shared(shared, makers, tasks, config, seeds, device, vmapped, progress, budget, probe)
+    return _train_all(makers, tasks, config, seeds, device, vmapped, progress, budget, probe)
+
+
+def _train_all(
+    makers: list[Callable[[], nn.Module]],
+    tasks: list[Task],
+    config: TrainConfig,
+    seeds: list[int],
+    device: torch.device,
+    vmapped: bool,
+    progress: bool,
+    budget: int | None,
+    probe: Callable[[nn.Module], Sequence[float]] | None,
+) -> TrainResult:
+    """:func:`train` of every member, in groups that fit ``budget`` (shortened under :func:`calibrating`)."""
     budget = memory_budget(device) if budget is None else budget
     if budget is None and _calibration is not None:  # planning a run sized for another machine: fit this one
         budget = _host_budget()
@@ -564,7 +589,7 @@ def train(
     if _calibration is not None:
         config = replace(config, steps=min(config.steps, _calibration.steps))
         _calibration.timing = _Timing()
-    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if batched else 1, budget)
+    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if vmapped else 1, budget)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     models, train_curves, eval_curves, probe_curves = [], [], [], []
@@ -573,7 +598,7 @@ def train(
     for group in groups[:1] if _calibration is not None else groups:
         trained, train_curve, eval_steps, eval_curve, probed = _fit(
             [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
-            config, device, batched, progress, eval_chunk, probe,
+            config, device, vmapped, progress, eval_chunk, probe,
         )
         models += trained
         train_curves.append(train_curve)
@@ -594,4 +619,48 @@ def train(
         wall_time=time.perf_counter() - start,
         config=config,
         probes=np.concatenate(probe_curves) if probe is not None else None,
+    )
+
+
+def _train_shared(
+    shared: members.Shared,
+    makers: list[Callable[[], nn.Module]],
+    tasks: list[Task],
+    config: TrainConfig,
+    seeds: list[int],
+    device: torch.device,
+    vmapped: bool,
+    progress: bool,
+    budget: int | None,
+    probe: Callable[[nn.Module], Sequence[float]] | None,
+) -> TrainResult:
+    """:func:`train` under :func:`members.sharing`: the members stored are loaded, the others trained and stored."""
+    start = time.perf_counter()
+    models, keys = [], []
+    for seed, make, task in zip(seeds, makers, tasks):
+        seed_everything(seed)  # as _fit seeds before it builds a member, so the key sees its initial weights
+        models.append(make())
+        keys.append(members.key(config, task, seed, models[-1], vmapped, device))
+    found = {i: stored for i, name in enumerate(keys) if (stored := members.load(shared, name)) is not None}
+    todo = [i for i in range(len(seeds)) if i not in found]
+    if todo:
+        fresh = _train_all([makers[i] for i in todo], [tasks[i] for i in todo], config, [seeds[i] for i in todo],
+                           device, vmapped, progress, budget, probe)
+        for row, i in enumerate(todo):
+            found[i] = members.Stored(fresh.models[row].state_dict(), fresh.train_loss[row], fresh.eval_steps,
+                                      fresh.eval_loss[row], None if fresh.probes is None else fresh.probes[row])
+            members.save(shared, keys[i], found[i])
+    shared.served, shared.trained = shared.served + len(seeds) - len(todo), shared.trained + len(todo)
+    for i, model in enumerate(models):
+        model.load_state_dict(found[i].state)
+    rows = [found[i] for i in range(len(seeds))]
+    return TrainResult(
+        seeds=list(seeds),
+        models=models,
+        train_loss=np.stack([r.train_loss for r in rows]),
+        eval_steps=rows[0].eval_steps,
+        eval_loss=np.stack([r.eval_loss for r in rows]),
+        wall_time=time.perf_counter() - start,
+        config=config,
+        probes=np.stack([r.probes for r in rows]) if probe is not None else None,
     )

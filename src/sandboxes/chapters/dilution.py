@@ -27,7 +27,7 @@ from ..profiles import (FLAG, Custom, Param, at_least, each, float_list, in_open
                         probability, with_reference)
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, still_descending, train
+from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, count_chunks, still_descending, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -325,7 +325,7 @@ def _errors(model: nn.Module, seq: Tensor, chunk: int = 256) -> tuple[int, int]:
         return read_errors(model(x.to(_device(model))).cpu(), x)
 
     with torch.no_grad():
-        counts = calibrated_map(read, seq.split(chunk))
+        counts = calibrated_map(read, count_chunks(seq, chunk))
     return sum(w for w, _ in counts), sum(t for _, t in counts)
 
 

@@ -35,7 +35,7 @@ from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import induction as theory
 from ..theory.induction import FORMED, PARENT_MASS, carried_weight, judged_positions
-from ..trainer import TrainConfig, budget_ran_out, calibrated_map, still_descending, train
+from ..trainer import TrainConfig, budget_ran_out, calibrated_map, count_chunks, still_descending, train
 
 GRAPHS = ("chain", "tree")
 MC_SIGMAS = 3.0  # a Monte Carlo difference counts when it exceeds three of its standard errors
@@ -482,7 +482,7 @@ EVAL_CHUNK = 512  # held-out sequences per forward pass: with the attention weig
 def _chunked(read: Callable[[Tensor], np.ndarray], seq: Tensor) -> np.ndarray:
     """``read`` applied to ``seq`` in chunks of ``EVAL_CHUNK`` sequences, without gradients, joined on axis 0."""
     with torch.no_grad():
-        return np.concatenate(calibrated_map(read, seq.split(EVAL_CHUNK)))
+        return np.concatenate(calibrated_map(read, count_chunks(seq, EVAL_CHUNK)))
 
 
 def _loss_per_sequence(model: nn.Module, seq: Tensor) -> np.ndarray:
