@@ -464,19 +464,32 @@ def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float, 
         )
 
 
-def _fit(
-    seeds: list[int],
-    make_models: list[Callable[[], nn.Module]],
-    tasks: list[Task],
-    config: TrainConfig,
-    device: torch.device,
-    batched: bool,  # vmapped: decided by train() for the whole call, so a group of one runs as its members do
-    progress: bool,
-    eval_chunk: int,
-    probe: Callable[[nn.Module], Sequence[float]] | None = None,
-) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
+@dataclass(frozen=True)
+class _Call:
+    """One :func:`train` call: its members (a model factory, a task and a seed each) and how they train."""
+
+    makers: list[Callable[[], nn.Module]]
+    tasks: list[Task]
+    seeds: list[int]
+    config: TrainConfig
+    device: torch.device
+    vmapped: bool  # decided for the whole call, so that a group of one member trains as it would among the others
+    progress: bool
+    budget: int | None
+    probe: Callable[[nn.Module], Sequence[float]] | None
+
+    def only(self, rows: Sequence[int]) -> "_Call":
+        """The same call for the members at ``rows``."""
+        return replace(self, makers=[self.makers[i] for i in rows], tasks=[self.tasks[i] for i in rows],
+                       seeds=[self.seeds[i] for i in rows])
+
+
+def _fit(call: _Call, eval_chunk: int) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
+    """Train the members of ``call`` at once (vmapped, or one plain model): models, curves, evaluation steps."""
+    seeds, tasks, config, device, batched, probe = (call.seeds, call.tasks, call.config, call.device, call.vmapped,
+                                                    call.probe)
     models = []
-    for seed, make_model in zip(seeds, make_models):
+    for seed, make_model in zip(seeds, call.makers):
         seed_everything(seed)
         models.append(make_model())
     template = models[0]
@@ -499,7 +512,7 @@ def _fit(
     checked, diverged = 0, set()
     eval_steps, eval_curve, probed = [], [], []
     label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
-    bar = tqdm(range(config.steps), desc=label, disable=not progress, leave=False, file=sys.stderr)
+    bar = tqdm(range(config.steps), desc=label, disable=not call.progress, leave=False, file=sys.stderr)
     if timing is not None:
         timing.groups += 1
     for step in bar:
@@ -563,43 +576,34 @@ def train(
         raise ValueError("give one task and one model factory per seed, or a single one of each")
     device = torch.device(device)
     progress = sys.stderr.isatty() if progress is None else progress
-    vmapped = batched and len(seeds) > 1  # one member runs as a plain model: no vmap to pay for
+    call = _Call(makers, tasks, seeds, config, device, batched and len(seeds) > 1,  # one member: a plain model
+                 progress, budget, probe)
     shared = members.active()
     if shared is not None and _calibration is None:
-        return _train_shared(shared, makers, tasks, config, seeds, device, vmapped, progress, budget, probe)
-    return _train_all(makers, tasks, config, seeds, device, vmapped, progress, budget, probe)
+        return _train_shared(shared, call)
+    return _train_all(call)
 
 
-def _train_all(
-    makers: list[Callable[[], nn.Module]],
-    tasks: list[Task],
-    config: TrainConfig,
-    seeds: list[int],
-    device: torch.device,
-    vmapped: bool,
-    progress: bool,
-    budget: int | None,
-    probe: Callable[[nn.Module], Sequence[float]] | None,
-) -> TrainResult:
-    """:func:`train` of every member, in groups that fit ``budget`` (shortened under :func:`calibrating`)."""
-    budget = memory_budget(device) if budget is None else budget
+def _train_all(call: _Call) -> TrainResult:
+    """:func:`train` of every member of ``call``, in groups that fit its budget (shortened under
+    :func:`calibrating`)."""
+    makers, tasks, seeds, config = call.makers, call.tasks, call.seeds, call.config
+    budget = memory_budget(call.device) if call.budget is None else call.budget
     if budget is None and _calibration is not None:  # planning a run sized for another machine: fit this one
         budget = _host_budget()
     planned_steps = config.steps
     if _calibration is not None:
         config = replace(config, steps=min(config.steps, _calibration.steps))
         _calibration.timing = _Timing()
-    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if vmapped else 1, budget)
+    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     models, train_curves, eval_curves, probe_curves = [], [], [], []
     eval_steps: list[int] = []
     # a calibration trains the first group alone: the others have its shapes, and its time is scaled to them
     for group in groups[:1] if _calibration is not None else groups:
-        trained, train_curve, eval_steps, eval_curve, probed = _fit(
-            [seeds[i] for i in group], [makers[i] for i in group], [tasks[i] for i in group],
-            config, device, vmapped, progress, eval_chunk, probe,
-        )
+        trained, train_curve, eval_steps, eval_curve, probed = _fit(replace(call.only(group), config=config),
+                                                                    eval_chunk)
         models += trained
         train_curves.append(train_curve)
         eval_curves.append(eval_curve)
@@ -618,34 +622,23 @@ def _train_all(
         eval_loss=np.concatenate(eval_curves),
         wall_time=time.perf_counter() - start,
         config=config,
-        probes=np.concatenate(probe_curves) if probe is not None else None,
+        probes=np.concatenate(probe_curves) if call.probe is not None else None,
     )
 
 
-def _train_shared(
-    shared: members.Shared,
-    makers: list[Callable[[], nn.Module]],
-    tasks: list[Task],
-    config: TrainConfig,
-    seeds: list[int],
-    device: torch.device,
-    vmapped: bool,
-    progress: bool,
-    budget: int | None,
-    probe: Callable[[nn.Module], Sequence[float]] | None,
-) -> TrainResult:
+def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
     """:func:`train` under :func:`members.sharing`: the members stored are loaded, the others trained and stored."""
     start = time.perf_counter()
+    seeds, config = call.seeds, call.config
     models, keys = [], []
-    for seed, make, task in zip(seeds, makers, tasks):
+    for seed, make, task in zip(seeds, call.makers, call.tasks):
         seed_everything(seed)  # as _fit seeds before it builds a member, so the key sees its initial weights
         models.append(make())
-        keys.append(members.key(config, task, seed, models[-1], vmapped, device))
+        keys.append(members.key(config, task, seed, models[-1], call.vmapped, call.device))
     found = {i: stored for i, name in enumerate(keys) if (stored := members.load(shared, name)) is not None}
     todo = [i for i in range(len(seeds)) if i not in found]
     if todo:
-        fresh = _train_all([makers[i] for i in todo], [tasks[i] for i in todo], config, [seeds[i] for i in todo],
-                           device, vmapped, progress, budget, probe)
+        fresh = _train_all(call.only(todo))
         for row, i in enumerate(todo):
             found[i] = members.Stored(fresh.models[row].state_dict(), fresh.train_loss[row], fresh.eval_steps,
                                       fresh.eval_loss[row], None if fresh.probes is None else fresh.probes[row])
@@ -662,5 +655,5 @@ def _train_shared(
         eval_loss=np.stack([r.eval_loss for r in rows]),
         wall_time=time.perf_counter() - start,
         config=config,
-        probes=np.stack([r.probes for r in rows]) if probe is not None else None,
+        probes=np.stack([r.probes for r in rows]) if call.probe is not None else None,
     )
