@@ -113,9 +113,15 @@ def test_a_section_split_into_seed_groups_merges_into_exactly_what_one_process_c
     assert _what_a_run_computed(merged) == _what_a_run_computed(json.loads(alone.to_json()))
     plan = cluster.Plan.load(folder)
     split = [name for name in plan.sections if plan.split(name)]
-    assert split == [s.name for s in get_chapter(chapter).sections if s.trains]
-    finished = [line for line in said if " done: " in line and "parts" in line and "members found stored" in line]
-    assert len(finished) == len(split) and all(line.endswith(", 0 trained") for line in finished)
+    assert split == [s.name for s in get_chapter(chapter).sections if s.trains and s.by_seed]
+    done = [found for line in said if (found := re.search(r" done: (.*): (\d+) members found stored, (\d+) trained$",
+                                                           line))]
+    for name in split:
+        (own,) = [found for found in done if found[1].endswith(f"/{cluster.PARTS}/{name}.json")]
+        groups = [found for found in done if found[1].startswith(f"{name} seeds ")]
+        assert own[3] == "0" and len(groups) == SPLIT_SEEDS // 2  # the section's own job trained nothing
+        # between them its group jobs met exactly the members it serves: none trained for two groups
+        assert sum(int(found[2]) + int(found[3]) for found in groups) == int(own[2]) > 0
 
 
 def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_folders, tmp_path):
@@ -188,6 +194,15 @@ def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_pat
     out = capsys.readouterr().out
     assert "3 jobs to run" in out and "learning seeds 0,1" in out and "learning seeds 2,3" in out
     assert "(after its group jobs; serves their members)" in out
+
+
+def test_a_rerun_may_split_what_is_left_differently_but_not_change_what_is_computed(tmp_path, capsys):
+    flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
+    common = ["run", "hmm", *flags, "--section", "learning", "--device", "cpu", "--executor", "local", "--folder",
+              str(tmp_path), "--dry-run"]
+    cluster.Plan.make("hmm", "quick", {k: str(v) for k, v in TINY["hmm"].items()}, 4, "cpu", ["learning"]).save(tmp_path)
+    assert main([*common, "--seeds", "4", "--seeds-per-job", "2"]) == 0  # how many seeds a job takes: no result
+    assert main([*common, "--seeds", "3"]) == 2 and "holds another plan" in capsys.readouterr().err
 
 
 def test_a_shorter_calibration_is_a_flag_and_says_so(tmp_path, capsys):

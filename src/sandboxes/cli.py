@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import bench, cluster
@@ -122,7 +123,9 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     plan = cluster.Plan.make(args.chapter, args.profile, _overrides(args.overrides), args.seeds, args.device,
                              args.sections, args.seeds_per_job)
     folder = Path(args.folder or f"runs/{plan.chapter}-{plan.profile}-jobs")
-    if (folder / cluster.PLAN_FILE).exists() and cluster.Plan.load(folder) != plan:
+    # how many seeds a job takes changes no result: a rerun may split what is left differently
+    if (folder / cluster.PLAN_FILE).exists() and replace(cluster.Plan.load(folder),
+                                                         seeds_per_job=plan.seeds_per_job) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
     jobs = cluster.pending_jobs(plan, folder)
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device

@@ -53,6 +53,7 @@ class Job:
 
     @property
     def name(self) -> str:
+        """How the plan and the logs name the job."""
         if self.seeds:
             return f"{self.sections[0]} seeds {','.join(map(str, self.seeds))}"
         return self.sections[0] if len(self.sections) == 1 else f"{len(self.sections)} theory sections"
@@ -90,7 +91,8 @@ class Plan:
     def groups(self, section: str) -> list[tuple[int, ...]]:
         """The seed groups of ``section``'s group jobs: none unless it trains and has more seeds than a job takes;
         a last group smaller than the others joins the one before when it would be too small to run alone."""
-        if self.seeds_per_job is None or not self._trains(section):
+        found = get_chapter(self.chapter).section(section)
+        if self.seeds_per_job is None or not (found.trains and found.by_seed):
             return []
         seeds = self.expected()[1]
         if len(seeds) <= self.seeds_per_job:
@@ -103,6 +105,7 @@ class Plan:
         return groups
 
     def _trains(self, section: str) -> bool:
+        """Whether ``section`` trains models (so it is a job of its own)."""
         return get_chapter(self.chapter).section(section).trains
 
     def jobs(self, sections: Sequence[str] | None = None) -> list[Job]:
@@ -128,6 +131,7 @@ class Plan:
         return cls(**{**body, "sections": tuple(body["sections"])})
 
     def split(self, section: str) -> bool:
+        """Whether ``section`` runs as group jobs and then its own."""
         return bool(self.groups(section))
 
     def expected(self) -> tuple[dict[str, Any], list[int]]:
@@ -160,6 +164,7 @@ def run_job(plan: Plan, job: Job, folder: str) -> str:
 
 
 def group_path(folder: Path, job: Job) -> Path:
+    """Where group job ``job`` leaves its marker when it has finished."""
     return folder / GROUPS / job.sections[0] / f"{'-'.join(map(str, job.seeds))}.json"
 
 
@@ -286,13 +291,12 @@ def plan_report(plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus
     unit = "GPU-hours" if gpus_per_job else "hours"
     lines = [f"{plan.chapter} at the {plan.profile} profile: {len(estimates)} jobs to run; estimated from a "
              f"{steps}-step calibration of each train() call on {measured_on}"]
-    for estimate_ in estimates:
-        hours = estimate_.seconds / 3600 * max(1, gpus_per_job)
-        note = f"  (calibration stopped early: {estimate_.error})" if estimate_.error else ""
-        if not estimate_.job.seeds and any(plan.split(name) for name in estimate_.job.sections):
+    for row in estimates:
+        hours = row.seconds / 3600 * max(1, gpus_per_job)
+        note = f"  (calibration stopped early: {row.error})" if row.error else ""
+        if not row.job.seeds and any(plan.split(name) for name in row.job.sections):
             note += "  (after its group jobs; serves their members)"
-        lines.append(f"  {estimate_.job.name:<24} {hours:9.3f} {unit}  largest step "
-                     f"{estimate_.step_bytes / 2**30:6.2f} GiB{note}")
+        lines.append(f"  {row.job.name:<24} {hours:9.3f} {unit}  largest step {row.step_bytes / 2**30:6.2f} GiB{note}")
     total = sum(e.seconds for e in estimates) / 3600 * max(1, gpus_per_job)
     lines.append(f"  {'total':<24} {total:9.3f} {unit}")
     return "\n".join(lines)

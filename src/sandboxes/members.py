@@ -11,7 +11,9 @@ section computes exactly what one process computes (``tests/test_cluster.py``).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ def active() -> Shared | None:
 
 
 def _bytes(tensor: Tensor) -> bytes:
+    """The raw bytes of ``tensor``, whatever its dtype and shape."""
     return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
@@ -63,7 +66,8 @@ def _described(thing: Any) -> str:
 def key(schedule: Any, task: Any, seed: int, model: nn.Module, vmapped: bool, device: torch.device) -> str:
     """What fixes one member's run, hashed: the schedule, the task (its repr and two sequences it draws), the seed,
     the architecture and the initial weights (which carry a first phase into a second), vmap or not, the device."""
-    described = (schedule, type(task).__qualname__, _described(task), seed, _described(model), vmapped, device.type)
+    described = (schedule, type(task).__qualname__, _described(task), seed, _described(model),
+                 _described(getattr(model, "config", None)), vmapped, device.type)  # config: settings without weights
     digest = hashlib.sha256(repr(described).encode())
     for tensor in task.sample(2, torch.Generator().manual_seed(0)):
         digest.update(_bytes(tensor))
@@ -84,6 +88,7 @@ class Stored:
 
 
 def _path(shared: Shared, member: str) -> Path:
+    """Where the member stored under ``member`` lives."""
     return shared.folder / f"{member}.pt"
 
 
@@ -107,6 +112,7 @@ def save(shared: Shared, member: str, stored: Stored) -> None:
             "eval_loss": torch.from_numpy(np.ascontiguousarray(stored.eval_loss)),
             "probes": None if stored.probes is None else torch.from_numpy(np.ascontiguousarray(stored.probes))}
     path = _path(shared, member)
-    temporary = path.with_suffix(".pt.tmp")
+    # a name of its own: two jobs may store the same member at once (two sections that share a first phase)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     torch.save(body, temporary)
     temporary.replace(path)

@@ -63,6 +63,7 @@ class Section:
     compute: Callable[..., Outcome[Any]]
     min_seeds: int = 1  # a section that compares seeds with each other needs several
     trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
+    by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
 
     @property
     def needs(self) -> tuple[str, ...]:

@@ -484,6 +484,15 @@ class _Call:
                        seeds=[self.seeds[i] for i in rows])
 
 
+def _check_again(train_loss: list[np.ndarray], eval_steps: np.ndarray, seeds: list[int], lr: float) -> None:
+    """The warnings :func:`_check_finite` gave at each evaluation while these members trained, given again in the
+    same order, for members served from a store instead of trained."""
+    losses, checked, diverged = torch.from_numpy(np.stack(train_loss)), 0, set()
+    for step in eval_steps:
+        _check_finite(losses[:, checked : int(step) + 1], checked, seeds, lr, diverged)
+        checked = int(step) + 1
+
+
 def _fit(call: _Call, eval_chunk: int) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
     """Train the members of ``call`` at once (vmapped, or one plain model): models, curves, evaluation steps."""
     seeds, tasks, config, device, batched, probe = (call.seeds, call.tasks, call.config, call.device, call.vmapped,
@@ -635,8 +644,13 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
         seed_everything(seed)  # as _fit seeds before it builds a member, so the key sees its initial weights
         models.append(make())
         keys.append(members.key(config, task, seed, models[-1], call.vmapped, call.device))
-    found = {i: stored for i, name in enumerate(keys) if (stored := members.load(shared, name)) is not None}
+    found = {i: stored for i, name in enumerate(keys) if (stored := members.load(shared, name)) is not None
+             and (call.probe is None or stored.probes is not None)}  # a member stored unprobed cannot serve a probe
     todo = [i for i in range(len(seeds)) if i not in found]
+    served = [i for i in range(len(seeds)) if i in found]
+    if served:  # the divergence warnings its training gave, which decide whether a failed row is undecided
+        _check_again([found[i].train_loss for i in served], found[served[0]].eval_steps, [seeds[i] for i in served],
+                     config.lr)
     if todo:
         fresh = _train_all(call.only(todo))
         for row, i in enumerate(todo):

@@ -916,8 +916,9 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep),
                       Section("reduced_flow", "The reduced gradient flow", reduced_flow),
                       Section("training", "Training: loss curves and predictions", training, trains=True),
-                      Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True),
+                      Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True,
+                              by_seed=False),  # grid_seeds per cell
                       Section("basin", "The basin of the bad minimum", basin, trains=True),
-                      Section("depth", "Depth two and more escape", depth, trains=True),
+                      Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False),  # depth_seeds
                       Section("multistate", "A multi-state chain", multistate, trains=True),
                   ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))
