@@ -210,34 +210,29 @@ def test_members_may_differ_in_task_and_initialisation():
     assert not np.array_equal(result.train_loss[0], result.train_loss[1])
 
 
-def test_a_diverged_member_is_reported_once_and_the_others_train_on():
-    def broken_model():
-        model = make_model()
-        if torch.initial_seed() == 1:
-            with torch.no_grad():
-                model.wte.weight.fill_(float("nan"))
-        return model
+def nan_for_seed_1():
+    """The model, with NaN embeddings when built under seed 1: a member whose training diverges at once."""
+    model = make_model()
+    if torch.initial_seed() == 1:
+        with torch.no_grad():
+            model.wte.weight.fill_(float("nan"))
+    return model
 
+
+def test_a_diverged_member_is_reported_once_and_the_others_train_on():
     with pytest.warns(TrainingDiverged, match=r"NaN/inf at step 0 for seed\(s\) \[1\]") as caught:
-        result = train(broken_model, TASK, CONFIG, seeds=[0, 1])
+        result = train(nan_for_seed_1, TASK, CONFIG, seeds=[0, 1])
     assert len([w for w in caught if w.category is TrainingDiverged]) == 1
     assert np.isfinite(result.eval_loss[0]).all() and not np.isfinite(result.eval_loss[1]).any()
 
 
 def test_a_served_member_that_diverged_warns_as_it_did_when_it_trained(tmp_path):
     # the warning decides whether a section's failed rows are undecided: a member served from a store must give it too
-    def broken_model():
-        model = make_model()
-        if torch.initial_seed() == 1:
-            with torch.no_grad():
-                model.wte.weight.fill_(float("nan"))
-        return model
-
     with members.sharing(tmp_path) as shared:
         with pytest.warns(TrainingDiverged) as trained:
-            train(broken_model, TASK, CONFIG, seeds=[0, 1, 2])
+            train(nan_for_seed_1, TASK, CONFIG, seeds=[0, 1, 2])
         with pytest.warns(TrainingDiverged) as served:
-            train(broken_model, TASK, CONFIG, seeds=[0, 1, 2])
+            train(nan_for_seed_1, TASK, CONFIG, seeds=[0, 1, 2])
     assert shared.served == 3
     messages = [[str(w.message) for w in caught if w.category is TrainingDiverged] for caught in (trained, served)]
     assert messages[0] == messages[1] and len(messages[0]) == 1 and "seed(s) [1]" in messages[0][0]

@@ -99,7 +99,7 @@ class Plan:
             return []
         size = self.seeds_per_job
         groups = [tuple(seeds[i:i + size]) for i in range(0, len(seeds), size)]
-        least = max(MIN_GROUP, get_chapter(self.chapter).section(section).min_seeds)
+        least = max(MIN_GROUP, found.min_seeds)
         if len(groups[-1]) < least:
             groups[-2:] = [groups[-2] + groups[-1]]
         return groups
@@ -154,10 +154,7 @@ def run_job(plan: Plan, job: Job, folder: str) -> str:
                              job.seeds)
     counts = f"{shared.served} members found stored, {shared.trained} trained"
     if job.seeds:
-        marker = group_path(root, job)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.with_suffix(".tmp").write_text(json.dumps(_group_record(plan, job)) + "\n")
-        marker.with_suffix(".tmp").replace(marker)
+        _write_atomically(group_path(root, job), json.dumps(_group_record(plan, job)) + "\n")
         return f"{job.name}: {counts}"
     (name,) = job.sections
     return f"{_save_atomically(only(result, name), part_path(root, name))}: {counts}"
@@ -198,8 +195,15 @@ def part_path(folder: Path, section: str) -> Path:
 
 
 def _save_atomically(result: Result, path: Path) -> Path:
-    """Write to a temporary name, then rename: a job killed while writing leaves no partial that looks whole."""
-    temporary = result.save(path.with_suffix(".json.tmp"))
+    """A partial result, written so that a job killed while writing leaves none that looks whole."""
+    return _write_atomically(path, result.to_json() + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> Path:
+    """Write to a temporary name, then rename: a job killed while writing leaves no file that looks whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(text)
     temporary.replace(path)
     return path
 
