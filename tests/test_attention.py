@@ -41,3 +41,31 @@ def test_the_plain_backend_when_a_caller_asks_for_it_has_a_second_derivative():
         (grad,) = torch.autograd.grad(causal_attention(q, k, v).square().sum(), q, create_graph=True)
         (second,) = torch.autograd.grad(grad.sum(), q)
     assert second.abs().sum() > 0
+
+
+@pytest.mark.parametrize("T", [1, 31, 32, 70, 200])
+def test_the_blocked_kernel_of_small_heads_gives_exact_attention_to_float32_round_off(T):
+    # blocks of 32 queries, the last one ragged; compared with PyTorch's plain formula in float64
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, T, 8, requires_grad=True) for _ in range(3))
+    out = causal_attention(q, k, v)
+    grad = torch.randn_like(out)
+    exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = F.scaled_dot_product_attention(*exact, is_causal=True)
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=1e-5)
+    for mine, theirs in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(expected, exact, grad.double())):
+        torch.testing.assert_close(mine.double(), theirs, rtol=0, atol=1e-5)
+
+
+def test_members_of_a_long_sequence_are_folded_bit_for_bit_as_alone():
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(3, 2, 1, 100, 8, requires_grad=True) for _ in range(3))
+    folded = vmap(causal_attention)(q, k, v)
+    grads = torch.autograd.grad(folded.square().sum(), (q, k, v))
+    for member in range(3):
+        alone = [t[member].detach().requires_grad_() for t in (q, k, v)]
+        out = causal_attention(*alone)
+        assert torch.equal(folded[member], out)
+        for mine, theirs in zip(grads, torch.autograd.grad(out.square().sum(), alone)):
+            assert torch.equal(mine[member], theirs)

@@ -73,6 +73,12 @@ def _norm(config: GPTConfig) -> nn.Module:
 FUSED_FROM = 128
 
 
+def _distance(T: int, device: torch.device) -> Tensor:
+    """Query position minus key position, ``(T, T)``: the fused causal kernels never need it, so it is made on demand."""
+    position = torch.arange(T, device=device)
+    return position[:, None] - position[None, :]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal softmax attention that can hand back its weights."""
 
@@ -86,25 +92,27 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """The attention output and, if ``need_weights``, the ``(B, H, T, T)`` weights.
 
-        Without the weights, from ``FUSED_FROM`` positions on, the fused kernel runs and never stores a
-        ``T x T`` matrix per head; below that the explicit softmax is as fast and vmaps without a loop.
+        Without the weights, from ``FUSED_FROM`` positions on, a fused kernel (``sandboxes.attention``) runs and
+        never builds the ``T x T`` masks; below that the explicit softmax is as fast and vmaps without a loop.
         """
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        position = torch.arange(T, device=x.device)
-        distance = position[:, None] - position[None, :]
         if not need_weights and T >= FUSED_FROM:
-            bias = None if not self.recency_slope else (
-                -self.recency_slope * distance.to(q.dtype)).masked_fill(distance < 0, float("-inf"))
+            bias = None if not self.recency_slope else self._recency(_distance(T, x.device), q.dtype)
             out = causal_attention(q, k, v, bias)
             return self.proj(out.transpose(1, 2).reshape(B, T, C)), None
+        distance = _distance(T, x.device)
         scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
         if self.recency_slope:
             scores = scores - self.recency_slope * distance.to(scores.dtype)
         weights = scores.masked_fill(distance < 0, float("-inf")).softmax(dim=-1)
         out = (weights @ v).transpose(1, 2).reshape(B, T, C)
         return self.proj(out), weights
+
+    def _recency(self, distance: Tensor, dtype: torch.dtype) -> Tensor:
+        """The additive recency bias, ``-slope x distance`` on and below the diagonal, ``-inf`` above it."""
+        return (-self.recency_slope * distance.to(dtype)).masked_fill(distance < 0, float("-inf"))
 
 
 class MLP(nn.Module):

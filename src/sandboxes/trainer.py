@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from . import heldout, members
 from .losses import IGNORE_INDEX
-from .runtime import seed_everything
+from .runtime import keep_freed_memory, seed_everything
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -584,6 +584,7 @@ def train(
     if not len(tasks) == len(makers) == len(seeds):
         raise ValueError("give one task and one model factory per seed, or a single one of each")
     device = torch.device(device)
+    keep_freed_memory()
     progress = sys.stderr.isatty() if progress is None else progress
     call = _Call(makers, tasks, seeds, config, device, batched and len(seeds) > 1,  # one member: a plain model
                  progress, budget, probe)
