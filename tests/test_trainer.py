@@ -12,7 +12,7 @@ from torch.func import vmap
 
 from sandboxes import members
 from sandboxes.data.flipflop import FlipFlop
-from sandboxes.data.markov import MarkovChain
+from sandboxes.data.markov import MarkovChain, symmetric_kernel
 from sandboxes.model import GPT, GPTConfig
 from sandboxes.runtime import seed_everything
 from sandboxes.theory.markov import binary_config
@@ -192,11 +192,28 @@ def test_activation_count_grows_with_the_batch_and_with_the_square_of_the_length
     assert count(4, 128) > 2 * count(4, 64)
 
 
+@pytest.mark.parametrize("d_model, n_head", [(8, 1), (64, 2)], ids=["blocked kernel", "flash kernel"])
+def test_the_count_on_the_meta_device_is_what_a_cpu_step_keeps(d_model, n_head):
+    length, n = 160, 3
+    model = GPT(GPTConfig(vocab_size=5, block_size=length, n_layer=2, n_head=n_head, d_model=d_model))
+    task = MarkovChain(symmetric_kernel(5, 0.3), length)
+    x, y = task.sample(n, torch.Generator().manual_seed(0))
+    kept: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        kept[id(tensor)] = tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        task.loss(model(x), y)
+    assert activation_bytes(model, task, n, "cpu") == sum(kept.values())
+
+
 def test_a_small_memory_budget_splits_the_ensemble_into_groups_without_changing_any_run():
     whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
     one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
         p.numel() for p in make_model().parameters())
-    group, chunk = _plan(make_model, TASK, CONFIG, 3, one_member + 1)
+    group, chunk = _plan(make_model, TASK, CONFIG, 3, one_member + 1, torch.device("cpu"))
     assert group == 1 and chunk < CONFIG.eval_size
     split = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], budget=one_member + 1)
     assert np.allclose(split.train_loss, whole.train_loss, rtol=1e-5, atol=1e-6)

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from . import heldout, members
 from .losses import IGNORE_INDEX
+from .attention import kernels_of
 from .runtime import keep_freed_memory, seed_everything
 
 In = TypeVar("In")
@@ -230,11 +231,12 @@ def _optimizer(runner: nn.Module, config: TrainConfig, batched: bool) -> torch.o
                              betas=config.betas)
 
 
-def activation_bytes(model: nn.Module, task: Task, n: int) -> int:
-    """Bytes autograd keeps for the backward pass of ``model`` on ``n`` samples of ``task``.
+def activation_bytes(model: nn.Module, task: Task, n: int, device_type: str = "cpu") -> int:
+    """Bytes autograd keeps for the backward pass of ``model`` on ``n`` samples of ``task`` on a ``device_type``.
 
     Counted on a copy of the model on the ``meta`` device, where shapes propagate but nothing is
-    computed, so the count is free even for sizes that would not fit anywhere.
+    computed, so the count is free even for sizes that would not fit anywhere; attention counts the
+    kernel ``device_type`` runs (on a CPU, one that keeps its exponentials).
     """
     x, y = task.sample(1, torch.Generator().manual_seed(0))
     x_meta = torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta")
@@ -245,7 +247,7 @@ def activation_bytes(model: nn.Module, task: Task, n: int) -> int:
         saved[id(tensor)] = tensor.numel() * tensor.element_size()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), kernels_of(device_type):
         task.loss(copy.deepcopy(model).to("meta")(x_meta), y_meta)
     return sum(saved.values())
 
@@ -282,21 +284,23 @@ def _host_budget() -> int:
     return available // 2
 
 
-def _member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig) -> tuple[int, float]:
-    """One member's bytes in a training step: its weights, gradients and Adam's two moments, and its activations
-    per sequence."""
+def _member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig,
+                  device: torch.device) -> tuple[int, float]:
+    """One member's bytes in a training step on ``device``: its weights, gradients and Adam's two moments, and its
+    activations per sequence."""
     model = make_model()
     weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
-    return weights, activation_bytes(model, task, config.batch_size) / config.batch_size
+    return weights, activation_bytes(model, task, config.batch_size, device.type) / config.batch_size
 
 
 def _plan(
-    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None
+    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None,
+    device: torch.device,
 ) -> tuple[int, int]:
-    """Members per group and held-out sequences per chunk that keep one step within ``budget`` bytes."""
+    """Members per group and held-out sequences per chunk that keep one step on ``device`` within ``budget`` bytes."""
     if budget is None:
         return members, config.eval_size
-    weights, per_sequence = _member_bytes(make_model, task, config)
+    weights, per_sequence = _member_bytes(make_model, task, config, device)
     group = int(max(1, min(members, budget // (weights + per_sequence * config.batch_size))))
     chunk = int(max(1, min(config.eval_size, budget // (group * per_sequence))))
     return group, chunk
@@ -421,9 +425,10 @@ def count_chunks(seq: Tensor, chunk: int) -> tuple[Tensor, ...]:
     return seq.split(min(chunk, CALIBRATION_EVAL) if _calibration is not None else chunk)
 
 
-def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int) -> int:
-    """Bytes of one training step with ``members`` members at once."""
-    weights, per_sequence = _member_bytes(make_model, task, config)
+def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int,
+                device: torch.device) -> int:
+    """Bytes of one training step on ``device`` with ``members`` members at once."""
+    weights, per_sequence = _member_bytes(make_model, task, config, device)
     return int(members * (weights + per_sequence * config.batch_size))
 
 
@@ -605,7 +610,7 @@ def _train_all(call: _Call) -> TrainResult:
     if _calibration is not None:
         config = replace(config, steps=min(config.steps, _calibration.steps))
         _calibration.timing = _Timing()
-    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget)
+    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget, call.device)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     models, train_curves, eval_curves, probe_curves = [], [], [], []
@@ -620,7 +625,7 @@ def _train_all(call: _Call) -> TrainResult:
         probe_curves.append(probed)
     if _calibration is not None:
         _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
-                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size),
+                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size, call.device),
                                             len(groups)))
         models, train_curves, eval_curves, probe_curves = _repeated(len(seeds), models, train_curves, eval_curves,
                                                                     probe_curves)
