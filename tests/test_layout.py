@@ -22,7 +22,7 @@ CHAPTERS = [chapter.name for chapter in all_chapters()]
 # A layer is a top-level module or a subpackage; imports under ``if TYPE_CHECKING:`` are annotations only.
 ALLOWED = {
     "claims": set(), "profiles": set(), "runtime": set(), "losses": set(), "heldout": set(), "plotting": set(),
-    "attention": set(), "model": {"attention"}, "probes": set(),
+    "attention": {"runtime"}, "model": {"attention"}, "probes": set(),
     "results": {"claims"},
     "members": set(),
     "trainer": {"heldout", "losses", "members", "runtime"},

@@ -14,13 +14,13 @@ several times faster than ``exp`` on a CPU) and keeps for the backward pass inst
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .runtime import kernel_device
 
 _FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
@@ -129,21 +129,6 @@ class _BlockedAttention(torch.autograd.Function):
         return tuple(t.reshape(n, -1, *t.shape[1:]) for t in outputs), (0,) * len(outputs)
 
 
-_meta_stands_for: str | None = None
-
-
-@contextmanager
-def kernels_of(device_type: str) -> Iterator[None]:
-    """Attention on the ``meta`` device takes the kernel of ``device_type``: a count of the bytes a training step
-    keeps (``sandboxes.trainer.activation_bytes``) is then the count for the device that will train."""
-    global _meta_stands_for
-    before, _meta_stands_for = _meta_stands_for, device_type
-    try:
-        yield
-    finally:
-        _meta_stands_for = before
-
-
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:
     """Causal softmax attention of ``(B, H, T, d)`` inputs; ``bias``, a ``(T, T)`` additive mask, replaces causality.
 
@@ -151,7 +136,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None
     ``SMALL_HEAD`` dimensions); elsewhere, or where a caller chose another backend (the exact Hessians choose the
     plain formula, which has a second derivative), PyTorch's.
     """
-    device = _meta_stands_for if q.device.type == "meta" and _meta_stands_for else q.device.type
+    device = kernel_device(q.device)
     if device == "cpu" and torch.backends.cuda.flash_sdp_enabled():
         if bias is None and q.shape[-1] <= SMALL_HEAD:
             return _BlockedAttention.apply(q, k, v)[0]

@@ -6,6 +6,8 @@ import ctypes
 import ctypes.util
 import functools
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 import platform
 import random
 import zlib
@@ -50,6 +52,26 @@ def keep_freed_memory() -> bool:
     if libc is None or not hasattr(libc, "mallopt"):
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MAP_FROM_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
+
+
+_meta_stands_for: str | None = None
+
+
+@contextmanager
+def counting_for(device_type: str) -> Iterator[None]:
+    """Within it, a computation on the ``meta`` device picks the kernels of ``device_type`` (:func:`kernel_device`):
+    a count of the bytes a training step keeps is then the count for the device that will train."""
+    global _meta_stands_for
+    before, _meta_stands_for = _meta_stands_for, device_type
+    try:
+        yield
+    finally:
+        _meta_stands_for = before
+
+
+def kernel_device(device: torch.device) -> str:
+    """The device type whose kernels a computation on ``device`` runs (or, on ``meta``, counts)."""
+    return _meta_stands_for if device.type == "meta" and _meta_stands_for else device.type
 
 
 def pick_device(name: str = "auto") -> torch.device:

@@ -32,8 +32,7 @@ from tqdm import tqdm
 
 from . import heldout, members
 from .losses import IGNORE_INDEX
-from .attention import kernels_of
-from .runtime import keep_freed_memory, seed_everything
+from .runtime import counting_for, keep_freed_memory, seed_everything
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -247,7 +246,7 @@ def activation_bytes(model: nn.Module, task: Task, n: int, device_type: str = "c
         saved[id(tensor)] = tensor.numel() * tensor.element_size()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), kernels_of(device_type):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), counting_for(device_type):
         task.loss(copy.deepcopy(model).to("meta")(x_meta), y_meta)
     return sum(saved.values())
 
