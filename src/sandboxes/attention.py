@@ -26,6 +26,17 @@ _FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
+def _folded(n: int, in_dims: tuple, *tensors: Tensor) -> list[Tensor]:
+    """The ``n`` members' tensors with the member axis folded into the batch axis (a shared tensor repeated)."""
+    members = [t.movedim(d, 0) if d is not None else t.expand(n, *t.shape) for t, d in zip(tensors, in_dims)]
+    return [t.reshape(-1, *t.shape[2:]) for t in members]
+
+
+def _unfolded(n: int, outputs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+    """A kernel's outputs on folded inputs with the member axis split off again, and the vmap out-dims."""
+    return tuple(t.reshape(n, -1, *t.shape[1:]) for t in outputs), (0,) * len(outputs)
+
+
 class _FlashAttention(torch.autograd.Function):
     """The CPU flash kernel with its own backward and a vmap rule that folds members into the batch."""
 
@@ -49,20 +60,18 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor,
-             bias: Tensor | None) -> tuple[tuple[Tensor, Tensor], tuple[int, int]]:
+             bias: Tensor | None) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
         if bias is not None and in_dims[3] is not None:
             raise NotImplementedError("a per-member attention bias is not folded")
-        n = info.batch_size
-        members = [t.movedim(d, 0) if d is not None else t.expand(n, *t.shape) for t, d in zip((q, k, v), in_dims)]
-        out, logsumexp = _FlashAttention.apply(*(t.reshape(-1, *t.shape[2:]) for t in members), bias)
-        return (out.reshape(n, -1, *out.shape[1:]), logsumexp.reshape(n, -1, *logsumexp.shape[1:])), (0, 0)
+        return _unfolded(info.batch_size, _FlashAttention.apply(*_folded(info.batch_size, in_dims, q, k, v), bias))
 
 
-# Query blocks of 64: at T = 1024 smaller (so more) blocks cost more in per-call overhead (one head of dimension 8, forward and
-# backward: 4.6 ms with blocks of 32 against 3.4 with 64 for one sequence), larger ones in cache (16 sequences: 19.7
-# ms with 32, 18.6 with 64, 20.3 with 128). From a head dimension of 32 on the flash kernel is as fast (batch 16:
-# head dimension 8 at T = 1024, 18 against 42 ms; 16 at T = 1024, 26 against 31 ms; 32 at T = 256 and 2 heads, 32
-# against 31 ms). The block does not depend on the batch, so a member's numbers do not depend on its ensemble.
+# Query blocks of 64: at T = 1024 smaller (so more) blocks cost more in per-call overhead (one head of dimension
+# 8, forward and backward: 4.6 ms with blocks of 32 against 3.4 with 64 for one sequence), larger ones in cache (16
+# sequences: 19.7 ms with 32, 18.6 with 64, 20.3 with 128). From a head dimension of 32 on the flash kernel is as
+# fast (batch 16: head dimension 8 at T = 1024, 18 against 42 ms; in a prototype with blocks of 32, 16 at T = 1024,
+# 26 against 31 ms, and 32 at T = 256 and 2 heads, 32 against 31 ms). The block does not depend on the batch, so a
+# member's numbers do not depend on its ensemble.
 BLOCK = 64
 SMALL_HEAD = 16
 _LOG2E = math.log2(math.e)
@@ -123,10 +132,7 @@ class _BlockedAttention(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
-        n = info.batch_size
-        members = [t.movedim(d, 0) if d is not None else t.expand(n, *t.shape) for t, d in zip((q, k, v), in_dims)]
-        outputs = _BlockedAttention.apply(*(t.reshape(-1, *t.shape[2:]) for t in members))
-        return tuple(t.reshape(n, -1, *t.shape[1:]) for t in outputs), (0,) * len(outputs)
+        return _unfolded(info.batch_size, _BlockedAttention.apply(*_folded(info.batch_size, in_dims, q, k, v)))
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -74,7 +74,7 @@ FUSED_FROM = 128
 
 
 def _distance(T: int, device: torch.device) -> Tensor:
-    """Query position minus key position, ``(T, T)``: the fused causal kernels never need it, so it is made on demand."""
+    """Query position minus key position, ``(T, T)``; made on demand, since the fused causal kernels never read it."""
     position = torch.arange(T, device=device)
     return position[:, None] - position[None, :]
 

@@ -6,11 +6,11 @@ import ctypes
 import ctypes.util
 import functools
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 import platform
 import random
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch

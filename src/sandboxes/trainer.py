@@ -623,9 +623,9 @@ def _train_all(call: _Call) -> TrainResult:
         eval_curves.append(eval_curve)
         probe_curves.append(probed)
     if _calibration is not None:
+        step_bytes = _step_bytes(makers[0], tasks[0], config, size, call.device)
         _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
-                                            _calibration.timing, _step_bytes(makers[0], tasks[0], config, size, call.device),
-                                            len(groups)))
+                                            _calibration.timing, step_bytes, len(groups)))
         models, train_curves, eval_curves, probe_curves = _repeated(len(seeds), models, train_curves, eval_curves,
                                                                     probe_curves)
     return TrainResult(
