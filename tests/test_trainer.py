@@ -1,7 +1,10 @@
 """The trainer: reproducible, batched equals looped, NaN is an error, schedules are right."""
 
 import copy
+import ctypes
+import ctypes.util
 import math
+import platform
 import time
 from dataclasses import replace
 
@@ -14,7 +17,7 @@ from sandboxes import members
 from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain, symmetric_kernel
 from sandboxes.model import GPT, GPTConfig
-from sandboxes.runtime import seed_everything
+from sandboxes.runtime import keep_freed_memory, seed_everything
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
     Ensemble,
@@ -351,3 +354,23 @@ def test_a_calibrated_map_inside_another_is_scaled_once():
     (call,) = calls
     assert call.step_bytes == 0 and call.wall_time == pytest.approx(4 * 0.01, rel=0.5)
     assert call.estimated_s == pytest.approx(4 * 6 * 0.01, rel=0.5)
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33 on): ``hblks`` counts the blocks mapped on their own."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="glibc's allocator")
+def test_after_keep_freed_memory_a_block_larger_than_any_mmap_threshold_comes_from_the_heap():
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc before 2.33 has no mallinfo2")
+    libc.mallinfo2.restype = _MallInfo2
+    assert keep_freed_memory()
+    mapped = libc.mallinfo2().hblks
+    block = torch.empty(48 << 20, dtype=torch.uint8)  # 48 MiB: over glibc's largest threshold, 32 MiB
+    assert libc.mallinfo2().hblks == mapped
+    del block

@@ -32,26 +32,31 @@ def member_seed(*settings: object) -> int:
     return zlib.crc32(repr(settings).encode()) % 2**31
 
 
-# glibc's mallopt parameters (malloc.h): blocks above the mmap threshold are mapped and unmapped one by one, and
-# free memory above the trim threshold at the top of the heap goes back to the system.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# glibc's mallopt parameters (malloc.h): free memory above the trim threshold at the top of the heap goes back to
+# the system, and blocks above the mmap threshold (at most 32 MiB on 64-bit systems) are mapped and unmapped one by
+# one, up to a count of mapped blocks (0: none; glibc still maps a block where the heap cannot grow).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _KEEP_BYTES = 1 << 30
-_MAP_FROM_BYTES = 1 << 25  # glibc's largest mmap threshold on 64-bit systems
 
 
 @functools.cache
 def keep_freed_memory() -> bool:
     """Have glibc keep freed memory for the next step instead of returning it; False where there is no glibc.
 
-    A training step on a CPU allocates and frees the same buffers of several MiB every time; by default glibc hands
-    them back to the system, and the next step pays a page fault for every 4 KiB of them again (at the Markov
-    paper's length, about a third of a step). Only the speed changes, never a number.
+    A training step on a CPU allocates and frees the same buffers every time; by default glibc hands blocks of a
+    few MiB back to the system, and the next step pays a page fault for every 4 KiB of them again (at the Markov
+    paper's length, about a third of a step). The mmap threshold can rise to 32 MiB at most, and a batched
+    ensemble's blocks can be larger (eight members at T = 1024 keep 32 MiB of attention weights for the last block
+    of queries, at the threshold with glibc's header), so no block is mapped on its own: at the induction chapter's
+    trigger setting eight batched members spent 9 to 11 s of system time in 10 steps with mapped blocks and ran
+    slower than the same members one after another.
+    Only the speed changes, never a number.
     """
     path = ctypes.util.find_library("c")
     libc = ctypes.CDLL(path) if path and platform.system() == "Linux" else None
     if libc is None or not hasattr(libc, "mallopt"):
         return False
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MAP_FROM_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
 
 
 _meta_stands_for: str | None = None
