@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch.func import vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sandboxes import attention
 from sandboxes.attention import causal_attention
 
 
@@ -59,9 +60,11 @@ def test_the_blocked_kernel_of_small_heads_gives_exact_attention_to_float32_roun
         torch.testing.assert_close(ours.double(), theirs, rtol=0, atol=1e-5)
 
 
-def test_members_of_a_long_sequence_are_folded_bit_for_bit_as_alone():
+@pytest.mark.parametrize("B, T", [(2, 100), (1, 100), (5, 100), (3, 20)])
+def test_members_are_folded_bit_for_bit_as_alone_whatever_their_batch_and_length(B, T):
+    # the blocked kernel from T = 1 on; ragged lengths and odd batches put members at every offset of a block
     torch.manual_seed(4)
-    q, k, v = (torch.randn(3, 2, 1, 100, 8, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(3, B, 1, T, 8, requires_grad=True) for _ in range(3))
     folded = vmap(causal_attention)(q, k, v)
     grads = torch.autograd.grad(folded.square().sum(), (q, k, v))
     for member in range(3):
@@ -70,3 +73,21 @@ def test_members_of_a_long_sequence_are_folded_bit_for_bit_as_alone():
         assert torch.equal(folded[member], out)
         for mine, theirs in zip(grads, torch.autograd.grad(out.square().sum(), alone)):
             assert torch.equal(mine[member], theirs)
+
+
+@pytest.mark.parametrize("vmapped", [False, True], ids=["alone", "vmapped"])
+def test_tiles_of_sequences_change_no_number(vmapped, monkeypatch):
+    # T = 100 in 2 blocks; tiles of 3 sequences split the 6 folded ones mid-member (2 per member), and 5 alone in 3
+    torch.manual_seed(5)
+    shape = (3, 2, 1, 100, 8) if vmapped else (5, 1, 100, 8)
+    q, k, v = (torch.randn(*shape, requires_grad=True) for _ in range(3))
+    attend = vmap(causal_attention) if vmapped else causal_attention
+
+    def outputs() -> list[torch.Tensor]:
+        out = attend(q, k, v)
+        return [out, *torch.autograd.grad(out.square().sum(), (q, k, v))]
+
+    whole = outputs()
+    monkeypatch.setattr(attention, "TILE_BYTES", (3 if vmapped else 2) * attention.BLOCK * 100 * 4)
+    for tiled, untiled in zip(outputs(), whole):
+        assert torch.equal(tiled, untiled)
