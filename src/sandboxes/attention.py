@@ -79,6 +79,7 @@ SMALL_HEAD = 16
 # 195 to 228 ms at once; 172 to 203 in tiles of 16, 254 to 263 in tiles of 8). Rows are independent, so a tile
 # changes no number.
 TILE_BYTES = 8 << 20
+SAFE_SCORE = 63.0  # scores in base 2 whose exp2 (2^-63 to 2^63) and any row's sum of them are normal float32s
 _LOG2E = math.log2(math.e)
 
 
@@ -108,11 +109,18 @@ class _BlockedAttention(torch.autograd.Function):
         scaled = q * (d ** -0.5 * _LOG2E)  # exp2 of the scores in base 2 is exp of the scores
         keys, values = _columns(k), _columns(v)
         above = q.new_full((BLOCK, BLOCK), float("-inf")).triu_(1)
+        # A row's scores lie within +-|q_i| max_j |k_j|; where that is at most SAFE_SCORE their exp2 is a normal float
+        # without the usual shift by the row's maximum, which then costs two passes over the block only for the
+        # rows beyond it (subtracting 0 from the others changes no bit, so a row never depends on its neighbours).
+        near = scaled.norm(dim=-1).mul_(k.norm(dim=-1).amax(-1, keepdim=True)).le(SAFE_SCORE).unsqueeze(-1)
+        shifted = q.device.type != "meta" and not bool(near.all())  # a count on the meta device has no values
         outs, inverse_totals, exps = [], [], []
         for start, end in _spans(T):
             exp = torch.bmm(scaled[:, start:end], keys[:, :, :start + BLOCK])
             exp[:, :, start:].add_(above[:end - start])
-            exp.sub_(exp.amax(-1, keepdim=True)).exp2_()
+            if shifted:
+                exp.sub_(exp.amax(-1, keepdim=True).masked_fill_(near[:, start:end], 0.0))
+            exp.exp2_()
             inverse = exp.sum(-1).reciprocal_().unsqueeze(1)  # (n, 1, queries): the weights are exp / its row sum
             outs.append(torch.bmm(values[:, :, :start + BLOCK], exp.transpose(1, 2)).mul_(inverse))
             inverse_totals.append(inverse)
