@@ -46,11 +46,10 @@ def keep_freed_memory() -> bool:
     A training step on a CPU allocates and frees the same buffers every time; by default glibc hands blocks of a
     few MiB back to the system, and the next step pays a page fault for every 4 KiB of them again (at the Markov
     paper's length, about a third of a step). The mmap threshold can rise to 32 MiB at most, and a batched
-    ensemble's blocks can be larger (eight members at T = 1024 keep 32 MiB of attention weights for the last block
-    of queries, at the threshold with glibc's header), so no block is mapped on its own: at the induction chapter's
-    trigger setting eight batched members spent 9 to 11 s of system time in 10 steps with mapped blocks and ran
-    slower than the same members one after another.
-    Only the speed changes, never a number.
+    ensemble's tensors can be larger (eight trigger-task members at batch 64 and T = 256 hold activations of exactly
+    32 MiB, over the threshold with glibc's header), so no block is mapped on its own: with mapped blocks those
+    members spent 9 to 11 s of system time in 10 steps and ran slower than the same members one after another.
+    Speed and resident memory change (freed blocks stay in the heap, see ``trainer._host_budget``), never a number.
     """
     path = ctypes.util.find_library("c")
     libc = ctypes.CDLL(path) if path and platform.system() == "Linux" else None
