@@ -70,8 +70,8 @@ class _FlashAttention(torch.autograd.Function):
 # 8, forward and backward: 4.6 ms with blocks of 32 against 3.4 with 64 for one sequence), larger ones in cache (16
 # sequences: 19.7 ms with 32, 18.6 with 64, 20.3 with 128). From a head dimension of 32 on the flash kernel is as
 # fast (batch 16: head dimension 8 at T = 1024, 18 against 42 ms; in a prototype with blocks of 32, 16 at T = 1024,
-# 26 against 31 ms, and 32 at T = 256 and 2 heads, 32 against 31 ms). The block does not depend on the batch, so a
-# member's numbers do not depend on its ensemble.
+# 26 against 31 ms, and 32 at T = 256 and 2 heads, 32 against 31 ms). The block does not depend on the batch and
+# the keys are padded to whole blocks (`_columns`), so a member's numbers do not depend on its ensemble.
 BLOCK = 64
 SMALL_HEAD = 16
 # Sequences are run in tiles whose last block of weights takes at most 8 MiB, so that a block's passes stay in cache
