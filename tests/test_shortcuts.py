@@ -489,6 +489,16 @@ def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
     assert easy[0].holds is None and "--set steps=" in easy[0].reason
 
 
+def test_drops_of_a_gpt_cut_short_before_it_solved_the_training_law_are_undecided_however_large():
+    # a GPT still descending at 94% in distribution drops 25 points under shift: the theorem speaks of one that
+    # solves the training law, so neither the precondition nor the drops hold yet
+    unsolved = ([0.94, 0.94, 0.94, 0.8, 0.7], [0.94, 0.94, 0.7, 0.6])
+    rows = chapter.brittleness_claims({**_parity_data(gpt=unsolved), "still_descending": {"gpt": 1, "lstm": 0,
+                                                                                        "scratchpad": 0}}, QUICK)
+    assert [c.holds for c in rows if c.name.startswith("parity GPT")] == [None] * 3
+    assert all("not yet solved the training law" in c.reason for c in rows if "minus" in c.name)
+
+
 def test_drops_too_small_for_the_eval_set_make_no_row():
     # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
     coarse = {**QUICK, "eval_size": 8, "gap": 0.05}

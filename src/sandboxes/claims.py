@@ -47,8 +47,11 @@ class Claim:
 
         ``unsettled`` says what was still moving and what budget would decide the claim.
         """
-        if self.holds or settled:
-            return self
+        return self if self.holds or settled else self.undecided(unsettled)
+
+    def undecided(self, unsettled: str) -> "Claim":
+        """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,
+        say) was not reached; ``unsettled`` says what was missing and what budget would decide it."""
         return replace(self, holds=None, reason=f"{self.reason}; undecided at this budget: {unsettled}")
 
     @classmethod
