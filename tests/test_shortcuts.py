@@ -499,6 +499,25 @@ def test_drops_of_a_gpt_cut_short_before_it_solved_the_training_law_are_undecide
     assert all("not yet solved the training law" in c.reason for c in rows if "minus" in c.name)
 
 
+def test_a_hard_automaton_below_the_bound_while_its_runs_still_descend_is_undecided_not_held():
+    # A5 far below `threshold - gap` at depths 1 and 2: holds once its runs settled, "not yet" while one still fell
+    acc = np.full((2, 2, 2), 0.3)
+    moving = np.zeros_like(acc, dtype=bool)
+    assert _hard_row(acc, moving).holds is True
+    moving[1, 1, 0] = True
+    row = _hard_row(acc, moving)
+    assert row.holds is None and "1 runs at those depths were still descending" in row.reason
+    acc[1, 0, 1] = 0.97  # above the bound: it already happened, whatever still moves
+    assert _hard_row(acc, moving).holds is False
+
+
+def _hard_row(acc, moving):
+    rows = chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "easy": "", "hard": "A5",
+                                                                                 "shallow_depth": 2}, moving)
+    assert [r.name.split(":")[0] for r in rows] == ["A5 (non-solvable)"]
+    return rows[0]
+
+
 def test_drops_too_small_for_the_eval_set_make_no_row():
     # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
     coarse = {**QUICK, "eval_size": 8, "gap": 0.05}

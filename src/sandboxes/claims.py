@@ -7,7 +7,8 @@ notebook, the book build and the tests.
 
 A claim has three verdicts: it holds (``holds`` is ``True``), it fails (``False``), or it is
 *undecided at this budget* (``None``): a claim about eventual behaviour (an escape, a convergence)
-whose run had not settled when its budget ran out. An undecided claim never counts as holding,
+that fails, or one that something never happens that holds, while its run had not settled when its
+budget ran out. An undecided claim never counts as holding,
 and never as failing; its reason says what budget would decide it.
 """
 
@@ -48,6 +49,11 @@ class Claim:
         ``unsettled`` says what was still moving and what budget would decide the claim.
         """
         return self if self.holds or settled else self.undecided(unsettled)
+
+    def so_far(self, settled: bool, unsettled: str) -> "Claim":
+        """This claim that something does not happen (a run stays below a bound), undecided if it holds while the
+        run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
+        return self if self.holds is False or settled else self.undecided(unsettled)
 
     def undecided(self, unsettled: str) -> "Claim":
         """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,

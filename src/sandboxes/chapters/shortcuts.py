@@ -435,7 +435,8 @@ def sweep_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable:
     `hard` one when every depth up to it stays `gap` below and no construction of this chapter is
     that shallow at length T (at T = 8, Theorem 10 builds every automaton, A5 included, in 3 layers).
     The labels are computed (``solvable``); no row cites Theorem 11 or 13, which speak of T -> infinity.
-    An `easy` row is undecided while a run at those depths was still descending (``moving``, like ``acc``).
+    Either row is undecided while a run at those depths was still descending (``moving``, like ``acc``): an easy
+    row that fails, or a hard one that holds, says then only "not yet".
     """
     d, T, threshold = config["shallow_depth"], config["T"], config["threshold"]
     acc = np.asarray(acc)
@@ -463,7 +464,8 @@ def sweep_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable:
             threshold - config["gap"], float(acc[i, shallow].max()),
             f"the paper's best of 20 stays at or below {max(reported):g}% up to depth {d} (Fig. 3.15, T = 100); "
             f"the shallowest construction here ({which}) needs {known} layers at T = {T}; an observation about "
-            f"training, not Thm 13; margin `gap` below solved"))
+            f"training, not Thm 13; margin `gap` below solved").so_far(
+            *budget_ran_out(int(moving[i, shallow].sum()), "runs at those depths were still descending", "steps")))
     return claims
 
 
