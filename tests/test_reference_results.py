@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import notebook
-from sandboxes.chapters import get_chapter
+from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.claims import Claim, ClaimFailed
 from sandboxes.profiles import Param, at_least, with_reference
 from sandboxes.reference import commit_in_history, problems, variant_of
@@ -40,6 +40,46 @@ def test_flipping_one_claim_of_a_committed_file_makes_the_check_fail(path, tmp_p
     copy.write_text(json.dumps(body))
     result = Result.load(copy)
     assert any("fails" in problem for problem in problems(result, get_chapter(result.chapter)))
+
+
+def _shortcuts_copy(tmp_path: Path, change) -> list[str]:
+    """The check's problems with a copy of the committed shortcuts file that ``change`` edited."""
+    path = RESULTS_DIR / "shortcuts-reference.json"
+    body = json.loads(path.read_text())
+    change(body)
+    copy = tmp_path / path.name
+    copy.write_text(json.dumps(body))
+    return problems(Result.load(copy), get_chapter("shortcuts"))
+
+
+def test_rows_the_current_rules_make_otherwise_from_the_file_s_data_make_the_check_fail(tmp_path):
+    def untrained_lstm(body):  # the file's LSTM accuracies replaced by chance: the stored row still says it holds
+        lstm = body["data"]["brittleness"]["lstm"]
+        for view in lstm:
+            lstm[view] = [[0.5] * len(scores) for scores in lstm[view]]
+
+    def reworded(body):
+        body["claims"][0]["reason"] += " (edited)"
+
+    def silenced(body):
+        body["sections"]["brittleness"]["silent"] = ["a row the rules do not leave out"]
+
+    assert _shortcuts_copy(tmp_path, lambda body: None) == []
+    assert any("'parity LSTM" in p and "is now fails, the file says holds" in p
+               for p in _shortcuts_copy(tmp_path, untrained_lstm))
+    assert any("a row's text differs" in p for p in _shortcuts_copy(tmp_path, reworded))
+    assert any("reasons for missing rows differ" in p for p in _shortcuts_copy(tmp_path, silenced))
+
+
+def test_a_section_s_rows_from_its_data_are_those_it_made(tiny_result):
+    # the check above trusts Section.rows to be what the section computes: on a run read back from JSON, it is
+    for chapter in all_chapters():
+        recomputed = [s for s in chapter.sections if s.rows is not None]
+        body = tiny_result(chapter.name) if recomputed else {}
+        for section in recomputed:
+            claims, silent = section.rows(body["config"], body["data"][section.name])
+            made = [Claim(**{**c, "section": ""}) for c in body["claims"] if c["section"] == section.name]
+            assert (claims, list(silent)) == (made, body["sections"][section.name]["silent"]), section.name
 
 
 def _measure(config: dict, ctx: RunContext) -> Outcome[dict]:

@@ -156,11 +156,17 @@ def reference_section(result: Result, section: str, *draws: Callable[[Any], Figu
     then its verdict rows under them."""
     if section not in result.data:
         return
+    draw_section(result, section, *draws)
+    reference_verdict(result, section)
+
+
+def draw_section(result: Result, section: str, *draws: Callable[[Any], Figure]) -> None:
+    """The figures of ``section`` in ``result``, drawn by the quick run's figure functions (an attempt's rows are
+    shown by :func:`attempt`)."""
     for draw in draws:
         fig = draw(result.data[section])
         display(fig)
         plt.close(fig)
-    reference_verdict(result, section)
 
 
 def reference_verdict(result: Result, section: str) -> None:

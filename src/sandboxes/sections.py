@@ -64,6 +64,9 @@ class Section:
     min_seeds: int = 1  # a section that compares seeds with each other needs several
     trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
     by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
+    # its rows and silences from the values it read and its data alone, as ``compute`` makes them: the check of a
+    # committed reference result recomputes them from the file, so a row whose rule changed since the run shows
+    rows: Callable[[dict[str, Any], Any], tuple[list[Claim], tuple[str, ...]]] | None = None
 
     @property
     def needs(self) -> tuple[str, ...]:

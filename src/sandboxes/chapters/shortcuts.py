@@ -498,18 +498,27 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
             if grid in group and depth == 2:
                 attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
                                                 config["T"])
-    solvable = [is_solvable(a) for a in automata]
-    claims = sweep_claims(names, depths, acc, solvable, config, moving)
+    data: SweepData = {
+        "names": names, "depths": depths, "accuracy": acc, "still_descending": moving, "T": config["T"],
+        "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
+        "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
+        "grid_attention": attention,
+    }
+    claims, silent = sweep_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def sweep_rows(config: dict[str, Any], data: SweepData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The sweep's rows and the reasons for the rows it does not make, from its data alone (as run, or as read back
+    from a result file, where the reference check recomputes them)."""
+    names = list(data["names"])
+    claims = sweep_claims(names, list(data["depths"]), np.asarray(data["accuracy"], dtype=float),
+                          list(data["solvable"]), config, np.asarray(data["still_descending"], dtype=bool))
     judged = {claim.name.split(" (")[0] for claim in claims}
     silent = tuple(f"{name} at depth <= {config['shallow_depth']}, T = {config['T']}: the paper's Fig. 3.15 reports "
                    "no such outcome there, or a construction of the chapter is that shallow"
                    for name in dict.fromkeys(_names(config["easy"]) + _names(config["hard"])) if name not in judged)
-    return Outcome(claims, {
-        "names": names, "depths": depths, "accuracy": acc, "still_descending": moving, "T": config["T"],
-        "chance": [1.0 / a.n_states for a in automata], "solvable": solvable,
-        "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
-        "grid_attention": attention,
-    }, silent)
+    return claims, silent
 
 
 def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> BoundaryAttention:
@@ -622,13 +631,20 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
 
         per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all
         out[name] = {view: [scores[view] for scores in per_model] for view in per_model[0]}
+    claims, silent = brittleness_rows(config, out)
+    return Outcome(claims, out, silent)
+
+
+def brittleness_rows(config: dict[str, Any], out: BrittlenessData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The brittleness rows and the reasons for the rows it does not make, from its data alone (as run, or as read
+    back from a result file, where the reference check recomputes them)."""
     claims = brittleness_claims(out, config)
     silent = ("parity GPT drops under shift and at 2T: the GPT had settled without solving its training law, and the "
               "paper's drops are those of a GPT that does",) if claims[0].holds is False else () if resolves_gap(
         config) else (f"parity GPT drops under shift and at 2T: a drop of gap = {config['gap']:g} is fewer than "
                       f"{MIN_STRINGS_PER_GAP} of the eval_size = {config['eval_size']} strings per accuracy, too few "
                       f"to measure it",)
-    return Outcome(claims, out, silent)
+    return claims, silent
 
 
 MIN_STRINGS_PER_GAP = 10  # a drop of `gap` must be at least this many of the `eval_size` strings per accuracy
@@ -754,6 +770,7 @@ CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far
                       Section("algebra", "Solvability of the automata", algebra),
                       Section("construction", "Theorem 10: logarithmic depth, built and run", construction),
                       Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas),
-                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True),
-                      Section("brittleness", "Shortcuts are brittle", brittleness, trains=True),
+                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True, rows=sweep_rows),
+                      Section("brittleness", "Shortcuts are brittle", brittleness, trains=True,
+                              rows=brittleness_rows),
                   ), check=check, reference_sections=("sweep", "brittleness"))
