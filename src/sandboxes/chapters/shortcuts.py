@@ -117,7 +117,10 @@ PARAMS = (
     Param("shallow_depth", int, 2, 3, "depth at which the easy/hard contrast is claimed", at_least(1)),
     Param("d_model", int, 32, 128, "GPT width", at_least(1)),
     Param("n_head", int, 4, 8, "GPT heads", at_least(1)),
-    Param("steps", int, 300, 10000, "training steps of the sweep", at_least(1)),
+    # quick: the A5 row needs its runs at depths 1 and 2 settled (a row that they stay below is undecided while they
+    # move); at T = 8 they still descended after 300 and 600 steps, one of four after 1000, none after 1200 (2
+    # seeds, measured at one and two threads): the sweep takes about 110 s at one thread
+    Param("steps", int, 1200, 10000, "training steps of the sweep", at_least(1)),
     Param("batch_size", int, 32, 64, "sequences per step", at_least(1)),
     Param("lr", float, 3e-3, 5e-4, "AdamW learning rate (warm-up, cosine decay)", positive),
     Param("eval_size", int, 256, 2048, "held-out sequences per accuracy", at_least(1)),
