@@ -6,10 +6,10 @@ numbers) and raises :class:`ClaimFailed` when any claim fails, so a failed claim
 notebook, the book build and the tests.
 
 A claim has three verdicts: it holds (``holds`` is ``True``), it fails (``False``), or it is
-*undecided at this budget* (``None``): a claim about eventual behaviour (an escape, a convergence)
-that fails, or one that something never happens that holds, while its run had not settled when its
-budget ran out. An undecided claim never counts as holding,
-and never as failing; its reason says what budget would decide it.
+*undecided at this budget* (``None``): while a run had not settled when its budget ran out, a claim
+that something eventually happens (an escape, a convergence) and fails, or a claim that something
+never happens and holds. An undecided claim never counts as holding, and never as failing; its
+reason says what budget would decide it.
 """
 
 from __future__ import annotations
