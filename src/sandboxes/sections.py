@@ -47,11 +47,14 @@ class Outcome(Generic[D]):
 
     ``silent`` names each row the section did not make because its theorem says nothing at the
     chosen values (a gap too small to divide by, a chain on the threshold), with the reason.
+    ``theory`` names the rows a section that trains computes without its models (a closed form beside
+    the runs), which a diverged training leaves as they are.
     """
 
     claims: list[Claim]
     data: D
     silent: tuple[str, ...] = ()
+    theory: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ class Run:
                 outcome = section.compute(config, self.context, **needed)
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
-            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught)]
+            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught, outcome.theory)]
             self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
         return self.done[name]
 
@@ -272,9 +275,11 @@ class Run:
         return " ".join(parts)
 
 
-def _undecided_if_diverged(claims: list[Claim], caught: list[warnings.WarningMessage]) -> list[Claim]:
-    """The section's claims, failed ones undecided if some training diverged (a diverged run decides nothing);
-    the other warnings caught while the section ran are passed on."""
+def _undecided_if_diverged(claims: list[Claim], caught: list[warnings.WarningMessage],
+                           theory: tuple[str, ...]) -> list[Claim]:
+    """The section's claims, each but its ``theory`` rows undecided if some training diverged; the other warnings
+    caught while the section ran are passed on. A diverged run decides nothing, and its NaN can make a row hold as
+    easily as fail (a count of runs above a bound leaves it out)."""
     diverged = [str(w.message) for w in caught if issubclass(w.category, TrainingDiverged)]
     for w in caught:
         if not issubclass(w.category, TrainingDiverged):
@@ -282,7 +287,7 @@ def _undecided_if_diverged(claims: list[Claim], caught: list[warnings.WarningMes
     if not diverged:
         return claims
     why = "; ".join(diverged) + "; a smaller learning rate or initialisation decides it"
-    return [claim.eventually(False, why) for claim in claims]
+    return [claim if claim.holds is None or claim.name in theory else claim.undecided(why) for claim in claims]
 
 
 def _shown(value: Any) -> str:

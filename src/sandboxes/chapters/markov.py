@@ -766,6 +766,7 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
         Claim.exact(f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
                     expected, signs, "the closed form above; p* is where the chain's mutual information vanishes"),
     ]
+    theory_rows = tuple(claim.name for claim in claims)
     tasks = [MarkovChain(symmetric_kernel(n, p), config["sweep_length"]) for p in probs]
     gaps = np.array([theory.unigram_entropy(t.kernel) - theory.entropy_rate(t.kernel) for t in tasks])
     unigram = [theory.unigram_entropy(t.kernel) for t in tasks]
@@ -791,7 +792,8 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
     return Outcome(claims, {"states": n, "threshold": threshold, "hessian_probs": list(HESSIAN_PROBS),
                             "hessian_eigenvalue": eigenvalue, "switch_probs": probs, "gaps": gaps,
-                            "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape}, silent)
+                            "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape}, silent,
+                   theory_rows)
 
 
 def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[str, np.ndarray],
