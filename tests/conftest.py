@@ -16,7 +16,7 @@ TINY: dict[str, dict[str, object]] = {
     "markov": {"length": 8, "sweep_length": 8, "depth_length": 8, "steps": 3, "depth_steps": 3, "depth_seeds": 1,
                "grid": 2, "init_scales": "0.02", "switch_probs": "0.5", "flow_points": 2},
     "shortcuts": {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1,
-                  "T": 4, "steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4,
+                  "T": 4, "steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "parity_length": 4,
                   "eval_size": 8, "construct": "C2", "construct_lengths": "3", "construct_samples": 4, "d_model": 8,
                   "n_head": 2, "shift_probs": "0.3,0.5"},
     "dilution": {"T": 8, "n_sparse": 8, "n_dense": 8, "n_in_distribution": 8, "steps": 2, "start_steps": 2,
@@ -35,7 +35,7 @@ TINY: dict[str, dict[str, object]] = {
 FULL_SHRUNK: dict[str, dict[str, object]] = {
     "markov": {"length": 16, "sweep_length": 16, "depth_length": 16, "steps": 2, "depth_steps": 2, "grid_seeds": 1,
                "flow_points": 4},
-    "shortcuts": {"steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
+    "shortcuts": {"steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
                   "construct_samples": 2, "d_model": 16, "batch_size": 4},
     "dilution": {"T": 16, "steps": 2, "start_steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8,
                  "n_dense": 8, "n_in_distribution": 8, "n_construction": 4, "d_model": 16},

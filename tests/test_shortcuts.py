@@ -306,7 +306,7 @@ def test_scratchpad_task_interleaves_inputs_and_states():
 
 
 def test_sections_are_named_in_reading_order():
-    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "brittleness"]
+    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "hard", "brittleness"]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
 
@@ -379,8 +379,14 @@ SWEEP_NAMES, SWEEP_DEPTHS = ["Grid4", "A5"], [1, 2]
 SOLVED_GRID = np.array([[[0.97, 0.96], [1.0, 1.0]], [[0.40, 0.41], [0.50, 0.52]]])  # automaton x depth x seed
 
 
+def _both(names, depths, acc, solvable, config, moving):
+    """The sweep's easy rows, then the hard section's rows, of the same runs."""
+    return (chapter.easy_claims(names, depths, acc, solvable, config, moving)
+            + chapter.hard_claims(names, depths, acc, solvable, config, moving))
+
+
 def _sweep_claims(acc):
-    return chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], QUICK, np.zeros_like(acc, dtype=bool))
+    return _both(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], QUICK, np.zeros_like(acc, dtype=bool))
 
 
 def _parity(**changes):
@@ -468,12 +474,12 @@ def test_sweep_rows_only_where_the_paper_reports_them(override, expected):
     names = ["Grid4", "C2", "A4", "A5", "A5xC2"]
     acc = np.full((len(names), 2, 2), 0.3)
     solvable = [True, True, True, False, False]  # as test_solvability_from_derived_series checks
-    assert [c.name for c in chapter.sweep_claims(names, [1, 2], acc, solvable, config,
+    assert [c.name for c in _both(names, [1, 2], acc, solvable, config,
                                                               np.zeros_like(acc, dtype=bool))] == expected
 
 
 def test_sweep_labels_are_computed_not_assumed():
-    claims = chapter.sweep_claims(["C2", "A5"], [1, 2], np.full((2, 2, 1), 0.3), [True, False],
+    claims = _both(["C2", "A5"], [1, 2], np.full((2, 2, 1), 0.3), [True, False],
                                   {**QUICK, "easy": "C2", "hard": "A5"}, np.zeros((2, 2, 1), dtype=bool))
     assert [c.name.split(":")[0] for c in claims] == ["C2 (solvable)", "A5 (non-solvable)"]
 
@@ -485,7 +491,7 @@ def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
                                             "still_descending": {"gpt": 1, "lstm": 1, "scratchpad": 1}}, QUICK)
     assert [c.holds for c in cut_short] == [None] * 5
     moving = np.ones((2, 2, 2), dtype=bool)
-    easy = chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
+    easy = chapter.easy_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
     assert easy[0].holds is None and "--set steps=" in easy[0].reason
 
 
@@ -507,13 +513,14 @@ def test_a_hard_automaton_below_the_bound_while_its_runs_still_descend_is_undeci
     moving[1, 1, 0] = True
     row = _hard_row(acc, moving)
     assert row.holds is None and "1 runs at those depths were still descending" in row.reason
+    assert "--set hard_steps=" in row.reason
     acc[1, 0, 1] = 0.97  # above the bound: it already happened, whatever still moves
     assert _hard_row(acc, moving).holds is False
 
 
 def _hard_row(acc, moving):
-    rows = chapter.sweep_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "easy": "", "hard": "A5",
-                                                                                 "shallow_depth": 2}, moving)
+    rows = chapter.hard_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "hard": "A5",
+                                                                                "shallow_depth": 2}, moving)
     assert [r.name.split(":")[0] for r in rows] == ["A5 (non-solvable)"]
     return rows[0]
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS
 
 if TYPE_CHECKING:
-    from ..chapters.shortcuts import BrittlenessData, ConstructionData, SweepData
+    from ..chapters.shortcuts import BrittlenessData, ConstructionData, HardData, SweepData
 
 SERIES = {"gpt": ("GPT (shortcut)", COLORS["tied"]), "lstm": ("LSTM", COLORS["lstm"]),
           "scratchpad": ("scratchpad + recency", COLORS["depth2"])}
@@ -73,6 +73,39 @@ def depth_sweep(data: SweepData) -> Figure:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def hard_runs(data: HardData) -> Figure:
+    """Per hard automaton: each run's held-out loss against the step, one colour per depth (flat at the end once it
+    settled), and its final accuracy against depth with the paper's best (T = 100)."""
+    names, depths = data["names"], data["depths"]
+    if not names:
+        fig, ax = plt.subplots(figsize=(5.0, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no hard automaton in this run", ha="center", va="center")
+        return fig
+    loss, acc, steps = np.asarray(data["eval_loss"]), np.asarray(data["accuracy"]), np.asarray(data["eval_steps"])
+    colours = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
+    fig, axes = plt.subplots(len(names), 2, figsize=(9.0, 2.8 * len(names)), squeeze=False)
+    for (left, right), name, curves, a, chance in zip(axes, names, loss, acc, data["chance"]):
+        for depth, per_seed, colour in zip(depths, curves, colours):
+            for k, curve in enumerate(per_seed):
+                left.plot(steps, curve, color=colour, linewidth=1.0, label=f"depth {depth}" if k == 0 else None)
+        left.set(title=f"{name}: held-out loss, {a.shape[1]} seeds", xlabel="step", ylabel="loss")
+        left.legend(fontsize=8)
+        for j, (depth, colour) in enumerate(zip(depths, colours)):
+            right.plot([depth] * a.shape[1], a[j], "o", color=colour, alpha=0.8)
+        paper = data["paper_best"].get(name)
+        if paper:
+            x = [d for d in depths if d <= len(paper) and paper[d - 1] is not None]
+            right.plot(x, [paper[d - 1] / 100 for d in x], "s-", color=COLORS["full"], alpha=0.7, markersize=3,
+                       label="paper, best (T=100)")
+        right.axhline(chance, color=COLORS["theory"], linewidth=0.8, linestyle="--", label="chance")
+        right.set(title=f"{name}: accuracy after {data['steps']} steps (T={data['T']})", xlabel="depth",
+                  ylabel="accuracy", ylim=(0, 1.03), xticks=depths)
+        right.legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 
