@@ -163,7 +163,7 @@ def _depth(excess: float, plateau: bool):
     def apply(monkeypatch):
         H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
         return [row for tied in (True, False) for depth in (2, 4)
-                for row in markov.depth_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
+                for row in markov.depth_run_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
     return apply
 
 
@@ -263,9 +263,9 @@ def test_the_rows_hold_without_a_change(tiny_result):
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
     # the budget ran out before the escape: the seed's Fig. 1 says it comes, so the row must not say "fails"
     H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-    depth = markov.depth_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)  # settled on the plateau: the escape had not come
+    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)  # settled on the plateau: the escape had not come
     assert depth[0].holds is None and "depth_steps" in depth[0].reason
-    depth = markov.depth_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
+    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
     assert depth[0].holds is None
     descending = _run(0.2, 0.3, True, [GAP2 / 2] * 3) | {"still_descending": [False, True, False]}
     assert markov.training_rows([descending], 0.02)[0].holds is None

@@ -665,7 +665,7 @@ def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
     p, q = config["p"], config["q"]
     task = MarkovChain.binary(p, q, config["depth_length"])
     seeds = list(range(config["depth_seeds"]))
-    H_pi, runs = theory.unigram_entropy(task.kernel), []
+    runs: list[DepthRun] = []
     for n_layer in int_list(config["depths"]):
         for tied in (True, False):
             trained = train(_binary_model(config, tied, config["depth_length"], n_layer=n_layer), task,
@@ -674,7 +674,17 @@ def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
             runs.append({"depth": n_layer, "tied": tied, "eval_steps": trained.eval_steps,
                          "eval_loss": trained.eval_loss, "excess": _excess(trained, [task] * len(seeds)),
                          "still_descending": still_descending(trained)})
-    claims = [row for run in runs if run["depth"] >= 2 for row in depth_rows(p, q, run, H_pi)]
+    data: DepthData = {"p": p, "q": q, "runs": runs}
+    claims, silent = depth_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def depth_rows(config: dict[str, Any], data: DepthData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The depth section's rows and the reasons for the rows it does not make, from its data alone (as run, or as
+    read back from a result file, where the reference check recomputes them)."""
+    p, q = data["p"], data["q"]
+    H_pi = theory.unigram_entropy(binary_kernel(p, q))
+    claims = [row for run in data["runs"] if run["depth"] >= 2 for row in depth_run_rows(p, q, run, H_pi)]
     silent = _too_close([(p, q)], "the depth rows")
     if 1 in int_list(config["depths"]):
         silent += ("depth 1: drawn for comparison; the training section's rows judge one-layer runs",)
@@ -684,7 +694,7 @@ def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
     elif abs(np.log(2) - H_pi) < plateau_band(_gap(p, q)):
         silent += ("a plateau before the escape: here H(pi) is within the plateau band of ln 2, where training starts, "
                    "so a rest there cannot be told from the start",)
-    return Outcome(claims, {"p": p, "q": q, "runs": runs}, silent)
+    return claims, silent
 
 
 def _depth_eval_every(steps: int) -> int:
@@ -709,7 +719,7 @@ def plateau_rest(eval_steps: np.ndarray, eval_loss: np.ndarray, unigram_entropy:
     return np.array(out)
 
 
-def depth_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) -> list[Claim]:
+def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) -> list[Claim]:
     """Depth two and more: every seed reaches the entropy rate (the seed's Fig. 1), and with p+q>1 tied seeds at
     depth 2 first sit on the unigram plateau (its Sec. 4.4)."""
     gap = _gap(p, q)
@@ -921,6 +931,7 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True,
                               by_seed=False),  # grid_seeds per cell
                       Section("basin", "The basin of the bad minimum", basin, trains=True),
-                      Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False),  # depth_seeds
+                      Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False,  # depth_seeds
+                              rows=depth_rows),
                       Section("multistate", "A multi-state chain", multistate, trains=True),
                   ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))

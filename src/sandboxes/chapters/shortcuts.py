@@ -119,7 +119,8 @@ PARAMS = (
     Param("n_head", int, 4, 8, "GPT heads", at_least(1)),
     Param("steps", int, 300, 10000, "training steps of the sweep", at_least(1)),
     # quick: a row that A5 stays below needs its runs at depths 1 and 2 settled; at T = 8 they still descended
-    # after 300 and 600 steps, one of four after 1000, none after 1200 (2 seeds, at one and two threads)
+    # after 300 and 600 steps, one of four after 1000, none after 1200 (2 seeds, at one and two threads). full: six
+    # times the sweep's steps, the ratio at which the reference's A5 runs settled (12000 against 2000)
     Param("hard_steps", int, 1200, 60000, "training steps of the `hard` automata at depths up to `shallow_depth` (a "
           "row that they stay below holds only for runs that stopped moving)", at_least(1)),
     Param("batch_size", int, 32, 64, "sequences per step", at_least(1)),
