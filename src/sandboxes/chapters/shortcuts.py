@@ -440,6 +440,7 @@ def easy_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
     """A row for each `easy` automaton whose best seed in the paper's Fig. 3.15 (T = 100) reaches `threshold` by
     depth `shallow_depth`: so does ours. Undecided while it fails with a run at those depths still descending
     (``moving``, like ``acc``: automaton x depth x seed). The labels are computed (``solvable``)."""
+    acc, moving = np.asarray(acc), np.asarray(moving)
     d, T, threshold = config["shallow_depth"], config["T"], config["threshold"]
     shallow = [j for j, depth in enumerate(depths) if depth <= d]
     claims = []
@@ -450,10 +451,10 @@ def easy_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
         i = names.index(name)
         claims.append(Claim.at_least(
             f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
-            threshold, float(np.asarray(acc)[i, shallow].max()),
+            threshold, float(acc[i, shallow].max()),
             f"the paper's best of 20 reaches {max(reported):g}% by depth {d} (Fig. 3.15, T = 100); "
             f"threshold: the chapter's 'solved'").eventually(
-            *budget_ran_out(int(np.asarray(moving)[i, shallow].sum()), "runs were still descending", "steps")))
+            *budget_ran_out(int(moving[i, shallow].sum()), "runs were still descending", "steps")))
     return claims
 
 
@@ -464,6 +465,7 @@ def hard_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
     builds every automaton, A5 included, in 3 layers): neither does ours. No row cites Theorem 11 or 13, which
     speak of T -> infinity. A row that holds while a run at those depths was still descending (``moving``) says
     only "not yet": undecided."""
+    acc, moving = np.asarray(acc), np.asarray(moving)
     d, T, threshold = config["shallow_depth"], config["T"], config["threshold"]
     shallow = [j for j, depth in enumerate(depths) if depth <= d]
     claims = []
@@ -475,11 +477,11 @@ def hard_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
         i = names.index(name)
         claims.append(Claim.at_most(
             f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
-            threshold - config["gap"], float(np.asarray(acc)[i, shallow].max()),
+            threshold - config["gap"], float(acc[i, shallow].max()),
             f"the paper's best of 20 stays at or below {max(reported):g}% up to depth {d} (Fig. 3.15, T = 100); "
             f"the shallowest construction here ({which}) needs {known} layers at T = {T}; an observation about "
             f"training, not Thm 13; margin `gap` below solved").so_far(
-            *budget_ran_out(int(np.asarray(moving)[i, shallow].sum()), "runs at those depths were still descending",
+            *budget_ran_out(int(moving[i, shallow].sum()), "runs at those depths were still descending",
                             "hard_steps")))
     return claims
 
@@ -786,8 +788,9 @@ def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
     return ", ".join("/".join("-" if v is None else f"{v:.0f}" for v in pair) for pair in zip(best, median))
 
 
-def _sweep_vs_seed(data: SweepData) -> list[tuple[str, str, str]]:
-    """Each automaton's best / median accuracy per depth beside the thesis's Figs. 3.15 / 3.16 at the same depths."""
+def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple[str, str, str]]:
+    """Each automaton's best / median accuracy per depth beside the thesis's Figs. 3.15 / 3.16 at the same depths;
+    ``trained`` says how long, where that differs from the sweep."""
     acc = 100 * np.asarray(data["accuracy"])
     depths, seeds = data["depths"], acc.shape[2]
     rows = []
@@ -797,25 +800,8 @@ def _sweep_vs_seed(data: SweepData) -> list[tuple[str, str, str]]:
                  _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
                  + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
         ours = _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])
-        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}): best / median accuracy (%) at depths "
-                     f"{', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
-    return rows
-
-
-def _hard_vs_seed(data: HardData) -> list[tuple[str, str, str]]:
-    """Each hard automaton's best / median accuracy per shallow depth, trained to a standstill, beside Fig. 3.15."""
-    acc = 100 * np.asarray(data["accuracy"])
-    depths = data["depths"]
-    rows = []
-    for name, per_depth, solvable in zip(data["names"], acc, data["solvable"]):
-        best, median = data["paper_best"].get(name), data["paper_median"].get(name)
-        paper = ("no row for it" if best is None or median is None else
-                 _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
-                 + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
-        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}) trained {data['steps']} steps: best / "
-                     f"median accuracy (%) at depths {', '.join(map(str, depths))}; ours at T = {data['T']}, "
-                     f"{per_depth.shape[1]} seeds", paper,
-                     _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])))
+        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}){trained}: best / median accuracy (%) at "
+                     f"depths {', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
     return rows
 
 
@@ -850,8 +836,8 @@ def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows for the page's seed-versus-reference table, one group per section the run made."""
-    return ((_sweep_vs_seed(data["sweep"]) if "sweep" in data else [])
-            + (_hard_vs_seed(data["hard"]) if "hard" in data else [])
+    return ((_depths_vs_seed(data["sweep"]) if "sweep" in data else [])
+            + (_depths_vs_seed(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
             + (_brittleness_vs_seed(data["brittleness"]) if "brittleness" in data else []))
 
 
