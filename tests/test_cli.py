@@ -114,6 +114,7 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
     (["run", "dilution", "--set", "p_i=1"], "strictly between 0 and 1"),
     (["run", "hmm", "--set", "k=2"], "3..8"),
     (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
+    (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
 ])
 def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
     proc = subprocess.run([sys.executable, "-m", "sandboxes", *args], capture_output=True, text=True, timeout=120)
@@ -177,6 +178,7 @@ def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
     assert len(lines) == len(runs) >= 2 and any(variant for _, _, variant, _ in runs)
     for (c, s, variant, changes), line in zip(runs, lines):
         sets = "".join(f" --set {key}={value}" for key, value in changes.items())
+        sets += f" --workers {get_chapter(c).reference_workers}" if get_chapter(c).reference_workers > 1 else ""
         file = f"{c}-reference-{variant}.json" if variant else f"{c}-reference.json"
         assert f"run {c} --profile reference --section {s}{sets} --into results/{file}" in line
 

@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                      "sections: how a chapter's reference result is made one section at a time")
     run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails "
                      "(an undecided claim, whose budget ran out first, does not)")
+    run.add_argument("--workers", type=int, default=1, metavar="N",
+                     help="worker processes of one thread each, for sections that train many independent ensembles "
+                          "(default 1: this process; other values give the same numbers as one another)")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars on stderr (default: when stderr is a terminal)")
     jobs = run.add_argument_group("on a scheduler", "run the sections as jobs (submitit) and merge their results")
@@ -86,6 +89,8 @@ def _list(names_only: bool, reference: bool) -> None:
         if reference:
             for variant, values in {"": {}, **chapter.reference_variants}.items():
                 changes = "".join(f" --set {key}={value}" for key, value in values.items())
+                if chapter.reference_workers > 1:
+                    changes += f" --workers {chapter.reference_workers}"
                 for section in chapter.reference_sections:
                     print(f"python -m sandboxes run {chapter.name} --profile reference --section {section}{changes} "
                           f"--into {reference_result_path(chapter.name, variant).relative_to(REPO_ROOT)} --progress")
@@ -167,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile == "full" and pick_device(args.device).type == "cpu":
         print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
     result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress,
-                         args.sections)
+                         args.sections, workers=args.workers)
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
     _report(result, report)

@@ -33,12 +33,14 @@ D = TypeVar("D")
 
 @dataclass(frozen=True)
 class RunContext:
-    """How to run: the profile, the device, the seeds and whether to show progress bars."""
+    """How to run: the profile, the device, the seeds, whether to show progress bars, and how many worker processes
+    a section that trains many independent ensembles may spread them over (``workers.train_each``)."""
 
     profile: str
     device: torch.device
     seeds: list[int]
     progress: bool | None = None
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class Chapter:
     sized by measurement; ``make reference`` runs those, and the page lists the other trained
     sections as waiting for a reference run. ``reference_variants`` names further reference runs of
     the same sections, each the reference profile with a few values changed (its own result file).
+    ``reference_workers``: the worker processes ``make reference`` gives its runs (``--workers``).
     """
 
     name: str
@@ -119,6 +122,7 @@ class Chapter:
     check: Callable[[dict[str, Any], int], None] | None = None
     reference_sections: tuple[str, ...] = ()
     reference_variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    reference_workers: int = 1
 
     def __post_init__(self) -> None:
         trained = {s.name for s in self.sections if s.trains}
@@ -151,16 +155,17 @@ class Chapter:
         return [s.name for s in self.sections if s.name in wanted]
 
     def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
-              device: str = "auto", progress: bool | None = None, only_seeds: Sequence[int] = ()) -> "Run":
+              device: str = "auto", progress: bool | None = None, only_seeds: Sequence[int] = (),
+              workers: int = 1) -> "Run":
         """Resolve and check the config and the seeds; no section runs yet. ``only_seeds``: run these of the
         seeds alone (a cluster run's group job, which trains some seeds of a section for the job that runs it)."""
-        return Run(self, profile, overrides or {}, seeds, device, progress, tuple(only_seeds))
+        return Run(self, profile, overrides or {}, seeds, device, progress, tuple(only_seeds), workers=workers)
 
     def run(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
             device: str = "auto", progress: bool | None = None, sections: Sequence[str] | None = None,
-            only_seeds: Sequence[int] = ()) -> Result:
+            only_seeds: Sequence[int] = (), workers: int = 1) -> Result:
         """Run ``sections`` (default: all) and the sections they need; return one result with provenance."""
-        run = self.start(profile, overrides, seeds, device, progress, only_seeds)
+        run = self.start(profile, overrides, seeds, device, progress, only_seeds, workers)
         names = [s.name for s in self.sections] if not sections else [self.section(n).name for n in sections]
         for name in self.closure(names):
             run.check_seeds(name)
@@ -197,6 +202,7 @@ class Run:
     progress: bool | None
     only_seeds: tuple[int, ...] = ()
     done: dict[str, Done] = field(default_factory=dict)
+    workers: int = 1
 
     def __post_init__(self) -> None:
         check_profile(self.profile)
@@ -209,8 +215,11 @@ class Run:
         if self.only_seeds and not (list(self.only_seeds) == sorted(set(self.only_seeds))
                                     and set(self.only_seeds) <= set(range(n_seeds))):
             raise ValueError(f"only_seeds must be distinct seeds of 0 .. {n_seeds - 1} in order, got {self.only_seeds}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {self.workers}")
         device = pick_device(self.device_choice)
-        self.context = RunContext(self.profile, device, list(self.only_seeds or range(n_seeds)), self.progress)
+        self.context = RunContext(self.profile, device, list(self.only_seeds or range(n_seeds)), self.progress,
+                                  self.workers)
         self.commit = current_commit()
 
     def check_seeds(self, name: str) -> None:
@@ -272,6 +281,8 @@ class Run:
                       if self.config[key] != defaults[key]]
             if self.n_seeds is not None and self.n_seeds != self.chapter.seeds[profile]:
                 parts += ["--seeds", str(self.n_seeds)]
+            if self.workers > 1:  # one thread per worker: the numbers of any number of workers, not of one process
+                parts += ["--workers", str(self.workers)]
         return " ".join(parts)
 
 

@@ -386,6 +386,11 @@ class _Calibration:
 _calibration: _Calibration | None = None
 
 
+def is_calibrating() -> bool:
+    """Whether :func:`calibrating` is shortening this process's calls."""
+    return _calibration is not None
+
+
 @contextmanager
 def calibrating(steps: int) -> Iterator[list[TrainCall | ChunkedCall]]:
     """Within it, every :func:`train` call runs at most ``steps`` steps and every :func:`calibrated_map` two chunks,
@@ -500,6 +505,11 @@ def _check_again(train_loss: list[np.ndarray], eval_steps: np.ndarray, seeds: li
     for step in eval_steps:
         _check_finite(losses[:, checked : int(step) + 1], checked, seeds, lr, diverged)
         checked = int(step) + 1
+
+
+def warn_diverged(result: TrainResult) -> None:
+    """The divergence warnings the training of ``result`` gave, given again here (it ran in another process)."""
+    _check_again(list(result.train_loss), result.eval_steps, result.seeds, result.config.lr)
 
 
 def _fit(call: _Call, eval_chunk: int) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:

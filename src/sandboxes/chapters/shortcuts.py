@@ -11,7 +11,8 @@ to the paper's reported accuracies, and the brittleness of the learned shortcuts
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from functools import partial
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
 from .. import heldout
 from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, still_descending, train
+from ..workers import TrainRequest, train_each
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"
 LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
@@ -144,10 +146,12 @@ PARAMS = (
           "chance accuracy is 1/2)", Interval(0.0, 0.5, open_low=True, open_high=True)),
 )
 
-# Reference (2-core CPU): the sweep at T = 20, the shortest length with ceil(log2 T) = 5, so that depths 1 to 5 reach
-# Theorem 10's depth; six of the thesis's automata (S5 left out for time), 3 seeds, width 64. Measured on that CPU
-# at about 1.3 s per step of all thirty ensembles (6 automata x 5 depths, 3 members each) plus a minute of set-up,
-# so 2000 steps take about 45 minutes. `easy` names the automata whose *median* of 20 seeds in the thesis is solved
+# Reference (2-core CPU): the sweep at T = 20, where ceil(log2 T) = 5 (so from T = 17 on), so that depths 1 to 5 reach
+# Theorem 10's depth; six of the thesis's automata (S5 left out for time), 3 seeds, width 64. It trains 25 ensembles
+# (5 depths x 5 vocabularies; D8 and Q8 share one), 3 or 6 members each: in one process at two threads a step of all
+# of them took 1.3 to 1.9 s on that CPU (2000 steps: 46 to 66 minutes over the runs made), so they train in two
+# processes of one thread each, side by side, about 1.2 times faster (the matrix products scale with threads, the
+# many small elementwise operations do not; 60 steps of depths 1, 3 and 5: 86 s against 99 and 109). `easy` names the automata whose *median* of 20 seeds in the thesis is solved
 # by depth 3 (Grid9, D8): with 3 seeds a best-of-20 result (C2's) is not what one should expect to see.
 # A5's runs at depths up to 3 were still descending after 2000 steps (and at depth 2 after 4000); a pilot of
 # 12000 steps (about 29 minutes for depths 1 to 3, 3 seeds) found every one settled, at 0.41 to 0.81.
@@ -157,6 +161,7 @@ PARAMS = (
 # tested on the thesis's eleven laws 0.05 .. 0.95. The LSTM gets 6000 steps: at 2000 (the full profile's) the
 # reference run's median LSTM was right on only 98.5% of the strings at Pr[sigma=1] = 0.05 (results/attempts/), and a
 # 6000-step pilot (5 minutes for 3 seeds) gave worst accuracies of 98.8%, 100% and 100%.
+REFERENCE_WORKERS = 2  # the sweep's processes, above
 PARAMS = with_reference(PARAMS, {
     "T": 20, "sweep": "C2,Grid9,D8,Q8,A4,A5", "depths": "1,2,3,4,5", "depth": 3, "shallow_depth": 3,
     "easy": "Grid9,D8", "hard": "A5", "d_model": 64, "batch_size": 64, "steps": 2000, "hard_steps": 12000,
@@ -378,7 +383,7 @@ def _gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Call
     """GPT-2-like: layer norm, biases, sinusoidal positions, untied output over the states."""
     gpt_config = GPTConfig(vocab_size=vocab, block_size=T, n_layer=depth, n_head=config["n_head"],
                            d_model=config["d_model"], positional="sinusoidal", layer_norm=True, bias=True, tied=False)
-    return lambda: GPT(gpt_config)
+    return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
 
 
 def _accuracy(model: nn.Module, task: AutomatonTask, n: int) -> float:
@@ -502,22 +507,27 @@ def sweep_rows(config: dict[str, Any], data: SweepData) -> tuple[list[Claim], tu
     return claims, _unjudged(config, "easy", claims)
 
 
-def _train_automata(names: list[str], depth: int, steps: int, config: dict[str, Any],
-                    ctx: RunContext) -> Iterator[tuple[list[int], TrainResult, list[AutomatonTask]]]:
-    """Every seed of the automata ``names`` trained at ``depth`` for ``steps`` steps (a tenth of them warm-up, twenty
-    evaluations): per vocabulary size, the indices of its automata, their vmapped ensemble (automaton-major) and
-    its tasks. A member's vocabulary and seed come from its own automaton, so the others change none of its
-    numbers."""
+def _train_automata(names: list[str], depths: list[int], steps: int, config: dict[str, Any],
+                    ctx: RunContext) -> list[tuple[int, list[int], TrainResult, list[AutomatonTask]]]:
+    """Every seed of the automata ``names`` trained at each of ``depths`` for ``steps`` steps (a tenth of them
+    warm-up, twenty evaluations), spread over ``ctx.workers`` processes: per depth and vocabulary size, the depth's
+    index, the indices of its automata, their vmapped ensemble (automaton-major) and its tasks. A member's vocabulary
+    and seed come from its own automaton, so the others change none of its numbers."""
     automata = [make_automaton(n) for n in names]
     vocabs = [max(a.n_states, a.n_symbols) for a in automata]
     train_config = TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"], warmup=steps // 10,
                                eval_every=max(1, steps // 20))
-    for vocab in sorted(set(vocabs)):
-        group = [i for i, v in enumerate(vocabs) if v == vocab]
-        tasks = [AutomatonTask(automata[i], config["T"]) for i in group for _ in ctx.seeds]
-        seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
-        yield group, train(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds, ctx.device,
-                           progress=ctx.progress), tasks
+    planned, requests = [], []
+    for j, depth in enumerate(depths):
+        for vocab in sorted(set(vocabs)):
+            group = [i for i, v in enumerate(vocabs) if v == vocab]
+            tasks = [AutomatonTask(automata[i], config["T"]) for i in group for _ in ctx.seeds]
+            seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
+            planned.append((j, group, tasks))
+            requests.append(TrainRequest(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
+                                         ctx.device))
+    trained = train_each(requests, ctx.workers, ctx.progress)
+    return [(j, group, result, tasks) for (j, group, tasks), result in zip(planned, trained)]
 
 
 def _scores(trained: TrainResult, tasks: list[AutomatonTask], config: dict[str, Any],
@@ -538,12 +548,11 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
     moving = np.zeros_like(acc, dtype=bool)
     grid = next((i for i, a in enumerate(automata) if a.name.startswith("Grid")), None)
     attention = None
-    for j, depth in enumerate(depths):
-        for group, trained, tasks in _train_automata(names, depth, config["steps"], config, ctx):
-            acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
-            if grid in group and depth == 2:
-                attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
-                                                config["T"])
+    for j, group, trained, tasks in _train_automata(names, depths, config["steps"], config, ctx):
+        acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
+        if grid in group and depths[j] == 2:
+            attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
+                                            config["T"])
     data: SweepData = {
         "names": names, "depths": depths, "accuracy": acc, "still_descending": moving, "T": config["T"],
         "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
@@ -577,13 +586,12 @@ def hard(config: dict[str, Any], ctx: RunContext) -> Outcome[HardData]:
     acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
     moving = np.zeros_like(acc, dtype=bool)
     loss, eval_steps = np.zeros((*acc.shape, 0)), []
-    for j, depth in enumerate(depths):
-        for group, trained, tasks in _train_automata(names, depth, steps, config, ctx):
-            acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
-            eval_steps = [int(step) for step in trained.eval_steps]
-            if loss.shape[-1] != len(eval_steps):
-                loss = np.zeros((*acc.shape, len(eval_steps)))
-            loss[group, j] = np.reshape(trained.eval_loss, (len(group), len(ctx.seeds), -1))
+    for j, group, trained, tasks in _train_automata(names, depths, steps, config, ctx):
+        acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
+        eval_steps = [int(step) for step in trained.eval_steps]
+        if loss.shape[-1] != len(eval_steps):
+            loss = np.zeros((*acc.shape, len(eval_steps)))
+        loss[group, j] = np.reshape(trained.eval_loss, (len(group), len(ctx.seeds), -1))
     data: HardData = {
         "names": names, "depths": depths, "steps": steps, "T": config["T"], "accuracy": acc,
         "still_descending": moving, "eval_steps": eval_steps, "eval_loss": loss,
@@ -857,4 +865,5 @@ CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far
                               trains=True, rows=hard_rows),
                       Section("brittleness", "Shortcuts are brittle", brittleness, trains=True,
                               rows=brittleness_rows),
-                  ), check=check, reference_sections=("sweep", "hard", "brittleness"))
+                  ), check=check, reference_sections=("sweep", "hard", "brittleness"),
+                  reference_workers=REFERENCE_WORKERS)

@@ -1,0 +1,95 @@
+"""Independent training calls spread over worker processes of one thread each.
+
+A section that trains many small ensembles (the shortcuts chapter's depth sweep: an ensemble per depth and vocabulary)
+leaves a CPU's cores half used: its matrix products scale with threads, its many small elementwise operations do
+not. Worker processes of one thread each train whole calls side by side instead. A worker's numbers depend only on
+its call (every call seeds itself and runs at one thread), so any number of workers gives the same results; they
+differ from a run in one process, whose operations run at that process's thread count.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from . import members, trainer
+from .model import count_parameters
+from .runtime import keep_freed_memory
+from .trainer import Task, TrainConfig, TrainingDiverged, TrainResult, train
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """The arguments of one :func:`~sandboxes.trainer.train` call (its model factories and tasks must pickle)."""
+
+    make_model: Callable[[], nn.Module] | Sequence[Callable[[], nn.Module]]
+    task: Task | Sequence[Task]
+    config: TrainConfig
+    seeds: Sequence[int]
+    device: torch.device
+
+    def run(self, progress: bool | None) -> TrainResult:
+        return train(self.make_model, self.task, self.config, self.seeds, self.device, progress=progress)
+
+    def cost(self) -> float:
+        """Parameters times members times sequences seen: an estimate that orders the work, never a number."""
+        make = self.make_model[0] if isinstance(self.make_model, Sequence) else self.make_model
+        return count_parameters(make()) * len(self.seeds) * self.config.steps * self.config.batch_size
+
+
+def _packed(thing: object) -> bytes:
+    """``thing`` as bytes: tensors go by value, not as shared-memory handles (one per tensor, which run out)."""
+    buffer = io.BytesIO()
+    torch.save(thing, buffer)
+    return buffer.getvalue()
+
+
+def _unpacked(data: bytes) -> object:
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _start_worker() -> None:
+    """One thread per worker; the divergence warnings are given again by the parent, which judges the rows."""
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    warnings.simplefilter("ignore", TrainingDiverged)
+
+
+def _run_packed(request: bytes) -> bytes:
+    return _packed(_unpacked(request).run(progress=False))
+
+
+def in_workers(requests: Sequence[TrainRequest], workers: int) -> bool:
+    """Whether :func:`train_each` would spread ``requests`` over worker processes: more than one worker and one
+    request, all on the CPU, and no planning (:func:`trainer.calibrating`) or member store that lives in this
+    process."""
+    return (workers > 1 and len(requests) > 1 and all(r.device.type == "cpu" for r in requests)
+            and not trainer.is_calibrating() and members.active() is None)
+
+
+def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: bool | None = None) -> list[TrainResult]:
+    """:func:`~sandboxes.trainer.train` of every request, in order; with ``workers`` > 1 in that many processes of one
+    thread each, the costliest first, each divergence warning given here as :func:`train` gives it."""
+    if not in_workers(requests, workers):
+        return [request.run(progress) for request in requests]
+    order = sorted(range(len(requests)), key=lambda i: -requests[i].cost())
+    results: list[TrainResult | None] = [None] * len(requests)
+    show = sys.stderr.isatty() if progress is None else progress
+    context = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's OpenMP threads
+    with ProcessPoolExecutor(min(workers, len(requests)), mp_context=context, initializer=_start_worker) as pool:
+        futures = {pool.submit(_run_packed, _packed(requests[i])): i for i in order}
+        for future in tqdm(as_completed(futures), total=len(futures), desc=f"trainings in {workers} workers",
+                           disable=not show, leave=False, file=sys.stderr):
+            results[futures[future]] = _unpacked(future.result())
+    for result in results:
+        trainer.warn_diverged(result)
+    return results

@@ -1,0 +1,69 @@
+"""Training calls in worker processes: the numbers of one thread in this process, in order, warnings included."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from sandboxes import members
+from sandboxes.data.markov import MarkovChain
+from sandboxes.model import GPT
+from sandboxes.theory.markov import binary_config
+from sandboxes.trainer import TrainConfig, TrainingDiverged, calibrating
+from sandboxes.workers import TrainRequest, in_workers, train_each
+
+TASK = MarkovChain.binary(0.5, 0.8, 16)
+CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
+CPU = torch.device("cpu")
+
+
+def make_model() -> GPT:
+    return GPT(binary_config(4, 16, tied=True))
+
+
+def nan_for_seed_1() -> GPT:
+    """The model, with NaN embeddings when built under seed 1: a member whose training diverges at once."""
+    model = make_model()
+    if torch.initial_seed() == 1:
+        with torch.no_grad():
+            model.wte.weight.fill_(float("nan"))
+    return model
+
+
+REQUESTS = [TrainRequest(make_model, TASK, CONFIG, [3], CPU),
+            TrainRequest(nan_for_seed_1, TASK, replace(CONFIG, steps=20), [0, 1], CPU),
+            TrainRequest(make_model, TASK, replace(CONFIG, batch_size=8), [4, 5, 6], CPU)]
+
+
+def _diverged(caught: list) -> list[str]:
+    return [str(w.message) for w in caught if w.category is TrainingDiverged]
+
+
+def test_workers_give_one_threads_numbers_in_order_and_warn_here_as_training_here_does():
+    with pytest.warns(TrainingDiverged) as spread:
+        out = train_each(REQUESTS, workers=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.warns(TrainingDiverged) as here:
+            alone = train_each(REQUESTS, workers=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert _diverged(spread) == _diverged(here) and len(_diverged(here)) == 1 and "seed(s) [1]" in _diverged(here)[0]
+    for a, b in zip(out, alone, strict=True):
+        assert a.seeds == b.seeds and np.array_equal(a.eval_steps, b.eval_steps)
+        assert np.array_equal(a.train_loss, b.train_loss, equal_nan=True)
+        assert np.array_equal(a.eval_loss, b.eval_loss, equal_nan=True)
+        for model_a, model_b in zip(a.models, b.models, strict=True):
+            for (name, x), y in zip(model_a.state_dict().items(), model_b.state_dict().values(), strict=True):
+                assert torch.equal(x.nan_to_num(), y.nan_to_num()), name
+
+
+def test_one_worker_one_request_a_plan_or_a_member_store_stay_in_this_process(tmp_path):
+    assert in_workers(REQUESTS, 2) and not in_workers(REQUESTS, 1) and not in_workers(REQUESTS[:1], 2)
+    assert not in_workers([replace(REQUESTS[0], device=torch.device("meta"))] + REQUESTS[1:], 2)
+    with calibrating(2):
+        assert not in_workers(REQUESTS, 2)
+    with members.sharing(tmp_path):
+        assert not in_workers(REQUESTS, 2)
