@@ -17,12 +17,11 @@ from matplotlib.figure import Figure
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.profiles import Custom, Param, at_least
-
-NAMES = Custom(lambda text: None, "any text", lambda rng, near: near)
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 from sandboxes.trainer import TrainingDiverged
 
 matplotlib.use("Agg")
+NAMES = Custom(lambda text: None, "any text", lambda rng, near: near)
 CHAPTERS = all_chapters()
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,6 +38,7 @@ class TrainRequest:
     device: torch.device
 
     def run(self, progress: bool | None) -> TrainResult:
+        """The call, in this process."""
         return train(self.make_model, self.task, self.config, self.seeds, self.device, progress=progress)
 
     def cost(self) -> float:
@@ -65,6 +66,7 @@ def _start_worker() -> None:
 
 
 def _run_packed(request: bytes) -> bytes:
+    """What a worker does: one packed request in, its packed result out."""
     return _packed(_unpacked(request).run(progress=False))
 
 
