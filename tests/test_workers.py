@@ -11,7 +11,7 @@ from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import TrainConfig, TrainingDiverged, calibrating
-from sandboxes.workers import TrainRequest, in_workers, train_each
+from sandboxes.workers import TrainRequest, in_workers, seed_groups, train_each, train_spread
 
 TASK = MarkovChain.binary(0.5, 0.8, 16)
 CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
@@ -67,3 +67,24 @@ def test_one_worker_one_request_a_plan_or_a_member_store_stay_in_this_process(tm
         assert not in_workers(REQUESTS, 2)
     with members.sharing(tmp_path):
         assert not in_workers(REQUESTS, 2)
+
+
+def test_seed_groups_are_runs_of_two_or_more_members_one_per_worker_at_most():
+    assert seed_groups(8, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert seed_groups(5, 8) == [[0, 1, 2], [3, 4]]
+    assert seed_groups(3, 2) == [[0, 1, 2]] and seed_groups(1, 4) == [[0]] and seed_groups(6, 1) == [list(range(6))]
+
+
+def test_a_call_spread_over_workers_is_the_whole_call_at_one_thread():
+    request = TrainRequest([make_model] * 5, [TASK] * 5, CONFIG, [7, 3, 9, 4, 8], CPU)
+    spread = train_spread(request, workers=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        whole = request.run(progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert spread.seeds == whole.seeds and np.array_equal(spread.eval_steps, whole.eval_steps)
+    assert np.array_equal(spread.train_loss, whole.train_loss) and np.array_equal(spread.eval_loss, whole.eval_loss)
+    for a, b in zip(spread.models, whole.models, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))

@@ -1,10 +1,12 @@
-"""Independent training calls spread over worker processes of one thread each.
+"""Independent training calls, or the seeds of one call, spread over worker processes of one thread each.
 
 A section that trains many small ensembles (the shortcuts chapter's depth sweep: an ensemble per depth and vocabulary)
 leaves a CPU's cores half used: its matrix products scale with threads, its many small elementwise operations do
-not. Worker processes of one thread each train whole calls side by side instead. A worker's numbers depend only on
-its call (every call seeds itself and runs at one thread), so any number of workers gives the same results; they
-differ from a run in one process, whose operations run at that process's thread count.
+not. Worker processes of one thread each train whole calls side by side instead (:func:`train_each`), or groups of
+one call's seeds (:func:`train_spread`). A worker's numbers depend only on its call (every call seeds itself and runs
+at one thread), so any number of workers gives the same results; they may differ from a run in one process, whose
+operations run at that process's thread count. Workers are spawned, so a script that calls these functions keeps its
+work under ``if __name__ == "__main__":``, as Python's multiprocessing asks (``python -m sandboxes`` and notebooks do).
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import io
 import multiprocessing
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -36,10 +41,19 @@ class TrainRequest:
     config: TrainConfig
     seeds: Sequence[int]
     device: torch.device
+    batched: bool = True
 
     def run(self, progress: bool | None) -> TrainResult:
         """The call, in this process."""
-        return train(self.make_model, self.task, self.config, self.seeds, self.device, progress=progress)
+        return train(self.make_model, self.task, self.config, self.seeds, self.device, batched=self.batched,
+                     progress=progress)
+
+    def only(self, rows: Sequence[int]) -> "TrainRequest":
+        """The same call for the members at ``rows``."""
+        def pick(one_or_each: Any) -> Any:
+            return [one_or_each[i] for i in rows] if isinstance(one_or_each, Sequence) else one_or_each
+        return replace(self, make_model=pick(self.make_model), task=pick(self.task),
+                       seeds=[self.seeds[i] for i in rows])
 
     def cost(self) -> float:
         """Parameters times members times sequences seen: an estimate that orders the work, never a number."""
@@ -95,3 +109,30 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
     for result in results:
         trainer.warn_diverged(result)
     return results
+
+
+def seed_groups(n_seeds: int, workers: int) -> list[list[int]]:
+    """The members ``0 .. n_seeds - 1`` in at most ``workers`` runs of consecutive members, two or more each: a member
+    trains bit for bit alike in any vmapped ensemble of two or more (``tests/test_trainer.py``), not alone."""
+    return [list(group) for group in np.array_split(np.arange(n_seeds), max(1, min(workers, n_seeds // 2)))]
+
+
+def train_spread(request: TrainRequest, workers: int = 1, progress: bool | None = None) -> TrainResult:
+    """The one call ``request`` with its members spread over up to ``workers`` processes (:func:`seed_groups`), joined
+    back in order: each member's numbers are those of the whole call at one thread."""
+    groups = seed_groups(len(request.seeds), workers)
+    start = time.perf_counter()
+    parts = train_each([request.only(group) for group in groups], workers, progress)
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    return TrainResult(
+        seeds=[seed for part in parts for seed in part.seeds],
+        models=[model for part in parts for model in part.models],
+        train_loss=np.concatenate([part.train_loss for part in parts]),
+        eval_steps=first.eval_steps,
+        eval_loss=np.concatenate([part.eval_loss for part in parts]),
+        wall_time=time.perf_counter() - start,
+        config=first.config,
+        probes=None if first.probes is None else np.concatenate([part.probes for part in parts]),
+    )

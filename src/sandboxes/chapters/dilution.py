@@ -10,6 +10,7 @@ import copy
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypedDict
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..profiles import (FLAG, Custom, Param, at_least, each, float_list, in_open
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
 from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, count_chunks, still_descending, train
+from ..workers import TrainRequest, train_spread
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
@@ -488,10 +490,13 @@ def _schedule(steps: int, batch: int, lr: float, weight_decay: float, warmup: in
 
 
 def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainResult:
-    """Transformers trained on FFL(p_i) from scratch for ``steps`` (warm-up, then linear decay to zero)."""
+    """Transformers trained on FFL(p_i) from scratch for ``steps`` (warm-up, then linear decay to zero), their seeds
+    spread over ``ctx.workers`` processes."""
     schedule = _schedule(steps, config["batch_size"], config["lr"], config["weight_decay"], config["warmup"])
-    return train(lambda: GPT(_gpt_config(config)), FlipFlop.with_ignore(config["T"], config["p_i"]), schedule,
-                 batched=config["batched_seeds"], seeds=ctx.seeds, device=ctx.device, progress=ctx.progress)
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    request = TrainRequest(partial(GPT, _gpt_config(config)), task, schedule, ctx.seeds, ctx.device,
+                           config["batched_seeds"])
+    return train_spread(request, ctx.workers, ctx.progress)
 
 
 def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
