@@ -88,3 +88,24 @@ def test_a_call_spread_over_workers_is_the_whole_call_at_one_thread():
     assert np.array_equal(spread.train_loss, whole.train_loss) and np.array_equal(spread.eval_loss, whole.eval_loss)
     for a, b in zip(spread.models, whole.models, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+SEEN_THREADS: list[int] = []
+
+
+def counting_threads() -> GPT:
+    """The model, noting the thread count it is built under (where the call runs)."""
+    SEEN_THREADS.append(torch.get_num_threads())
+    return make_model()
+
+
+def test_one_call_asked_of_two_workers_runs_here_at_one_thread_as_a_worker_would():
+    # --workers 2 promises one thread's numbers, also where a section's seeds make a single group
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        SEEN_THREADS.clear()
+        train_each([TrainRequest(counting_threads, TASK, CONFIG, [3, 4], CPU)], workers=2)
+        assert SEEN_THREADS and set(SEEN_THREADS) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

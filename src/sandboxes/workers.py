@@ -96,7 +96,13 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
     """:func:`~sandboxes.trainer.train` of every request, in order; with ``workers`` > 1 in that many processes of one
     thread each, the costliest first, each divergence warning given here as :func:`train` gives it."""
     if not in_workers(requests, workers):
-        return [request.run(progress) for request in requests]
+        threads = torch.get_num_threads()
+        if workers > 1 and all(r.device.type == "cpu" for r in requests):
+            torch.set_num_threads(1)  # one call, a plan or a member store: here, but with a worker's numbers
+        try:
+            return [request.run(progress) for request in requests]
+        finally:
+            torch.set_num_threads(threads)
     order = sorted(range(len(requests)), key=lambda i: -requests[i].cost())
     results: list[TrainResult | None] = [None] * len(requests)
     show = sys.stderr.isatty() if progress is None else progress
