@@ -158,6 +158,21 @@ class TrainResult:
     probes: np.ndarray | None = None  # (K, n_evals, n_probes): what ``probe`` read of each member at each evaluation
 
 
+def joined(parts: Sequence[TrainResult], wall_time: float) -> TrainResult:
+    """The members of ``parts`` (groups of one call, trained apart) as one result, in order."""
+    first = parts[0]
+    return TrainResult(
+        seeds=[seed for part in parts for seed in part.seeds],
+        models=[model for part in parts for model in part.models],
+        train_loss=np.concatenate([part.train_loss for part in parts]),
+        eval_steps=first.eval_steps,
+        eval_loss=np.concatenate([part.eval_loss for part in parts]),
+        wall_time=wall_time,
+        config=first.config,
+        probes=None if first.probes is None else np.concatenate([part.probes for part in parts]),
+    )
+
+
 class Ensemble(nn.Module):
     """K models of one architecture whose forward pass runs as one vmapped call."""
 
@@ -259,16 +274,14 @@ def memory_budget(device: torch.device) -> int | None:
     return free // 2
 
 
-def _repeated(members: int, models: list[nn.Module], *curves: list[np.ndarray | None]) -> tuple:
-    """The first group's models (copied) and curves repeated to ``members`` rows: what a calibration hands on in
+def _repeated(part: TrainResult, seeds: list[int]) -> TrainResult:
+    """The first group's models (copied) and curves repeated to a row per seed: what a calibration hands on in
     place of the groups it did not train, so that what follows sees every member."""
-    have = len(models)
-    out_models = models + [copy.deepcopy(models[i % have]) for i in range(have, members)]
-    out_curves = []
-    for pieces in curves:
-        first = pieces[0]
-        out_curves.append([None if first is None else first[np.arange(members) % have]])
-    return (out_models, *out_curves)
+    have, rows = len(part.models), np.arange(len(seeds)) % len(part.models)
+    return replace(part, seeds=list(seeds),
+                   models=part.models + [copy.deepcopy(part.models[i % have]) for i in range(have, len(seeds))],
+                   train_loss=part.train_loss[rows], eval_loss=part.eval_loss[rows],
+                   probes=None if part.probes is None else part.probes[rows])
 
 
 def _host_budget() -> int:
@@ -512,8 +525,9 @@ def warn_diverged(result: TrainResult) -> None:
     _check_again(list(result.train_loss), result.eval_steps, result.seeds, result.config.lr)
 
 
-def _fit(call: _Call, eval_chunk: int) -> tuple[list[nn.Module], np.ndarray, list[int], np.ndarray, np.ndarray | None]:
-    """Train the members of ``call`` at once (vmapped, or one plain model): models, curves, evaluation steps."""
+def _fit(call: _Call, eval_chunk: int) -> TrainResult:
+    """Train the members of ``call`` at once (vmapped, or one plain model)."""
+    began = time.perf_counter()
     seeds, tasks, config, device, batched, probe = (call.seeds, call.tasks, call.config, call.device, call.vmapped,
                                                     call.probe)
     models = []
@@ -568,9 +582,16 @@ def _fit(call: _Call, eval_chunk: int) -> tuple[list[nn.Module], np.ndarray, lis
             bar.set_postfix(eval_loss=f"{eval_curve[-1].mean():.4f}")
             if timing is not None:
                 timing.eval_s, timing.evals = timing.eval_s + timing.mark(device) - started, timing.evals + 1
-    trained = [runner.member(k, template) for k in range(runner.size)]
-    probes = np.asarray(probed, dtype=float).transpose(1, 0, 2) if probe is not None else None
-    return trained, train_curve.double().cpu().numpy(), eval_steps, np.stack(eval_curve, axis=1), probes
+    return TrainResult(
+        seeds=list(seeds),
+        models=[runner.member(k, template) for k in range(runner.size)],
+        train_loss=train_curve.double().cpu().numpy(),
+        eval_steps=np.asarray(eval_steps),
+        eval_loss=np.stack(eval_curve, axis=1),
+        wall_time=time.perf_counter() - began,
+        config=config,
+        probes=np.asarray(probed, dtype=float).transpose(1, 0, 2) if probe is not None else None,
+    )
 
 
 def train(
@@ -627,32 +648,15 @@ def _train_all(call: _Call) -> TrainResult:
     size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget, call.device)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
-    models, train_curves, eval_curves, probe_curves = [], [], [], []
-    eval_steps: list[int] = []
     # a calibration trains the first group alone: the others have its shapes, and its time is scaled to them
-    for group in groups[:1] if _calibration is not None else groups:
-        trained, train_curve, eval_steps, eval_curve, probed = _fit(replace(call.only(group), config=config),
-                                                                    eval_chunk)
-        models += trained
-        train_curves.append(train_curve)
-        eval_curves.append(eval_curve)
-        probe_curves.append(probed)
+    parts = [_fit(replace(call.only(group), config=config), eval_chunk)
+             for group in (groups[:1] if _calibration is not None else groups)]
     if _calibration is not None:
         step_bytes = _step_bytes(makers[0], tasks[0], config, size, call.device)
         _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
                                             _calibration.timing, step_bytes, len(groups)))
-        models, train_curves, eval_curves, probe_curves = _repeated(len(seeds), models, train_curves, eval_curves,
-                                                                    probe_curves)
-    return TrainResult(
-        seeds=list(seeds),
-        models=models,
-        train_loss=np.concatenate(train_curves),
-        eval_steps=np.asarray(eval_steps),
-        eval_loss=np.concatenate(eval_curves),
-        wall_time=time.perf_counter() - start,
-        config=config,
-        probes=np.concatenate(probe_curves) if call.probe is not None else None,
-    )
+        return replace(_repeated(parts[0], seeds), wall_time=time.perf_counter() - start)
+    return joined(parts, time.perf_counter() - start)
 
 
 def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:

@@ -129,16 +129,4 @@ def train_spread(request: TrainRequest, workers: int = 1, progress: bool | None 
     groups = seed_groups(len(request.seeds), workers)
     start = time.perf_counter()
     parts = train_each([request.only(group) for group in groups], workers, progress)
-    if len(parts) == 1:
-        return parts[0]
-    first = parts[0]
-    return TrainResult(
-        seeds=[seed for part in parts for seed in part.seeds],
-        models=[model for part in parts for model in part.models],
-        train_loss=np.concatenate([part.train_loss for part in parts]),
-        eval_steps=first.eval_steps,
-        eval_loss=np.concatenate([part.eval_loss for part in parts]),
-        wall_time=time.perf_counter() - start,
-        config=first.config,
-        probes=None if first.probes is None else np.concatenate([part.probes for part in parts]),
-    )
+    return parts[0] if len(parts) == 1 else trainer.joined(parts, time.perf_counter() - start)
