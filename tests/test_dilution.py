@@ -27,6 +27,7 @@ from sandboxes.data.flipflop import (
 from sandboxes.losses import attention_entropy
 from sandboxes.model import GPT, LSTM, GPTConfig, WithAttention
 from sandboxes.profiles import resolve
+from sandboxes.results import RESULTS_DIR, Result
 from sandboxes.theory import dilution as theory
 from sandboxes.trainer import TrainConfig, train
 
@@ -576,3 +577,27 @@ def test_the_random_string_row_is_made_only_where_the_witness_pattern_occurs():
     assert any("wrong reads on random strings" in n for n in names) == (data["witness_at_onset"] > 0)
     data["witness_at_onset"] = 0
     assert not any("wrong reads on random strings" in c.name for c in chapter.construction_claims(data, 1))
+
+
+def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_an_error():
+    runs = lambda inside, sparse, dense: {"in-distribution": [(e, 100) for e in inside],  # noqa: E731
+                                          "sparse": [(e, 50) for e in sparse], "dense": [(e, 50) for e in dense]}
+    counts = {"plain": runs([1, 0], [5, 0], [7, 0]), "sharpened": runs([2, 0], [1, 0], [9, 1]),
+              "rare": runs([0, 3], [0, 0], [0, 0])}
+    rows = {what: ours for what, _, ours in chapter.against_seed({"second_phases": {"counts": counts}})}
+    assert rows["sharpened against its plain twin, per test set"] == (
+        "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
+        "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10")
+    assert rows["runs with no wrong read on any of the three test sets"] == "plain: 1 of 2; sharpened: 0 of 2; rare: 1 of 2"
+
+
+def test_the_premise_table_names_what_each_attempt_changed_and_its_seeds_errors():
+    reference = Result.load(RESULTS_DIR / "dilution-reference.json")
+    tried = replace(reference, seeds=[3], sections={"training": {**reference.sections["training"], "values": {
+        **reference.sections["training"]["values"], "weight_decay": 0.0}}}, data={"training": {"counts": {
+            "transformer": {"in-distribution": [[0, 9]]}}}})
+    rows = chapter.premise_attempts(reference, [tried])
+    inside = reference.data["training"]["counts"]["transformer"]["in-distribution"]
+    assert rows[0] == ("the reference run", "0, 1, 2, 3, 4, 5, 6, 7",
+                       f"{', '.join(str(e) for e, _ in inside)} of {inside[0][1]} reads")
+    assert rows[1] == ("weight_decay = 0.0", "3", "0 of 9 reads")

@@ -134,15 +134,21 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
     display(HTML("<p>" + html.escape(
         f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
-        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds. Nothing here reruns it: the page reads ")
+        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section that draws seeds of its own names how many "
+        f"among the parameters it read). Nothing here reruns it: the page reads ")
         + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
     return result
+
+
+def attempt_result(name: str) -> Result:
+    """A reference attempt kept under ``results/attempts/``, read without showing it."""
+    return Result.load(RESULTS_DIR / "attempts" / name)
 
 
 def attempt(name: str) -> Result:
     """Show the rows of a reference attempt kept under ``results/attempts/`` (one whose rows did not all hold), as
     measured and without raising: what the chapter reports where its reference run has not succeeded yet."""
-    result = Result.load(RESULTS_DIR / "attempts" / name)
+    result = attempt_result(name)
     made = result.provenance
     display(note(f"A reference attempt, not a reference result: `results/attempts/{name}`, "
                  f"{made['wall_time_s'] / 60:.0f} minutes at commit {made['git_commit'][:7]}, "
@@ -182,12 +188,16 @@ def reference_verdict(result: Result, section: str) -> None:
         raise ClaimFailed(f"reference section {section}: claims that failed:\n" + Verdict(failed).text())
 
 
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table of text cells under ``header``."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    display(HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"))
+
+
 def against_seed(rows: list[tuple[str, str, str]]) -> None:
     """A table of what the seed reports beside what the reference run measured, one quantity per row."""
-    body = "".join(f"<tr><td>{html.escape(what)}</td><td>{html.escape(seed)}</td><td>{html.escape(ours)}</td></tr>"
-                   for what, seed, ours in rows)
-    display(HTML(f"<table><thead><tr><th>quantity</th><th>the seed reports</th><th>this reference run</th></tr>"
-                 f"</thead><tbody>{body}</tbody></table>"))
+    table(("quantity", "the seed reports", "this reference run"), rows)
 
 
 FIGURES = Path(__file__).parent / "figures"

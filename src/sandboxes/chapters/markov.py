@@ -890,8 +890,12 @@ def _depth_vs_seed(data: DepthData) -> list[tuple[str, str, str]]:
         kind = "tied" if run["tied"] else "untied"
         escape = escape_steps(np.asarray(run["eval_steps"]), np.asarray(run["eval_loss"]), H_pi, gap)
         left = escape[np.isfinite(escape)]
-        seed = ("one layer: see the training rows" if run["depth"] == 1
-                else "the entropy rate, after a plateau at the unigram loss (Fig. 1, Sec. 4.4)")
+        if run["depth"] > 1:
+            seed = "the entropy rate, after a plateau at the unigram loss (Fig. 1, Sec. 4.4)"
+        elif run["tied"] and data["p"] + data["q"] > 1:
+            seed = "one layer, tied: the unigram loss when its budget ends (Fig. 3a)"
+        else:
+            seed = "one layer: the entropy rate (Fig. 3)"
         ours = f"largest excess / gap {np.max(run['excess']) / gap:.2f}; {_left(escape)}"
         if left.size:
             ours += f" (median step {np.median(left):.0f} of {run['eval_steps'][-1]})"

@@ -793,7 +793,7 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
     """``best/median`` in % per depth, ``-`` for a cell the thesis's text lost."""
-    return ", ".join("/".join("-" if v is None else f"{v:.0f}" for v in pair) for pair in zip(best, median))
+    return ", ".join("/".join("-" if v is None else f"{v:.1f}" for v in pair) for pair in zip(best, median))
 
 
 def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple[str, str, str]]:
@@ -808,6 +808,8 @@ def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple
                  _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
                  + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
         ours = _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])
+        moving = np.asarray(data["still_descending"][data["names"].index(name)])
+        ours += f"; {int(moving.sum())} of {moving.size} runs still descending at the end"
         rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}){trained}: best / median accuracy (%) at "
                      f"depths {', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
     return rows
@@ -839,6 +841,12 @@ def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     best = int(at_train.argmax())
     rows.append(("parity gpt, the best seed at the training law: the same three", reports["gpt"],
                  f"{100 * at_train[best]:.1f}%; {100 * shifted[best]:.1f}%; {100 * longest[best]:.1f}%"))
+    by_count, counts = np.median(np.array(out["gpt"]["by_count"]), axis=0), np.array(out["counts"])
+    low, high = by_count[counts < T / 4], by_count[counts > 3 * T / 4]
+    rows.append((f"parity gpt at the training length by the number of ones (median seed): at T/2 = {T // 2}; worst "
+                 f"below T/4; worst above 3T/4", "accuracy degrades as the count moves away from the expected one, "
+                 "more at low counts than at high ones (Fig. 3.20, right; 25 replicates)",
+                 f"{100 * by_count[counts == T // 2][0]:.1f}%; {100 * low.min():.1f}%; {100 * high.min():.1f}%"))
     return rows
 
 
