@@ -134,8 +134,8 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
     display(HTML("<p>" + html.escape(
         f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
-        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section that draws seeds of its own names how many "
-        f"among the parameters it read). Nothing here reruns it: the page reads ")
+        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section that draws seeds of its own names "
+        f"how many among the parameters it read). Nothing here reruns it: the page reads ")
         + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
     return result
 

@@ -844,8 +844,10 @@ def _against_twin(counts: dict[str, dict[str, list[tuple[int, int]]]], kind: str
 def _second_phases_vs_seed(data: SecondPhaseData) -> list[tuple[str, str, str]]:
     """R4, R6 and R7 beside the second phases' wrong reads, each kind against its plain twin."""
     counts = data["counts"]
-    flawless = "; ".join(f"{kind}: {sum(all(runs[name][i][0] == 0 for name in runs) for i in range(len(runs['sparse'])))}"
-                         f" of {len(runs['sparse'])}" for kind, runs in counts.items())
+
+    def without_error(runs: dict[str, list[tuple[int, int]]]) -> int:
+        return sum(all(errors == 0 for errors, _ in seed) for seed in zip(*runs.values()))
+    flawless = "; ".join(f"{kind}: {without_error(runs)} of {len(runs['sparse'])}" for kind, runs in counts.items())
     return _per_kind(counts) + [
         ("sharpened against its plain twin, per test set", "attention sharpening cuts reasoning errors by an order of "
          "magnitude, never to exactly 0 (Section 3.2.2; R6 to R8)", _against_twin(counts, "sharpened")),

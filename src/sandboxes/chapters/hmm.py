@@ -46,7 +46,7 @@ SAMPLING_TOL = 0.5
 SAMPLING_REASON = "the network's optimisation error adds to the sampling error of the best fit to the N samples"
 EXCESS_REASON = ("twice the RMS distance between seeds of one HMM: the noise of a difference of two learned "
                  "predictors (cross^2 - within^2 fluctuates by about within^2)")
-SLOPE_SPREAD = 3  # standard errors of the mean run's slope that the median run's slope may miss -1/2 by
+SLOPE_SPREAD = 3  # standard errors of the runs' own slopes by which the median error's slope may miss -1/2
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
 FIT_RESIDUAL = 1e-9  # a G-HMM fit with a smaller RMS residual matches the predictor exactly
