@@ -7,17 +7,18 @@ import math
 import platform
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from torch.func import vmap
 
-from sandboxes import members
+from sandboxes import members, runtime
 from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain, symmetric_kernel
 from sandboxes.model import GPT, GPTConfig
-from sandboxes.runtime import keep_freed_memory, seed_everything
+from sandboxes.runtime import cpu_model, device_name, keep_freed_memory, seed_everything, usable_cores
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
     Ensemble,
@@ -374,3 +375,12 @@ def test_after_keep_freed_memory_a_block_larger_than_any_mmap_threshold_comes_fr
     block = torch.empty(48 << 20, dtype=torch.uint8)  # 48 MiB: over glibc's largest threshold, 32 MiB
     assert libc.mallinfo2().hblks == mapped
     del block
+
+
+def test_a_cpu_is_named_by_its_model_and_the_cores_this_process_may_use(monkeypatch):
+    # provenance names the machine a reference ran on: "x86_64" said neither which CPU nor how many cores
+    assert device_name(torch.device("cpu")) == f"{cpu_model()}, {usable_cores()} cores"
+    info = "processor\t: 0\nmodel name\t: Some CPU 9000\nprocessor\t: 1\nmodel name\t: Some CPU 9000\n"
+    monkeypatch.setattr(runtime, "Path", lambda path: SimpleNamespace(read_text=lambda: info))
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert device_name(torch.device("cpu")) == "Some CPU 9000, 3 cores"

@@ -11,6 +11,7 @@ import random
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -104,4 +105,19 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple MPS"
-    return platform.processor() or platform.machine() or "cpu"
+    return f"{cpu_model()}, {usable_cores()} cores"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform calls the processor."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    named = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return (named[0] if named else "") or platform.processor() or platform.machine() or "cpu"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one): what its threads can use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
