@@ -503,6 +503,8 @@ def _learning_rows(change: str, tiny_result, trained_two_token) -> list:
         recovered = learned[:, [0, 0]]
     elif change == "HMM labels swapped":
         recovered = learned[::-1]
+    elif change == "seed noise as large as the gap":
+        part = {**part, "within": [part["exact_gap"]] * len(sizes)}
     recovery = chapter.learned_recovery(recovered, hmms)
     data = {"samples": sizes, "pairwise": pairwise, "two_token": part, "recovery": recovery,
             "still_descending": moving}
@@ -649,15 +651,8 @@ def test_the_rows_that_tell_the_pair_apart_are_undecided_where_seed_noise_hides_
                                                                                        trained_two_token):
     # twice the seed-to-seed distance above the gap: the excess rows would hold for any learner, so none may hold
     rows = {c.name: c for c in _learning_rows("nothing", tiny_result, trained_two_token)}
-    learned, moving, hmms = trained_two_token
-    sizes = np.array([1000.0, 30000.0])
-    exact = chapter.exact_predictors(hmms, chapter.TWO_TOKEN)
-    part = chapter.learned_task(learned, exact, theory.symbol_law(hmms[0].emission), sizes)
-    noisy = {**part, "within": [part["exact_gap"]] * len(sizes)}
-    data = {"samples": sizes, "pairwise": chapter.learned_task(learned[[0, 0]], [exact[0], exact[0]],
-                                                               theory.symbol_law(hmms[0].emission), sizes),
-            "two_token": noisy, "recovery": chapter.learned_recovery(learned, hmms), "still_descending": 0}
-    hidden = [c for c in chapter.learning_claims(data) if c.holds is None]
+    hidden = [c for c in _learning_rows("seed noise as large as the gap", tiny_result, trained_two_token)
+              if c.holds is None]
     assert len(hidden) == 3 and all("twice the seed-to-seed distance" in c.reason for c in hidden)
     assert all(rows[c.name].holds for c in hidden)  # the same rows hold where the gap is resolved
 
