@@ -15,6 +15,7 @@ from reader import is_trained_row
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.claims import Claim
 from sandboxes.cli import _overrides, _parser, main
+from sandboxes.results import RESULTS_DIR
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]
 SECTIONS = [(chapter.name, section.name) for chapter in all_chapters() for section in chapter.sections]
@@ -115,12 +116,24 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
     (["run", "hmm", "--set", "k=2"], "3..8"),
     (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
     (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
+    (["rejudge", "markov", "--section", "training"], "cannot recompute its rows from its data: rerun it"),
 ])
 def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
     proc = subprocess.run([sys.executable, "-m", "sandboxes", *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_rejudge_makes_a_section_s_rows_again_in_the_file_it_is_given(tmp_path, capsys):
+    copy = tmp_path / "shortcuts-reference.json"
+    body = json.loads((RESULTS_DIR / "shortcuts-reference.json").read_text())
+    body["claims"][-1]["reason"] = "a text the rules do not make"
+    copy.write_text(json.dumps(body))
+    assert main(["rejudge", "shortcuts", "--section", "brittleness", "--file", str(copy)]) == 0
+    judged = json.loads(copy.read_text())
+    assert judged["claims"][-1]["reason"] != "a text the rules do not make"
+    assert "judged" in judged["sections"]["brittleness"] and "judged again" in capsys.readouterr().out
 
 
 def test_bench_reports_all_three_modes_and_the_ratio(capsys):

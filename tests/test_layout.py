@@ -38,7 +38,7 @@ ALLOWED = {
     "reference": {"profiles", "results", "sections"},
     "bench": {"data", "model", "trainer"},
     "cluster": {"chapters", "members", "profiles", "results", "runtime", "trainer"},
-    "cli": {"bench", "chapters", "cluster", "profiles", "results", "runtime"},
+    "cli": {"bench", "chapters", "cluster", "profiles", "reference", "results", "runtime"},
     "__main__": {"cli"},
     "__init__": set(),
 }

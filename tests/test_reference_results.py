@@ -11,7 +11,7 @@ from sandboxes import notebook
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.claims import Claim, ClaimFailed
 from sandboxes.profiles import Param, at_least, with_reference
-from sandboxes.reference import commit_in_history, problems, variant_of
+from sandboxes.reference import commit_in_history, problems, rejudge, variant_of
 from sandboxes.results import RESULTS_DIR, Result, merge
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 
@@ -75,6 +75,48 @@ def test_rows_the_current_rules_make_otherwise_from_the_file_s_data_make_the_che
                for p in _shortcuts_copy(tmp_path, solved_a5))
     assert any("a row's text differs" in p for p in _shortcuts_copy(tmp_path, reworded))
     assert any("reasons for missing rows differ" in p for p in _shortcuts_copy(tmp_path, silenced))
+
+
+def _shortcuts_result(tmp_path: Path, change) -> Result:
+    """A copy of the committed shortcuts file that ``change`` edited, read back."""
+    path = RESULTS_DIR / "shortcuts-reference.json"
+    body = json.loads(path.read_text())
+    change(body)
+    copy = tmp_path / path.name
+    copy.write_text(json.dumps(body))
+    return Result.load(copy)
+
+
+def test_rows_judged_again_from_the_stored_data_are_the_current_rules_and_record_who_judged_them(tmp_path):
+    chapter = get_chapter("shortcuts")
+
+    def reworded(body):  # as if the row's text had changed in the code since the run
+        body["claims"][-1]["reason"] += " (edited)"
+
+    stale = _shortcuts_result(tmp_path, reworded)
+    assert any("a row's text differs" in p for p in problems(stale, chapter))
+    judged = rejudge(stale, chapter, "brittleness", commit=("known", False))
+    assert problems(judged, chapter, lambda commit: commit != "0" * 40) == []
+    assert judged.sections["brittleness"]["judged"]["git_commit"] == "known"
+    assert judged.sections["brittleness"]["provenance"] == stale.sections["brittleness"]["provenance"]
+    assert [c.section for c in judged.claims] == [c.section for c in stale.claims]
+    assert any("judged at commit" in p for p in problems(judged, chapter))  # "known" is not a commit here
+    dirty = rejudge(stale, chapter, "brittleness", commit=("known", True))
+    assert any("judged from a clean tree" in p for p in problems(dirty, chapter, lambda commit: True))
+
+
+def test_judging_again_does_not_hide_what_the_data_say_and_needs_rows_from_data(tmp_path):
+    chapter = get_chapter("shortcuts")
+
+    def untrained_lstm(body):
+        lstm = body["data"]["brittleness"]["lstm"]
+        for view in lstm:
+            lstm[view] = [[0.5] * len(scores) for scores in lstm[view]]
+
+    judged = rejudge(_shortcuts_result(tmp_path, untrained_lstm), chapter, "brittleness", commit=("known", False))
+    assert any("'parity LSTM" in p and "fails" in p for p in problems(judged, chapter, lambda commit: True))
+    with pytest.raises(ValueError, match="rerun it"):
+        rejudge(_made(["measure"]), TOY, "measure")  # the toy section keeps no rule over its data
 
 
 def test_a_section_s_rows_from_its_data_are_those_it_made(tiny_result):

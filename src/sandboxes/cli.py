@@ -1,4 +1,4 @@
-"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list``, ``merge`` and ``bench``."""
+"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list``, ``merge``, ``rejudge`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from . import bench, cluster
+from . import bench, cluster, reference
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES
 from .results import REPO_ROOT, Result, merge, reference_result_path
@@ -61,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     merging = commands.add_parser("merge", help="assemble a folder of partial results (run --executor) into one result")
     merging.add_argument("folder", help="the folder `run --executor` wrote")
     merging.add_argument("--out", default=None, help="result JSON path (default <folder>/<chapter>-<profile>.json)")
+    judging = commands.add_parser("rejudge", help="judge a committed reference section's rows again from its stored "
+                                  "data by the current rules (after a rule or a row's text changed; trains nothing)")
+    judging.add_argument("chapter", help="chapter name (see `list`)")
+    judging.add_argument("--section", dest="sections", action="append", required=True, metavar="SECTION",
+                         help="a section whose rows are recomputed from its data (repeatable)")
+    judging.add_argument("--variant", default="", help="a reference variant of the chapter (default: the plain one)")
+    judging.add_argument("--file", default=None, metavar="PATH",
+                         help="the result file to judge again in place (default: the committed one)")
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
     listing.add_argument("--reference", action="store_true",
@@ -192,6 +200,19 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if verdict.failures() and args.strict else 0
 
 
+def _rejudge(args: argparse.Namespace) -> int:
+    chapter = get_chapter(args.chapter)
+    path = Path(args.file) if args.file else reference_result_path(chapter.name, args.variant)
+    if not path.exists():
+        raise ValueError(f"no committed reference result at {path}")
+    result = Result.load(path)
+    for name in args.sections:
+        result = reference.rejudge(result, chapter, name, args.variant)
+    _report(result, sys.stdout)
+    print(f"rows of {', '.join(args.sections)} judged again in {result.save(path)}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.k < 1 or args.steps < 1 or args.batch_size < 1:
         raise ValueError("--k, --steps and --batch-size must be at least 1")
@@ -212,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "merge":
             return _merge(Path(args.folder), args.out)
+        if args.command == "rejudge":
+            return _rejudge(args)
         return _run(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

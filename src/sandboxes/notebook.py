@@ -131,11 +131,14 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
     made = result.provenance
     sections = ", ".join(f"{name} {s['wall_time_s'] / 60:.0f} min" for name, s in result.sections.items())
     commits = sorted({s["provenance"]["git_commit"][:7] for s in result.sections.values()})
+    judged = "".join(f" The rows of {name} were judged again from its stored data at commit "
+                     f"{s['judged']['git_commit'][:7]}, after a rule changed." for name, s in result.sections.items()
+                     if "judged" in s)
     display(HTML("<p>" + html.escape(
         f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
         f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
         f"at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section that draws seeds of its own names "
-        f"how many among the parameters it read). Nothing here reruns it: the page reads ")
+        f"how many among the parameters it read).{judged} Nothing here reruns it: the page reads ")
         + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
     return result
 

@@ -5,17 +5,20 @@ A reference result (``results/<chapter>-reference.json``) is made once, one sect
 while it is what the current code's reference profile would make: every row holds, every section
 read the values the profile gives now, it has the profile's seeds, each section was made from a
 clean tree at a commit in this repository's history, and a section that can recompute its rows from
-its data (``Section.rows``) gives the rows and silences the file holds.
+its data (``Section.rows``) gives the rows and silences the file holds. When a rule or a row's text changes
+after a run, such a section's rows are judged again from its stored data (``rejudge``, which records the
+commit that judged them) instead of training its models again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .results import REPO_ROOT, Result
+from .results import REPO_ROOT, Result, current_commit
 from .sections import Chapter
 
 
@@ -69,12 +72,45 @@ def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], boo
                 found.append(f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
                              f"gives {profile[key]!r}: rerun it")
         found += _stale_rows(result, chapter, name, {**profile, **values})
-        made = section["provenance"]
-        if made.get("git_dirty") is not False:
-            found.append(f"section {name} was not made from a clean tree (git_dirty = {made.get('git_dirty')})")
-        if not known_commit(str(made.get("git_commit"))):
-            found.append(f"section {name} names commit {made.get('git_commit')}, which is not in this history")
+        for what, made in (("made", section["provenance"]), ("judged", section.get("judged"))):
+            if made is None:
+                continue
+            if made.get("git_dirty") is not False:
+                found.append(f"section {name} was not {what} from a clean tree (git_dirty = {made.get('git_dirty')})")
+            if not known_commit(str(made.get("git_commit"))):
+                found.append(f"section {name} was {what} at commit {made.get('git_commit')}, which is not in this "
+                             f"history")
     return found
+
+
+def rejudge(result: Result, chapter: Chapter, name: str, variant: str = "",
+            commit: tuple[str, bool | None] | None = None) -> Result:
+    """``result`` with section ``name``'s rows and silences made again by the current rules from its stored data
+    and the values it ran with, and the commit that judged them (``commit``, or now's) recorded beside the run's.
+
+    The rows of such a section are a function of its data and values, the same one its run calls last, so a rule
+    or a row's text changed since the run needs no new training. A section with undecided rows is refused: a run
+    that diverged leaves every row undecided whatever its data say, and that only a new run can change.
+    """
+    section = chapter.section(name)
+    if section.rows is None:
+        raise ValueError(f"section {name} of {chapter.name} cannot recompute its rows from its data: rerun it")
+    if name not in result.sections:
+        raise ValueError(f"the result holds no section {name}")
+    old = [c for c in result.claims if c.section == name]
+    if any(c.holds is None for c in old):
+        raise ValueError(f"section {name} has undecided rows (a diverged or unsettled run): rerun it")
+    config = {**chapter.reference_config(variant), **result.sections[name]["values"]}
+    claims, silent = section.rows(config, result.data[name])
+    judged_at, dirty = commit or current_commit()
+    record = {**result.sections[name], "silent": list(silent),
+              "judged": {"git_commit": judged_at, "git_dirty": dirty,
+                         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
+    new = [dataclasses.replace(c, section=name) for c in claims]
+    return dataclasses.replace(
+        result, claims=[c for n in result.sections for c in (new if n == name else
+                                                             [c for c in result.claims if c.section == n])],
+        sections={**result.sections, name: record})
 
 
 def _stale_rows(result: Result, chapter: Chapter, name: str, config: dict) -> list[str]:
