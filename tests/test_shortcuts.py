@@ -525,6 +525,22 @@ def _hard_row(acc, moving):
     return rows[0]
 
 
+def _two_gpts(first, second):
+    """:func:`_parity_data` with two different GPT seeds, each ``(by_prob, by_length)``."""
+    out = _parity_data()
+    out["gpt"] = {"by_prob": [first[0], second[0]], "by_length": [first[1], second[1]]}
+    return out
+
+
+def test_drop_rows_judge_every_seed_that_solves_the_training_law_not_only_the_best():
+    solved_flat = ([0.99] * 5, [0.99] * 4)  # solves it (QUICK parity_solved 0.95) and drops nowhere
+    drops = [c for c in chapter.brittleness_claims(_two_gpts(SHORTCUT, solved_flat), QUICK) if "minus" in c.name]
+    assert len(drops) == 2 and all(c.holds is False for c in drops)  # the best seed drops, the other does not
+    unsolved_flat = ([0.6] * 5, [0.6] * 4)  # below parity_solved: not a model the drops speak of
+    drops = [c for c in chapter.brittleness_claims(_two_gpts(SHORTCUT, unsolved_flat), QUICK) if "minus" in c.name]
+    assert len(drops) == 2 and all(c.holds for c in drops)
+
+
 def test_drops_too_small_for_the_eval_set_make_no_row():
     # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
     coarse = {**QUICK, "eval_size": 8, "gap": 0.05}

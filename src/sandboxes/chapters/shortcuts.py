@@ -745,13 +745,15 @@ def resolves_gap(config: dict[str, Any]) -> bool:
 
 
 def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Claim]:
-    """The best in-distribution parity GPT solves the training law, then drops under shift and at twice the
-    length; the LSTM and the scratchpad + recency GPT do not drop."""
+    """The best in-distribution parity GPT solves the training law, and every seed that solves it drops under shift
+    and at twice the length; the LSTM and the scratchpad + recency GPT do not drop."""
     probs, lengths, T = out["probs"], out["lengths"], out["T"]
     centre = probs.index(min(probs, key=lambda p: abs(p - 0.5)))
     gpt_p = np.array(out["gpt"]["by_prob"])
-    best = int(gpt_p[:, centre].argmax())  # the best in-distribution GPT is the fairest test of its shortcut
-    gpt_l = np.array(out["gpt"]["by_length"])[best]
+    best = int(gpt_p[:, centre].argmax())  # the precondition: some GPT solves the training law
+    # the drops are judged on every seed that solves it (at least the best one), so that no seed's spread decides
+    solving = [i for i in range(len(gpt_p)) if gpt_p[i, centre] >= config["parity_solved"]] or [best]
+    gpt_l = np.array(out["gpt"]["by_length"])[solving]
     long = lengths.index(2 * T)
     moving = out["still_descending"]
 
@@ -763,12 +765,13 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
                             "precondition of the two rows below: the paper's drops are those of models that solve the "
                             "training distribution; `parity_solved`"
                             ).eventually(*settled("gpt", "parity_steps"))
+    who = "every seed that solves it, the least"
     drops = [
-        Claim.at_least("parity GPT (best seed): in-distribution minus worst shifted accuracy", config["gap"],
-                       float(gpt_p[best, centre] - gpt_p[best].min()),
+        Claim.at_least(f"parity GPT ({who}): in-distribution minus worst shifted accuracy", config["gap"],
+                       float(np.min(gpt_p[solving, centre] - gpt_p[solving].min(axis=1))),
                        "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"),
-        Claim.at_least(f"parity GPT (best seed): accuracy at length {T} minus at {2 * T}", config["gap"],
-                       float(gpt_l[lengths.index(T)] - gpt_l[long]),
+        Claim.at_least(f"parity GPT ({who}): accuracy at length {T} minus at {2 * T}", config["gap"],
+                       float(np.min(gpt_l[:, lengths.index(T)] - gpt_l[:, long])),
                        "`gap`: positions and counts beyond T were never trained"),
     ]
     if not solves.holds or not resolves_gap(config):  # the drops speak of a GPT that solves T, measured finely
