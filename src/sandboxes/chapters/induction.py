@@ -547,7 +547,14 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
         "attention": tables["two_layers"][0],
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
-    return Outcome(training_claims(data), data, (one_layer_silence(config), GPT_ATTENTION_SILENCE))
+    claims, silent = training_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The training section's rows and the reasons for the rows it does not make, from its data alone (as run, or
+    as read back from a result file, where the reference check recomputes them)."""
+    return training_claims(data), (one_layer_silence(config), GPT_ATTENTION_SILENCE)
 
 
 # ---------------------------------------------------------------- a prior of restricted support
@@ -746,12 +753,19 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
         "memories": runs["two_layers"].probes,
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
+    claims, silent = trigger_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def trigger_rows(config: dict[str, Any], data: TriggerData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The trigger section's rows and the reasons for the rows it does not make, from its data alone (as run, or as
+    read back from a result file, where the reference check recomputes them)."""
     silent = (one_layer_silence({**config, "T": config["trigger_T"]}), MEMORY_SILENCE)
     if not data["positions"]["recall"]:
         silent += ("trigger task: no held-out sequence has a trigger twice, so no accuracy is judged where the "
                    "output was seen before; more tokens or sequences (--set trigger_T=... or eval_size=...) give "
                    "some",)
-    return Outcome(trigger_claims(data), data, silent)
+    return trigger_claims(data), silent
 
 
 
@@ -832,6 +846,13 @@ def memories(config: dict[str, Any], ctx: RunContext) -> Outcome[MemoriesData]:
         "memory_names": list(MEMORIES), "eval_steps": run.eval_steps, "eval_loss": run.eval_loss,
         "memories": run.probes, "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
     }  # type: ignore[typeddict-item]
+    claims, silent = memories_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def memories_rows(config: dict[str, Any], data: MemoriesData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The memories section's rows and the reasons for the rows it does not make, from its data alone (as run, or
+    as read back from a result file, where the reference check recomputes them)."""
     chance = probe_chance(config)
     order_silent = [note for silent, note in (
         (config["memory_d"] < max(config["trigger_tokens"], config["memory_T"]), NARROW_SILENCE),
@@ -842,7 +863,7 @@ def memories(config: dict[str, Any], ctx: RunContext) -> Outcome[MemoriesData]:
                                         "decides whether a run had settled was never measured; more tokens (--set "
                                         "memory_T=...) give some"),
     ) if silent]
-    return Outcome([] if order_silent else memories_claims(data), data, (SEQUENTIAL_SILENCE, *order_silent))
+    return [] if order_silent else memories_claims(data), (SEQUENTIAL_SILENCE, *order_silent)
 
 
 NARROW_SILENCE = ("memory order. Bietti et al. observe it with embeddings at least as wide as there are tokens and "
@@ -998,9 +1019,12 @@ CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PA
                       Section("gradient", "The first gradient points layer 1 at the parents", gradient),
                       Section("staged", "The first stage trained: layer 1 finds the graph", staged, trains=True,
                               rows=staged_rows),
-                      Section("training", "Training one and two layers", training, trains=True),
+                      Section("training", "Training one and two layers", training, trains=True,
+                              rows=training_rows),
                       Section("support", "Trained on a restricted prior, tested outside it", support, trains=True,
                               rows=support_rows),
-                      Section("trigger", "The trigger task: recall from context", trigger, trains=True),
-                      Section("memories", "Three associative memories, in order", memories, trains=True),
+                      Section("trigger", "The trigger task: recall from context", trigger, trains=True,
+                              rows=trigger_rows),
+                      Section("memories", "Three associative memories, in order", memories, trains=True,
+                              rows=memories_rows),
                   ), check=check, reference_sections=("staged", "training", "support", "trigger", "memories"))

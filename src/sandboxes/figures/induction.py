@@ -185,15 +185,16 @@ def simplified_memories(data: MemoriesData) -> Figure:
     return fig
 
 
-def _draw_parent_lines(ax: plt.Axes, weights: np.ndarray | list, parents: list[int], ylabel: str) -> None:
+def _draw_parent_lines(ax: plt.Axes, weights: np.ndarray | list, parents: list[int], ylabel: str,
+                       bound_label: str = "the row's bound", span_label: str = "judged positions") -> None:
     """Each seed's weight on the parent per position (best head), the judged positions shaded, the bound dashed."""
     carried = np.nanmax(np.asarray(weights, dtype=float), axis=1)  # seed x head x position t >= 1
     positions = np.arange(1, carried.shape[1] + 1)
     judged = judged_positions(parents)
-    ax.axvspan(judged[0] - 0.5, judged[-1] + 0.5, color=COLORS["theory"], alpha=0.08, label="judged positions")
+    ax.axvspan(judged[0] - 0.5, judged[-1] + 0.5, color=COLORS["theory"], alpha=0.08, label=span_label)
     for seed, row in enumerate(carried):
         ax.plot(positions, row, ".-", linewidth=0.8, markersize=3, label=f"seed {seed}")
-    reference_line(ax, PARENT_MASS, "the row's bound", "--")
+    reference_line(ax, PARENT_MASS, bound_label, "--")
     ax.set(xlabel="position t", ylabel=ylabel, ylim=(0, 1.05))
     ax.legend(loc="lower left", fontsize=7, ncol=2)
 
@@ -202,7 +203,8 @@ def parent_weight(data: TrainingData) -> Figure:
     """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
     seed; the judged positions shaded, the bound of the first stage's row dashed."""
     fig, ax = plt.subplots()
-    _draw_parent_lines(ax, data["parent_weight"]["two_layers"], data["parents"], "weight on the parent (best head)")
+    _draw_parent_lines(ax, data["parent_weight"]["two_layers"], data["parents"], "weight on the parent (best head)",
+                       "the first stage's bound (no row here)", "positions the first stage judges")
     return fig
 
 
