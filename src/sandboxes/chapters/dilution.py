@@ -111,7 +111,7 @@ PARAMS = (
 # that in distribution (1 + 62 x 0.1).
 PARAMS = with_reference(PARAMS, {
     "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 8000, "start_steps": 3000,
-    "batch_size": 32, "lr": 1.5e-3, "weight_decay": 0.0, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
+    "batch_size": 32, "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
     "lstm_lr": 3e-3, "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000,
 })
 
