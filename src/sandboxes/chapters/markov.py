@@ -427,14 +427,22 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
                          "still_descending": moving[block],
                          "escape_step": escape_steps(trained.eval_steps, trained.eval_loss[block], H_pi, _gap(p, q)),
                          "prediction": _predictions(trained.models[i * n], tasks[i * n])})
-    claims = training_rows(runs, config["init_std"])
+    data: TrainingData = {"runs": runs}
+    claims, silent = training_section_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def training_section_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The training section's rows and the reasons for the rows it does not make, from its data alone (as run, or as
+    read back from a result file, where the reference check recomputes them)."""
+    chains = [(config["p"], config["q"]), (config["p2"], config["q2"])]
     silent = _too_close(chains, "where the runs end") + tuple(
         f"where tied runs at (p, q) = ({p:g}, {q:g}) end: Thm 2 makes theta_pi a local minimum, and says nothing of "
         "whether training converges to it; the steps at which the runs left the plateau are in the data"
         for p, q in chains if p + q > 1 and _gap(p, q) >= MIN_GAP)
     if config["init_std"] > GPT2_INIT_STD:
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
-    return Outcome(claims, {"runs": runs}, silent)
+    return training_rows(data["runs"], config["init_std"]), silent
 
 
 def reaches_entropy_rate_row(name: str, excess: np.ndarray, gap: float, waiting: np.ndarray, reason: str,
@@ -931,7 +939,8 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),
                       Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep),
                       Section("reduced_flow", "The reduced gradient flow", reduced_flow),
-                      Section("training", "Training: loss curves and predictions", training, trains=True),
+                      Section("training", "Training: loss curves and predictions", training, trains=True,
+                              rows=training_section_rows),
                       Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True,
                               by_seed=False),  # grid_seeds per cell
                       Section("basin", "The basin of the bad minimum", basin, trains=True),
