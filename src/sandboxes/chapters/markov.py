@@ -511,6 +511,8 @@ class PhaseData(TypedDict):
     ratio: dict[str, list[list[float]]]  # tied / untied: mean excess loss / gap per (p, q) cell (NaN: gap < MIN_GAP)
     escape_step: dict[str, list[list[float]]]  # tied / untied: per cell and seed, the step it left the plateau (inf: none)
     resolvable: list[list[bool]]  # gap at least MIN_GAP
+    excess: dict[str, list[list[float]]]  # tied / untied: per cell (p-major) and seed, the final excess loss
+    waiting: dict[str, list[list[bool]]]  # tied / untied: per cell and seed, on the plateau or still descending
 
 
 def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]:
@@ -535,11 +537,23 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
                                  for i in range(len(cells))])
         ratio[kind] = np.where(gaps >= MIN_GAP, excess[kind].mean(axis=1) / np.maximum(gaps, MIN_GAP),
                                np.nan).reshape(len(values), len(values))  # no ratio where the gap vanishes
-    claims = phase_rows([p + q for p, q in cells], excess, gaps, waiting, escape, config["init_std"])
-    data = {"values": values, "ratio": ratio, "escape_step": escape,
-            "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values))}
-    silent = () if config["init_std"] <= GPT2_INIT_STD else (NO_ORDER_ROW.format(std=config["init_std"]),)
+    data: PhaseData = {"values": values, "ratio": ratio, "escape_step": escape,
+                       "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values)), "excess": excess,
+                       "waiting": waiting}  # type: ignore[typeddict-item]
+    claims, silent = phase_section_rows(config, data)
     return Outcome(claims, data, silent)
+
+
+def phase_section_rows(config: dict[str, Any], data: PhaseData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The phase diagram's rows and the reasons for the rows it does not make, from its data alone (as run, or as
+    read back from a result file, where the reference check recomputes them)."""
+    cells = [(p, q) for p in data["values"] for q in data["values"]]
+    gaps = np.array([_gap(p, q) for p, q in cells])
+    excess, waiting, escape = ({kind: np.asarray(data[key][kind], dtype=dtype) for kind in ("tied", "untied")}
+                               for key, dtype in (("excess", float), ("waiting", bool), ("escape_step", float)))
+    claims = phase_rows([p + q for p, q in cells], excess, gaps, waiting, escape, config["init_std"])
+    silent = () if config["init_std"] <= GPT2_INIT_STD else (NO_ORDER_ROW.format(std=config["init_std"]),)
+    return claims, silent
 
 
 def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.ndarray, waiting: dict[str, np.ndarray],
@@ -590,6 +604,8 @@ class BasinData(TypedDict):
     outcome: dict[str, dict[str, list[float]]]  # tied / untied -> bigram / unigram / neither / still_descending
     # -> fraction of seeds per scale
     escape_step: dict[str, list[list[float]]]  # tied / untied: per scale and seed, the step it left the plateau
+    ends: dict[str, list[list[str]]]  # tied / untied: per scale and seed, bigram / unigram / neither
+    waiting: dict[str, list[list[bool]]]  # tied / untied: per scale and seed, on the plateau or still descending
 
 
 def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
@@ -611,12 +627,23 @@ def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
         escape[kind] = escape_steps(trained.eval_steps, trained.eval_loss, H_pi, gap).reshape(shape)
         outcome[kind] = {k: (ends[kind] == k).mean(axis=1) for k in ("bigram", "unigram", "neither")}
         outcome[kind]["still_descending"] = moving.mean(axis=1)
-    claims = basin_rows(p, q, scales, ends, waiting, escape)
+    data: BasinData = {"p": p, "q": q, "scales": scales, "outcome": outcome, "escape_step": escape, "ends": ends,
+                       "waiting": waiting}  # type: ignore[typeddict-item]
+    claims, silent = basin_section_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def basin_section_rows(config: dict[str, Any], data: BasinData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The basin's rows and the reasons for the rows it does not make, from its data alone (as run, or as read back
+    from a result file, where the reference check recomputes them)."""
+    p, q, scales = data["p"], data["q"], data["scales"]
+    ends, waiting, escape = ({kind: np.asarray(data[key][kind], dtype=dtype) for kind in ("tied", "untied")}
+                             for key, dtype in (("ends", str), ("waiting", bool), ("escape_step", float)))
     silent = _too_close([(p, q)], "the basin")
     if min(scales) > GPT2_INIT_STD:
         silent += (f"the basin's rows: the seed reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
                    "every scale here is larger; they are measured, not claimed",)
-    return Outcome(claims, {"p": p, "q": q, "scales": scales, "outcome": outcome, "escape_step": escape}, silent)
+    return basin_rows(p, q, scales, ends, waiting, escape), silent
 
 
 def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarray], waiting: dict[str, np.ndarray],
@@ -761,11 +788,13 @@ class MultistateData(TypedDict):
     threshold: float  # p* = (n-1)/n, where the tied Hessian changes sign and the mutual information is 0
     hessian_probs: list[float]
     hessian_eigenvalue: list[float]  # autograd: the embedding block's eigenvalue off the ones vector
+    hessian_deviation: float  # autograd against the closed form: the largest deviation of any eigenvalue, any p
     switch_probs: list[float]
     gaps: list[float]
     tied: list[list[float]]  # excess loss / gap, per p and seed (NaN where the gap is below MIN_GAP)
     untied: list[list[float]]
     escape_step: dict[str, list[list[float]]]  # tied / untied: per p and seed, the step it left the plateau (inf: none)
+    waiting: dict[str, list[list[bool]]]  # tied / untied: per p and seed, on the plateau or still descending
 
 
 def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateData]:
@@ -775,16 +804,7 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
     spectra = [theory.embedding_block_spectrum(symmetric_kernel(n, p), 1, 3) for p in HESSIAN_PROBS]
     eigenvalue = [float(sp[np.argmax(np.abs(sp))]) for sp in spectra]
     predicted = [np.sort([0.0] + [theory.symmetric_block_eigenvalue(n, p)] * (n - 1)) for p in HESSIAN_PROBS]
-    signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in eigenvalue)
-    expected = "".join("+" if p > threshold + 1e-9 else ("-" if p < threshold - 1e-9 else "0") for p in HESSIAN_PROBS)
-    claims = [
-        Claim.close(f"{n}-state tied unigram point: embedding Hessian = (2/n)(np/(n-1) - 1) off the ones vector "
-                    "(max deviation over the p sweep)", 0.0,
-                    float(max(np.abs(sp - pr).max() for sp, pr in zip(spectra, predicted))), EXACT, EXACT_REASON),
-        Claim.exact(f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
-                    expected, signs, "the closed form above; p* is where the chain's mutual information vanishes"),
-    ]
-    theory_rows = tuple(claim.name for claim in claims)
+    deviation = float(max(np.abs(sp - pr).max() for sp, pr in zip(spectra, predicted)))
     tasks = [MarkovChain(symmetric_kernel(n, p), config["sweep_length"]) for p in probs]
     gaps = np.array([theory.unigram_entropy(t.kernel) - theory.entropy_rate(t.kernel) for t in tasks])
     unigram = [theory.unigram_entropy(t.kernel) for t in tasks]
@@ -803,15 +823,42 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
         escape[kind] = np.array([escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i])
                                  for i in range(len(tasks))])
         ratios[kind] = np.where(gaps[:, None] >= MIN_GAP, excess / np.maximum(gaps, MIN_GAP)[:, None], np.nan)
-    claims += multistate_rows(n, probs, gaps, ratios, waiting, escape, config["init_std"])
+    data: MultistateData = {"states": n, "threshold": threshold, "hessian_probs": list(HESSIAN_PROBS),
+                            "hessian_eigenvalue": eigenvalue, "hessian_deviation": deviation, "switch_probs": probs,
+                            "gaps": gaps, "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape,
+                            "waiting": waiting}  # type: ignore[typeddict-item]
+    claims, silent = multistate_section_rows(config, data)
+    return Outcome(claims, data, silent, tuple(claim.name for claim in multistate_hessian_rows(data)))
+
+
+def multistate_hessian_rows(data: MultistateData) -> list[Claim]:
+    """The tied unigram point's embedding Hessian against its closed form, and where its sign changes."""
+    n, threshold = data["states"], data["threshold"]
+    signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in data["hessian_eigenvalue"])
+    expected = "".join("+" if p > threshold + 1e-9 else ("-" if p < threshold - 1e-9 else "0")
+                       for p in data["hessian_probs"])
+    return [
+        Claim.close(f"{n}-state tied unigram point: embedding Hessian = (2/n)(np/(n-1) - 1) off the ones vector "
+                    "(max deviation over the p sweep)", 0.0, data["hessian_deviation"], EXACT, EXACT_REASON),
+        Claim.exact(f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
+                    expected, signs, "the closed form above; p* is where the chain's mutual information vanishes"),
+    ]
+
+
+def multistate_section_rows(config: dict[str, Any], data: MultistateData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The multi-state section's rows and the reasons for the rows it does not make, from its data alone (as run,
+    or as read back from a result file, where the reference check recomputes them)."""
+    probs, gaps = data["switch_probs"], np.asarray(data["gaps"], dtype=float)
+    ratios, waiting, escape = ({kind: np.asarray(source[kind], dtype=dtype) for kind in ("tied", "untied")}
+                               for source, dtype in ((data, float), (data["waiting"], bool),
+                                                     (data["escape_step"], float)))
+    claims = multistate_hessian_rows(data) + multistate_rows(data["states"], probs, gaps, ratios, waiting, escape,
+                                                             config["init_std"])
     silent = tuple(f"p = {p:g}: the gap I(x_n; x_n+1) = {gap:.2g} is below {MIN_GAP}, so the two minima cannot be "
                    "told apart (at p* = (n-1)/n it is 0)" for p, gap in zip(probs, gaps) if gap < MIN_GAP)
     if config["init_std"] > GPT2_INIT_STD:
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
-    return Outcome(claims, {"states": n, "threshold": threshold, "hessian_probs": list(HESSIAN_PROBS),
-                            "hessian_eigenvalue": eigenvalue, "switch_probs": probs, "gaps": gaps,
-                            "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape}, silent,
-                   theory_rows)
+    return claims, silent
 
 
 def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[str, np.ndarray],
@@ -942,9 +989,10 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, se
                       Section("training", "Training: loss curves and predictions", training, trains=True,
                               rows=training_section_rows),
                       Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True,
-                              by_seed=False),  # grid_seeds per cell
-                      Section("basin", "The basin of the bad minimum", basin, trains=True),
+                              by_seed=False, rows=phase_section_rows),  # grid_seeds per cell
+                      Section("basin", "The basin of the bad minimum", basin, trains=True, rows=basin_section_rows),
                       Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False,  # depth_seeds
                               rows=depth_rows),
-                      Section("multistate", "A multi-state chain", multistate, trains=True),
+                      Section("multistate", "A multi-state chain", multistate, trains=True,
+                              rows=multistate_section_rows),
                   ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))
