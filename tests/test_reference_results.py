@@ -239,3 +239,9 @@ def test_an_attempt_shown_on_a_page_exists_and_its_failed_or_undecided_rows_do_n
             shown = notebook.attempt(name)  # an attempt's failed rows are reported, not raised
             assert shown.verdict.failures() or shown.verdict.undecided(), \
                 f"{name} holds every row: commit it as a reference result instead"
+
+
+def test_every_section_that_trains_computes_its_rows_from_its_data():
+    # so that the check above can recompute every trained section's rows, and `rejudge` can make them again
+    missing = [f"{c.name}/{s.name}" for c in all_chapters() for s in c.sections if s.trains and s.rows is None]
+    assert missing == []
