@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .results import REPO_ROOT, Result, current_commit
+from .results import REPO_ROOT, Result, current_commit, utc_now
 from .sections import Chapter
+
+if TYPE_CHECKING:
+    from .claims import Claim
 
 
 def commit_in_history(commit: str) -> bool:
@@ -71,7 +74,7 @@ def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], boo
             elif values.get(key) != profile[key]:
                 found.append(f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
                              f"gives {profile[key]!r}: rerun it")
-        found += _stale_rows(result, chapter, name, {**profile, **values})
+        found += _stale_rows(result, name, _current_rows(result, chapter, name, variant))
         for what, made in (("made", section["provenance"]), ("judged", section.get("judged"))):
             if made is None:
                 continue
@@ -92,20 +95,18 @@ def rejudge(result: Result, chapter: Chapter, name: str, variant: str = "",
     or a row's text changed since the run needs no new training. A section with undecided rows is refused: a run
     that diverged leaves every row undecided whatever its data say, and that only a new run can change.
     """
-    section = chapter.section(name)
-    if section.rows is None:
+    if chapter.section(name).rows is None:
         raise ValueError(f"section {name} of {chapter.name} cannot recompute its rows from its data: rerun it")
     if name not in result.sections:
         raise ValueError(f"the result holds no section {name}")
-    old = [c for c in result.claims if c.section == name]
-    if any(c.holds is None for c in old):
+    if any(c.holds is None for c in result.claims if c.section == name):
         raise ValueError(f"section {name} has undecided rows (a diverged or unsettled run): rerun it")
-    config = {**chapter.reference_config(variant), **result.sections[name]["values"]}
-    claims, silent = section.rows(config, result.data[name])
+    current = _current_rows(result, chapter, name, variant)
+    assert current is not None  # the section has a rows function
+    claims, silent = current
     judged_at, dirty = commit or current_commit()
     record = {**result.sections[name], "silent": list(silent),
-              "judged": {"git_commit": judged_at, "git_dirty": dirty,
-                         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
+              "judged": {"git_commit": judged_at, "git_dirty": dirty, "created": utc_now()}}
     new = [dataclasses.replace(c, section=name) for c in claims]
     return dataclasses.replace(
         result, claims=[c for n in result.sections for c in (new if n == name else
@@ -113,21 +114,32 @@ def rejudge(result: Result, chapter: Chapter, name: str, variant: str = "",
         sections={**result.sections, name: record})
 
 
-def _stale_rows(result: Result, chapter: Chapter, name: str, config: dict) -> list[str]:
-    """Where ``chapter``'s section ``name`` recomputes its rows from its data: each way the file's rows or
-    silences differ from what the current rules make of the same data (a rule changed since the run)."""
+def _current_rows(result: Result, chapter: Chapter, name: str,
+                  variant: str = "") -> tuple[list[Claim], tuple[str, ...]] | None:
+    """The rows and silences the current rules make of section ``name``'s stored data and the values it ran with
+    (None where the section cannot recompute its rows from its data)."""
     rows = chapter.section(name).rows
     if rows is None:
+        return None
+    return rows({**chapter.reference_config(variant), **result.sections[name]["values"]}, result.data[name])
+
+
+def _stale_rows(result: Result, name: str, current: tuple[list[Claim], tuple[str, ...]] | None) -> list[str]:
+    """Each way the file's rows or silences of section ``name`` differ from ``current``, what the current rules
+    make of the same data (a rule changed since the run: ``rejudge`` mends it); nothing where the section cannot
+    recompute them."""
+    if current is None:
         return []
-    claims, silent = rows(config, result.data[name])
+    claims, silent = current
     stored = [dataclasses.replace(c, section="") for c in result.claims if c.section == name]
-    found = [f"section {name}: row {new.name!r} is now {new.mark}, the file says {old.mark}: rerun it"
+    found = [f"section {name}: row {new.name!r} is now {new.mark}, the file says {old.mark}: judge it again"
              for old, new in zip(stored, claims) if old.name == new.name and old.holds != new.holds]
     if [c.name for c in stored] != [c.name for c in claims]:
         found.append(f"section {name}: the current rules make rows {[c.name for c in claims]}, the file holds "
-                     f"{[c.name for c in stored]}: rerun it")
+                     f"{[c.name for c in stored]}: judge it again")
     elif not found and stored != claims:
-        found.append(f"section {name}: a row's text differs from what the current rules make: rerun it")
+        found.append(f"section {name}: a row's text differs from what the current rules make: judge it again")
     if list(silent) != list(result.sections[name].get("silent", [])):
-        found.append(f"section {name}: the reasons for missing rows differ from what the current rules give: rerun it")
+        found.append(f"section {name}: the reasons for missing rows differ from what the current rules give: judge it "
+                         "again")
     return found

@@ -59,8 +59,13 @@ def provenance(device_type: str, device_name: str, wall_time: float,
         "device_type": device_type,
         "device_name": device_name,
         "wall_time_s": round(wall_time, 2),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_now(),
     }
+
+
+def utc_now() -> str:
+    """Now, in UTC, as result files record when something was made."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _jsonable(value: Any) -> Any:

@@ -6,6 +6,7 @@ data (a ``TypedDict`` per section, which the section's figures in ``figures.mark
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
 
@@ -544,13 +545,18 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
     return Outcome(claims, data, silent)
 
 
+def _by_kind(stored: Mapping[str, Any], dtype: type) -> dict[str, np.ndarray]:
+    """The tied and untied arrays of a section's data, as arrays of ``dtype`` (JSON gives lists back)."""
+    return {kind: np.asarray(stored[kind], dtype=dtype) for kind in ("tied", "untied")}
+
+
 def phase_section_rows(config: dict[str, Any], data: PhaseData) -> tuple[list[Claim], tuple[str, ...]]:
     """The phase diagram's rows and the reasons for the rows it does not make, from its data alone (as run, or as
     read back from a result file, where the reference check recomputes them)."""
     cells = [(p, q) for p in data["values"] for q in data["values"]]
     gaps = np.array([_gap(p, q) for p, q in cells])
-    excess, waiting, escape = ({kind: np.asarray(data[key][kind], dtype=dtype) for kind in ("tied", "untied")}
-                               for key, dtype in (("excess", float), ("waiting", bool), ("escape_step", float)))
+    excess, waiting, escape = (_by_kind(data[key], dtype) for key, dtype in (("excess", float), ("waiting", bool),
+                                                                            ("escape_step", float)))
     claims = phase_rows([p + q for p, q in cells], excess, gaps, waiting, escape, config["init_std"])
     silent = () if config["init_std"] <= GPT2_INIT_STD else (NO_ORDER_ROW.format(std=config["init_std"]),)
     return claims, silent
@@ -637,8 +643,8 @@ def basin_section_rows(config: dict[str, Any], data: BasinData) -> tuple[list[Cl
     """The basin's rows and the reasons for the rows it does not make, from its data alone (as run, or as read back
     from a result file, where the reference check recomputes them)."""
     p, q, scales = data["p"], data["q"], data["scales"]
-    ends, waiting, escape = ({kind: np.asarray(data[key][kind], dtype=dtype) for kind in ("tied", "untied")}
-                             for key, dtype in (("ends", str), ("waiting", bool), ("escape_step", float)))
+    ends, waiting, escape = (_by_kind(data[key], dtype) for key, dtype in (("ends", str), ("waiting", bool),
+                                                                          ("escape_step", float)))
     silent = _too_close([(p, q)], "the basin")
     if min(scales) > GPT2_INIT_STD:
         silent += (f"the basin's rows: the seed reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
@@ -849,9 +855,8 @@ def multistate_section_rows(config: dict[str, Any], data: MultistateData) -> tup
     """The multi-state section's rows and the reasons for the rows it does not make, from its data alone (as run,
     or as read back from a result file, where the reference check recomputes them)."""
     probs, gaps = data["switch_probs"], np.asarray(data["gaps"], dtype=float)
-    ratios, waiting, escape = ({kind: np.asarray(source[kind], dtype=dtype) for kind in ("tied", "untied")}
-                               for source, dtype in ((data, float), (data["waiting"], bool),
-                                                     (data["escape_step"], float)))
+    ratios, waiting, escape = (_by_kind(source, dtype) for source, dtype in ((data, float), (data["waiting"], bool),
+                                                                            (data["escape_step"], float)))
     claims = multistate_hessian_rows(data) + multistate_rows(data["states"], probs, gaps, ratios, waiting, escape,
                                                              config["init_std"])
     silent = tuple(f"p = {p:g}: the gap I(x_n; x_n+1) = {gap:.2g} is below {MIN_GAP}, so the two minima cannot be "
