@@ -9,13 +9,36 @@ A claim has three verdicts: it holds (``holds`` is ``True``), it fails (``False`
 *undecided at this budget* (``None``): while a run had not settled when its budget ran out, a claim
 that something eventually happens (an escape, a convergence) and fails, or a claim that something
 never happens and holds. An undecided claim never counts as holding, and never as failing; its
-reason says what budget would decide it.
+reason says what budget would decide it. A row about every seed is also undecided when it holds for its
+seeds but not for a seed drawn again, judged from their measured spread (:meth:`Claim.for_new_seed`):
+its tolerance then does not stand clear of the seed-to-seed noise, and more seeds decide it.
 """
 
 from __future__ import annotations
 
 import html
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from scipy.stats import t as student_t
+
+NEW_SEED_LEVEL = 0.95  # one-sided level of the prediction bound for a seed drawn again (the field's usual 95%)
+
+
+def new_seed_bound(values: Sequence[float] | np.ndarray, upper: bool = True) -> float:
+    """One-sided 95% prediction bound for the value of a seed drawn again, from one value per seed (the worst over
+    the cells of a ``cells x seeds`` array; NaN below two seeds): mean + t s sqrt(1 + 1/n), Student's t with n - 1
+    degrees of freedom, for seed-to-seed noise that is normal."""
+    per_cell = np.asarray(values, dtype=float)
+    per_cell = per_cell.reshape(-1, per_cell.shape[-1]) if per_cell.ndim else per_cell.reshape(1, 1)
+    n = per_cell.shape[-1]
+    if n < 2:
+        return math.nan
+    reach = student_t.ppf(NEW_SEED_LEVEL, n - 1) * per_cell.std(axis=-1, ddof=1) * math.sqrt(1 + 1 / n)
+    means = per_cell.mean(axis=-1)
+    return float(np.max(means + reach) if upper else np.min(means - reach))
 
 
 class ClaimFailed(AssertionError):
@@ -54,6 +77,23 @@ class Claim:
         """This claim that something does not happen (a run stays below a bound), undecided if it holds while the
         run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
         return self if self.holds is False or settled else self.undecided(unsettled)
+
+    def for_new_seed(self, bound: float, values: Sequence[float] | np.ndarray, more_seeds: str,
+                     upper: bool = True) -> "Claim":
+        """This row about every seed, held to the seeds' measured spread: undecided if it holds for these seeds but
+        the 95% prediction bound for a seed drawn again (:func:`new_seed_bound` of ``values``, one per seed or
+        ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound); ``more_seeds`` names the setting that
+        decides it. The prediction joins the tolerance column."""
+        reach = new_seed_bound(values, upper)
+        if math.isnan(reach):
+            return replace(self, tolerance=f"{self.tolerance}; one seed: no spread")
+        seeds = np.shape(values)
+        measured = replace(self, tolerance=f"{self.tolerance}; a new seed (95%): {'≤' if upper else '≥'} "
+                                           f"{_fmt(reach, 3)} (n = {seeds[-1]})")
+        if self.holds is not True or (reach <= bound if upper else reach >= bound):
+            return measured
+        return measured.undecided(f"every seed holds, but the seeds' spread puts a seed drawn again beyond the bound "
+                                  f"(95% prediction {reach:.3g}): more seeds ({more_seeds}) decide it")
 
     def undecided(self, unsettled: str) -> "Claim":
         """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,

@@ -447,13 +447,16 @@ def training_section_rows(config: dict[str, Any], data: TrainingData) -> tuple[l
 
 
 def reaches_entropy_rate_row(name: str, excess: np.ndarray, gap: float, waiting: np.ndarray, reason: str,
-                             steps_param: str) -> Claim:
-    """Every run ends within a tenth of the gap of the entropy rate; undecided while a run that is not there ``waiting``
-    (on the unigram plateau, where no budget says it stays, or still descending)."""
-    claim = Claim.at_most(name, GAP_FRACTION * gap, float(np.max(excess)), f"{reason}; {GAP_REASON}")
-    off = np.asarray(excess) > GAP_FRACTION * gap
+                             steps_param: str, seeds_param: str) -> Claim:
+    """Every run ends within a tenth of the gap of the entropy rate, and so would a seed drawn again; undecided while
+    a run that is not there ``waiting`` (on the unigram plateau, where no budget says it stays, or still descending),
+    or while the seeds' spread leaves a new seed beyond the bound."""
+    bound = GAP_FRACTION * gap
+    claim = Claim.at_most(name, bound, float(np.max(excess)), f"{reason}; {GAP_REASON}")
+    off = np.asarray(excess) > bound
     return claim.eventually(*budget_ran_out(int((off & waiting).sum()), f"of {off.size} runs were on the unigram "
-                                            "plateau or still descending", steps_param))
+                                            "plateau or still descending", steps_param)
+                            ).for_new_seed(bound, excess, seeds_param)
 
 
 def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
@@ -476,7 +479,7 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
         waiting = np.asarray(run["still_descending"]) | on_plateau(run["eval_loss"], H_pi, gap)
         claims.append(reaches_entropy_rate_row(f"{label}: every seed reaches the entropy rate (max excess loss)",
                                                excess, gap, waiting, "reported (seed's Fig. 3a/b) for untied "
-                                               "models or p+q<1", "steps"))
+                                               "models or p+q<1", "steps", "--seeds"))
     return claims
 
 
@@ -771,7 +774,7 @@ def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) ->
     waiting = moving | on_plateau(eval_loss, unigram_entropy, gap)
     claims = [reaches_entropy_rate_row(f"{label} ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
                                        np.asarray(run["excess"]), gap, waiting, "reported (seed's Fig. 1 and Sec. 4.4)",
-                                       "depth_steps")]
+                                       "depth_steps", "--set depth_seeds=...")]
     starts_on_it = abs(np.log(2) - unigram_entropy) < plateau_band(gap)  # nothing to fall from: no plateau to see
     if run["depth"] == 2 and run["tied"] and p + q > 1 and not starts_on_it:
         rest = plateau_rest(np.asarray(run["eval_steps"]), eval_loss, unigram_entropy, gap)
@@ -884,7 +887,8 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
         claim = Claim.at_most(name, 2 * GAP_FRACTION, float(np.max(ratio)), f"{reason}; {tolerance_reason}")
         off = ratio > 2 * GAP_FRACTION
         return claim.eventually(*budget_ran_out(int((off & waiting[kind][cells]).sum()), f"of {off.size} runs had "
-                                                "not reached it and were on the plateau or still descending", "steps"))
+                                                "not reached it and were on the plateau or still descending", "steps")
+                                ).for_new_seed(2 * GAP_FRACTION, ratio, "--seeds")
 
     claims = []
     if resolvable.any():

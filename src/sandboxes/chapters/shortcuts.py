@@ -766,13 +766,16 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
                             "training distribution; `parity_solved`"
                             ).eventually(*settled("gpt", "parity_steps"))
     who = "every seed that solves it, the least"
+    under_shift = gpt_p[solving, centre] - gpt_p[solving].min(axis=1)
+    at_length = gpt_l[:, lengths.index(T)] - gpt_l[:, long]
     drops = [
         Claim.at_least(f"parity GPT ({who}): in-distribution minus worst shifted accuracy", config["gap"],
-                       float(np.min(gpt_p[solving, centre] - gpt_p[solving].min(axis=1))),
-                       "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"),
+                       float(np.min(under_shift)),
+                       "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"
+                       ).for_new_seed(config["gap"], under_shift, "--seeds", upper=False),
         Claim.at_least(f"parity GPT ({who}): accuracy at length {T} minus at {2 * T}", config["gap"],
-                       float(np.min(gpt_l[:, lengths.index(T)] - gpt_l[:, long])),
-                       "`gap`: positions and counts beyond T were never trained"),
+                       float(np.min(at_length)), "`gap`: positions and counts beyond T were never trained"
+                       ).for_new_seed(config["gap"], at_length, "--seeds", upper=False),
     ]
     if not solves.holds or not resolves_gap(config):  # the drops speak of a GPT that solves T, measured finely
         # enough to see a drop of `gap`: undecided while it may still solve it (a drop of one that does not yet
