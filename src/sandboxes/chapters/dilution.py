@@ -769,7 +769,8 @@ def _bound_claims(sharpness: dict[str, list[Sharpness]], what: str) -> list[Clai
 
 
 def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: int) -> list[Claim]:
-    """Sharpening's direct effect on the read entropy against the plain control, undecided while it descends."""
+    """Sharpening's direct effect on the read entropy against the plain control, undecided while it descends or while
+    the seeds' spread puts a seed drawn again beyond the bound."""
     if "sharpened" not in sharpness:
         return []
     plain = [_read_entropy(p) for p in sharpness["plain"]]

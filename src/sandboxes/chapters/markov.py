@@ -63,7 +63,7 @@ PARAMS = (
     Param("init_scales", str, "0.01,0.03,0.1,0.3", "0.005,0.01,0.02,0.03,0.05,0.1,0.2,0.3,0.5,1.0",
           "basin: initialisation stds to compare", each(positive)),
     Param("states", int, 5, 5, "multi-state chain: number of states", at_least(2)),
-    Param("switch_probs", str, "0.3,0.9", "0.1,0.3,0.5,0.7,0.8,0.9",
+    Param("switch_probs", str, "0.3,0.95", "0.1,0.3,0.5,0.7,0.8,0.9",
           "multi-state chain: switching probabilities p", each(in_open_unit_interval)),
     Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", at_least(1)),
     Param("flow_init_std", float, 0.5, 0.5, "reduced flow: std of the initial points", positive),
@@ -875,7 +875,7 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
     after the untied ones. Arrays are switching probabilities x seeds, per tied / untied.
 
     A row about reaching the bigram is undecided while a run that had not was ``waiting`` (on the plateau or still
-    descending).
+    descending), or while the seeds' spread at some p puts a seed drawn again beyond the bound.
     """
     threshold, resolvable = (n - 1) / n, np.asarray(gaps) >= MIN_GAP
     above = resolvable & (np.asarray(probs) > threshold)

@@ -746,7 +746,8 @@ def resolves_gap(config: dict[str, Any]) -> bool:
 
 def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Claim]:
     """The best in-distribution parity GPT solves the training law, and every seed that solves it drops under shift
-    and at twice the length; the LSTM and the scratchpad + recency GPT do not drop."""
+    and at twice the length (by their spread, so would a seed drawn again); the LSTM and the scratchpad + recency GPT
+    do not drop."""
     probs, lengths, T = out["probs"], out["lengths"], out["T"]
     centre = probs.index(min(probs, key=lambda p: abs(p - 0.5)))
     gpt_p = np.array(out["gpt"]["by_prob"])
