@@ -101,6 +101,8 @@ def test_a_row_about_every_seed_is_undecided_when_their_spread_leaves_a_new_seed
     assert low.holds is True and "≥" in low.tolerance
     one = Claim.at_most("every seed", bound, 0.01, "r").for_new_seed(bound, [0.01], "--seeds")
     assert one.holds is True and "one seed: no spread" in one.tolerance
+    diverged = Claim.at_most("every seed", bound, 0.01, "r").for_new_seed(bound, [0.01, float("nan")], "--seeds")
+    assert "not finite" in diverged.tolerance
 
 
 def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):

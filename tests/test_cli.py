@@ -149,6 +149,57 @@ def test_bench_refuses_an_unknown_size(capsys):
     assert "unknown model size" in capsys.readouterr().err
 
 
+# A stand-in for the Markov paper's Markov-LLM/src (written here, not theirs): the names and call signatures the
+# side-by-side comparison uses, a model far smaller than theirs.
+PAPER_STAND_IN = {
+    "models/base.py": """
+import torch
+from torch import nn
+
+
+class AddBeta:
+    def __init__(self, beta, shape, device):
+        self.counts = torch.zeros(shape)
+
+    def train(self, x):
+        self.counts[0, 0] += x.numel()
+
+
+class GPTBase(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self.wte(idx))
+        return {"loss": nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())}
+
+    def get_parameter_group_specs(self):
+        return [{"params": [name for name, _ in self.named_parameters()], "weight_decay": 0.0}]
+""",
+    "optim/utils.py": """
+import torch
+
+
+def get_batch(P, seq_length, batch_size, generator, extra_args, device="cpu"):
+    data = torch.randint(0, 2, (batch_size, seq_length + 1), generator=generator)
+    return data[:, :-1], data[:, 1:]
+""",
+}
+
+
+def test_bench_sets_our_step_beside_the_papers_loop_imported_from_a_checkout(tmp_path, capsys):
+    for name, text in PAPER_STAND_IN.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert main(["bench", "--against-authors", str(tmp_path), "--rounds", "2", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "round 1: theirs" in out and "times faster" in out and "median: theirs" in out
+    assert main(["bench", "--against-authors", str(tmp_path / "models")]) == 2
+    assert "is not Markov-LLM/src" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.name)
 @pytest.mark.parametrize("profile", ["quick", "full"])
 def test_every_profile_value_of_every_chapter_passes_its_own_check(chapter, profile):

@@ -36,7 +36,7 @@ ALLOWED = {
     "notebook": {"claims", "profiles", "results", "sections"},
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
-    "bench": {"data", "model", "trainer"},
+    "bench": {"data", "model", "theory", "trainer"},
     "cluster": {"chapters", "members", "profiles", "results", "runtime", "trainer"},
     "cli": {"bench", "chapters", "cluster", "profiles", "reference", "results", "runtime"},
     "__main__": {"cli"},

@@ -2,17 +2,26 @@
 
 The book's models are tiny, so one of them leaves a GPU mostly idle; :func:`sandboxes.trainer.train`
 can train K seeds as one vmapped ensemble instead. This module measures what that buys on the
-device at hand, for a model of each chapter's size, with the real trainer (sampling included).
+device at hand, for a model of each chapter's size, with the real trainer (sampling included), and
+sets our training step beside the Markov paper's own loop, imported from a checkout of its code.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from .data.markov import MarkovChain, symmetric_kernel
 from .model import GPT, GPTConfig
+from .theory.markov import binary_config
 from .trainer import TrainConfig, train
 
 # Model sizes of the chapters' quick profiles (vocabulary, length, depth, width, heads).
@@ -67,4 +76,100 @@ def report(rows: list[Throughput]) -> str:
         by_mode = {r.mode: r for r in rows if r.size == size}
         ratio = by_mode["batched"].steps_per_s / by_mode["loop"].steps_per_s
         lines.append(f"{size}: batched / loop throughput = {ratio:.2f}x")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- against the Markov paper's own training loop
+PAPER_LENGTH, PAPER_BATCH, PAPER_WIDTH = 1024, 16, 8  # Makkuva et al.'s public defaults: T, batch, d (one layer)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of the side-by-side comparison: ms per training step of their loop and of ours."""
+
+    theirs_ms: float
+    ours_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.theirs_ms / self.ours_ms
+
+
+def _module_at(path: Path, name: str) -> types.ModuleType:
+    """The module in the file ``path``, loaded under ``name`` (their ``models`` and ``optim`` would shadow others)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _authors_loop(checkout: Path, p: float, q: float) -> Callable[[int], float]:
+    """Their step (batch, count update, forward, backward, AdamW with their parameter groups and one-cycle schedule)
+    imported from a checkout of ``Markov-LLM/src``, as a function of a number of steps that returns ms per step.
+
+    Their model module imports a tokenizer and a logger it never uses in training; stand-ins are put in their place
+    where those packages are missing."""
+    for missing in ("tiktoken", "wandb"):
+        if importlib.util.find_spec(missing) is None:
+            sys.modules.setdefault(missing, types.SimpleNamespace(get_encoding=lambda name: None))
+    base, utils = (_module_at(checkout / part, name) for part, name in (("models/base.py", "markov_paper_base"),
+                                                                      ("optim/utils.py", "markov_paper_utils")))
+    config = types.SimpleNamespace(vocab_size=2, n_embd=PAPER_WIDTH, n_layer=1, n_head=1, sequence_length=PAPER_LENGTH,
+                                   dropout=0.0, bias=False, memory=-1, device="cpu", wandb=False, bce=False,
+                                   no_tying=False)
+    model = base.GPTBase(config)
+    named = dict(model.named_parameters())
+    groups = [{**g, "params": [named[n] for n in g["params"]]} for g in model.get_parameter_group_specs()]
+    opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.95), weight_decay=1e-3)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=10**6, pct_start=0.02,
+                                                   anneal_strategy="cos", cycle_momentum=False, div_factor=1e2,
+                                                   final_div_factor=0.05)
+    kernel, counts = torch.tensor([[1 - p, p], [q, 1 - q]]), base.AddBeta(0.5, (2, 2), "cpu")
+    generator, initial = torch.Generator().manual_seed(0), types.SimpleNamespace(initial="steady")
+    model.train()
+
+    def steps_ms(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            x, y = utils.get_batch(kernel, PAPER_LENGTH, PAPER_BATCH, generator, initial)
+            counts.train(x)
+            model(x, targets=y)["loss"].backward()
+            opt.step()
+            schedule.step()
+            opt.zero_grad(set_to_none=True)
+        return (time.perf_counter() - start) / n * 1e3
+
+    return steps_ms
+
+
+def _our_loop(p: float, q: float) -> Callable[[int], float]:
+    """Our trainer on the same model and chain, as ms per step: an (n + 2)-step call minus a 2-step one, so that
+    the set-up and the two held-out evaluations of a call cancel."""
+    task = MarkovChain.binary(p, q, PAPER_LENGTH)
+
+    def seconds(steps: int) -> float:
+        config = TrainConfig(steps=steps, batch_size=PAPER_BATCH, lr=2e-3, eval_every=steps, eval_size=PAPER_BATCH)
+        return train(lambda: GPT(binary_config(PAPER_WIDTH, PAPER_LENGTH, tied=True)), task, config, [0],
+                     progress=False).wall_time
+
+    return lambda n: (seconds(n + 2) - seconds(2)) / n * 1e3
+
+
+def against_authors(checkout: Path, rounds: int, steps: int, p: float = 0.5, q: float = 0.8) -> list[Round]:
+    """Their training step and ours at the paper's setting (T = 1024, batch 16, d = 8, one tied layer, no
+    compilation), alternating in one process, ``rounds`` rounds of ``steps`` timed steps after 2 warm-up steps each."""
+    theirs, ours = _authors_loop(checkout, p, q), _our_loop(p, q)
+    theirs(2), ours(2)
+    return [Round(theirs(steps), ours(steps)) for _ in range(rounds)]
+
+
+def against_report(rounds: list[Round]) -> str:
+    """Each round's ms per step and ratio, then the medians."""
+    lines = [f"round {i}: theirs {r.theirs_ms:.1f} ms, ours {r.ours_ms:.1f} ms, {r.ratio:.2f} times faster"
+             for i, r in enumerate(rounds)]
+    theirs, ours = (statistics.median(getattr(r, f) for r in rounds) for f in ("theirs_ms", "ours_ms"))
+    lines.append(f"median: theirs {theirs:.1f} ms, ours {ours:.1f} ms, {theirs / ours:.2f} times faster; "
+                 f"slowest round {min(r.ratio for r in rounds):.2f} times")
     return "\n".join(lines)

@@ -84,12 +84,12 @@ class Claim:
         the 95% prediction bound for a seed drawn again (:func:`new_seed_bound` of ``values``, one per seed or
         ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound); ``more_seeds`` names the setting that
         decides it. The prediction joins the tolerance column."""
-        reach = new_seed_bound(values, upper)
+        reach, seeds = new_seed_bound(values, upper), np.shape(values)[-1] if np.ndim(values) else 1
         if math.isnan(reach):
-            return replace(self, tolerance=f"{self.tolerance}; one seed: no spread")
-        seeds = np.shape(values)
+            unmeasured = "one seed: no spread" if seeds < 2 else "no spread: a seed's value is not finite"
+            return replace(self, tolerance=f"{self.tolerance}; {unmeasured}")
         measured = replace(self, tolerance=f"{self.tolerance}; a new seed (95%): {'≤' if upper else '≥'} "
-                                           f"{_fmt(reach, 3)} (n = {seeds[-1]})")
+                                           f"{_fmt(reach, 3)} (n = {seeds})")
         if self.holds is not True or (reach <= bound if upper else reach >= bound):
             return measured
         return measured.undecided(f"every seed holds, but the seeds' spread puts a seed drawn again beyond the bound "

@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
     bench.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
     bench.add_argument("--sizes", default=None, help="comma-separated model sizes (default all)")
+    bench.add_argument("--against-authors", default=None, metavar="SRC",
+                       help="instead: our training step beside the Markov paper's own loop at its setting (T 1024, "
+                            "batch 16, d 8), alternating in this process; SRC is Markov-LLM/src of a checkout of "
+                            "github.com/Bond1995/Markov")
+    bench.add_argument("--rounds", type=int, default=10, help="with --against-authors: rounds (default 10)")
     return parser
 
 
@@ -214,8 +219,15 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.k < 1 or args.steps < 1 or args.batch_size < 1:
-        raise ValueError("--k, --steps and --batch-size must be at least 1")
+    if args.k < 1 or args.steps < 1 or args.batch_size < 1 or args.rounds < 1:
+        raise ValueError("--k, --steps, --batch-size and --rounds must be at least 1")
+    if args.against_authors:
+        src = Path(args.against_authors)
+        if not (src / "models" / "base.py").is_file() or not (src / "optim" / "utils.py").is_file():
+            raise ValueError(f"{src} is not Markov-LLM/src of the paper's code (no models/base.py and optim/utils.py)")
+        print(f"their loop and ours on the CPU, {args.rounds} rounds of {args.steps} steps")
+        print(bench.against_report(bench.against_authors(src, args.rounds, args.steps)))
+        return 0
     device = pick_device(args.device)
     sizes = args.sizes.split(",") if args.sizes else None
     print(f"device: {device_name(device)} ({device.type}), K = {args.k}, {args.steps} steps, batch {args.batch_size}")
