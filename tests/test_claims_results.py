@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sandboxes import results
-from sandboxes.claims import Claim, ClaimFailed, Verdict, new_seed_bound
+from sandboxes.claims import Claim, ClaimFailed, Verdict, seed_bounds
 from sandboxes.results import Result, provenance
 
 
@@ -78,31 +78,33 @@ def test_a_claim_about_eventual_behaviour_is_undecided_only_while_its_run_had_no
     assert held.eventually(settled=False, unsettled="more steps") is held
 
 
-def test_the_new_seed_bound_is_the_one_sided_95_percent_prediction_bound():
-    # mean 1, s 1, n 3: 1 + t_0.95(2) sqrt(4/3), t_0.95(2) = 2.919986
-    assert new_seed_bound([0.0, 1.0, 2.0]) == pytest.approx(1 + 2.919986 * np.sqrt(4 / 3), rel=1e-6)
-    assert new_seed_bound([0.0, 1.0, 2.0], upper=False) == pytest.approx(1 - 2.919986 * np.sqrt(4 / 3), rel=1e-6)
-    # cells x seeds: the worst cell's bound, each from its own spread
-    assert new_seed_bound([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]) == pytest.approx(new_seed_bound([0.0, 1.0, 2.0]))
-    assert np.isnan(new_seed_bound([0.3]))
+def test_seed_bounds_are_the_one_sided_95_percent_bounds_of_the_mean_and_of_a_new_seed():
+    # mean 1, s 1, n 3, t_0.95(2) = 2.919986: the mean's bound 1 + t / sqrt(3), a new seed's 1 + t sqrt(4/3)
+    t = 2.919986
+    assert seed_bounds([0.0, 1.0, 2.0]) == pytest.approx((1 + t / np.sqrt(3), 1 + t * np.sqrt(4 / 3)), rel=1e-6)
+    assert seed_bounds([0.0, 1.0, 2.0], upper=False) == pytest.approx((1 - t / np.sqrt(3), 1 - t * np.sqrt(4 / 3)),
+                                                                      rel=1e-6)
+    # cells x seeds: the worst cell's bounds, each from its own spread
+    assert seed_bounds([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]) == pytest.approx(seed_bounds([0.0, 1.0, 2.0]))
+    assert all(np.isnan(seed_bounds([0.3])))
 
 
-def test_a_row_about_every_seed_is_undecided_when_their_spread_leaves_a_new_seed_beyond_its_bound():
+def test_a_row_about_every_seed_is_undecided_when_their_spread_leaves_their_mean_within_noise_of_its_bound():
     bound = 0.1
     tight = [0.01, 0.011, 0.012, 0.01]
-    spread = [0.001, 0.09, 0.002, 0.003]  # every seed within the bound, but far apart
-    held = Claim.at_most("every seed", bound, max(tight), "r").for_new_seed(bound, tight, "--seeds")
-    assert held.holds is True and "a new seed (95%): ≤ 0.0" in held.tolerance and "(n = 4)" in held.tolerance
-    wide = Claim.at_most("every seed", bound, max(spread), "r").for_new_seed(bound, spread, "--seeds")
+    scattered = [0.099, 0.001, 0.098, 0.002]  # every seed within the bound, the mean's 95% bound beyond it
+    held = Claim.at_most("every seed", bound, max(tight), "r").held_to_spread(bound, tight, "--seeds")
+    assert held.holds is True and "seeds' mean ≤ 0.0" in held.tolerance and "(n = 4)" in held.tolerance
+    wide = Claim.at_most("every seed", bound, max(scattered), "r").held_to_spread(bound, scattered, "--seeds")
     assert wide.holds is None and "more seeds (--seeds)" in wide.reason
-    failed = Claim.at_most("every seed", bound, 0.2, "r").for_new_seed(bound, [0.2, 0.01], "--seeds")
+    failed = Claim.at_most("every seed", bound, 0.2, "r").held_to_spread(bound, [0.2, 0.01], "--seeds")
     assert failed.holds is False  # a failed row stays failed
-    low = Claim.at_least("every seed", 0.05, 0.2, "r").for_new_seed(0.05, [0.2, 0.21, 0.22], "--seeds", upper=False)
+    low = Claim.at_least("every seed", 0.05, 0.2, "r").held_to_spread(0.05, [0.2, 0.21, 0.22], "--seeds", upper=False)
     assert low.holds is True and "≥" in low.tolerance
-    one = Claim.at_most("every seed", bound, 0.01, "r").for_new_seed(bound, [0.01], "--seeds")
+    one = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01], "--seeds")
     assert one.holds is True and "one seed: no spread" in one.tolerance
-    diverged = Claim.at_most("every seed", bound, 0.01, "r").for_new_seed(bound, [0.01, float("nan")], "--seeds")
-    assert "not finite" in diverged.tolerance
+    diverged = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01, float("nan")], "--seeds")
+    assert diverged.holds is None and "not finite" in diverged.tolerance
 
 
 def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):

@@ -193,11 +193,14 @@ def test_bench_sets_our_step_beside_the_papers_loop_imported_from_a_checkout(tmp
     for name, text in PAPER_STAND_IN.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert main(["bench", "--against-authors", str(tmp_path), "--rounds", "2", "--steps", "1"]) == 0
+    assert main(["bench", "--against-authors", str(tmp_path), "--rounds", "2", "--steps", "5"]) == 0
     out = capsys.readouterr().out
-    assert "round 1: theirs" in out and "times faster" in out and "median: theirs" in out
+    assert "round 2: theirs" in out and "times faster" in out and "ratio per round: median" in out
+    assert "tiktoken" not in sys.modules or sys.modules["tiktoken"].__spec__ is not None  # no stand-in left behind
     assert main(["bench", "--against-authors", str(tmp_path / "models")]) == 2
     assert "is not Markov-LLM/src" in capsys.readouterr().err
+    assert main(["bench", "--against-authors", str(tmp_path), "--steps", "1"]) == 2
+    assert "or more steps per round" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.name)

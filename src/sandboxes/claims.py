@@ -10,8 +10,8 @@ A claim has three verdicts: it holds (``holds`` is ``True``), it fails (``False`
 that something eventually happens (an escape, a convergence) and fails, or a claim that something
 never happens and holds. An undecided claim never counts as holding, and never as failing; its
 reason says what budget would decide it. A row about every seed is also undecided when it holds for its
-seeds but not for a seed drawn again, judged from their measured spread (:meth:`Claim.for_new_seed`):
-its tolerance then does not stand clear of the seed-to-seed noise, and more seeds decide it.
+seeds but their measured spread leaves even their mean within noise of the bound
+(:meth:`Claim.held_to_spread`): more seeds decide it.
 """
 
 from __future__ import annotations
@@ -24,21 +24,24 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy.stats import t as student_t
 
-NEW_SEED_LEVEL = 0.95  # one-sided level of the prediction bound for a seed drawn again (the field's usual 95%)
+SPREAD_LEVEL = 0.95  # one-sided level of the bounds a row about every seed is held to (the field's usual 95%)
 
 
-def new_seed_bound(values: Sequence[float] | np.ndarray, upper: bool = True) -> float:
-    """One-sided 95% prediction bound for the value of a seed drawn again, from one value per seed (the worst over
-    the cells of a ``cells x seeds`` array; NaN below two seeds): mean + t s sqrt(1 + 1/n), Student's t with n - 1
-    degrees of freedom, for seed-to-seed noise that is normal."""
+def seed_bounds(values: Sequence[float] | np.ndarray, upper: bool = True) -> tuple[float, float]:
+    """One-sided 95% bounds from one value per seed, the worst cell's of a ``cells x seeds`` array (NaN below two
+    seeds or with a value that is not finite): for the seeds' mean, mean + t s / sqrt(n), and for a seed drawn again,
+    mean + t s sqrt(1 + 1/n) (Student's t with n - 1 degrees of freedom, for seed-to-seed noise that is normal);
+    ``upper=False``: the lower bounds, mean - ..."""
     per_cell = np.asarray(values, dtype=float)
     per_cell = per_cell.reshape(-1, per_cell.shape[-1]) if per_cell.ndim else per_cell.reshape(1, 1)
     n = per_cell.shape[-1]
     if n < 2:
-        return math.nan
-    reach = student_t.ppf(NEW_SEED_LEVEL, n - 1) * per_cell.std(axis=-1, ddof=1) * math.sqrt(1 + 1 / n)
+        return math.nan, math.nan
+    sign, pick = (1.0, np.max) if upper else (-1.0, np.min)
+    t_spread = student_t.ppf(SPREAD_LEVEL, n - 1) * per_cell.std(axis=-1, ddof=1)
     means = per_cell.mean(axis=-1)
-    return float(np.max(means + reach) if upper else np.min(means - reach))
+    return (float(pick(means + sign * t_spread / math.sqrt(n))),
+            float(pick(means + sign * t_spread * math.sqrt(1 + 1 / n))))
 
 
 class ClaimFailed(AssertionError):
@@ -78,22 +81,27 @@ class Claim:
         run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
         return self if self.holds is False or settled else self.undecided(unsettled)
 
-    def for_new_seed(self, bound: float, values: Sequence[float] | np.ndarray, more_seeds: str,
-                     upper: bool = True) -> "Claim":
+    def held_to_spread(self, bound: float, values: Sequence[float] | np.ndarray, more_seeds: str,
+                       upper: bool = True) -> "Claim":
         """This row about every seed, held to the seeds' measured spread: undecided if it holds for these seeds but
-        the 95% prediction bound for a seed drawn again (:func:`new_seed_bound` of ``values``, one per seed or
-        ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound); ``more_seeds`` names the setting that
-        decides it. The prediction joins the tolerance column."""
-        reach, seeds = new_seed_bound(values, upper), np.shape(values)[-1] if np.ndim(values) else 1
-        if math.isnan(reach):
-            unmeasured = "one seed: no spread" if seeds < 2 else "no spread: a seed's value is not finite"
-            return replace(self, tolerance=f"{self.tolerance}; {unmeasured}")
-        measured = replace(self, tolerance=f"{self.tolerance}; a new seed (95%): {'≤' if upper else '≥'} "
-                                           f"{_fmt(reach, 3)} (n = {seeds})")
-        if self.holds is not True or (reach <= bound if upper else reach >= bound):
+        the one-sided 95% confidence bound of their mean (:func:`seed_bounds` of ``values``, one per seed or
+        ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound): the seeds then scatter so widely that
+        even their mean does not stand clear of the bound, and more seeds (``more_seeds``) decide it. The tolerance
+        column shows that bound and the 95% prediction bound for a seed drawn again, which may lie beyond ``bound``
+        while the row holds: how far the verdict carries to a seed not trained."""
+        (mean, new_seed), seeds = seed_bounds(values, upper), np.shape(values)[-1] if np.ndim(values) else 1
+        if seeds < 2:
+            return replace(self, tolerance=f"{self.tolerance}; one seed: no spread")
+        if math.isnan(mean):
+            unmeasured = replace(self, tolerance=f"{self.tolerance}; no spread: a seed's value is not finite")
+            return unmeasured.undecided("a seed's value is not finite") if self.holds else unmeasured
+        side = "≤" if upper else "≥"
+        measured = replace(self, tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
+                                           f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
+        if self.holds is not True or (mean <= bound if upper else mean >= bound):
             return measured
-        return measured.undecided(f"every seed holds, but the seeds' spread puts a seed drawn again beyond the bound "
-                                  f"(95% prediction {reach:.3g}): more seeds ({more_seeds}) decide it")
+        return measured.undecided(f"every seed holds, but the seeds scatter so widely that the 95% bound of their "
+                                  f"mean ({mean:.3g}) lies beyond the bound: more seeds ({more_seeds}) decide it")
 
     def undecided(self, unsettled: str) -> "Claim":
         """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--against-authors", default=None, metavar="SRC",
                        help="instead: our training step beside the Markov paper's own loop at its setting (T 1024, "
                             "batch 16, d 8), alternating in this process; SRC is Markov-LLM/src of a checkout of "
-                            "github.com/Bond1995/Markov")
+                            "github.com/Bond1995/Markov; --k, --sizes, --batch-size and --device are not used")
     bench.add_argument("--rounds", type=int, default=10, help="with --against-authors: rounds (default 10)")
     return parser
 
@@ -221,6 +221,7 @@ def _rejudge(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.k < 1 or args.steps < 1 or args.batch_size < 1 or args.rounds < 1:
         raise ValueError("--k, --steps, --batch-size and --rounds must be at least 1")
+    # with --against-authors, bench.against_authors checks the steps and rounds it can time
     if args.against_authors:
         src = Path(args.against_authors)
         if not (src / "models" / "base.py").is_file() or not (src / "optim" / "utils.py").is_file():

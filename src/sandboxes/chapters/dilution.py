@@ -770,12 +770,12 @@ def _bound_claims(sharpness: dict[str, list[Sharpness]], what: str) -> list[Clai
 
 def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: int) -> list[Claim]:
     """Sharpening's direct effect on the read entropy against the plain control, undecided while it descends or while
-    the seeds' spread puts a seed drawn again beyond the bound."""
+    the seeds' spread leaves their mean within noise of the bound."""
     if "sharpened" not in sharpness:
         return []
     plain = [_read_entropy(p) for p in sharpness["plain"]]
     ratios = [_read_entropy(s) / max(p, 1e-12) for s, p in zip(sharpness["sharpened"], plain)]
-    ratio = max(ratios)
+    ratio = float(np.max(ratios))  # a seed without a finite ratio makes the row fail, not vanish from it
     return [Claim.at_most(
         "sharpening lowers the last layer's read entropy by at least a tenth, every seed (largest sharpened / "
         "plain ratio)", SHARPENING_RATIO, ratio,
@@ -783,7 +783,7 @@ def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: 
         "exactly 1; a tenth below it is a real effect (measured 0.09 to 0.4 at the quick profile across thread "
         "counts), while the spread between unsharpened seeds varies too much between machines to be the bound"
     ).eventually(*_unsettled({"sharpened": sharpened_moving}, "sharpened")
-                 ).for_new_seed(SHARPENING_RATIO, ratios, "--seeds")]
+                 ).held_to_spread(SHARPENING_RATIO, ratios, "--seeds")]
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:

@@ -438,11 +438,12 @@ def staged_claims(data: StagedData) -> list[Claim]:
     settled = budget_ran_out(data["still_descending"], "runs were still moving (loss or worst weight)",
                              "stage_steps")
     judged = judged_positions(data["parents"])
-    worst = min(float(carried_weight(w, data["parents"]).min()) for w in data["parent_weight"])
+    per_seed = [float(carried_weight(w, data["parents"]).min()) for w in data["parent_weight"]]
     return [Claim.at_least(f"layer 1 trained alone by gradient descent (the first stage), every seed: its weight "
-                           f"on the causal parent, worst of the first {len(judged)} positions", PARENT_MASS, worst,
-                           "Thm (2): the first attention tends to the graph's adjacency, ‖A - G‖∞ ≲ 1/T; more weight "
-                           "on the parent than on all other positions together", digits=3).eventually(*settled)]
+                           f"on the causal parent, worst of the first {len(judged)} positions", PARENT_MASS,
+                           min(per_seed), "Thm (2): the first attention tends to the graph's adjacency, ‖A - G‖∞ ≲ "
+                           "1/T; more weight on the parent than on all other positions together", digits=3
+                           ).eventually(*settled).held_to_spread(PARENT_MASS, per_seed, "--seeds", upper=False)]
 
 
 # ---------------------------------------------------------------- training
@@ -784,13 +785,13 @@ def trigger_claims(data: TriggerData) -> list[Claim]:
         return []
     settled = budget_ran_out(data["still_descending"]["two_layers"], "two-layer runs were still descending",
                              "trigger_steps")
+    halfway, per_seed = (1.0 + data["chance"]) / 2, data["accuracy"]["recall"]["two_layers"]
     return [Claim.at_least("trigger task, two layers, every seed: accuracy on a trigger's output where the trigger "
-                           "came earlier in the sequence", (1.0 + data["chance"]) / 2,
-                           min(data["accuracy"]["recall"]["two_layers"]),
+                           "came earlier in the sequence", halfway, min(per_seed),
                            "induction head (Bietti et al.; the construction above): the output read in context is "
                            "certain, so an induction head is always right; a guess that ignores the earlier "
                            "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
-                           digits=3).eventually(*settled)]
+                           digits=3).eventually(*settled).held_to_spread(halfway, per_seed, "--seeds", upper=False)]
 
 
 # ---------------------------------------------------------------- Bietti et al.'s simplified model
@@ -942,13 +943,15 @@ def training_claims(data: TrainingData) -> list[Claim]:
                        "Thm (1) proves L - OPT -> 0 for the disentangled model trained in stages; this row asks "
                        "the same of the GPT trained end to end, which the theorem does not cover. Nearer the Bayes "
                        "level than the unigram one means counting transitions in context", digits=3
-                       ).eventually(*settled),
+                       ).eventually(*settled).held_to_spread(GAP_CLOSED, inside["gap_closed"]["two_layers"], "--seeds",
+                                                             upper=False),
         Claim.at_least("two layers, every seed, on kernels from another prior (Dirichlet(ood_alpha), the same "
                        "support): share of the gap between the unigram and the training prior's Bayes estimator "
                        "closed", GAP_CLOSED, min(outside["gap_closed"]["two_layers"]),
                        "corollary (for kernels in or out of the prior's support): the learned head estimates in "
                        "context whatever the kernel. The corollary assumes every entry at least gamma / k, a floor "
-                       "Dirichlet(ood_alpha) kernels lack", digits=3).eventually(*settled),
+                       "Dirichlet(ood_alpha) kernels lack", digits=3).eventually(*settled).held_to_spread(
+                           GAP_CLOSED, outside["gap_closed"]["two_layers"], "--seeds", upper=False),
     ]
 
 

@@ -63,6 +63,8 @@ PARAMS = (
     Param("init_scales", str, "0.01,0.03,0.1,0.3", "0.005,0.01,0.02,0.03,0.05,0.1,0.2,0.3,0.5,1.0",
           "basin: initialisation stds to compare", each(positive)),
     Param("states", int, 5, 5, "multi-state chain: number of states", at_least(2)),
+    # quick: 0.95 above p* = 0.8, not 0.9, where the gap is 2.5 times smaller and three quick runs end up to 0.13 of it
+    # above the bigram, too close to the row's bound to judge against their spread
     Param("switch_probs", str, "0.3,0.95", "0.1,0.3,0.5,0.7,0.8,0.9",
           "multi-state chain: switching probabilities p", each(in_open_unit_interval)),
     Param("flow_points", int, 40, 400, "reduced flow: Gaussian initial points per chain", at_least(1)),
@@ -448,15 +450,15 @@ def training_section_rows(config: dict[str, Any], data: TrainingData) -> tuple[l
 
 def reaches_entropy_rate_row(name: str, excess: np.ndarray, gap: float, waiting: np.ndarray, reason: str,
                              steps_param: str, seeds_param: str) -> Claim:
-    """Every run ends within a tenth of the gap of the entropy rate, and so would a seed drawn again; undecided while
-    a run that is not there ``waiting`` (on the unigram plateau, where no budget says it stays, or still descending),
-    or while the seeds' spread leaves a new seed beyond the bound."""
+    """Every run ends within a tenth of the gap of the entropy rate; undecided while a run that is not there
+    ``waiting`` (on the unigram plateau, where no budget says it stays, or still descending), or while the seeds'
+    spread leaves their mean within noise of the bound."""
     bound = GAP_FRACTION * gap
     claim = Claim.at_most(name, bound, float(np.max(excess)), f"{reason}; {GAP_REASON}")
     off = np.asarray(excess) > bound
     return claim.eventually(*budget_ran_out(int((off & waiting).sum()), f"of {off.size} runs were on the unigram "
                                             "plateau or still descending", steps_param)
-                            ).for_new_seed(bound, excess, seeds_param)
+                            ).held_to_spread(bound, excess, seeds_param)
 
 
 def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
@@ -785,7 +787,8 @@ def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) ->
             "here: the held-out loss stays within a tenth of the gap (+0.005 of sampling noise) of H(pi) at least as "
             f"long as it took to fall there from the start (evaluated every {spacing} steps)").eventually(
             *budget_ran_out(int(((rest == 0) & moving).sum()), f"of {len(moving)} seeds had not come down to the "
-                            "plateau and were still descending", "depth_steps")))
+                            "plateau and were still descending", "depth_steps")
+        ).held_to_spread(1.0, rest, "--set depth_seeds=...", upper=False))
     return claims
 
 
@@ -875,7 +878,7 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
     after the untied ones. Arrays are switching probabilities x seeds, per tied / untied.
 
     A row about reaching the bigram is undecided while a run that had not was ``waiting`` (on the plateau or still
-    descending), or while the seeds' spread at some p puts a seed drawn again beyond the bound.
+    descending), or while the seeds' spread at some p leaves their mean within noise of the bound.
     """
     threshold, resolvable = (n - 1) / n, np.asarray(gaps) >= MIN_GAP
     above = resolvable & (np.asarray(probs) > threshold)
@@ -888,7 +891,7 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
         off = ratio > 2 * GAP_FRACTION
         return claim.eventually(*budget_ran_out(int((off & waiting[kind][cells]).sum()), f"of {off.size} runs had "
                                                 "not reached it and were on the plateau or still descending", "steps")
-                                ).for_new_seed(2 * GAP_FRACTION, ratio, "--seeds")
+                                ).held_to_spread(2 * GAP_FRACTION, ratio, "--seeds")
 
     claims = []
     if resolvable.any():
