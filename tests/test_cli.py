@@ -199,8 +199,8 @@ def test_bench_sets_our_step_beside_the_papers_loop_imported_from_a_checkout(tmp
     assert "tiktoken" not in sys.modules or sys.modules["tiktoken"].__spec__ is not None  # no stand-in left behind
     assert main(["bench", "--against-authors", str(tmp_path / "models")]) == 2
     assert "is not Markov-LLM/src" in capsys.readouterr().err
-    assert main(["bench", "--against-authors", str(tmp_path), "--steps", "1"]) == 2
-    assert "or more steps per round" in capsys.readouterr().err
+    assert main(["bench", "--against-authors", str(tmp_path), "--rounds", "1000", "--steps", "20"]) == 2
+    assert "at most 9000 of their steps" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.name)
