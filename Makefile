@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.11+:
 #   make book   installs what is missing, executes every chapter, writes _build/html
-#   make test   unit tests, CLI tests, and every chapter notebook under nbval
+#   make test   unit tests, CLI tests, every chapter notebook under nbval, then every chapter's quick rows on ATen's
+#               default kernel path (no vector units), which must give the verdicts the stored pages show
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
 #   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares and the
@@ -56,6 +57,7 @@ endif
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
 	SANDBOXES_PROFILE=quick OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-current-env book
+	SANDBOXES_KERNEL_PATHS=required OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 tests/test_kernel_paths.py -k default_kernel_path
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already
 site-test: $(STAMP)

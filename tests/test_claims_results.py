@@ -1,5 +1,6 @@
 """Claims decide and fail loudly; result files round-trip with their provenance."""
 
+import dataclasses
 import json
 import subprocess
 
@@ -105,6 +106,27 @@ def test_a_row_about_every_seed_is_undecided_when_their_spread_leaves_their_mean
     assert one.holds is True and "one seed: no spread" in one.tolerance
     diverged = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01, float("nan")], "--seeds")
     assert diverged.holds is None and "not finite" in diverged.tolerance
+
+
+def test_a_rows_margin_is_its_slack_over_its_tolerance_or_its_bounds_size():
+    assert Claim.close("c", 1.0, 1.02, 0.1, "r").margin == pytest.approx(0.8)
+    assert Claim.close("c", 1.0, 1.2, 0.1, "r").margin == pytest.approx(-1.0)  # the failing side is negative
+    assert Claim.at_most("m", 0.5, 0.4, "r").margin == pytest.approx(0.2)
+    assert Claim.at_least("l", 0.5, 0.4, "r").margin == pytest.approx(-0.2)
+    assert Claim.at_least("l", 0.0, 0.3, "r").margin == pytest.approx(0.3)  # a bound of 0 gives no scale
+    assert Claim.at_most("m", 0.5, float("nan"), "r").margin is None and Claim.exact("e", "1", "1", "r").margin is None
+    row = Claim.at_most("m", 0.5, 0.4, "r")
+    assert dataclasses.replace(row, margin=None) == row  # rows compare without it: stored files made before it match
+
+
+def test_a_row_held_to_the_seeds_spread_takes_the_margin_of_their_means_bound_where_it_is_smaller():
+    seeds = [0.6, 0.7]  # both clear of 0.5; their mean's 95% bound (n = 2, t = 6.31) is not
+    row = Claim.at_least("every seed", 0.5, min(seeds), "r").held_to_spread(0.5, seeds, "--seeds", upper=False)
+    mean_bound, _ = seed_bounds(seeds, upper=False)
+    assert row.holds is None and row.margin == pytest.approx((mean_bound - 0.5) / 0.5) and row.margin < 0
+    many = np.linspace(0.6, 0.7, 10)  # ten seeds: their mean's bound (0.63) stands clearer than the least seed
+    assert Claim.at_least("every seed", 0.5, 0.6, "r").held_to_spread(0.5, many, "--seeds", upper=False
+                                                                     ).margin == pytest.approx(0.2)
 
 
 def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):

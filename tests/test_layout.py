@@ -37,8 +37,9 @@ ALLOWED = {
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
     "bench": {"data", "model", "theory", "trainer"},
+    "kernel_paths": {"claims", "results"},
     "cluster": {"chapters", "members", "profiles", "results", "runtime", "trainer"},
-    "cli": {"bench", "chapters", "cluster", "profiles", "reference", "results", "runtime"},
+    "cli": {"bench", "chapters", "cluster", "kernel_paths", "profiles", "reference", "results", "runtime"},
     "__main__": {"cli"},
     "__init__": set(),
 }

@@ -19,7 +19,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from scipy.stats import t as student_t
@@ -44,6 +44,14 @@ def seed_bounds(values: Sequence[float] | np.ndarray, upper: bool = True) -> tup
             float(pick(means + sign * t_spread * math.sqrt(1 + 1 / n))))
 
 
+def _relative_slack(bound: float, value: float, upper: bool) -> float | None:
+    """How far ``value`` stands inside ``bound`` (below it for an upper bound), over the bound's size (over 1 for a
+    bound of 0, whose scale the row does not give); None for a value or bound that is not finite."""
+    slack = (bound - value) if upper else (value - bound)
+    margin = slack / abs(bound) if bound != 0 else slack
+    return float(margin) if math.isfinite(margin) else None
+
+
 class ClaimFailed(AssertionError):
     """At least one claim of a chapter did not hold."""
 
@@ -63,6 +71,10 @@ class Claim:
     reason: str
     holds: bool | None  # None: undecided at this budget
     section: str = ""  # the section that made it; set when the section runs
+    # how far the measured value stands inside its bound: the slack over the tolerance (a ``close`` row) or over the
+    # bound's size (a bound), held to the seeds' mean's 95% bound too where the row is; negative: on the failing side;
+    # None: a row with no numeric bound (labels, counts). Not part of a row's identity: rows compare without it
+    margin: float | None = field(default=None, compare=False)
 
     @property
     def mark(self) -> str:
@@ -96,7 +108,9 @@ class Claim:
             unmeasured = replace(self, tolerance=f"{self.tolerance}; no spread: a seed's value is not finite")
             return unmeasured.undecided("a seed's value is not finite") if self.holds else unmeasured
         side = "≤" if upper else "≥"
-        measured = replace(self, tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
+        spread_margin = _relative_slack(bound, mean, upper)
+        margin = min((m for m in (self.margin, spread_margin) if m is not None), default=None)
+        measured = replace(self, margin=margin, tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
                                            f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
         if self.holds is not True or (mean <= bound if upper else mean >= bound):
             return measured
@@ -113,20 +127,22 @@ class Claim:
         cls, name: str, predicted: float, measured: float, tol: float, reason: str, digits: int = 4
     ) -> "Claim":
         """Holds when ``|measured - predicted| <= tol``."""
-        return cls(
-            name, _fmt(predicted, digits), _fmt(measured, digits), f"± {tol:.2g}", reason,
-            bool(abs(measured - predicted) <= tol),
-        )
+        slack = tol - abs(measured - predicted)
+        return cls(name, _fmt(predicted, digits), _fmt(measured, digits), f"± {tol:.2g}", reason,
+                   bool(abs(measured - predicted) <= tol),
+                   margin=slack / tol if tol > 0 and math.isfinite(slack) else None)
 
     @classmethod
     def at_most(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
         """Holds when ``measured <= bound``."""
-        return cls(name, f"≤ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured <= bound))
+        return cls(name, f"≤ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured <= bound),
+                   margin=_relative_slack(bound, measured, upper=True))
 
     @classmethod
     def at_least(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
         """Holds when ``measured >= bound``."""
-        return cls(name, f"≥ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured >= bound))
+        return cls(name, f"≥ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured >= bound),
+                   margin=_relative_slack(bound, measured, upper=False))
 
     @classmethod
     def exact(cls, name: str, predicted: str, measured: str, reason: str) -> "Claim":

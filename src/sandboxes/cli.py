@@ -1,17 +1,20 @@
-"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list``, ``merge``, ``rejudge`` and ``bench``."""
+"""Command line: ``python -m sandboxes run <chapter> [--section S] ...``, ``list``, ``merge``, ``rejudge``, ``bench``
+and ``margins``."""
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import bench, cluster, reference
+from . import bench, cluster, kernel_paths, reference
 from .chapters import all_chapters, get_chapter
-from .profiles import PROFILES
-from .results import REPO_ROOT, Result, merge, reference_result_path
+from .profiles import PROFILES, check_profile
+from .results import REPO_ROOT, Result, merge, provenance, reference_result_path
 from .runtime import DEVICES, device_name, pick_device
 
 
@@ -84,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
                             "batch 16, d 8), alternating in this process; SRC is Markov-LLM/src of a checkout of "
                             "github.com/Bond1995/Markov; --k, --sizes, --batch-size and --device are not used")
     bench.add_argument("--rounds", type=int, default=10, help="with --against-authors: rounds (default 10)")
+    margins = commands.add_parser("margins", help="each row's verdict and margin on every kernel path and thread "
+                                  "count (a fresh process per setting): which rows a CPU could decide otherwise")
+    margins.add_argument("chapters", nargs="*", help="chapter names (default: all)")
+    margins.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default quick)")
+    margins.add_argument("--paths", default=",".join(kernel_paths.PATHS),
+                         help=f"comma-separated kernel paths among {', '.join(kernel_paths.PATHS)} (default all)")
+    margins.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    margins.add_argument("--out", default=None, metavar="PATH", help="also write the rows as JSON to PATH")
     return parser
 
 
@@ -236,6 +247,32 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _margins(args: argparse.Namespace) -> int:
+    names = args.chapters or [chapter.name for chapter in all_chapters()]
+    for name in names:
+        get_chapter(name)  # an unknown name fails here, before any run
+    check_profile(args.profile)
+    try:
+        settings = [kernel_paths.Setting(path, int(threads)) for path in args.paths.split(",")
+                    for threads in args.threads.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--paths and --threads: {err}") from None
+    found, start = {}, time.perf_counter()
+    for name in names:
+        rows = kernel_paths.survey(name, settings, args.profile)
+        print(f"{name} ({args.profile}):\n{kernel_paths.table(rows, settings)}\n", flush=True)
+        found[name] = [{"section": r.section, "name": r.name, "marks": r.marks, "margins": r.margins} for r in rows]
+    if args.out:
+        record = {"profile": args.profile, "settings": [s.label for s in settings], "chapters": found,
+                  "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start)}
+        Path(args.out).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        print(f"rows written to {args.out}")
+    differ = [f"{name}: {row['name']}" for name, rows in found.items() for row in rows if len(set(row["marks"])) > 1]
+    for row in differ:
+        print(f"verdicts differ between settings: {row}", file=sys.stderr)
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -248,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             return _merge(Path(args.folder), args.out)
         if args.command == "rejudge":
             return _rejudge(args)
+        if args.command == "margins":
+            return _margins(args)
         return _run(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
