@@ -14,36 +14,38 @@ import pytest
 
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
-from sandboxes.kernel_paths import Row, Setting, line_up, run_claims, table
+from sandboxes.kernel_paths import Row, Setting, line_up, run_claims, survey, table
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("SANDBOXES_KERNEL_PATHS") == "required"
 MARKS = {"holds": "holds", "FAILS": "fails", "UNDECIDED": "undecided"}
 
 
-def stored_verdicts(chapter: str) -> list[tuple[str, str]]:
-    """Each row's name and verdict as the chapter's stored page prints them under ``page.check()``, sorted."""
+def stored_verdicts(chapter: str) -> list[tuple[str, str, str]]:
+    """Each row's name, prediction and verdict as the chapter's stored page prints them under ``page.check()``,
+    sorted."""
     cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
     check = next(cell for cell in cells if "".join(cell["source"]).strip() == "page.check()")
     text = "".join("".join(output.get("text", "")) for output in check["outputs"])
     rows = [line[1:].split("] ", 1) for line in text.splitlines() if line.startswith("[")]
-    return sorted((rest.rsplit(": predicted ", 1)[0], MARKS[mark]) for mark, rest in rows)
+    return sorted((*rest.rsplit(": predicted ", 1), MARKS[mark]) for mark, rest in rows)
 
 
 @pytest.mark.skipif(not REQUIRED, reason="minutes per chapter: make test runs it (SANDBOXES_KERNEL_PATHS=required)")
 @pytest.mark.parametrize("chapter", [c.name for c in all_chapters()])
 def test_the_default_kernel_path_gives_the_stored_page_its_verdicts(chapter):
-    # nbval holds the native path's page.check() to the stored page, so both paths decide every row alike
+    # nbval holds the native path's page.check() to the stored page, so both paths decide every row alike and
+    # print the same predictions
     claims = run_claims(chapter, Setting("default", 1))
-    made = sorted((c.name, c.mark) for c in claims)
+    made = sorted((c.name, c.predicted, c.mark) for c in claims)
     stored = stored_verdicts(chapter)
     assert [row for row in made if row not in stored] == [] and len(made) == len(stored)
 
 
 def test_the_stored_verdicts_are_read_from_the_pages_check_cell():
     rows = stored_verdicts("markov")
-    assert rows and all(mark in MARKS.values() for _, mark in rows)
-    assert not any(name.startswith("[") or ": predicted " in name for name, _ in rows)
+    assert rows and all(mark in MARKS.values() for _, _, mark in rows)
+    assert not any(name.startswith("[") or ": predicted " in name + predicted for name, predicted, _ in rows)
 
 
 def _claim(name: str, measured: float, bound: float = 1.0) -> Claim:
@@ -55,7 +57,11 @@ def test_a_row_whose_verdict_changes_between_settings_is_found():
     assert [r.agrees for r in rows] == [True, False]
     assert rows[0].least_margin == pytest.approx(0.4) and rows[0].margin_change == pytest.approx(0.1)
     assert rows[0].clearance == pytest.approx(4.0) and rows[1].least_margin == pytest.approx(-0.01)
-    assert "VERDICTS DIFFER" in table(rows, [Setting("native", 1), Setting("default", 1)]).splitlines()[1]
+    assert "DIFFERS" in table(rows, [Setting("native", 1), Setting("default", 1)]).splitlines()[1]
+
+
+def test_a_row_that_prints_another_prediction_on_another_setting_is_found():
+    assert not line_up([[Claim.at_most("a", 1.0, 0.5, "r")], [Claim.at_most("a", 1.1, 0.5, "r")]])[0].agrees
 
 
 def test_settings_that_make_other_rows_are_refused():
@@ -64,8 +70,8 @@ def test_settings_that_make_other_rows_are_refused():
 
 
 def test_a_row_without_a_numeric_bound_has_no_margin_and_one_unchanged_has_infinite_clearance():
-    exact = Row("s", "count", ("holds", "holds"), (None, None))
-    still = Row("s", "bound", ("holds", "holds"), (0.2, 0.2))
+    exact = Row("s", "count", ("holds", "holds"), (None, None), ("0", "0"))
+    still = Row("s", "bound", ("holds", "holds"), (0.2, 0.2), ("≤ 1", "≤ 1"))
     assert exact.least_margin is None and exact.clearance is None and math.isinf(still.clearance)
 
 
@@ -80,3 +86,14 @@ def test_a_setting_names_its_path_and_threads_to_the_process_it_starts(monkeypat
     native, default = Setting("native", 2).environment(), Setting("default", 1).environment()
     assert "ATEN_CPU_CAPABILITY" not in native and native["OMP_NUM_THREADS"] == "2"
     assert default["ATEN_CPU_CAPABILITY"] == "default" and default["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_survey_lines_up_each_chapters_runs_in_the_order_of_its_settings(monkeypatch):
+    def made(chapter, setting, profile):  # a row that fails on one thread only
+        return [_claim(f"{chapter} row", 1.05 if setting.threads == 1 else 0.5)]
+
+    monkeypatch.setattr("sandboxes.kernel_paths.run_claims", made)
+    settings = [Setting("native", 1), Setting("native", 2)]
+    rows = survey(["a", "b"], settings, jobs=2)
+    assert list(rows) == ["a", "b"] and rows["b"][0].name == "b row"
+    assert rows["a"][0].marks == ("fails", "holds") and not rows["a"][0].agrees

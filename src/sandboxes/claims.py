@@ -74,7 +74,7 @@ class Claim:
     # how far the measured value stands inside its bound: the slack over the tolerance (a ``close`` row) or over the
     # bound's size (a bound), held to the seeds' mean's 95% bound too where the row is; negative: on the failing side;
     # None: a row with no numeric bound (labels, counts). Not part of a row's identity: rows compare without it
-    margin: float | None = field(default=None, compare=False)
+    margin: float | None = field(default=None, compare=False, repr=False)
 
     @property
     def mark(self) -> str:

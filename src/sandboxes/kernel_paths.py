@@ -15,7 +15,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,17 +63,18 @@ def run_claims(chapter: str, setting: Setting, profile: str = "quick", overrides
 
 @dataclass(frozen=True)
 class Row:
-    """One row across settings: its verdict and margin on each."""
+    """One row across settings: its verdict, margin and predicted value on each."""
 
     section: str
     name: str
     marks: tuple[str, ...]
     margins: tuple[float | None, ...]
+    predicted: tuple[str, ...]
 
     @property
     def agrees(self) -> bool:
-        """Every setting gives the row the same verdict."""
-        return len(set(self.marks)) == 1
+        """Every setting gives the row the same verdict and prints the same prediction (what nbval compares)."""
+        return len(set(self.marks)) == 1 and len(set(self.predicted)) == 1
 
     @property
     def least_margin(self) -> float | None:
@@ -102,13 +104,19 @@ def line_up(runs: Sequence[Sequence[Claim]]) -> list[Row]:
     if any(n != names[0] for n in names[1:]):
         raise ValueError("the settings made different rows: " + "; ".join(
             str(sorted(set(n) ^ set(names[0]))) for n in names[1:] if n != names[0]))
-    return [Row(section, name, tuple(run[i].mark for run in runs), tuple(run[i].margin for run in runs))
-            for i, (section, name) in enumerate(names[0])]
+    return [Row(section, name, tuple(run[i].mark for run in runs), tuple(run[i].margin for run in runs),
+                tuple(run[i].predicted for run in runs)) for i, (section, name) in enumerate(names[0])]
 
 
-def survey(chapter: str, settings: Iterable[Setting], profile: str = "quick") -> list[Row]:
-    """Run ``chapter`` once per setting and line its rows up."""
-    return line_up([run_claims(chapter, setting, profile) for setting in settings])
+def survey(chapters: Sequence[str], settings: Sequence[Setting], profile: str = "quick",
+           jobs: int = 1) -> dict[str, list[Row]]:
+    """Run each chapter once per setting, ``jobs`` runs at a time (each in its own process, with its setting's
+    threads), and line each chapter's rows up."""
+    pairs = [(chapter, setting) for chapter in chapters for setting in settings]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        made = list(pool.map(lambda pair: run_claims(pair[0], pair[1], profile), pairs))
+    runs = dict(zip(pairs, made))
+    return {chapter: line_up([runs[chapter, setting] for setting in settings]) for chapter in chapters}
 
 
 def table(rows: Sequence[Row], settings: Sequence[Setting]) -> str:
@@ -121,6 +129,6 @@ def table(rows: Sequence[Row], settings: Sequence[Setting]) -> str:
     lines = [f"verdict, margin per setting ({head}) | least margin | clearance | section: row"]
     for row in ordered:
         per = " | ".join(f"{mark} {fmt(margin)}" for mark, margin in zip(row.marks, row.margins))
-        flag = "" if row.agrees else "  <- VERDICTS DIFFER"
+        flag = "" if row.agrees else f"  <- DIFFERS: {' | '.join(dict.fromkeys(row.predicted))}"
         lines.append(f"{per} | {fmt(row.least_margin)} | {fmt(row.clearance)} | {row.section}: {row.name}{flag}")
     return "\n".join(lines)
