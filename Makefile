@@ -6,6 +6,7 @@
 #   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares and the
 #                 CI build shows, and stamps each with the digest of the figure code that drew it (NOTEBOOKS=... for some)
+#   make margins  every quick row's verdict and margin on both kernel paths at one and two threads (about 40 min)
 #   make reference  every chapter's reference result (2-core CPU, up to an hour per section), one section at a time
 #   make results  on a GPU machine: every chapter's full profile, written to results/ for the book to show
 #   make lock     rewrites requirements.lock from the venv (after a change to requirements.txt)
@@ -23,7 +24,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test site-test oldest outputs reference results lock clean
+.PHONY: book test site-test oldest outputs margins reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -80,6 +81,10 @@ NOTEBOOKS ?= book/*.ipynb
 outputs: $(STAMP)
 	SANDBOXES_PROFILE=quick $(BIN)/jupyter-execute --inplace $(NOTEBOOKS)
 	$(BIN)/python -m sandboxes.notebook $(NOTEBOOKS)
+
+# each quick row's verdict and margin on the native and ATen's default kernel path at one and two threads
+margins: $(STAMP)
+	$(BIN)/python -m sandboxes margins --jobs 2 --out results/kernel-paths
 
 reference: $(STAMP)
 	$(BIN)/python -m sandboxes list --reference | while read -r command; do \

@@ -14,7 +14,8 @@ import pytest
 
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
-from sandboxes.kernel_paths import Row, Setting, line_up, run_claims, survey, table
+from sandboxes.cli import main
+from sandboxes.kernel_paths import Row, Setting, least, line_up, run_claims, survey, table
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("SANDBOXES_KERNEL_PATHS") == "required"
@@ -57,6 +58,7 @@ def test_a_row_whose_verdict_changes_between_settings_is_found():
     assert [r.agrees for r in rows] == [True, False]
     assert rows[0].least_margin == pytest.approx(0.4) and rows[0].margin_change == pytest.approx(0.1)
     assert rows[0].clearance == pytest.approx(4.0) and rows[1].least_margin == pytest.approx(-0.01)
+    assert least(rows).startswith("smallest margin -0.01 (: b); smallest clearance -0.5 (: b); 0 of 2 rows")
     assert "DIFFERS" in table(rows, [Setting("native", 1), Setting("default", 1)]).splitlines()[1]
 
 
@@ -97,3 +99,11 @@ def test_a_survey_lines_up_each_chapters_runs_in_the_order_of_its_settings(monke
     rows = survey(["a", "b"], settings, jobs=2)
     assert list(rows) == ["a", "b"] and rows["b"][0].name == "b row"
     assert rows["a"][0].marks == ("fails", "holds") and not rows["a"][0].agrees
+
+
+@pytest.mark.parametrize("argv", [["margins", "nosuch"], ["margins", "--paths", "avx9"], ["margins", "--threads", "0"],
+                                  ["margins", "--jobs", "0"], ["margins", "--profile", "huge"]])
+def test_the_margins_command_refuses_bad_values_in_one_line_before_any_run(argv, capsys, monkeypatch):
+    monkeypatch.setattr("sandboxes.kernel_paths.run_claims", lambda *a: pytest.fail("a run started"))
+    assert main(argv) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -4,6 +4,7 @@ and ``margins``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from . import bench, cluster, kernel_paths, reference
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES, check_profile
-from .results import REPO_ROOT, Result, merge, provenance, reference_result_path
+from .results import REPO_ROOT, Result, current_commit, merge, provenance, reference_result_path
 from .runtime import DEVICES, device_name, pick_device
 
 
@@ -96,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     margins.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     margins.add_argument("--jobs", type=int, default=1, help="runs at a time, each a process with its setting's "
                          "threads (default 1; settings fix the numbers, not how many run beside them)")
-    margins.add_argument("--out", default=None, metavar="PATH", help="also write the rows as JSON to PATH")
+    margins.add_argument("--out", default=None, metavar="FOLDER",
+                         help="also write each chapter's rows as JSON to FOLDER/<chapter>-<profile>.json")
     return parser
 
 
@@ -261,17 +263,22 @@ def _margins(args: argparse.Namespace) -> int:
         raise ValueError(f"--paths and --threads: {err}") from None
     if args.jobs < 1:
         raise ValueError("--jobs must be at least 1")
-    found, start = {}, time.perf_counter()
-    for name, rows in kernel_paths.survey(names, settings, args.profile, args.jobs).items():
-        print(f"{name} ({args.profile}):\n{kernel_paths.table(rows, settings)}\n")
-        found[name] = [{"section": r.section, "name": r.name, "marks": r.marks, "margins": r.margins,
-                        "predicted": r.predicted, "agrees": r.agrees} for r in rows]
-    if args.out:
-        record = {"profile": args.profile, "settings": [s.label for s in settings], "chapters": found,
-                  "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start)}
-        Path(args.out).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-        print(f"rows written to {args.out}")
-    differ = [f"{name}: {row['name']}" for name, rows in found.items() for row in rows if not row["agrees"]]
+    differ = []
+    for name in names:  # a file per chapter as soon as its runs are done
+        start, commit = time.perf_counter(), current_commit()  # the code the runs start from
+        rows = kernel_paths.survey([name], settings, args.profile, args.jobs)[name]
+        print(f"{name} ({args.profile}):\n{kernel_paths.table(rows, settings)}\n{kernel_paths.least(rows)}\n",
+              flush=True)
+        differ += [f"{name}: {row.name}" for row in rows if not row.agrees]
+        if args.out:
+            record = {"chapter": name, "profile": args.profile, "settings": [s.label for s in settings],
+                      "least": kernel_paths.least(rows), "rows": [dataclasses.asdict(row) for row in rows],
+                      "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start,
+                                               commit)}
+            path = Path(args.out) / f"{name}-{args.profile}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+            print(f"rows written to {path}", flush=True)
     for row in differ:
         print(f"the verdict or the printed prediction differs between settings: {row}", file=sys.stderr)
     return 1 if differ else 0

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ class Setting:
 
     @property
     def label(self) -> str:
+        """How tables name the setting."""
         return f"{self.path}, {self.threads} thread{'s' if self.threads > 1 else ''}"
 
     def environment(self) -> dict[str, str]:
@@ -49,12 +50,12 @@ class Setting:
         return {**env, **PATHS[self.path], "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
 
 
-def run_claims(chapter: str, setting: Setting, profile: str = "quick", overrides: Sequence[str] = ()) -> list[Claim]:
-    """Every row of ``chapter`` at ``profile`` (``overrides`` as ``KEY=VALUE``), made in a fresh process."""
+def run_claims(chapter: str, setting: Setting, profile: str = "quick") -> list[Claim]:
+    """Every row of ``chapter`` at ``profile``, made in a fresh process on ``setting``."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
         command = [sys.executable, "-m", "sandboxes", "run", chapter, "--profile", profile, "--no-progress",
-                   "--out", str(out)] + [f"--set={value}" for value in overrides]
+                   "--out", str(out)]
         done = subprocess.run(command, env=setting.environment(), capture_output=True, text=True)
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"{chapter} on {setting.label} exited {done.returncode}:\n{done.stderr[-2000:]}")
@@ -132,3 +133,17 @@ def table(rows: Sequence[Row], settings: Sequence[Setting]) -> str:
         flag = "" if row.agrees else f"  <- DIFFERS: {' | '.join(dict.fromkeys(row.predicted))}"
         lines.append(f"{per} | {fmt(row.least_margin)} | {fmt(row.clearance)} | {row.section}: {row.name}{flag}")
     return "\n".join(lines)
+
+
+def least(rows: Sequence[Row]) -> str:
+    """The chapter's smallest margin and smallest clearance, each with its row, and how many rows have no margin."""
+    def smallest(what: str, value: Callable[[Row], float | None]) -> str:
+        known = [(v, row) for row in rows if (v := value(row)) is not None]
+        if not known:
+            return f"no {what}"
+        v, row = min(known, key=lambda pair: pair[0])
+        return f"smallest {what} {v:.3g} ({row.section}: {row.name})"
+
+    unmeasured = sum(row.least_margin is None for row in rows)
+    return (f"{smallest('margin', lambda r: r.least_margin)}; {smallest('clearance', lambda r: r.clearance)}; "
+            f"{unmeasured} of {len(rows)} rows without a numeric bound (verdicts compared only)")
