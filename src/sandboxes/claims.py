@@ -110,8 +110,9 @@ class Claim:
         side = "≤" if upper else "≥"
         spread_margin = _relative_slack(bound, mean, upper)
         margin = min((m for m in (self.margin, spread_margin) if m is not None), default=None)
-        measured = replace(self, margin=margin, tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
-                                           f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
+        measured = replace(self, margin=margin,
+                           tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
+                                     f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
         if self.holds is not True or (mean <= bound if upper else mean >= bound):
             return measured
         return measured.undecided(f"every seed holds, but the seeds scatter so widely that the 95% bound of their "

@@ -4,12 +4,11 @@ and ``margins``."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import bench, cluster, kernel_paths, reference
@@ -272,7 +271,7 @@ def _margins(args: argparse.Namespace) -> int:
         differ += [f"{name}: {row.name}" for row in rows if not row.agrees]
         if args.out:
             record = {"chapter": name, "profile": args.profile, "settings": [s.label for s in settings],
-                      "least": kernel_paths.least(rows), "rows": [dataclasses.asdict(row) for row in rows],
+                      "least": kernel_paths.least(rows), "rows": [asdict(row) for row in rows],
                       "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start,
                                                commit)}
             path = Path(args.out) / f"{name}-{args.profile}.json"
