@@ -19,6 +19,7 @@ from sandboxes.claims import Claim
 from sandboxes.profiles import Custom, Param, at_least
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 from sandboxes.trainer import TrainingDiverged
+from test_kernel_paths import stored_verdicts
 
 matplotlib.use("Agg")
 NAMES = Custom(lambda text: None, "any text", lambda rng, near: near)
@@ -143,11 +144,7 @@ def test_a_chapter_check_stops_bad_values_before_any_section_runs():
 
 def _page_rows(chapter: str) -> list[str]:
     """The names of the rows a chapter's stored page shows in its ``page.check()`` summary (quick profile)."""
-    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
-    check = next(cell for cell in cells if "".join(cell["source"]).strip() == "page.check()")
-    text = "".join("".join(output.get("text", "")) for output in check["outputs"])
-    return [line.split("] ", 1)[1].rsplit(": predicted ", 1)[0] for line in text.splitlines()
-            if line.startswith(("[holds] ", "[FAILS] ", "[UNDECIDED] "))]
+    return [name for name, _, _ in stored_verdicts(chapter)]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
