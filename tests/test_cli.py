@@ -118,11 +118,23 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
     (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
     (["rejudge", "markov", "--section", "hessian_sweep"], "cannot recompute its rows from its data: rerun it"),
 ])
-def test_bad_input_exits_non_zero_with_a_one_line_message(args, message):
-    proc = subprocess.run([sys.executable, "-m", "sandboxes", *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
+def test_bad_input_exits_non_zero_with_a_one_line_message(args, message, capsys):
+    try:
+        code = main(args)
+    except SystemExit as exit_:  # the parser's own refusals
+        code = exit_.code
+    assert code not in (0, None)
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_a_bad_value_from_a_fresh_process_prints_one_line_and_nothing_else():
+    """The in-process refusals above cannot see what importing the package prints (a warning would be a second
+    line): one refusal from a fresh interpreter."""
+    proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--set", "p=1.5"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == ["error: bad value for p: must be a number strictly between 0 and 1, got 1.5"]
 
 
 def test_rejudge_makes_a_section_s_rows_again_in_the_file_it_is_given(tmp_path, capsys):

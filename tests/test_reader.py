@@ -1,4 +1,4 @@
-"""Tests that play the reader: 20 settings per chapter drawn from the declared domains, each run end to end.
+"""Tests that play the reader: 12 settings per chapter drawn from the declared domains, each run end to end.
 
 Every draw the parameter check accepts must run to a valid result file in which every exact row
 holds and no row fails: a row about trained models may instead be undecided (its runs had not
@@ -23,7 +23,7 @@ from sandboxes.chapters import all_chapters
 from sandboxes.results import Result
 from sandboxes.runtime import member_seed
 
-DRAWS = 20
+DRAWS = 12  # the first 12 of the seeded stream that once drew 20: CI under 20 minutes with the default-path step
 WORKERS = 2  # the CI machine's cores; each worker runs its draws with one thread
 TESTS = Path(__file__).parent
 
