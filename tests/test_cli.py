@@ -134,7 +134,8 @@ def test_a_bad_value_from_a_fresh_process_prints_one_line_and_nothing_else():
     proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--set", "p=1.5"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == ["error: bad value for p: must be a number strictly between 0 and 1, got 1.5"]
+    refusal = "error: bad value for p: must be a number strictly between 0 and 1, got 1.5"
+    assert proc.stderr.strip().splitlines() == [refusal]
 
 
 def test_rejudge_makes_a_section_s_rows_again_in_the_file_it_is_given(tmp_path, capsys):
