@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from conftest import TINY
 
 from sandboxes.chapters import dilution as chapter
 from sandboxes.data.flipflop import (
@@ -30,6 +31,7 @@ from sandboxes.profiles import resolve
 from sandboxes.results import RESULTS_DIR, Result
 from sandboxes.theory import dilution as theory
 from sandboxes.trainer import TrainConfig, train
+from sandboxes.workers import train_spread
 
 EXACT = 1e-12  # float64 round-off
 
@@ -333,6 +335,21 @@ def test_sharpened_training_one_seed_after_another_matches_the_batched_run():
 
 
 # ---------------------------------------------------------------- the chapter
+@pytest.mark.parametrize("start_steps, trained", [(2, 1), (3, 2)])
+def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_many_steps(start_steps, trained,
+                                                                                           monkeypatch):
+    calls = []
+
+    def counted(request, *args):
+        calls.append(request)
+        return train_spread(request, *args)
+
+    monkeypatch.setattr(chapter, "train_spread", counted)
+    values = {**TINY["dilution"], "start_steps": start_steps}
+    result = chapter.CHAPTER.run("quick", values, 1, "cpu", False, ["training", "second_phases"])
+    assert len(calls) == trained and set(result.sections) == {"training", "second_phases"}
+
+
 def test_every_row_but_the_trained_ones_holds_even_at_unit_test_scale(tiny_result):
     claims = tiny_result("dilution")["claims"]
     assert [c["name"] for c in claims if c["section"] not in ("training", "second_phases") and not c["holds"]] == []

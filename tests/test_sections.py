@@ -18,7 +18,7 @@ from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.profiles import Custom, Param, at_least
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
-from sandboxes.trainer import TrainingDiverged
+from sandboxes.trainer import TrainConfig, TrainingDiverged, TrainResult
 from test_kernel_paths import stored_verdicts
 
 matplotlib.use("Agg")
@@ -190,6 +190,30 @@ def test_a_section_whose_training_diverged_leaves_every_row_but_its_theory_undec
     assert trained.holds is None and "step 3 for seed(s) [0]" in trained.reason
     assert count.holds is None and "step 3 for seed(s) [0]" in count.reason
     assert closed_form.holds is True
+
+
+def _asks_for_one_phase(calls: list[str]):
+    """A section that continues from a first phase (seed 0 diverged at step 3) which it asks the run for."""
+    def first_phase() -> TrainResult:
+        calls.append("trained")
+        warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=0.1)", TrainingDiverged)
+        return TrainResult([0], [], np.array([[0.5, 0.4, 0.3, np.nan]]), np.array([0, 3]), np.array([[0.5, np.nan]]),
+                           0.0, TrainConfig(steps=4, batch_size=1, lr=0.1))
+
+    def section(config: dict, ctx: RunContext) -> Outcome[dict]:
+        ctx.train_once("first phase", first_phase)
+        return Outcome([Claim.at_most("a continued loss is small", 0.1, 0.05, "r")], {})
+    return section
+
+
+def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_it_diverged():
+    calls: list[str] = []
+    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1},
+                      sections=(Section("a", "A", _asks_for_one_phase(calls)),
+                                Section("b", "B", _asks_for_one_phase(calls))))
+    first, second = chapter.run(device="cpu").claims
+    assert calls == ["trained"]
+    assert first.holds is None and second.holds is None and "step 3 for seed(s) [0]" in second.reason
 
 
 @pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.reference_sections], ids=lambda c: c.name)

@@ -16,7 +16,7 @@ import inspect
 import shlex
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, get_args, get_type_hints
 
@@ -26,7 +26,7 @@ from .claims import Claim, Verdict
 from .profiles import Param, check_profile, resolve
 from .results import Result, current_commit, provenance
 from .runtime import device_name, pick_device
-from .trainer import TrainingDiverged
+from .trainer import TrainingDiverged, TrainResult, is_calibrating, warn_diverged
 
 D = TypeVar("D")
 
@@ -41,6 +41,23 @@ class RunContext:
     seeds: list[int]
     progress: bool | None = None
     workers: int = 1
+    trained: dict[Hashable, TrainResult] = field(default_factory=dict, compare=False, repr=False)
+
+    def train_once(self, key: Hashable, train: Callable[[], TrainResult]) -> TrainResult:
+        """``train()`` the first time a section of this run asks for ``key``, the same result when another asks
+        again (with the divergence warnings its training gave, which make that section's rows undecided too): two
+        sections that continue from one first phase train it once. Not while planning, whose calls are shortened.
+
+        The run's values are fixed, so ``key`` need only tell apart the calls one run makes; the models are shared,
+        so a section copies one before it trains it further.
+        """
+        if is_calibrating():
+            return train()
+        if key in self.trained:
+            warn_diverged(self.trained[key])
+        else:
+            self.trained[key] = train()
+        return self.trained[key]
 
 
 @dataclass(frozen=True)

@@ -494,12 +494,13 @@ def _schedule(steps: int, batch: int, lr: float, weight_decay: float, warmup: in
 
 def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainResult:
     """Transformers trained on FFL(p_i) from scratch for ``steps`` (warm-up, then linear decay to zero), their seeds
-    spread over ``ctx.workers`` processes."""
+    spread over ``ctx.workers`` processes; once per run where both sections train ``steps`` (quick: the training
+    section's models are those the second phases start from)."""
     schedule = _schedule(steps, config["batch_size"], config["lr"], config["weight_decay"], config["warmup"])
     task = FlipFlop.with_ignore(config["T"], config["p_i"])
     request = TrainRequest(partial(GPT, _gpt_config(config)), task, schedule, ctx.seeds, ctx.device,
                            config["batched_seeds"])
-    return train_spread(request, ctx.workers, ctx.progress)
+    return ctx.train_once(("first phase", steps), lambda: train_spread(request, ctx.workers, ctx.progress))
 
 
 def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
