@@ -115,7 +115,7 @@ PARAMS = (
 PARAMS = with_reference(PARAMS, {
     "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 8000, "start_steps": 3000,
     "batch_size": 32, "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
-    "lstm_lr": 3e-3, "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000,
+    "lstm_lr": 3e-3, "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000, "sharpen": 0.03,
 })
 
 # ---------------------------------------------------------------- Proposition 4
