@@ -210,13 +210,16 @@ def test_every_page_stores_outputs_of_a_whole_run_drawn_by_the_current_figure_co
     assert stamped == figure_code_digest(chapter), f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
 
 
-def test_the_figure_code_digest_sees_a_change_to_the_chapters_figure_module_and_to_no_other(monkeypatch, tmp_path):
+def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module_does_and_to_no_other(monkeypatch, tmp_path):
     before = {chapter: figure_code_digest(chapter) for chapter in CHAPTERS}
     changed = tmp_path / "figures"
     changed.mkdir()
     for path in notebook_module.FIGURES.glob("*.py"):
         (changed / path.name).write_bytes(path.read_bytes())
     with (changed / "hmm.py").open("a") as module:
-        module.write("\n# changed\n")
+        module.write("\n\n# a comment and blank lines draw nothing\n")
     monkeypatch.setattr(notebook_module, "FIGURES", changed)
+    assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == []
+    with (changed / "hmm.py").open("a") as module:
+        module.write("CHANGED = True\n")
     assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == ["hmm"]
