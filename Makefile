@@ -2,6 +2,7 @@
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, every chapter notebook under nbval, then every chapter's quick rows on ATen's
 #               default kernel path (no vector units), which must give the verdicts the stored pages show
+#   make lint   ruff's lint rules (pyproject.toml) over src/ and tests/
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
 #   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares and the
@@ -24,7 +25,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test site-test oldest outputs margins reference results lock clean
+.PHONY: book test lint site-test oldest outputs margins reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -52,6 +53,9 @@ ifeq ($(OUTPUTS),stored)
 else
 	SANDBOXES_PROFILE=$(PROFILE) $(BIN)/jupyter-book build . --warningiserror --keep-going
 endif
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well;
 # a notebook stays on one worker (--dist loadfile), whose kernel inherits the one thread

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from conftest import TINY
-from sandboxes.claims import Claim
 from sandboxes.chapters import get_chapter
+from sandboxes.claims import Claim
 from sandboxes.sections import Chapter
+
+from conftest import TINY
 
 # Where a unit-test value would make a random draw needlessly slow, the scale to draw around instead.
 DRAW_NEAR: dict[str, dict[str, Any]] = {

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from PIL import Image
 from playwright.sync_api import sync_playwright
+
 from test_site import CHROMIUM, CHROMIUM_ARGS, ROOT, SITE, _server
 
 OUT = ROOT / "book" / "screenshots"

@@ -25,7 +25,8 @@ def test_vmapped_members_fold_into_the_batch_with_pytorchs_numbers_and_gradients
     folded = vmap(lambda a, b, c: causal_attention(a, b, c, bias))(q, k, v)
     torch.testing.assert_close(folded, expected)
     grad = torch.randn_like(expected)
-    for mine, theirs in zip(torch.autograd.grad(folded, (q, k, v), grad), torch.autograd.grad(expected, (q, k, v), grad)):
+    for mine, theirs in zip(torch.autograd.grad(folded, (q, k, v), grad),
+                            torch.autograd.grad(expected, (q, k, v), grad)):
         torch.testing.assert_close(mine, theirs)
 
 

@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FULL_SHRUNK
-from conftest import tiny_flags as tiny
-from reader import is_trained_row
 
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.claims import Claim
 from sandboxes.cli import _overrides, _parser, main
 from sandboxes.results import RESULTS_DIR
+
+from conftest import FULL_SHRUNK
+from conftest import tiny_flags as tiny
+from reader import is_trained_row
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]
 SECTIONS = [(chapter.name, section.name) for chapter in all_chapters() for section in chapter.sections]
@@ -264,7 +265,7 @@ def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
 
 
 def _documented_commands() -> list[str]:
-    """Every ``python -m sandboxes run ...`` a reader can copy from the docs or a chapter's own text (no placeholders)."""
+    """Every ``python -m sandboxes run ...`` a reader can copy from the docs or a chapter's own text (no placeholders)."""  # noqa: E501
     root = Path(__file__).resolve().parents[1]
     texts = [path.read_text() for path in [root / "README.md", root / "CONTRIBUTING.md", root / "results" / "README.md",
                                            *sorted((root / "book").glob("*.md"))]]

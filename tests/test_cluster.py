@@ -6,12 +6,13 @@ import re
 import pytest
 import torch
 
-from conftest import TINY
 from sandboxes import cluster
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 from sandboxes.results import Result
 from sandboxes.trainer import TrainCall, _Timing
+
+from conftest import TINY
 
 submitit = pytest.importorskip("submitit")  # the optional [cluster] extra; requirements.txt installs it
 
@@ -201,7 +202,8 @@ def test_a_rerun_may_split_what_is_left_differently_but_not_change_what_is_compu
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
     common = ["run", "hmm", *flags, "--section", "learning", "--device", "cpu", "--executor", "local", "--folder",
               str(tmp_path), "--dry-run"]
-    cluster.Plan.make("hmm", "quick", {k: str(v) for k, v in TINY["hmm"].items()}, 4, "cpu", ["learning"]).save(tmp_path)
+    cluster.Plan.make("hmm", "quick", {k: str(v) for k, v in TINY["hmm"].items()}, 4, "cpu",
+                      ["learning"]).save(tmp_path)
     assert main([*common, "--seeds", "4", "--seeds-per-job", "2"]) == 0  # how many seeds a job takes: no result
     assert main([*common, "--seeds", "3"]) == 2 and "holds another plan" in capsys.readouterr().err
 

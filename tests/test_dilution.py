@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from conftest import TINY
 
 from sandboxes.chapters import dilution as chapter
 from sandboxes.data.flipflop import (
@@ -32,6 +31,8 @@ from sandboxes.results import RESULTS_DIR, Result
 from sandboxes.theory import dilution as theory
 from sandboxes.trainer import TrainConfig, train
 from sandboxes.workers import train_spread
+
+from conftest import TINY
 
 EXACT = 1e-12  # float64 round-off
 
@@ -237,7 +238,8 @@ def test_witness_closed_form_agrees_with_the_gpt(block_size):
     weights = theory.FlipFlopWeights()
     x = torch.tensor([theory.WITNESS])
     model = theory.flipflop_construction(weights, block_size)
-    assert (_wrong_reads(model, torch.cat([x, x[:, :1]], dim=1)) == 1) == theory.witness_answer_wrong(weights, block_size)
+    assert ((_wrong_reads(model, torch.cat([x, x[:, :1]], dim=1)) == 1)
+            == theory.witness_answer_wrong(weights, block_size))
 
 
 def test_construction_keeps_its_weights_when_the_block_size_grows():
@@ -391,7 +393,8 @@ def _construction_rows(kind: str):
     builds = {
         "layer 2 attention off": _layer2_uniform,
         # the thesis's weights, rebuilt for every length (c grows with T): no positional margin is lost
-        "weights rebuilt per length": lambda w, size: theory.flipflop_construction(replace(w, base=size or w.base), size),
+        "weights rebuilt per length": lambda w, size: theory.flipflop_construction(replace(w, base=size or w.base),
+                                                                                   size),
     }
     if kind not in _construction_runs:
         _construction_runs[kind] = chapter.construction_data(theory.FlipFlopWeights(), 4, builds[kind])
@@ -559,7 +562,8 @@ def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_i
 
 def test_the_smallest_significant_split_needs_seven_errors():
     # all errors in the plain run: p = 2^-k, which is below 0.01 first at k = 7
-    assert chapter.binom.cdf(0, chapter.MIN_ERRORS, 0.5) < chapter.GLITCH_LEVEL < chapter.binom.cdf(0, chapter.MIN_ERRORS - 1, 0.5)
+    assert (chapter.binom.cdf(0, chapter.MIN_ERRORS, 0.5) < chapter.GLITCH_LEVEL
+            < chapter.binom.cdf(0, chapter.MIN_ERRORS - 1, 0.5))
 
 
 def test_a_mixture_draws_each_strings_p_i_from_its_list():
@@ -605,7 +609,8 @@ def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_
     assert rows["sharpened against its plain twin, per test set"] == (
         "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
         "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10")
-    assert rows["runs with no wrong read on any of the three test sets"] == "plain: 1 of 2; sharpened: 0 of 2; rare: 1 of 2"
+    assert (rows["runs with no wrong read on any of the three test sets"]
+            == "plain: 1 of 2; sharpened: 0 of 2; rare: 1 of 2")
 
 
 def test_the_premise_table_names_what_each_attempt_changed_and_its_seeds_errors():

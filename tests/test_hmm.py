@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import TINY as TINY_CONFIGS
 
 from sandboxes.chapters import hmm as chapter
 from sandboxes.data.hmm import (
@@ -21,6 +20,8 @@ from sandboxes.data.hmm import (
     check_transition,
 )
 from sandboxes.theory import hmm as theory
+
+from conftest import TINY as TINY_CONFIGS
 
 EXACT = 1e-12  # float64 round-off on products of a few small stochastic matrices
 RECOVERY = 1e-9  # round-off amplified by condition numbers <= 100 and Jennrich's eigenvalue gaps

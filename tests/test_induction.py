@@ -9,18 +9,35 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY
 from sandboxes.chapters import induction as chapter
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.data.trigger import TriggerTask
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
-from sandboxes.theory.induction import (MAX_PERMUTED_STATES, bayes_predictive, chi2_information, count_predictive,
-                                        higher_order_average, higher_order_head, higher_order_leakage,
-                                        induction_head, joint_laws, loss_levels, permutation_predictive,
-                                        predictor_loss, score_gradient, sequence_losses, staged_initialisation,
-                                        induction_slots, successor_average, unigram_predictive, window_gap,
-                                        window_weights)
+from sandboxes.theory.induction import (
+    MAX_PERMUTED_STATES,
+    bayes_predictive,
+    chi2_information,
+    count_predictive,
+    higher_order_average,
+    higher_order_head,
+    higher_order_leakage,
+    induction_head,
+    induction_slots,
+    joint_laws,
+    loss_levels,
+    permutation_predictive,
+    predictor_loss,
+    score_gradient,
+    sequence_losses,
+    staged_initialisation,
+    successor_average,
+    unigram_predictive,
+    window_gap,
+    window_weights,
+)
+
+from conftest import TINY
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -95,7 +112,8 @@ def test_a_bad_prior_is_refused(bad):
 
 
 @pytest.mark.parametrize("task", [InContextMarkov.chain(3, 1.0, 12), InContextMarkov.chain(2, 1.0, 12, order=2),
-                                  InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))], ids=["chain", "order2", "tree"])
+                                  InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))],
+                         ids=["chain", "order2", "tree"])
 def test_each_position_follows_its_own_sequences_kernel(task):
     seq, kernels = task.sequences_and_kernels(20_000, _gen(1))
     seq = seq.numpy()
@@ -450,8 +468,8 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _higher_order_rows, _gradient_rows, _staged_rows, _training_rows,
-                                  _support_rows, _trigger_rows, _memories_rows])
+@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _higher_order_rows, _gradient_rows, _staged_rows,
+                                  _training_rows, _support_rows, _trigger_rows, _memories_rows])
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []

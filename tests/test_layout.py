@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FULL_SHRUNK, TINY
 
 from sandboxes import notebook as notebook_module
 from sandboxes.chapters import all_chapters
 from sandboxes.notebook import figure_code_digest
+
+from conftest import FULL_SHRUNK, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "sandboxes"
@@ -207,10 +208,12 @@ def test_every_page_stores_outputs_of_a_whole_run_drawn_by_the_current_figure_co
     assert [cell["execution_count"] for cell in code] == list(range(1, len(code) + 1)), "make outputs"
     assert not [o for cell in code for o in cell["outputs"] if o["output_type"] == "error"]
     stamped = notebook["metadata"].get("sandboxes", {}).get("figure_code")
-    assert stamped == figure_code_digest(chapter), f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
+    assert stamped == figure_code_digest(chapter), (
+        f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb")
 
 
-def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module_does_and_to_no_other(monkeypatch, tmp_path):
+def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module_does_and_to_no_other(
+        monkeypatch, tmp_path):
     before = {chapter: figure_code_digest(chapter) for chapter in CHAPTERS}
     changed = tmp_path / "figures"
     changed.mkdir()

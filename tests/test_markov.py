@@ -1,14 +1,15 @@
-"""Every verdict row of the Markov chapter fails in a counterfactual: a wrong theory, a broken model, an untrained one."""
+"""Every verdict row of the Markov chapter fails in a counterfactual: a wrong theory, a broken model, an untrained one."""  # noqa: E501
 
 import re
 
 import numpy as np
 import pytest
 import torch
-from conftest import TINY
 
 from sandboxes.chapters import markov
 from sandboxes.theory.markov_flow import ReducedFlow
+
+from conftest import TINY
 
 GAP = markov._gap(0.5, 0.8)  # the featured chain, p+q > 1
 GAP2 = markov._gap(0.2, 0.3)  # the contrast chain, p+q < 1
@@ -41,7 +42,8 @@ def _wrong_unigram_point(monkeypatch):
 
 def _block_spectrum_off(monkeypatch):
     closed_form = markov.theory.predicted_block_spectrum
-    monkeypatch.setattr(markov.theory, "predicted_block_spectrum", lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
+    monkeypatch.setattr(markov.theory, "predicted_block_spectrum",
+                        lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
     return _section("unigram_point")
 
 
@@ -128,7 +130,10 @@ def _tied_order(tied_escape, untied_escape):
     return {"tied": np.array([tied_escape] * 2, dtype=float), "untied": np.array([untied_escape] * 2, dtype=float)}
 
 
-def _phase(kind: str, side: str, escape=_tied_order(NEVER, EARLY)):
+TIED_NEVER_UNTIED_EARLY = _tied_order(NEVER, EARLY)  # the usual order: tied runs stay, untied ones leave early
+
+
+def _phase(kind: str, side: str, escape=TIED_NEVER_UNTIED_EARLY):
     """Phase-diagram rows in which the ``kind`` runs on the ``side`` (< or >) of p+q = 1 settled between the minima."""
     def apply(monkeypatch):
         gaps = np.array([GAP2, GAP])
@@ -141,7 +146,7 @@ def _phase(kind: str, side: str, escape=_tied_order(NEVER, EARLY)):
 
 
 def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigram",
-           escape=_tied_order(NEVER, EARLY)):
+           escape=TIED_NEVER_UNTIED_EARLY):
     """Basin rows at scales (0.01, 0.02): settled seeds ending at ``tied_end`` and ``untied_end``."""
     def apply(monkeypatch):
         ends = {"tied": np.full((2, 3), tied_end), "untied": np.full((2, 3), untied_end)}
@@ -173,7 +178,7 @@ def _spectrum_negated(monkeypatch):
     return _section("multistate")
 
 
-def _multistate(tied_below: float, untied: float, escape=_tied_order(NEVER, EARLY)):
+def _multistate(tied_below: float, untied: float, escape=TIED_NEVER_UNTIED_EARLY):
     """Multi-state rows at p = 0.3 and 0.9 (p* = 0.8) whose settled runs end at these excess / gap ratios."""
     def apply(monkeypatch):
         gaps = np.array([0.5, 0.04])
@@ -251,8 +256,8 @@ def test_the_rows_hold_without_a_change(tiny_result):
     # the counterfactuals above break one thing each: with nothing broken, the same rows hold
     exact = ("global_minimum", "unigram_point", "hessian_sweep", "reduced_flow")
     assert all(c["holds"] for c in tiny_result("markov")["claims"] if c["section"] in exact)
-    learned = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.2, 0.3, True, [0.0] * 3), _run(0.5, 0.8, False, [0.0] * 3),
-               _run(0.2, 0.3, False, [0.0] * 3)]
+    learned = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.2, 0.3, True, [0.0] * 3),
+               _run(0.5, 0.8, False, [0.0] * 3), _run(0.2, 0.3, False, [0.0] * 3)]
     assert all(c.holds for c in markov.training_rows(learned, 0.02)) and len(markov.training_rows(learned, 0.02)) == 4
     assert all(c.holds for c in _phase("", "<")(None)) and len(_phase("", "<")(None)) == 4
     assert all(c.holds for c in _basin(0.5, 0.8)(None) + _basin(0.2, 0.3)(None))
@@ -263,7 +268,8 @@ def test_the_rows_hold_without_a_change(tiny_result):
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
     # the budget ran out before the escape: the seed's Fig. 1 says it comes, so the row must not say "fails"
     H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)  # settled on the plateau: the escape had not come
+    # settled on the plateau: the escape had not come
+    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)
     assert depth[0].holds is None and "depth_steps" in depth[0].reason
     depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
     assert depth[0].holds is None

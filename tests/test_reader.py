@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reader import draw_settings, is_trained_row
 from sandboxes.chapters import all_chapters
 from sandboxes.results import Result
 from sandboxes.runtime import member_seed
+
+from reader import draw_settings, is_trained_row
 
 DRAWS = 12  # the first 12 of the seeded stream that once drew 20: CI under 20 minutes with the default-path step
 WORKERS = 2  # the CI machine's cores; each worker runs its draws with one thread

@@ -19,6 +19,7 @@ from sandboxes.claims import Claim
 from sandboxes.profiles import Custom, Param, at_least
 from sandboxes.sections import Chapter, Outcome, RunContext, Section
 from sandboxes.trainer import TrainConfig, TrainingDiverged, TrainResult
+
 from test_kernel_paths import stored_verdicts
 
 matplotlib.use("Agg")
@@ -100,7 +101,8 @@ def _first(config: dict, ctx: RunContext) -> Outcome[dict]:
 
 
 def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
-    chapter = Chapter("toy", "Toy", (Param("x", int, 3, 4, "x", at_least(0)), Param("unused", int, 0, 0, "u", at_least(0))),
+    chapter = Chapter("toy", "Toy",
+                      (Param("x", int, 3, 4, "x", at_least(0)), Param("unused", int, 0, 0, "u", at_least(0))),
                       seeds={"quick": 1, "full": 1},
                       sections=(Section("first", "First", _first), Section("second", "Second", _section_with_a_need)))
     run = chapter.start(device="cpu")
@@ -173,8 +175,10 @@ def test_the_stored_quick_page_has_no_undecided_row(chapter):
 
 
 def _diverges(config: dict, ctx: RunContext) -> Outcome[dict]:
-    warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=1e+30)", TrainingDiverged)
-    warnings.warn("an unrelated warning", RuntimeWarning)
+    # no stacklevel: these stand in for warnings given during a section, which sections.py catches and inspects
+    # (it reads TrainingDiverged's message and re-emits the others at the file and line they were recorded at)
+    warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=1e+30)", TrainingDiverged)  # noqa: B028
+    warnings.warn("an unrelated warning", RuntimeWarning)  # noqa: B028
     losses = np.array([0.01, float("nan")])
     return Outcome([Claim.at_most("a trained loss is small", 0.1, float("nan"), "r"),
                     Claim.exact("no run above 0.1", "0 of 2", f"{int((losses > 0.1).sum())} of 2", "r"),
@@ -196,7 +200,8 @@ def _asks_for_one_phase(calls: list[str]):
     """A section that continues from a first phase (seed 0 diverged at step 3) which it asks the run for."""
     def first_phase() -> TrainResult:
         calls.append("trained")
-        warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=0.1)", TrainingDiverged)
+        # no stacklevel: a stand-in for the trainer's warning, which sections.py catches and reads
+        warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=0.1)", TrainingDiverged)  # noqa: B028
         return TrainResult([0], [], np.array([[0.5, 0.4, 0.3, np.nan]]), np.array([0, 3]), np.array([[0.5, np.nan]]),
                            0.0, TrainConfig(steps=4, batch_size=1, lr=0.1))
 

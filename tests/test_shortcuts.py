@@ -9,7 +9,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import TINY
 
 from sandboxes.chapters import shortcuts as chapter
 from sandboxes.data.automata import (
@@ -36,6 +35,8 @@ from sandboxes.data.automata import (
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.profiles import resolve
 from sandboxes.theory import shortcuts as theory
+
+from conftest import TINY
 
 torch.set_num_threads(1)
 
@@ -306,7 +307,8 @@ def test_scratchpad_task_interleaves_inputs_and_states():
 
 
 def test_sections_are_named_in_reading_order():
-    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "hard", "brittleness"]
+    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "hard",
+                                                          "brittleness"]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
 

@@ -21,6 +21,8 @@ from sandboxes.model import GPT, GPTConfig
 from sandboxes.runtime import cpu_model, device_name, keep_freed_memory, seed_everything, usable_cores
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
+    CALIBRATION_EVAL,
+    ChunkedCall,
     Ensemble,
     TrainConfig,
     TrainingDiverged,
@@ -29,8 +31,6 @@ from sandboxes.trainer import (
     _held_out_loss,
     _plan,
     activation_bytes,
-    CALIBRATION_EVAL,
-    ChunkedCall,
     calibrated_map,
     calibrating,
     count_chunks,
@@ -306,7 +306,7 @@ def test_a_loss_still_falling_in_its_last_quarter_of_learning_time_has_not_settl
 
 
 def test_a_continued_run_that_stays_flat_has_settled_and_one_still_recovering_from_a_bump_has_not():
-    """A second phase from trained weights: flat means settled; a bump still coming down in its last quarter does not."""
+    """A second phase from trained weights: flat means settled; a bump still coming down in its last quarter does not."""  # noqa: E501
     flat = np.full(40, 1e-5)
     bump = 1e-5 + 0.3 * np.exp(-np.arange(40) / 4)  # a jump at the start, then back to where it began
     recovering = np.concatenate([[1e-5], np.linspace(0.3, 0.05, 39)])
@@ -338,7 +338,8 @@ def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_tim
 
 def test_a_count_reads_short_chunks_only_under_calibration():
     seq = torch.arange(10 * CALIBRATION_EVAL)[:, None]
-    assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [4 * CALIBRATION_EVAL] * 2 + [2 * CALIBRATION_EVAL]
+    assert ([len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)]
+            == [4 * CALIBRATION_EVAL] * 2 + [2 * CALIBRATION_EVAL])
     with calibrating(3):  # a plan times two chunks of CALIBRATION_EVAL and scales them to the ten
         assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [CALIBRATION_EVAL] * 10
         assert [len(c) for c in count_chunks(seq, 2)] == [2] * (5 * CALIBRATION_EVAL)

@@ -81,20 +81,20 @@ class Claim:
         """The verdict in one word: holds, fails or undecided."""
         return {True: "holds", False: "fails", None: "undecided"}[self.holds]
 
-    def eventually(self, settled: bool, unsettled: str) -> "Claim":
+    def eventually(self, settled: bool, unsettled: str) -> Claim:
         """This claim about eventual behaviour, undecided if it fails while the run had not ``settled``.
 
         ``unsettled`` says what was still moving and what budget would decide the claim.
         """
         return self if self.holds or settled else self.undecided(unsettled)
 
-    def so_far(self, settled: bool, unsettled: str) -> "Claim":
+    def so_far(self, settled: bool, unsettled: str) -> Claim:
         """This claim that something does not happen (a run stays below a bound), undecided if it holds while the
         run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
         return self if self.holds is False or settled else self.undecided(unsettled)
 
     def held_to_spread(self, bound: float, values: Sequence[float] | np.ndarray, more_seeds: str,
-                       upper: bool = True) -> "Claim":
+                       upper: bool = True) -> Claim:
         """This row about every seed, held to the seeds' measured spread: undecided if it holds for these seeds but
         the one-sided 95% confidence bound of their mean (:func:`seed_bounds` of ``values``, one per seed or
         ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound): the seeds then scatter so widely that
@@ -118,7 +118,7 @@ class Claim:
         return measured.undecided(f"every seed holds, but the seeds scatter so widely that the 95% bound of their "
                                   f"mean ({mean:.3g}) lies beyond the bound: more seeds ({more_seeds}) decide it")
 
-    def undecided(self, unsettled: str) -> "Claim":
+    def undecided(self, unsettled: str) -> Claim:
         """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,
         say) was not reached; ``unsettled`` says what was missing and what budget would decide it."""
         return replace(self, holds=None, reason=f"{self.reason}; undecided at this budget: {unsettled}")
@@ -126,7 +126,7 @@ class Claim:
     @classmethod
     def close(
         cls, name: str, predicted: float, measured: float, tol: float, reason: str, digits: int = 4
-    ) -> "Claim":
+    ) -> Claim:
         """Holds when ``|measured - predicted| <= tol``."""
         slack = tol - abs(measured - predicted)
         return cls(name, _fmt(predicted, digits), _fmt(measured, digits), f"± {tol:.2g}", reason,
@@ -134,19 +134,19 @@ class Claim:
                    margin=slack / tol if tol > 0 and math.isfinite(slack) else None)
 
     @classmethod
-    def at_most(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
+    def at_most(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> Claim:
         """Holds when ``measured <= bound``."""
         return cls(name, f"≤ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured <= bound),
                    margin=_relative_slack(bound, measured, upper=True))
 
     @classmethod
-    def at_least(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> "Claim":
+    def at_least(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> Claim:
         """Holds when ``measured >= bound``."""
         return cls(name, f"≥ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured >= bound),
                    margin=_relative_slack(bound, measured, upper=False))
 
     @classmethod
-    def exact(cls, name: str, predicted: str, measured: str, reason: str) -> "Claim":
+    def exact(cls, name: str, predicted: str, measured: str, reason: str) -> Claim:
         """Holds when the two descriptions agree exactly (signs, labels, counts)."""
         return cls(name, predicted, measured, "exact", reason, predicted == measured)
 
@@ -188,7 +188,8 @@ class Verdict(list):
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
+        head = "".join(f"<th>{h}</th>"
+                       for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
         rows = []
         for c in self:
             cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason)
@@ -201,7 +202,8 @@ class Verdict(list):
         lines = []
         for c in self:
             mark = c.mark if c.holds else c.mark.upper()
-            middle = f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})" if measured else f"predicted {c.predicted}"
+            middle = (f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})" if measured
+                      else f"predicted {c.predicted}")
             lines.append(f"[{mark}] {c.name}: {middle}")
         return "\n".join(lines)
 

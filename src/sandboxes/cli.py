@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="split each section that trains more than N seeds: group jobs of N seeds train and store "
                       "their members, then the section's own job computes it from them (default: a section per job)")
     jobs.add_argument("--dry-run", action="store_true",
-                      help="print the jobs and their estimated hours (a short calibration on this machine), submit none")
+                      help="print the jobs and their estimated hours (a short calibration on this machine), submit "
+                      "none")
     jobs.add_argument("--calibration-steps", type=int, default=cluster.CALIBRATION_STEPS,
                       help="steps each train() call runs when planning; the first warms up and is not timed "
                       f"(default {cluster.CALIBRATION_STEPS}; fewer plan a large model sooner, less precisely)")
@@ -75,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
     listing.add_argument("--reference", action="store_true",
-                         help="the commands that make every chapter's reference result, one line per section sized for it")
+                         help="the commands that make every chapter's reference result, one line per section sized "
+                         "for it")
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
     bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")

@@ -73,7 +73,7 @@ class Plan:
 
     @classmethod
     def make(cls, chapter: str, profile: str, overrides: Mapping[str, str], seeds: int | None, device: str,
-             sections: Sequence[str] = (), seeds_per_job: int | None = None) -> "Plan":
+             sections: Sequence[str] = (), seeds_per_job: int | None = None) -> Plan:
         """Check the values as a single run would (every check before any job starts); default: all sections."""
         found = get_chapter(chapter)
         run = found.start(profile, overrides, seeds, "cpu")  # the job's device is not this machine's
@@ -123,7 +123,7 @@ class Plan:
         (folder / PLAN_FILE).write_text(json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
-    def load(cls, folder: Path) -> "Plan":
+    def load(cls, folder: Path) -> Plan:
         path = folder / PLAN_FILE
         if not path.exists():
             raise ValueError(f"{folder} holds no {PLAN_FILE}: not a folder that `run --executor` made")

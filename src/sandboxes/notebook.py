@@ -25,8 +25,14 @@ from matplotlib.figure import Figure
 
 from .claims import ClaimFailed, Verdict
 from .profiles import check_profile, resolve
-from .results import (RESULTS_DIR, Result, full_result_path, load_full_result, load_reference_result,
-                      reference_result_path)
+from .results import (
+    RESULTS_DIR,
+    Result,
+    full_result_path,
+    load_full_result,
+    load_reference_result,
+    reference_result_path,
+)
 from .sections import Chapter, Run
 
 

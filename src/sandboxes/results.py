@@ -121,7 +121,7 @@ class Result:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Result":
+    def load(cls, path: str | Path) -> Result:
         body = json.loads(Path(path).read_text())
         return cls(
             chapter=body["chapter"],
@@ -146,7 +146,8 @@ def merge(into: Result | None, new: Result, order: list[str]) -> Result:
         return new
     for key in ("chapter", "profile", "seeds"):
         if getattr(into, key) != getattr(new, key):
-            raise ValueError(f"cannot merge: {key} {getattr(new, key)!r} differs from the file's {getattr(into, key)!r}")
+            raise ValueError(f"cannot merge: {key} {getattr(new, key)!r} differs from the file's "
+                             f"{getattr(into, key)!r}")
     sections = {**into.sections, **new.sections}
     names = [name for name in order if name in sections]
     claims = {name: [c for c in source.claims if c.section == name]

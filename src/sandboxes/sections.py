@@ -145,7 +145,7 @@ class Chapter:
         trained = {s.name for s in self.sections if s.trains}
         if not set(self.reference_sections) <= trained:
             raise ValueError(f"{self.name}: reference sections must be sections that train: {self.reference_sections}")
-        for variant, values in self.reference_variants.items():
+        for variant in self.reference_variants:
             if not variant.isidentifier():
                 raise ValueError(f"{self.name}: a reference variant's name is a file-name suffix, got {variant!r}")
             if self.check is not None:
@@ -173,7 +173,7 @@ class Chapter:
 
     def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
               device: str = "auto", progress: bool | None = None, only_seeds: Sequence[int] = (),
-              workers: int = 1) -> "Run":
+              workers: int = 1) -> Run:
         """Resolve and check the config and the seeds; no section runs yet. ``only_seeds``: run these of the
         seeds alone (a cluster run's group job, which trains some seeds of a section for the job that runs it)."""
         return Run(self, profile, overrides or {}, seeds, device, progress, tuple(only_seeds), workers=workers)
@@ -259,7 +259,8 @@ class Run:
                 outcome = section.compute(config, self.context, **needed)
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
-            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught, outcome.theory)]
+            claims = [replace(claim, section=name)
+                      for claim in _undecided_if_diverged(outcome.claims, caught, outcome.theory)]
             self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
         return self.done[name]
 

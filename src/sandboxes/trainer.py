@@ -108,7 +108,7 @@ SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations low
                     # fraction of its whole descent
 
 
-def still_descending(result: "TrainResult", noise: float, curve: np.ndarray | None = None,
+def still_descending(result: TrainResult, noise: float, curve: np.ndarray | None = None,
                      continued: bool = False) -> np.ndarray:
     """Per member: the loss had not settled when the budget ran out.
 
@@ -456,7 +456,7 @@ def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainCo
 
 def _scored(targets: Tensor) -> Tensor:
     """Per member, how much a batch weighs in a mean over batches: its class-label targets other
-    than ``IGNORE_INDEX`` (what :func:`~sandboxes.losses.next_token_loss` averages over), or its samples for real targets."""
+    than ``IGNORE_INDEX`` (what :func:`~sandboxes.losses.next_token_loss` averages over), or its samples for real targets."""  # noqa: E501
     if targets.dtype.is_floating_point:
         return torch.full((targets.shape[0],), float(targets.shape[1]), device=targets.device)
     return (targets != IGNORE_INDEX).flatten(1).sum(dim=1).float()
@@ -505,7 +505,7 @@ class _Call:
     budget: int | None
     probe: Callable[[nn.Module], Sequence[float]] | None
 
-    def only(self, rows: Sequence[int]) -> "_Call":
+    def only(self, rows: Sequence[int]) -> _Call:
         """The same call for the members at ``rows``."""
         return replace(self, makers=[self.makers[i] for i in rows], tasks=[self.tasks[i] for i in rows],
                        seeds=[self.seeds[i] for i in rows])

@@ -48,7 +48,7 @@ class TrainRequest:
         return train(self.make_model, self.task, self.config, self.seeds, self.device, batched=self.batched,
                      progress=progress)
 
-    def only(self, rows: Sequence[int]) -> "TrainRequest":
+    def only(self, rows: Sequence[int]) -> TrainRequest:
         """The same call for the members at ``rows``."""
         def pick(one_or_each: Any) -> Any:
             return [one_or_each[i] for i in rows] if isinstance(one_or_each, Sequence) else one_or_each

@@ -21,11 +21,22 @@ from tqdm import tqdm
 
 from .. import heldout
 from ..claims import Claim
-from ..data.flipflop import I, ONE, R, W, ZERO, FlipFlop, Mixture, Sharpened, all_strings, read_errors
+from ..data.flipflop import ONE, ZERO, FlipFlop, I, Mixture, R, Sharpened, W, all_strings, read_errors
 from ..losses import attention_entropy
 from ..model import GPT, LSTM, GPTConfig, WithAttention, check_heads
-from ..profiles import (FLAG, Custom, Param, at_least, each, float_list, in_open_unit_interval, non_negative, positive,
-                        probability, with_reference)
+from ..profiles import (
+    FLAG,
+    Custom,
+    Param,
+    at_least,
+    each,
+    float_list,
+    in_open_unit_interval,
+    non_negative,
+    positive,
+    probability,
+    with_reference,
+)
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
 from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, count_chunks, still_descending, train
@@ -49,7 +60,8 @@ def _even_at_least(low: int, why: str) -> Custom:
     def check(value: int) -> None:
         if value < low or value % 2:
             raise ValueError(f"must be an even number of at least {low}, got {value}")
-    return Custom(check, f"an even integer >= {low} ({why})", lambda rng, near: 2 * int(rng.integers(low // 2, near + 1)))
+    return Custom(check, f"an even integer >= {low} ({why})",
+                  lambda rng, near: 2 * int(rng.integers(low // 2, near + 1)))
 
 
 EVEN_AT_LEAST_4 = _even_at_least(4, "a flip-flop string has pairs of tokens")
@@ -249,7 +261,7 @@ def exhaustive_lengths(base: int) -> range:
 
 def construction_data(weights: theory.FlipFlopWeights, n: int,
                       build: Build = theory.flipflop_construction) -> ConstructionData:
-    """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""
+    """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""  # noqa: E501
     model = build(weights, None)
     exhaustive = [_errors(model, all_strings(length)) for length in exhaustive_lengths(weights.base)]
     generator = heldout.generator(heldout.FLIPFLOP_CONSTRUCTION)
@@ -358,7 +370,8 @@ class SimulatorRun(TypedDict):
     case1_top: list[int]  # case 1's input (a write at 0, then noops): the top-scored key at each query
     case2_top: list[int]  # case 2's inputs (writes at 0 and t - 1): the top-scored key at query t = 2, 3, ...
     case2_out: list[int]  # case 2's inputs: the output (argmax) at query t = 2, 3, ...
-    random_misses: int | None  # delta = 0 only: queries of 4 random strings of 2048 whose top key is not the latest write
+    # delta = 0 only: queries of 4 random strings of 2048 whose top key is not the latest write
+    random_misses: int | None
     random_wrong: int | None  # delta = 0 only: wrong states on those strings
 
 
@@ -414,7 +427,8 @@ def simulator_claims(data: SimulatorData) -> list[Claim]:
         return [t for t, v in enumerate(run[key], start=2) if v != right(t)]  # type: ignore[literal-required]
 
     one, two, zero = data["case 1"], data["case 2"], data["orthogonal"]
-    misses = len(case1_wrong(zero)) + len(case2_wrong(zero, "case2_top", lambda t: t - 1)) + (zero["random_misses"] or 0)
+    misses = (len(case1_wrong(zero)) + len(case2_wrong(zero, "case2_top", lambda t: t - 1))
+              + (zero["random_misses"] or 0))
     return [
         Claim.exact("Prop 5 case 1 (delta > 0): first query whose top key is a noop, not the write",
                     str(data["case1_switch"]), first(case1_wrong(one)), "root of delta p^2 + (beta - gamma) p - big"),
@@ -558,7 +572,8 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhas
     data: SecondPhaseData = {
         "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + phases["plain"].eval_steps]),
         "second_phase_start": start,
-        "eval_loss": {kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1) for kind, phase in phases.items()},
+        "eval_loss": {kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1)
+                      for kind, phase in phases.items()},
         "sharpness": sharpness, "still_descending": moving}
     claims, silent = second_phase_rows(config, data)
     return Outcome(claims, data, silent)
@@ -603,8 +618,8 @@ def _copier(model: nn.Module, wrap: type[nn.Module] | None = None):
 def _test_sets(config: dict[str, Any]) -> dict[str, Tensor]:
     """Held-out strings from fixed seeds that no training stream uses."""
     T = config["T"]
-    spec = {"in-distribution": (config["p_i"], config["n_in_distribution"]), "sparse": (config["sparse_p_i"], config["n_sparse"]),
-            "dense": (config["dense_p_i"], config["n_dense"])}
+    spec = {"in-distribution": (config["p_i"], config["n_in_distribution"]),
+            "sparse": (config["sparse_p_i"], config["n_sparse"]), "dense": (config["dense_p_i"], config["n_dense"])}
     return {name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
             for k, (name, (p, n)) in enumerate(spec.items())}
 
@@ -831,7 +846,8 @@ def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
     rare_errors = [runs["sparse"][i][0] + runs["dense"][i][0] for i in clean]
     both = ("transformer seeds with a wrong read on each rare test set",
             "errors \"on both sparse and dense sequences\", varying between seeds (R1)",
-            "; ".join(f"{name}: {sum(errors > 0 for errors, _ in runs[name])} of {seeds}" for name in ("sparse", "dense"))
+            "; ".join(f"{name}: {sum(errors > 0 for errors, _ in runs[name])} of {seeds}"
+                      for name in ("sparse", "dense"))
             + f"; of the {len(clean)} seeds with no wrong in-distribution read, {sum(e > 0 for e in rare_errors)} "
               "err on a rare set")
     return [trained_to_zero, both] + _per_kind(data["counts"])

@@ -98,7 +98,8 @@ PARAMS = (
 )
 # Reference scale (2-core CPU, measured): sample sizes up to 10^6 as the issue asks of the learning experiment,
 # with the full profile's optimiser budget (3000 steps of 8192), 5 seeds; about 45 minutes.
-PARAMS = with_reference(PARAMS, {"samples": "1000,3000,10000,30000,100000,300000,1000000", "steps": 3000, "batch_size": 8192, "hidden": 64})
+PARAMS = with_reference(PARAMS, {"samples": "1000,3000,10000,30000,100000,300000,1000000", "steps": 3000,
+                                 "batch_size": 8192, "hidden": 64})
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
@@ -232,7 +233,8 @@ def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[Counterex
     O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
     data: CounterexampleData = {
         "emission": O, "transition": T, "other_emission": O2, "other_transition": T2,
-        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"], "factor_condition": pair["factor_condition"],
+        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"],
+        "factor_condition": pair["factor_condition"],
         "kruskal_ranks": [theory.kruskal_rank(f) for f in theory.cp_factors(O, T, *TWO_TOKEN)]}
     return Outcome(counterexample_claims(O, T, O2, T2, pair["angle"]), data)
 

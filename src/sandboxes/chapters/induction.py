@@ -25,10 +25,10 @@ import torch
 from scipy.stats import t as student_t
 from torch import Tensor, nn
 
+from .. import probes
 from ..claims import Claim
 from ..data.incontext import InContextMarkov, chain_parents, tree_parents
 from ..data.trigger import TriggerTask
-from .. import probes
 from ..model import GPT, AssociativeMemories, Disentangled, GPTConfig, check_heads
 from ..profiles import Custom, Interval, Param, at_least, in_range, positive, with_reference
 from ..runtime import member_seed
@@ -731,14 +731,15 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
     task = trigger_task(config)
     schedule = _schedule(config, "trigger_steps")
     runs = {kind: train(lambda n=n: GPT(_gpt(config, n, "trigger_tokens", "trigger_T")), task, schedule, ctx.seeds,
-                        ctx.device, progress=ctx.progress, probe=partial(trigger_memories, task=task) if n == 2 else None)
+                        ctx.device, progress=ctx.progress,
+                        probe=partial(trigger_memories, task=task) if n == 2 else None)
             for kind, n in KINDS.items()}
     seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
     masks = output_positions(task, seq)
     accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
     for kind, run in runs.items():
         for model in run.models:
-            predictions = _chunked(lambda part: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(),
+            predictions = _chunked(lambda part, model=model: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(),
                                    torch.from_numpy(seq))
             for name, value in accuracy_at(predictions, seq, masks).items():
                 accuracy[name].setdefault(kind, []).append(value)

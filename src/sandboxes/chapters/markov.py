@@ -23,8 +23,8 @@ from ..profiles import (
     at_least,
     each,
     float_list,
-    int_list,
     in_open_unit_interval,
+    int_list,
     positive,
     with_reference,
 )
@@ -36,7 +36,8 @@ from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
 GAP_FRACTION = 0.1
-GAP_REASON = "a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the two minima, leaves room for finite training"
+GAP_REASON = ("a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the two minima, leaves room for finite "
+              "training")
 MIN_GAP = 0.01  # below this mutual information the two minima are too close to tell apart
 GPT2_INIT_STD = 0.02  # the initialisation the seed trains from; its reported outcomes are for scales up to it
 
@@ -116,7 +117,7 @@ def still_descending(trained: TrainResult) -> list[bool]:
 
 
 def plateau_band(gap: float) -> float:
-    """How close to H(pi) a held-out loss counts as on the unigram plateau: a tenth of the gap plus the sampling noise."""
+    """How close to H(pi) a held-out loss counts as on the unigram plateau: a tenth of the gap plus the sampling noise."""  # noqa: E501
     return GAP_FRACTION * gap + NOISE
 
 
@@ -159,8 +160,9 @@ ORDER_REASON = ("reported (seed's Figs. 3a, 4 and 5: at its budget the tied runs
                 "descent direction (a saddle). They are statements about the landscape, not about training. A run has "
                 "left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling noise; while "
                 "a run had not come down to H(pi) the row is undecided")
-NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the seed reports it "
-                "from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local to theta_pi")
+NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the seed "
+                "reports it from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local "
+                "to theta_pi")
 
 
 def later_escape_row(name: str, tied: list[np.ndarray], untied: list[np.ndarray], steps_param: str,
@@ -185,8 +187,8 @@ def later_escape_row(name: str, tied: list[np.ndarray], untied: list[np.ndarray]
 
 def _too_close(chains: list[tuple[float, float]], rows: str) -> tuple[str, ...]:
     """Why ``rows`` are missing for the chains whose unigram-bigram gap is below ``MIN_GAP``."""
-    return tuple(f"{rows} at (p, q) = ({p:g}, {q:g}): the gap I(x_n; x_n+1) = {abs(_gap(p, q)):.2g} is below {MIN_GAP}, "
-                 "so the two minima cannot be told apart (p + q = 1 makes it 0)" for p, q in chains
+    return tuple(f"{rows} at (p, q) = ({p:g}, {q:g}): the gap I(x_n; x_n+1) = {abs(_gap(p, q)):.2g} is below "
+                 f"{MIN_GAP}, so the two minima cannot be told apart (p + q = 1 makes it 0)" for p, q in chains
                  if _gap(p, q) < MIN_GAP)
 
 
@@ -231,7 +233,8 @@ class UnigramData(TypedDict):
     curvature: float
     block_spectrum: dict[str, list[float]]  # tied / untied: eigenvalues of the (e, a, b) block, by autograd
     radii: list[float]
-    largest_drop: dict[str, list[float]]  # per point tested: min over directions of L(theta + r u) - L(theta), per radius
+    # per point tested: min over directions of L(theta + r u) - L(theta), per radius
+    largest_drop: dict[str, list[float]]
 
 
 def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramData]:
@@ -256,7 +259,8 @@ def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramDat
                                   0.0, float(np.abs(spectra["block"] - predicted).max()), EXACT, EXACT_REASON))
         if abs(p + q - 1) < MIN_GAP:
             continue  # c = 0: the theorems are silent
-        directions = theory.random_directions(LOCAL_DIRECTIONS, uni.flat().numel(), heldout.generator(heldout.MARKOV_DIRECTIONS))
+        directions = theory.random_directions(LOCAL_DIRECTIONS, uni.flat().numel(),
+                                              heldout.generator(heldout.MARKOV_DIRECTIONS))
         changes = theory.loss_changes(uni, directions, LOCAL_RADII)
         drops[label] = changes.min(axis=0)
         if tied and p + q > 1:
@@ -381,7 +385,8 @@ def reduced_flow(config: dict[str, Any], ctx: RunContext) -> Outcome[FlowData]:
         claims.append(axis_row(flow))
         majority = "global minimum" if p + q < 1 else "unigram (e = 0)"
         measured = "global minimum" if reached.mean() > 0.5 else "unigram (e = 0)"
-        claims.append(Claim.exact(f"reduced model ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) end at",
+        claims.append(Claim.exact(f"reduced model ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) "
+                                  "end at",
                                   majority, measured, "the slides' phase portraits; measured fraction reaching the "
                                   f"global minimum: {reached.mean():.2f}"))
     return Outcome(claims, data, silent)
@@ -497,7 +502,8 @@ def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
         ours = f"{np.median(final):.3f} (median of {len(final)} seeds; {final.min():.3f} to {final.max():.3f})"
         if stuck:
             left = np.asarray(run["escape_step"], dtype=float)
-            ours += f"; {int(np.isfinite(left).sum())} of {len(left)} had left the plateau by step {run['eval_steps'][-1]}"
+            ours += (f"; {int(np.isfinite(left).sum())} of {len(left)} had left the plateau by step "
+                     f"{run['eval_steps'][-1]}")
         rows.append((f"({run['p']}, {run['q']}) {'tied' if run['tied'] else 'untied'}: held-out loss at the end",
                      f"ends at {target} (Fig. 3)", ours))
     return rows
@@ -515,14 +521,15 @@ def _predictions(model: GPT, task: MarkovChain) -> Prediction:
 class PhaseData(TypedDict):
     values: list[float]  # the grid of p and of q
     ratio: dict[str, list[list[float]]]  # tied / untied: mean excess loss / gap per (p, q) cell (NaN: gap < MIN_GAP)
-    escape_step: dict[str, list[list[float]]]  # tied / untied: per cell and seed, the step it left the plateau (inf: none)
+    # tied / untied: per cell and seed, the step it left the plateau (inf: none)
+    escape_step: dict[str, list[list[float]]]
     resolvable: list[list[bool]]  # gap at least MIN_GAP
     excess: dict[str, list[list[float]]]  # tied / untied: per cell (p-major) and seed, the final excess loss
     waiting: dict[str, list[list[bool]]]  # tied / untied: per cell and seed, on the plateau or still descending
 
 
 def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]:
-    """Tied and untied one-layer runs over a grid of ``(p, q)``: which end at the bigram, and which linger at the unigram?"""
+    """Tied and untied one-layer runs over a grid of ``(p, q)``: which end at the bigram, and which linger at the unigram?"""  # noqa: E501
     values = np.round(np.linspace(0.1, 0.9, config["grid"]), 4)
     cells = [(p, q) for p in values for q in values]
     seeds = list(range(config["grid_seeds"]))
@@ -582,8 +589,8 @@ def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.n
         if not where.any():
             return []
         trapped = (excess[kind] >= gaps[:, None] / 2) & where[:, None]
-        claim = Claim.exact(f"phase diagram: {kind} runs trapped where p+q{side}1 (count)", "0", str(int(trapped.sum())),
-                            reason)
+        claim = Claim.exact(f"phase diagram: {kind} runs trapped where p+q{side}1 (count)", "0",
+                            str(int(trapped.sum())), reason)
         return [claim.eventually(*budget_ran_out(int((trapped & waiting[kind]).sum()), f"of {trapped.size} runs "
                                                  "contradicted the row and were on the plateau or still descending",
                                                  "steps"))]
@@ -591,9 +598,9 @@ def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.n
     reported = ("reported (seed, Sec. 4.1): from the GPT-2 initialisation the models reach the global minimum there; "
                 "a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= gap/2)")
     claims = (trapped_row("tied", below, "<", reported) + trapped_row("untied", below, "<", reported)
-              + trapped_row("untied", above, ">", "Thm 3: without tying the unigram point is a saddle; reported "
-                            "(seed's Fig. 4): untied models reach the global minimum; trapped: ended nearer the unigram "
-                            "loss than the entropy rate (excess >= gap/2)"))
+              + trapped_row("untied", above, ">", "Thm 3: without tying the unigram point is a saddle; "
+                            "reported (seed's Fig. 4): untied models reach the global minimum; trapped: ended nearer "
+                            "the unigram loss than the entropy rate (excess >= gap/2)"))
     if above.any() and init_std <= GPT2_INIT_STD:
         cells = np.flatnonzero(above)
         claims.append(later_escape_row("phase diagram: cells with p+q>1 where a tied run left the unigram plateau no "
@@ -676,8 +683,8 @@ def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarr
         return claim.eventually(*budget_ran_out(int((off & waiting[kind]).sum()), f"of {off.size} seeds had not "
                                                 "reached it and were on the plateau or still descending", "steps"))
 
-    claims = [bigram_row("untied", "Thm 3: without tying theta_pi is a saddle; reported (seed, Sec. 4.2): untied models "
-                         "reach the bigram")]
+    claims = [bigram_row("untied", "Thm 3: without tying theta_pi is a saddle; reported (seed, Sec. 4.2): untied "
+                         "models reach the bigram")]
     if p + q < 1:
         claims.append(bigram_row("tied", "reported (seed, Sec. 4.1): small Gaussian initialisations fall outside the "
                                  "basins of other minima when p+q<1"))
@@ -826,7 +833,7 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
         gpt = GPTConfig(vocab_size=n, block_size=config["sweep_length"], d_model=config["d_model"], tied=tied,
                         init_std=config["init_std"])
         members = [t for t in tasks for _ in ctx.seeds]
-        trained = train(lambda: GPT(gpt), members, _train_config(config), [s for _ in tasks for s in ctx.seeds],
+        trained = train(lambda gpt=gpt: GPT(gpt), members, _train_config(config), [s for _ in tasks for s in ctx.seeds],
                         ctx.device, progress=ctx.progress)
         excess = _excess(trained, members).reshape(len(tasks), len(ctx.seeds))
         loss = np.asarray(trained.eval_loss).reshape(len(tasks), len(ctx.seeds), -1)
@@ -992,7 +999,8 @@ def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [row for name, rows_of in compare.items() if name in data for row in rows_of(data[name])]
 
 
-CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS, seeds={"quick": 3, "reference": 10, "full": 10},
+CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS,
+                  seeds={"quick": 3, "reference": 10, "full": 10},
                   sections=(
                       Section("global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum),
                       Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),

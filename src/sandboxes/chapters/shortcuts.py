@@ -11,27 +11,53 @@ to the paper's reported accuracies, and the brittleness of the learned shortcuts
 from __future__ import annotations
 
 import re
-from functools import partial
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .. import heldout
 from ..claims import Claim
 from ..data.automata import (
-    AutomatonTask, ScratchpadParity, Semiautomaton, bernoulli_probs, binary_with_count, check_automaton_name, cyclic,
-    derived_series_from_generators, derived_series_orders, gridworld, groups_of, is_solvable, make_automaton, memory,
-    EXAMPLES, MAX_STATES, transformation_semigroup, transition_group,
+    EXAMPLES,
+    MAX_STATES,
+    AutomatonTask,
+    ScratchpadParity,
+    Semiautomaton,
+    bernoulli_probs,
+    binary_with_count,
+    check_automaton_name,
+    cyclic,
+    derived_series_from_generators,
+    derived_series_orders,
+    gridworld,
+    groups_of,
+    is_solvable,
+    make_automaton,
+    memory,
+    transformation_semigroup,
+    transition_group,
 )
 from ..model import GPT, LSTM, GPTConfig, check_heads
-from ..profiles import (Custom, Interval, Param, at_least, each, float_list, in_open_unit_interval, int_list, positive,
-                        positive_ints, with_reference)
+from ..profiles import (
+    Custom,
+    Interval,
+    Param,
+    at_least,
+    each,
+    float_list,
+    in_open_unit_interval,
+    int_list,
+    positive,
+    positive_ints,
+    with_reference,
+)
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
-from .. import heldout
 from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, still_descending, train
 from ..workers import TrainRequest, train_each
 
@@ -151,7 +177,8 @@ PARAMS = (
 # (5 depths x 5 vocabularies; D8 and Q8 share one), 3 or 6 members each: in one process at two threads a step of all
 # of them took 1.3 to 1.9 s on that CPU (2000 steps: 46 to 66 minutes over the runs made), so they train in two
 # processes of one thread each, side by side, about 1.2 times faster (the matrix products scale with threads, the
-# many small elementwise operations do not; 60 steps of depths 1, 3 and 5: 86 s against 99 and 109). `easy` names the automata whose *median* of 20 seeds in the thesis is solved
+# many small elementwise operations do not; 60 steps of depths 1, 3 and 5: 86 s against 99 and 109). `easy` names the
+# automata whose *median* of 20 seeds in the thesis is solved
 # by depth 3 (Grid9, D8): with 3 seeds a best-of-20 result (C2's) is not what one should expect to see.
 # A5's runs at depths up to 3 were still descending after 2000 steps (and at depth 2 after 4000); a pilot of
 # 12000 steps (about 29 minutes for depths 1 to 3, 3 seeds) found every one settled, at 0.41 to 0.81.
@@ -699,7 +726,7 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
                            "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum())
                                                 for kind, run in runs.items()}}
     for name, models in (("gpt", gpt), ("lstm", lstm), ("scratchpad", pad)):
-        def score(sigma: Tensor, model: nn.Module) -> float:
+        def score(sigma: Tensor, model: nn.Module, name: str = name) -> float:
             if name == "scratchpad":
                 return _scratchpad_accuracy(model, sigma)
             with torch.no_grad():
@@ -709,7 +736,7 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
             generator = heldout.generator(heldout.AUTOMATON_EVAL)
             return AutomatonTask(parity, length, bernoulli_probs(p)).sample(n, generator)[0]
 
-        def views(m: nn.Module) -> dict[str, list[float]]:
+        def views(m: nn.Module, name: str = name) -> dict[str, list[float]]:
             scores = {"by_prob": [score(draw(p, T), m) for p in probs],
                       "by_length": [score(draw(0.5, L), m) for L in lengths]}
             if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
@@ -838,8 +865,8 @@ def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     reports = {"gpt": "fits the training law, fails under a shifted Pr[sigma=1] (Fig. 3.20, left) and at longer "
                       "lengths (Fig. 3.21): a shortcut; figures only, 8 layers of width 512",
                "lstm": "generalises: no drop under shift (Fig. 3.20, left)",
-               "scratchpad": "with a scratchpad and recency bias, generalises like the recurrent net (Figs. 3.20, left, "
-                              "and 3.21)"}
+               "scratchpad": "with a scratchpad and recency bias, generalises like the recurrent net (Figs. 3.20, "
+                              "left, and 3.21)"}
     rows = []
     for kind, report in reports.items():
         at_train, shifted, longest = views(kind)

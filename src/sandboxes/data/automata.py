@@ -436,7 +436,7 @@ class AutomatonTask:
 
     @staticmethod
     def sample_members(
-        tasks: Sequence["AutomatonTask"], n: int, generators: Sequence[torch.Generator]
+        tasks: Sequence[AutomatonTask], n: int, generators: Sequence[torch.Generator]
     ) -> tuple[Tensor, Tensor]:
         """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
 

@@ -44,7 +44,7 @@ class FlipFlop:
             raise ValueError(f"unknown mode {self.mode!r}; choose clean or generative")
 
     @classmethod
-    def with_ignore(cls, length: int, p_i: float, mode: Mode = "clean") -> "FlipFlop":
+    def with_ignore(cls, length: int, p_i: float, mode: Mode = "clean") -> FlipFlop:
         """``FFL(length, p_i)``: writes and reads share the rest equally, ``p_w = p_r = (1 - p_i) / 2``."""
         if not 0.0 <= p_i <= 1.0:
             raise ValueError(f"p_i must lie in [0, 1], got {p_i}")

@@ -24,7 +24,7 @@ from .markov import inverse_cdf
 
 
 def chain_parents(length: int, order: int = 1) -> tuple[tuple[int, ...], ...]:
-    """Parents of positions ``0..length`` in a chain of ``order``: the ``order`` positions before (none at the start)."""
+    """Parents of positions ``0..length`` in a chain of ``order``: the ``order`` positions before (none at the start)."""  # noqa: E501
     if order < 1:
         raise ValueError(f"a chain's order is at least 1, got {order}")
     return tuple(tuple(range(i - order, i)) if i >= order else () for i in range(length + 1))
@@ -82,7 +82,7 @@ class InContextMarkov:
             raise ValueError(f"the scored targets are one of {', '.join(SCORED)}, got {self.scored!r}")
 
     @classmethod
-    def chain(cls, n_states: int, alpha: float, length: int, order: int = 1) -> "InContextMarkov":
+    def chain(cls, n_states: int, alpha: float, length: int, order: int = 1) -> InContextMarkov:
         """The order-``order`` chain of ``length + 1`` symbols."""
         return cls(n_states, alpha, chain_parents(length, order))
 

@@ -104,7 +104,7 @@ class MarkovChain:
             raise ValueError(f"sequence length must be at least 1, got {self.length}")
 
     @classmethod
-    def binary(cls, p: float, q: float, length: int) -> "MarkovChain":
+    def binary(cls, p: float, q: float, length: int) -> MarkovChain:
         return cls(binary_kernel(p, q), length)
 
     @property
@@ -131,7 +131,7 @@ class MarkovChain:
 
     @staticmethod
     def sample_members(
-        chains: Sequence["MarkovChain"], n: int, generators: Sequence[torch.Generator]
+        chains: Sequence[MarkovChain], n: int, generators: Sequence[torch.Generator]
     ) -> tuple[Tensor, Tensor]:
         """``sample`` of every chain with its own generator, stacked ``(K, n, length)``, in one recursion.
 

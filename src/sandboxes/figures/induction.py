@@ -13,8 +13,18 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory.induction import FORMED, PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction import (ConstructionData, GradientData, HeldOut, HigherOrderData, LevelsData,
-                                      MemoriesData, StagedData, SupportData, TrainingData, TriggerData)
+    from ..chapters.induction import (
+        ConstructionData,
+        GradientData,
+        HeldOut,
+        HigherOrderData,
+        LevelsData,
+        MemoriesData,
+        StagedData,
+        SupportData,
+        TrainingData,
+        TriggerData,
+    )
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 

@@ -34,8 +34,8 @@ def loss_curves(data: TrainingData) -> Figure:
         H, H_pi = _lines(p, q)
         reference_line(ax, H, "entropy rate")
         reference_line(ax, H_pi, "H(π) unigram", ":")
-        ax.set(title=f"p = {p}, q = {q} (p+q {'>' if p + q > 1 else '<'} 1)", xlabel="step", ylabel="held-out loss (nats)",
-               ylim=(H - 0.3 * (H_pi - H) - 0.01, H_pi + 0.6 * (H_pi - H) + 0.01))
+        ax.set(title=f"p = {p}, q = {q} (p+q {'>' if p + q > 1 else '<'} 1)", xlabel="step",
+               ylabel="held-out loss (nats)", ylim=(H - 0.3 * (H_pi - H) - 0.01, H_pi + 0.6 * (H_pi - H) + 0.01))
         ax.legend(loc="upper right")
     fig.tight_layout()
     return fig
@@ -95,8 +95,10 @@ def phase_portrait(data: FlowData) -> Figure:
         ax.axhline(-1 / np.sqrt(2), color=COLORS["theory"], ls=":", lw=1, label="w = -1/√2")
         starts = np.asarray(flow_data["starts"])
         reached = np.asarray(flow_data["reached_global"], dtype=bool)
-        ax.plot(starts[reached, 0], starts[reached, 1], "o", ms=4, color=COLORS["untied"], label="start → global min")
-        ax.plot(starts[~reached, 0], starts[~reached, 1], "x", ms=5, color=COLORS["tied"], label="start → e = 0 (unigram)")
+        ax.plot(starts[reached, 0], starts[reached, 1], "o", ms=4, color=COLORS["untied"],
+                label="start → global min")
+        ax.plot(starts[~reached, 0], starts[~reached, 1], "x", ms=5, color=COLORS["tied"],
+                label="start → e = 0 (unigram)")
         for tr in flow_data["trajectories"]:
             tr = np.asarray(tr)
             ax.plot(tr[:, 0], tr[:, 1], color="black", lw=0.8, alpha=0.7)
@@ -114,7 +116,8 @@ def phase_diagram(data: PhaseData) -> Figure:
     extent = (values[0] - step / 2, values[-1] + step / 2)
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.8), sharey=True)
     for ax, name in zip(axes, ("tied", "untied")):
-        ratio = np.where(np.asarray(data["resolvable"], dtype=bool), np.asarray(data["ratio"][name], dtype=float), np.nan)
+        ratio = np.where(np.asarray(data["resolvable"], dtype=bool), np.asarray(data["ratio"][name], dtype=float),
+                         np.nan)
         image = ax.imshow(ratio.T, origin="lower", cmap="coolwarm", vmin=0, vmax=1, extent=extent + extent)
         ax.plot([0, 1], [1, 0], color="black", lw=1, ls="--")
         ax.set(xlim=extent, ylim=extent, xlabel="p", ylabel="q" if name == "tied" else None,

@@ -12,7 +12,7 @@
 Nothing here trains. Scores in our GPT are ``q . k / sqrt(d_head)``, so the bilinear form of a
 head is ``M = W_q^T W_k / sqrt(d_head)`` (score of query ``x_i`` on key ``x_j`` is
 ``x_i^T M x_j``); the paper's ``W_K^T W_Q`` is its transpose, with the same spectral norm.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ import torch
 from torch import Tensor
 
 from ..data.flipflop import ONE, ZERO, I, R, W
-from ..model import GPT, GPTConfig, CausalSelfAttention, zero_gpt
+from ..model import GPT, CausalSelfAttention, GPTConfig, zero_gpt
 
 
 # ---------------------------------------------------------------- Proposition 4
 def max_weight_bound(T: np.ndarray | float, sigma: np.ndarray | float) -> np.ndarray:
-    """``1 - (T-1)/(T-1+exp(2 sigma)) = 1 / (1 + (T-1) exp(-2 sigma))``: the largest weight one of ``T`` keys can get."""
+    """``1 - (T-1)/(T-1+exp(2 sigma)) = 1 / (1 + (T-1) exp(-2 sigma))``: the largest weight one of ``T`` keys can get."""  # noqa: E501
     T, sigma = np.asarray(T, dtype=float), np.asarray(sigma, dtype=float)
     return 1.0 / (1.0 + (T - 1.0) * np.exp(-2.0 * sigma))
 
@@ -354,7 +354,7 @@ def case1_sequence(length: int) -> Tensor:
 
 
 def case2_sequences(length: int) -> Tensor:
-    """Row ``t``: ``[write 1, noop, ..., write 0 at t-1, noop, ...]``, read at query ``t`` (causal: later tokens are inert)."""
+    """Row ``t``: ``[write 1, noop, ..., write 0 at t-1, noop, ...]``, read at query ``t`` (causal: later tokens are inert)."""  # noqa: E501
     seq = torch.full((length, length), NOOP, dtype=torch.long)
     seq[:, 0] = WRITE1
     rows = torch.arange(2, length)

@@ -215,8 +215,9 @@ def counterexample_angles(coarse: int = 36, halvings: int = 12) -> np.ndarray:
 
     Any strictly positive ``(O, T)`` stays non-negative under small enough rotations, so the small
     angles make the search succeed for every size; the large ones give the most distinguishable pairs.
-    """
-    return np.concatenate([np.linspace(np.pi / coarse, np.pi, coarse), np.pi / coarse / 2.0 ** np.arange(1, halvings + 1)])
+    """  # noqa: E501
+    return np.concatenate([np.linspace(np.pi / coarse, np.pi, coarse),
+                           np.pi / coarse / 2.0 ** np.arange(1, halvings + 1)])
 
 
 def counterexample(d: int, k: int, rng: np.random.Generator, candidates: int = 200,

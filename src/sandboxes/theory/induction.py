@@ -25,7 +25,6 @@ from torch import Tensor
 from ..data.incontext import InContextMarkov
 from ..model import GPT, Disentangled, GPTConfig, zero_gpt
 
-
 FORMED = 0.5  # a memory-recall probe counts a memory as formed once it recalls half of its associations
 
 
