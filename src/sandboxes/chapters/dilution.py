@@ -94,7 +94,8 @@ PARAMS = (
           "whose first step moves every weight by the full rate)", at_least(0)),
     Param("finetune_steps", int, 300, 2000, "steps of each second phase (plain, sharpened, rare)", at_least(1)),
     Param("finetune_lr", float, 3e-3, 1e-4, "peak learning rate of the second phase", positive),
-    # quick: 0.3, where a 300-step second phase lowers every seed's read entropy clearly and leaves some glitching
+    # quick: 0.3 (in the thesis's grid, 0.01 to 30, Sec. 3.5.6.4), where a 300-step second phase lowers every seed's
+    # read entropy clearly and leaves some glitching
     # (issue 48, four seeds: 0.03 left a seed that was already sharp above its plain twin; 0.1 took it only to 0.81
     # of its twin on one kernel path; 0.3 to 0.53, two of four sharpened seeds still glitching there)
     Param("sharpen", float, 0.3, 0.03, "weight of the attention-entropy penalty in the second phase (0: skip)",
