@@ -47,6 +47,36 @@ FULL_SHRUNK: dict[str, dict[str, object]] = {
 }
 
 
+# The chapters' quick runs, costliest first (one thread, default kernel path, 2-core AMD EPYC at a3d7ca2: induction
+# 349 s, dilution 189, markov 175, shortcuts 129, hmm 16; each page under nbval takes about as long natively).
+BY_COST = ("induction", "dilution", "markov", "shortcuts", "hmm")
+
+
+def _chapter_run(item: pytest.Item) -> tuple[str, int] | None:
+    """The chapter a whole-chapter item runs and which of its two runs it is (0: the default kernel path's claims,
+    1: a cell of its page under nbval), or None for any other item."""
+    if item.path.suffix == ".ipynb":
+        return item.path.stem, 1
+    if getattr(item, "originalname", None) == "test_the_default_kernel_path_gives_the_stored_page_its_verdicts":
+        return item.callspec.params["chapter"], 0
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The chapters' whole runs first, costliest first, each chapter's two runs side by side; a page's cells one
+    group (xdist_group), so that ``--dist loadgroup --no-loadscope-reorder`` keeps them on one worker in order and
+    the two workers end about together (make test's second step runs nbval and the default path in one session)."""
+    def rank(item: pytest.Item) -> int:
+        run = _chapter_run(item)
+        return 2 * len(BY_COST) if run is None or run[0] not in BY_COST else 2 * BY_COST.index(run[0]) + run[1]
+
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(f"page-{item.path.stem}"))
+    items.sort(key=rank)
+
+
 def tiny_flags(chapter: str) -> list[str]:
     """Command-line flags that run ``chapter`` at the scale of a unit test."""
     seeds = "2" if chapter == "hmm" else "1"  # the HMM chapter compares seeds with each other

@@ -83,7 +83,7 @@ def test_full_profile_runs_every_section_at_a_shrunk_scale_and_its_exact_rows_ho
 def test_every_chapter_runs_when_memory_allows_one_member_and_one_sequence_at_a_time(chapter, monkeypatch, capsys):
     # what a GPU too small for a whole ensemble gets: every model and task of the chapter goes through the
     # trainer's memory planner (counted on the meta device), trains member by member, evaluates in chunks
-    monkeypatch.setattr("sandboxes.trainer.memory_budget", lambda device: 1)
+    monkeypatch.setattr("sandboxes.memory.memory_budget", lambda device: 1)
     assert main(["run", chapter, *tiny(chapter), "--device", "cpu", "--out", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["chapter"] == chapter
 

@@ -1,4 +1,5 @@
-"""A chapter run as jobs (submitit's local executor: separate processes) merges into the single run's result."""
+"""A chapter run as jobs (submitit's local executor: separate processes; or, for most seed-group splits, its debug
+executor in this process) merges into the single run's result."""
 
 import json
 import re
@@ -7,10 +8,10 @@ import pytest
 import torch
 
 from sandboxes import cluster
+from sandboxes.calibration import Timing, TrainCall
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 from sandboxes.results import Result
-from sandboxes.trainer import TrainCall, _Timing
 
 from conftest import TINY
 
@@ -82,12 +83,20 @@ def test_seeds_per_job_splits_a_section_that_trains_into_seed_groups_then_its_ow
 
 
 SPLIT_SEEDS = 4
+IN_PROCESSES = "hmm"  # the chapter whose split runs as separate processes (and whose folder the rerun tests copy)
+
+
+def _in_this_process(options: cluster.JobOptions, folder, name: str):
+    """submitit's debug executor: each job runs in this process when its result is asked for."""
+    return submitit.AutoExecutor(folder=folder / cluster.LOGS / "%j", cluster="debug")
 
 
 @pytest.fixture(scope="module")
 def split_folders(tmp_path_factory):
-    """A chapter at unit scale with four seeds, every section that trains split into two group jobs of two seeds
-    (local jobs, two at a time): its folder and what the jobs said, once per chapter."""
+    """A chapter at unit scale with four seeds, every section that trains split into two group jobs of two seeds,
+    two at a time: its folder and what the jobs said, once per chapter. The HMM chapter's jobs are local processes;
+    the others' run in this process (submitit's debug executor), since starting a Python with torch for each of up
+    to 16 jobs cost most of the 53 s the induction chapter took (two workers, one thread each)."""
     folders = {}
 
     def run(chapter: str):
@@ -98,6 +107,8 @@ def split_folders(tmp_path_factory):
             said: list[str] = []
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+                if chapter != IN_PROCESSES:
+                    patch.setattr(cluster, "_executor", _in_this_process)
                 options = cluster.JobOptions("local", max_jobs=2, timeout_min=10)
                 assert cluster.submit(plan, folder, plan.jobs(), options, say=said.append) == []
             folders[chapter] = folder, said
@@ -217,7 +228,7 @@ def test_a_shorter_calibration_is_a_flag_and_says_so(tmp_path, capsys):
 
 def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
     # the first of three groups trained: 1 s a step, 1 s an evaluation, 2 s of set-up
-    timing = _Timing(step_s=9.0, steps=9, eval_s=2.0, evals=2, groups=1)
+    timing = Timing(step_s=9.0, steps=9, eval_s=2.0, evals=2, groups=1)
     call = TrainCall(planned_steps=1000, eval_every=100, wall_time=13.0, timing=timing, step_bytes=0, groups=3)
     assert call.estimated_s == pytest.approx(3 * (2.0 + 1000 + 11))  # each group: set-up, its steps, its evaluations
 

@@ -1,8 +1,8 @@
 """Every CPU decides alike: the quick rows made on ATen's ``default`` kernel path give the verdicts the stored pages
 show (which nbval holds the native path to), and the survey that lines rows up across settings.
 
-The chapter runs take minutes each, so they run only where ``SANDBOXES_KERNEL_PATHS=required`` (``make test``'s last
-step, after nbval); elsewhere they skip and say so.
+The chapter runs take minutes each, so they run only where ``SANDBOXES_KERNEL_PATHS=required`` (``make test``'s
+second step, in one session with nbval: ``conftest.BY_COST`` orders them); elsewhere they skip and say so.
 """
 
 import json
@@ -32,16 +32,8 @@ def stored_verdicts(chapter: str) -> list[tuple[str, str, str]]:
     return sorted((*rest.rsplit(": predicted ", 1), MARKS[mark]) for mark, rest in rows)
 
 
-# the costliest first (default path, one thread, 2-core AMD EPYC at a3d7ca2: induction 349 s, dilution 189, shortcuts
-# 129, markov 175, hmm 16): pytest-xdist hands two workers the first four in turn, induction and shortcuts to one,
-# dilution and markov to the other, hmm to whichever is free, so they end about together (in the book's order the
-# step took 656 s; one worker idled while the other ran induction last)
-BY_COST = ("induction", "dilution", "shortcuts", "markov", "hmm")
-
-
 @pytest.mark.skipif(not REQUIRED, reason="minutes per chapter: make test runs it (SANDBOXES_KERNEL_PATHS=required)")
-@pytest.mark.parametrize("chapter", sorted((c.name for c in all_chapters()),
-                                           key=lambda name: BY_COST.index(name) if name in BY_COST else -1))
+@pytest.mark.parametrize("chapter", [c.name for c in all_chapters()])  # run in conftest.BY_COST's order
 def test_the_default_kernel_path_gives_the_stored_page_its_verdicts(chapter):
     # nbval holds the native path's page.check() to the stored page, so both paths decide every row alike and
     # print the same predictions

@@ -15,27 +15,22 @@ import torch
 from torch.func import vmap
 
 from sandboxes import members, runtime
+from sandboxes.calibration import CALIBRATION_EVAL, ChunkedCall, calibrated_map, calibrating, count_chunks
+from sandboxes.curves import still_descending
 from sandboxes.data.flipflop import FlipFlop
 from sandboxes.data.markov import MarkovChain, symmetric_kernel
+from sandboxes.memory import activation_bytes, plan
 from sandboxes.model import GPT, GPTConfig
 from sandboxes.runtime import cpu_model, device_name, keep_freed_memory, seed_everything, usable_cores
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import (
-    CALIBRATION_EVAL,
-    ChunkedCall,
     Ensemble,
     TrainConfig,
     TrainingDiverged,
     TrainResult,
     _check_finite,
     _held_out_loss,
-    _plan,
-    activation_bytes,
-    calibrated_map,
-    calibrating,
-    count_chunks,
     sample_members,
-    still_descending,
     train,
 )
 
@@ -91,7 +86,7 @@ def test_a_calibration_on_a_cpu_trains_an_ensemble_too_big_for_this_machine_in_g
     # a full profile sized for GPUs is planned on the machine at hand: its ensembles must fit that machine's memory
     one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
         p.numel() for p in make_model().parameters())
-    monkeypatch.setattr("sandboxes.trainer._host_budget", lambda: one_member + 1)
+    monkeypatch.setattr("sandboxes.memory.host_budget", lambda: one_member + 1)
     with calibrating(2) as calls:
         short = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], batched=True)
     # three groups of one: the first trains, the others hand on its copies, and its time counts three times
@@ -103,7 +98,7 @@ def test_a_calibration_on_a_cpu_trains_an_ensemble_too_big_for_this_machine_in_g
     def unasked() -> int:
         raise AssertionError("a run outside a calibration must not depend on this machine's free memory")
 
-    monkeypatch.setattr("sandboxes.trainer._host_budget", unasked)
+    monkeypatch.setattr("sandboxes.memory.host_budget", unasked)
     train(make_model, TASK, replace(CONFIG, steps=2), seeds=[0, 1, 2])
 
 
@@ -218,7 +213,7 @@ def test_a_small_memory_budget_splits_the_ensemble_into_groups_without_changing_
     whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
     one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
         p.numel() for p in make_model().parameters())
-    group, chunk = _plan(make_model, TASK, CONFIG, 3, one_member + 1, torch.device("cpu"))
+    group, chunk = plan(make_model, TASK, CONFIG, 3, one_member + 1, torch.device("cpu"))
     assert group == 1 and chunk < CONFIG.eval_size
     split = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], budget=one_member + 1)
     assert np.allclose(split.train_loss, whole.train_loss, rtol=1e-5, atol=1e-6)

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from sandboxes import members
+from sandboxes.calibration import calibrating
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT
 from sandboxes.theory.markov import binary_config
-from sandboxes.trainer import TrainConfig, TrainingDiverged, calibrating
+from sandboxes.trainer import TrainConfig, TrainingDiverged
 from sandboxes.workers import TrainRequest, in_workers, seed_groups, train_each, train_spread
 
 TASK = MarkovChain.binary(0.5, 0.8, 16)

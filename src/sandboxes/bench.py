@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
+from .calibration import calibrating
 from .data.markov import MarkovChain, symmetric_kernel
 from .model import GPT, GPTConfig
 from .theory.markov import binary_config
-from .trainer import TrainConfig, calibrating, train
+from .trainer import TrainConfig, train
 
 # Model sizes of the chapters' quick profiles (vocabulary, length, depth, width, heads).
 SIZES: dict[str, GPTConfig] = {

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from . import members
+from .calibration import TrainCall, calibrating
 from .chapters import get_chapter
 from .profiles import resolve
 from .results import Result, merge
 from .runtime import device_name, pick_device
-from .trainer import TrainCall, calibrating
 
 PLAN_FILE = "plan.json"
 PARTS = "parts"

@@ -50,7 +50,7 @@ def keep_freed_memory() -> bool:
     ensemble's tensors can be larger (eight trigger-task members at batch 64 and T = 256 hold activations of exactly
     32 MiB, over the threshold with glibc's header), so no block is mapped on its own: with mapped blocks those
     members spent 9 to 11 s of system time in 10 steps and ran slower than the same members one after another.
-    Speed and resident memory change (freed blocks stay in the heap, see ``trainer._host_budget``), never a number.
+    Speed and resident memory change (freed blocks stay in the heap, see ``memory.host_budget``), never a number.
     """
     path = ctypes.util.find_library("c")
     libc = ctypes.CDLL(path) if path and platform.system() == "Linux" else None

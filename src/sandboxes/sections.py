@@ -22,11 +22,12 @@ from typing import Any, Generic, TypeVar, get_args, get_type_hints
 
 import torch
 
+from .calibration import is_calibrating
 from .claims import Claim, Verdict
 from .profiles import Param, check_profile, resolve
 from .results import Result, current_commit, provenance
 from .runtime import device_name, pick_device
-from .trainer import TrainingDiverged, TrainResult, is_calibrating, warn_diverged
+from .trainer import TrainingDiverged, TrainResult, warn_diverged
 
 D = TypeVar("D")
 

@@ -7,22 +7,20 @@ optimizer over the stacked tensors is K independent optimizers, and member k of 
 same training run as the single run with seed k (``tests/test_trainer.py`` checks this).
 
 On a CUDA device an ensemble that would not fit in half the free memory is trained in groups of
-members, one group after another, and held-out sets are evaluated in chunks; the memory a member
-needs is counted on the ``meta`` device before training starts (see :func:`activation_bytes`).
+members, one group after another, and held-out sets are evaluated in chunks (``sandboxes.memory`` plans them);
+under :func:`sandboxes.calibration.calibrating` every call runs short and records what its full run would cost.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -30,12 +28,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
-from . import heldout, members
+from . import calibration, heldout, members, memory
+from .calibration import CALIBRATION_EVAL, Timing, TrainCall
 from .losses import IGNORE_INDEX
-from .runtime import counting_for, keep_freed_memory, seed_everything
-
-In = TypeVar("In")
-Out = TypeVar("Out")
+from .runtime import keep_freed_memory, seed_everything
 
 
 class Task(Protocol):
@@ -102,47 +98,6 @@ class TrainConfig:
 # model's own kernel (sandboxes.attention) folds the members into the batch instead
 warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the "
                         "batching rule for aten::_scaled_dot_product", category=UserWarning)
-
-MIN_EVALS = 8  # a run evaluated fewer times than this is too short to call settled
-SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations lowered the loss by less than this
-                    # fraction of its whole descent
-
-
-def still_descending(result: TrainResult, noise: float, curve: np.ndarray | None = None,
-                     continued: bool = False) -> np.ndarray:
-    """Per member: the loss had not settled when the budget ran out.
-
-    Time is counted in learning-rate units (the sum of the schedule's factors), so that a loss that
-    stops moving only because a decaying schedule stopped the optimiser does not count as settled:
-    a member is still descending when the last quarter of that time lowered its evaluated loss by
-    more than a tenth of its whole descent, or when the whole descent is within ``noise`` (the run
-    has hardly started), or when it was evaluated fewer than ``MIN_EVALS`` times (too few to tell).
-    Rows about eventual behaviour use it to say "undecided" instead of "fails". ``curve`` (members x
-    evaluations) is judged in place of the loss: minus a probe that should rise, say.
-
-    A ``continued`` run starts from trained weights (a second phase), so a flat curve there has
-    settled rather than hardly started: such a member is still descending only when its last
-    quarter lowered the loss by more than ``noise`` and by more than a tenth of its fall from its
-    highest point.
-    """
-    loss = np.asarray(result.eval_loss if curve is None else curve, dtype=float)
-    if loss.shape[1] < MIN_EVALS:
-        return np.ones(len(loss), dtype=bool)
-    time = np.cumsum([result.config.lr_factor(step) for step in range(result.config.steps)])[result.eval_steps]
-    tail = np.flatnonzero(time >= time[-1] - (time[-1] - time[0]) / 4)
-    first = min(tail[0], len(time) - 2) if len(time) > 1 else 0
-    if continued:
-        fall = loss.max(axis=1) - loss[:, -1]
-        return loss[:, first] - loss[:, -1] > np.maximum(noise, SETTLED_TAIL * fall)
-    descent = loss[:, 0] - loss[:, -1]
-    return (descent < noise) | (loss[:, first] - loss[:, -1] > SETTLED_TAIL * descent)
-
-
-def budget_ran_out(waiting: int, runs: str, steps_param: str) -> tuple[bool, str]:
-    """``(settled, why not)`` for :meth:`Claim.eventually`: whether no run was ``waiting``, and if some were,
-    how many (``runs`` says which and what they were doing) and which parameter's budget decides the claim."""
-    return waiting == 0, f"{waiting} {runs} when the budget ran out; more steps (--set {steps_param}=...) decide it"
-
 
 @dataclass
 class TrainResult:
@@ -245,35 +200,6 @@ def _optimizer(runner: nn.Module, config: TrainConfig, batched: bool) -> torch.o
                              betas=config.betas)
 
 
-def activation_bytes(model: nn.Module, task: Task, n: int, device_type: str = "cpu") -> int:
-    """Bytes autograd keeps for the backward pass of ``model`` on ``n`` samples of ``task`` on a ``device_type``.
-
-    Counted on a copy of the model on the ``meta`` device, where shapes propagate but nothing is
-    computed, so the count is free even for sizes that would not fit anywhere; attention counts the
-    kernel ``device_type`` runs (on a CPU, one that keeps its exponentials).
-    """
-    x, y = task.sample(1, torch.Generator().manual_seed(0))
-    x_meta = torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta")
-    y_meta = torch.empty((n, *y.shape[1:]), dtype=y.dtype, device="meta")
-    saved: dict[int, int] = {}
-
-    def pack(tensor: Tensor) -> Tensor:
-        saved[id(tensor)] = tensor.numel() * tensor.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), counting_for(device_type):
-        task.loss(copy.deepcopy(model).to("meta")(x_meta), y_meta)
-    return sum(saved.values())
-
-
-def memory_budget(device: torch.device) -> int | None:
-    """Bytes one training step may use: half the free memory of a CUDA device, no limit elsewhere."""
-    if device.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(device)
-    return free // 2
-
-
 def _repeated(part: TrainResult, seeds: list[int]) -> TrainResult:
     """The first group's models (copied) and curves repeated to a row per seed: what a calibration hands on in
     place of the groups it did not train, so that what follows sees every member."""
@@ -282,176 +208,6 @@ def _repeated(part: TrainResult, seeds: list[int]) -> TrainResult:
                    models=part.models + [copy.deepcopy(part.models[i % have]) for i in range(have, len(seeds))],
                    train_loss=part.train_loss[rows], eval_loss=part.eval_loss[rows],
                    probes=None if part.probes is None else part.probes[rows])
-
-
-def _host_budget() -> int:
-    """A quarter of the memory this machine has available now (Linux's MemAvailable); what a calibration on a CPU may
-    use, so that planning a run sized for GPUs trains its ensembles in groups rather than running out of memory.
-
-    Not half: glibc keeps freed blocks in its heap for the next step (``keep_freed_memory``), where a step's large
-    tensors leave holes, and eight batched trigger-task members (2 layers, width 64, T = 256) peaked at 3.4 GB of
-    resident memory against 1.5 GB when such blocks were mapped and unmapped one by one.
-    """
-    try:
-        with open("/proc/meminfo") as info:
-            fields = dict(line.split(":", 1) for line in info)
-        available = int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return available // 4
-
-
-def _member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig,
-                  device: torch.device) -> tuple[int, float]:
-    """One member's bytes in a training step on ``device``: its weights, gradients and Adam's two moments, and its
-    activations per sequence."""
-    model = make_model()
-    weights = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
-    return weights, activation_bytes(model, task, config.batch_size, device.type) / config.batch_size
-
-
-def _plan(
-    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None,
-    device: torch.device,
-) -> tuple[int, int]:
-    """Members per group and held-out sequences per chunk that keep one step on ``device`` within ``budget`` bytes."""
-    if budget is None:
-        return members, config.eval_size
-    weights, per_sequence = _member_bytes(make_model, task, config, device)
-    group = int(max(1, min(members, budget // (weights + per_sequence * config.batch_size))))
-    chunk = int(max(1, min(config.eval_size, budget // (group * per_sequence))))
-    return group, chunk
-
-
-CALIBRATION_EVAL = 16  # held-out sequences a calibration evaluates; their time is scaled to the planned eval_size
-
-
-@dataclass
-class _Timing:
-    """Seconds in training steps (each group's first step excluded: it warms up) and in evaluations, per group."""
-
-    step_s: float = 0.0
-    steps: int = 0
-    eval_s: float = 0.0
-    evals: int = 0
-    groups: int = 0
-    heldout_s: float = 0.0  # the part of eval_s spent on the held-out loss (the rest: checks and probes)
-    eval_scale: float = 1.0  # the planned held-out set over the part a calibration read
-
-    @property
-    def planned_eval_s(self) -> float:
-        """Evaluation seconds with the held-out loss scaled to the whole planned held-out set."""
-        return self.eval_s + self.heldout_s * (self.eval_scale - 1.0)
-
-    def mark(self, device: torch.device) -> float:
-        """Now, once the device has finished what it was given (CUDA runs asynchronously)."""
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-
-@dataclass(frozen=True)
-class TrainCall:
-    """One call of :func:`train` run shortened under :func:`calibrating`, and what its full run would cost."""
-
-    planned_steps: int
-    eval_every: int
-    wall_time: float
-    timing: _Timing
-    step_bytes: int  # weights, gradients, Adam's state and activations of one step of one group of members
-    groups: int = 1  # groups of members the full run trains one after another (the calibration trains the first)
-
-    @property
-    def estimated_s(self) -> float:
-        """Seconds of the full run: per group, the shortened run's set-up and warm-up, then its mean step and
-        evaluation times over the planned steps and evaluations (the last group, if smaller, costs as much)."""
-        t = self.timing
-        setup = (self.wall_time - t.step_s - t.eval_s) / max(1, t.groups)
-        evals = self.planned_steps // self.eval_every + 1
-        per_group = (t.step_s / max(1, t.steps)) * self.planned_steps + (t.planned_eval_s / max(1, t.evals)) * evals
-        return self.groups * (setup + per_group)
-
-
-@dataclass(frozen=True)
-class ChunkedCall:
-    """One :func:`calibrated_map` run shortened under :func:`calibrating`: how many chunks it ran of how many, its
-    seconds, and what the chunks it ran would have cost in full (more, where they held shortened calls of their
-    own); a full run costs that per chunk times every chunk."""
-
-    chunks: int
-    ran: int
-    wall_time: float
-    ran_in_full_s: float
-    step_bytes: int = 0  # the largest training step of a call it held
-
-    @property
-    def estimated_s(self) -> float:
-        return self.ran_in_full_s * self.chunks / self.ran
-
-
-@dataclass
-class _Calibration:
-    steps: int
-    calls: list[TrainCall | ChunkedCall]
-    timing: _Timing = field(default_factory=_Timing)
-
-
-_calibration: _Calibration | None = None
-
-
-def is_calibrating() -> bool:
-    """Whether :func:`calibrating` is shortening this process's calls."""
-    return _calibration is not None
-
-
-@contextmanager
-def calibrating(steps: int) -> Iterator[list[TrainCall | ChunkedCall]]:
-    """Within it, every :func:`train` call runs at most ``steps`` steps and every :func:`calibrated_map` two chunks,
-    each recording what its full run would cost; how a cluster run is planned before it is submitted (the models
-    come out barely trained and the counts are made up: use only the costs)."""
-    global _calibration
-    if steps < 1:
-        raise ValueError(f"calibration needs at least one step, got {steps}")
-    outer, _calibration = _calibration, _Calibration(steps, [])
-    try:
-        yield _calibration.calls
-    finally:
-        _calibration = outer
-
-
-def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
-    """``fn`` of every chunk, in order: a long count split so that planning can time it.
-
-    Under :func:`calibrating` only the first chunk and the last (which may be shorter) run; the chunks between
-    repeat the first one's result, so that what follows sees every chunk's shape, and the skipped time is the mean
-    of the two. Shortened calls inside ``fn`` (a nested map, a training run) are scaled with it, not twice.
-    """
-    if _calibration is None or len(chunks) <= 2:
-        return [fn(chunk) for chunk in chunks]
-    calls = _calibration.calls
-    mark = len(calls)
-    start = time.perf_counter()
-    first, last = fn(chunks[0]), fn(chunks[-1])
-    wall = time.perf_counter() - start
-    inner = calls[mark:]
-    del calls[mark:]
-    in_full = wall - sum(call.wall_time for call in inner) + sum(call.estimated_s for call in inner)
-    calls.append(ChunkedCall(len(chunks), 2, wall, in_full, max((call.step_bytes for call in inner), default=0)))
-    return [first] * (len(chunks) - 1) + [last]
-
-
-def count_chunks(seq: Tensor, chunk: int) -> tuple[Tensor, ...]:
-    """``seq`` in chunks of ``chunk`` sequences for a :func:`calibrated_map` count; under :func:`calibrating` in
-    chunks of ``CALIBRATION_EVAL``, so that a plan times two short chunks and scales them to all (at a full
-    profile's size one chunk of hundreds of long strings takes minutes on the planning machine)."""
-    return seq.split(min(chunk, CALIBRATION_EVAL) if _calibration is not None else chunk)
-
-
-def _step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int,
-                device: torch.device) -> int:
-    """Bytes of one training step on ``device`` with ``members`` members at once."""
-    weights, per_sequence = _member_bytes(make_model, task, config, device)
-    return int(members * (weights + per_sequence * config.batch_size))
 
 
 def _scored(targets: Tensor) -> Tensor:
@@ -542,7 +298,8 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
     x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])
-    timing = _calibration.timing if _calibration is not None else None
+    planning = calibration.active()
+    timing = planning.timing if planning is not None else None
     if timing is not None and config.eval_size > CALIBRATION_EVAL:  # a plan reads a few and scales their time
         timing.eval_scale = config.eval_size / CALIBRATION_EVAL
         x_eval, y_eval = x_eval[:, :CALIBRATION_EVAL], y_eval[:, :CALIBRATION_EVAL]
@@ -612,7 +369,7 @@ def train(
     ``make_model`` and ``task`` may also be sequences with one entry per seed: members then
     differ in data (say ``p`` and ``q``) or initialisation but must share their shapes.
     Each member is evaluated on a held-out set drawn from its own task with a fixed seed.
-    ``budget`` caps the bytes of one step (default: :func:`memory_budget` of ``device``); members
+    ``budget`` caps the bytes of one step (default: :func:`sandboxes.memory.memory_budget` of ``device``); members
     beyond it train in later groups, which changes no member's run. ``probe`` reads numbers off a copy of
     each member at every evaluation (say, how far a weight matrix has formed), without touching the run.
     """
@@ -629,7 +386,7 @@ def train(
     call = _Call(makers, tasks, seeds, config, device, batched and len(seeds) > 1,  # one member: a plain model
                  progress, budget, probe)
     shared = members.active()
-    if shared is not None and _calibration is None:
+    if shared is not None and not calibration.is_calibrating():
         return _train_shared(shared, call)
     return _train_all(call)
 
@@ -638,23 +395,25 @@ def _train_all(call: _Call) -> TrainResult:
     """:func:`train` of every member of ``call``, in groups that fit its budget (shortened under
     :func:`calibrating`)."""
     makers, tasks, seeds, config = call.makers, call.tasks, call.seeds, call.config
-    budget = memory_budget(call.device) if call.budget is None else call.budget
-    if budget is None and _calibration is not None:  # planning a run sized for another machine: fit this one
-        budget = _host_budget()
+    planning = calibration.active()
+    budget = memory.memory_budget(call.device) if call.budget is None else call.budget
+    if budget is None and planning is not None:  # planning a run sized for another machine: fit this one
+        budget = memory.host_budget()
     planned_steps = config.steps
-    if _calibration is not None:
-        config = replace(config, steps=min(config.steps, _calibration.steps))
-        _calibration.timing = _Timing()
-    size, eval_chunk = _plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget, call.device)
+    if planning is not None:
+        config = replace(config, steps=min(config.steps, planning.steps))
+        planning.timing = Timing()
+    size, eval_chunk = memory.plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget,
+                                   call.device)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     # a calibration trains the first group alone: the others have its shapes, and its time is scaled to them
     parts = [_fit(replace(call.only(group), config=config), eval_chunk)
-             for group in (groups[:1] if _calibration is not None else groups)]
-    if _calibration is not None:
-        step_bytes = _step_bytes(makers[0], tasks[0], config, size, call.device)
-        _calibration.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
-                                            _calibration.timing, step_bytes, len(groups)))
+             for group in (groups[:1] if planning is not None else groups)]
+    if planning is not None:
+        step_bytes = memory.step_bytes(makers[0], tasks[0], config, size, call.device)
+        planning.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
+                                        planning.timing, step_bytes, len(groups)))
         return replace(_repeated(parts[0], seeds), wall_time=time.perf_counter() - start)
     return joined(parts, time.perf_counter() - start)
 

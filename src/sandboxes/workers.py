@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import members, trainer
+from . import calibration, members, trainer
 from .model import count_parameters
 from .runtime import keep_freed_memory
 from .trainer import Task, TrainConfig, TrainingDiverged, TrainResult, train
@@ -86,10 +86,10 @@ def _run_packed(request: bytes) -> bytes:
 
 def in_workers(requests: Sequence[TrainRequest], workers: int) -> bool:
     """Whether :func:`train_each` would spread ``requests`` over worker processes: more than one worker and one
-    request, all on the CPU, and no planning (:func:`trainer.calibrating`) or member store that lives in this
+    request, all on the CPU, and no planning (:func:`calibration.calibrating`) or member store that lives in this
     process."""
     return (workers > 1 and len(requests) > 1 and all(r.device.type == "cpu" for r in requests)
-            and not trainer.is_calibrating() and members.active() is None)
+            and not calibration.is_calibrating() and members.active() is None)
 
 
 def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: bool | None = None) -> list[TrainResult]:

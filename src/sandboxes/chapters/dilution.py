@@ -20,7 +20,9 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from .. import heldout
+from ..calibration import calibrated_map, count_chunks
 from ..claims import Claim
+from ..curves import budget_ran_out, still_descending
 from ..data.flipflop import ONE, ZERO, FlipFlop, I, Mixture, R, Sharpened, W, all_strings, read_errors
 from ..losses import attention_entropy
 from ..model import GPT, LSTM, GPTConfig, WithAttention, check_heads
@@ -39,7 +41,7 @@ from ..profiles import (
 )
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import dilution as theory
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, count_chunks, still_descending, train
+from ..trainer import TrainConfig, TrainResult, train
 from ..workers import TrainRequest, train_spread
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..claims import Claim
+from ..curves import budget_ran_out, still_descending
 from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
 from ..model import MultiLayerPerceptron
 from ..profiles import (
@@ -31,7 +32,7 @@ from ..profiles import (
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import hmm as theory
-from ..trainer import TrainConfig, budget_ran_out, still_descending, train
+from ..trainer import TrainConfig, train
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"

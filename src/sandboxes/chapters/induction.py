@@ -26,7 +26,9 @@ from scipy.stats import t as student_t
 from torch import Tensor, nn
 
 from .. import probes
+from ..calibration import calibrated_map, count_chunks
 from ..claims import Claim
+from ..curves import budget_ran_out, still_descending
 from ..data.incontext import InContextMarkov, chain_parents, tree_parents
 from ..data.trigger import TriggerTask
 from ..model import GPT, AssociativeMemories, Disentangled, GPTConfig, check_heads
@@ -35,7 +37,7 @@ from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import induction as theory
 from ..theory.induction import FORMED, PARENT_MASS, carried_weight, judged_positions
-from ..trainer import TrainConfig, budget_ran_out, calibrated_map, count_chunks, still_descending, train
+from ..trainer import TrainConfig, train
 
 GRAPHS = ("chain", "tree")
 MC_SIGMAS = 3.0  # a Monte Carlo difference counts when it exceeds three of its standard errors

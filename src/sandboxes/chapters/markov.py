@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import heldout, trainer
+from .. import curves, heldout
+from ..calibration import calibrated_map
 from ..claims import Claim
+from ..curves import budget_ran_out
 from ..data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ..model import GPT, GPTConfig
 from ..profiles import (
@@ -31,7 +33,7 @@ from ..profiles import (
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, train
+from ..trainer import TrainConfig, TrainResult, train
 
 EXACT = 1e-10
 EXACT_REASON = "float64 round-off: the construction is exact"
@@ -112,8 +114,8 @@ NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats)
 
 
 def still_descending(trained: TrainResult) -> list[bool]:
-    """Per member: the held-out loss had not settled when the budget ran out (see :func:`trainer.still_descending`)."""
-    return trainer.still_descending(trained, NOISE).tolist()
+    """Per member: the held-out loss had not settled when the budget ran out (see :func:`curves.still_descending`)."""
+    return curves.still_descending(trained, NOISE).tolist()
 
 
 def plateau_band(gap: float) -> float:

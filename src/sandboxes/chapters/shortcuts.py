@@ -20,7 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from .. import heldout
+from ..calibration import calibrated_map
 from ..claims import Claim
+from ..curves import budget_ran_out, still_descending
 from ..data.automata import (
     EXAMPLES,
     MAX_STATES,
@@ -58,7 +60,7 @@ from ..profiles import (
 from ..runtime import member_seed
 from ..sections import Chapter, Outcome, RunContext, Section
 from ..theory import shortcuts as theory
-from ..trainer import TrainConfig, TrainResult, budget_ran_out, calibrated_map, still_descending, train
+from ..trainer import TrainConfig, TrainResult, train
 from ..workers import TrainRequest, train_each
 
 EXACT_REASON = "the construction is exact: any error is a wrong state"

@@ -121,16 +121,16 @@ class InContextMarkov:
         """``n`` sequences ``(n, length + 1)`` and the kernels that drew them."""
         kernels = self.kernels(n, generator)
         uniform = torch.rand(n, len(self.parents), generator=generator, dtype=torch.float64).numpy()
-        full = self.order
         even = np.arange(1, self.n_states) / self.n_states
+        # every row's cumulative edges at once (cumsum adds in order along a row, so the same numbers as row by row)
+        edges = np.cumsum(kernels, axis=-1)[..., :-1].reshape(n * kernels.shape[1], -1)
+        first = np.arange(n) * kernels.shape[1]  # the flat index of each sequence's first row
         seq = np.empty(uniform.shape, dtype=np.int64)
-        rows = np.arange(n)
         for i, ps in enumerate(self.parents):
-            if len(ps) < full:
+            if len(ps) < self.order:
                 seq[:, i] = inverse_cdf(uniform[:, i], even)
             else:
-                edges = np.cumsum(kernels[rows, self.contexts(seq, i)], axis=-1)[:, :-1]
-                seq[:, i] = inverse_cdf(uniform[:, i], edges)
+                seq[:, i] = inverse_cdf(uniform[:, i], edges[first + self.contexts(seq, i)])
         return torch.from_numpy(seq), kernels
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
