@@ -59,13 +59,13 @@ lint: $(STAMP)
 
 # two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well.
 # The second step runs every page under nbval and every chapter's quick claims on ATen's default kernel path in one
-# session: a page's cells are one group on one worker, whose kernel inherits the one thread, and the chapters run
+# session: a page's cells are one unit on one worker, whose kernel inherits the one thread, and the chapters run
 # costliest first (tests/conftest.py), so both workers stay busy to the end (as two steps, one worker idled at the
 # end of each)
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
 	SANDBOXES_PROFILE=quick SANDBOXES_KERNEL_PATHS=required OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
-		--dist loadgroup --no-loadscope-reorder --nbval --nbval-current-env book \
+		--dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book \
 		tests/test_kernel_paths.py::test_the_default_kernel_path_gives_the_stored_page_its_verdicts
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already

@@ -62,19 +62,30 @@ def _chapter_run(item: pytest.Item) -> tuple[str, int] | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chapters' whole runs first, costliest first, each chapter's two runs side by side; a page's cells one
-    group (xdist_group), so that ``--dist loadgroup --no-loadscope-reorder`` keeps them on one worker in order and
-    the two workers end about together (make test's second step runs nbval and the default path in one session)."""
+    """The chapters' whole runs first, costliest first, each chapter's two runs side by side, so that the two
+    workers of make test's second step (nbval and the default path in one session) end about together."""
     def rank(item: pytest.Item) -> int:
         run = _chapter_run(item)
         return 2 * len(BY_COST) if run is None or run[0] not in BY_COST else 2 * BY_COST.index(run[0]) + run[1]
 
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(f"page-{item.path.stem}"))
     items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadscope``: a page's cells are one unit of work (they share its kernel), every other test is
+    one of its own, handed out in collection order with ``--no-loadscope-reorder`` (xdist's own scopes would put
+    every chapter's default-path test, one module, on one worker)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PagesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path.endswith(".ipynb") else nodeid
+
+    return PagesWhole(config, log)
 
 
 def tiny_flags(chapter: str) -> list[str]:
