@@ -51,16 +51,20 @@ def _layer(path: Path) -> str:
     return parts[0]
 
 
-def _imported_layers(source: str, inside: tuple[str, ...]) -> set[str]:
-    """Package layers a module imports at run time (relative or ``sandboxes.`` imports, outside TYPE_CHECKING);
-    ``inside`` is the module's folder under the package."""
+def _run_time_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
+    """A module's import statements outside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(source)
     skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
                and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for node in ast.walk(block)}
+    return [node for node in ast.walk(tree)
+            if id(node) not in skipped and isinstance(node, ast.ImportFrom | ast.Import)]
+
+
+def _imported_layers(source: str, inside: tuple[str, ...]) -> set[str]:
+    """Package layers a module imports at run time (relative or ``sandboxes.`` imports, outside TYPE_CHECKING);
+    ``inside`` is the module's folder under the package."""
     layers = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped or not isinstance(node, ast.ImportFrom | ast.Import):
-            continue
+    for node in _run_time_imports(source):
         if isinstance(node, ast.Import):
             names = [a.name.split(".") for a in node.names if a.name.startswith("sandboxes")]
             layers |= {n[1] for n in names if len(n) > 1}
@@ -83,6 +87,28 @@ def test_every_module_imports_only_the_layers_its_layer_may_use(path):
     assert layer in ALLOWED, f"{layer} is not in the layer table"
     imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
     assert imported <= ALLOWED[layer] | ({layer} if path.parent != PACKAGE else set())
+
+
+# A chapter package's rows are judged again from stored data (the reference check), so its judge and paper modules
+# may not train: they import no trainer, model, worker, calibration or memory planning, at any depth.
+TRAINING = {"trainer", "model", "workers", "calibration", "memory", "attention"}
+JUDGING = sorted(path for name in ("judge", "paper") for path in (PACKAGE / "chapters").glob(f"*/{name}.py"))
+
+
+@pytest.mark.parametrize("path", JUDGING, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_chapters_judge_and_paper_import_nothing_that_trains(path):
+    imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
+    siblings = {node.module for node in _run_time_imports(path.read_text())
+                if isinstance(node, ast.ImportFrom) and node.level == 1}
+    assert not imported & TRAINING and siblings <= {"judge"}, (imported & TRAINING, siblings)
+
+
+def test_the_judging_test_finds_the_modules_and_sees_an_import_that_trains():
+    assert PACKAGE / "chapters" / "markov" / "judge.py" in JUDGING
+    assert "trainer" in _imported_layers("from ...trainer import train", ("chapters", "markov"))
+    assert [node.module for node in _run_time_imports("from .measure import training")] == ["measure"]
+    annotation = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .measure import TrainingData\n"
+    assert [node.module for node in _run_time_imports(annotation)] == ["typing"]
 
 
 @pytest.mark.parametrize("source", ["from ..trainer import train", "from sandboxes.trainer import train",
@@ -133,7 +159,8 @@ def test_every_section_shows_its_verdict_and_its_code_on_its_page(chapter):
     cells = json.loads((ROOT / "book" / f"{chapter.name}.ipynb").read_text())["cells"]
     text = "\n".join("".join(cell["source"]) for cell in cells)
     verdicts = re.findall(r'page\.verdict\("(\w+)"\)', text)
-    included = re.findall(rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}\.py\n:pyobject: (\w+)", text)
+    included = re.findall(rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}(?:\.py|/\w+\.py)\n:pyobject: "
+                          r"(\w+)", text)
     assert verdicts == [s.name for s in chapter.sections]
     assert set(included) >= {s.compute.__name__ for s in chapter.sections}
 
@@ -221,6 +248,7 @@ def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module
         (changed / path.name).write_bytes(path.read_bytes())
     with (changed / "hmm.py").open("a") as module:
         module.write("\n\n# a comment and blank lines draw nothing\n")
+        module.write("if TYPE_CHECKING:\n    from ..chapters.hmm.measure import Moved  # nor does an annotation\n")
     monkeypatch.setattr(notebook_module, "FIGURES", changed)
     assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == []
     with (changed / "hmm.py").open("a") as module:

@@ -7,12 +7,15 @@ import pytest
 import torch
 
 from sandboxes.chapters import markov
+from sandboxes.chapters.markov import judge, measure
+from sandboxes.data.markov import binary_kernel
+from sandboxes.theory import markov as theory
 from sandboxes.theory.markov_flow import ReducedFlow
 
 from conftest import TINY
 
-GAP = markov._gap(0.5, 0.8)  # the featured chain, p+q > 1
-GAP2 = markov._gap(0.2, 0.3)  # the contrast chain, p+q < 1
+GAP = judge.information_gap(0.5, 0.8)  # the featured chain, p+q > 1
+GAP2 = judge.information_gap(0.2, 0.3)  # the contrast chain, p+q < 1
 
 
 def _section(name: str) -> list:
@@ -31,43 +34,43 @@ def _shifted_bias(make):
 
 
 def _wrong_global_point(monkeypatch):
-    monkeypatch.setattr(markov.theory, "global_minimum_point", _shifted_bias(markov.theory.global_minimum_point))
+    monkeypatch.setattr(theory, "global_minimum_point", _shifted_bias(theory.global_minimum_point))
     return _section("global_minimum")
 
 
 def _wrong_unigram_point(monkeypatch):
-    monkeypatch.setattr(markov.theory, "unigram_point", _shifted_bias(markov.theory.unigram_point))
+    monkeypatch.setattr(theory, "unigram_point", _shifted_bias(theory.unigram_point))
     return _section("unigram_point")
 
 
 def _block_spectrum_off(monkeypatch):
-    closed_form = markov.theory.predicted_block_spectrum
-    monkeypatch.setattr(markov.theory, "predicted_block_spectrum",
+    closed_form = theory.predicted_block_spectrum
+    monkeypatch.setattr(theory, "predicted_block_spectrum",
                         lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
     return _section("unigram_point")
 
 
 def _mlp_beside_the_unigram_point(monkeypatch):
-    right = markov.theory.unigram_point
-    monkeypatch.setattr(markov.theory, "unigram_point", lambda p, q, d, length, tied: (
+    right = theory.unigram_point
+    monkeypatch.setattr(theory, "unigram_point", lambda p, q, d, length, tied: (
         ReducedFlow(p, q).gpt_weights(0.0, -0.9, d, length) if tied else right(p, q, d, length, tied)))
     return _section("unigram_point")
 
 
 def _mlp_above_the_switch(monkeypatch):
-    monkeypatch.setattr(markov, "OFF_HYPOTHESIS_W", 0.5)
+    monkeypatch.setattr(measure, "OFF_HYPOTHESIS_W", 0.5)
     return _section("unigram_point")
 
 
 def _wrong_sign_of_c(monkeypatch):
-    curvature = markov.theory.curvature
-    monkeypatch.setattr(markov.theory, "curvature", lambda p, q: -curvature(p, q))
+    curvature = theory.curvature
+    monkeypatch.setattr(theory, "curvature", lambda p, q: -curvature(p, q))
     return _section("unigram_point")
 
 
 def _hessian_of_the_other_tying(monkeypatch):
-    hessian = markov.theory.hessian_at_unigram_point
-    monkeypatch.setattr(markov.theory, "hessian_at_unigram_point",
+    hessian = theory.hessian_at_unigram_point
+    monkeypatch.setattr(theory, "hessian_at_unigram_point",
                         lambda p, q, d, length, tied: hessian(p, q, d, length, not tied))
     return _section("hessian_sweep")
 
@@ -97,7 +100,7 @@ class _ReversedFlow(ReducedFlow):
 
 def _flow_of_the_mirrored_chain(monkeypatch):
     """A wrong theory of where flows end: each chain's flow replaced by that of (1 - p, 1 - q), across p + q = 1."""
-    monkeypatch.setattr(markov, "ReducedFlow", lambda p, q: ReducedFlow(1 - p, 1 - q))
+    monkeypatch.setattr(measure, "ReducedFlow", lambda p, q: ReducedFlow(1 - p, 1 - q))
     return _section("reduced_flow")
 
 
@@ -110,18 +113,18 @@ EARLY = [30.0, 40.0, 50.0]  # escape steps of runs that left it early
 def _run(p, q, tied, excess, escape=EARLY):
     """A finished run of three seeds: every loss has settled at the entropy rate plus ``excess``."""
     excess = np.asarray(excess, dtype=float)
-    end = markov.theory.entropy_rate(markov.binary_kernel(p, q)) + excess
+    end = theory.entropy_rate(binary_kernel(p, q)) + excess
     return {"p": p, "q": q, "tied": tied, "excess": excess, "still_descending": [False] * len(excess),
             "eval_steps": STEPS, "eval_loss": end[:, None] + SETTLED, "escape_step": np.asarray(escape, dtype=float)}
 
 
 def _stalled_halfway(monkeypatch):  # a broken model: every run settles between the two minima
-    return markov.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3), _run(0.2, 0.3, False, [GAP2 / 2] * 3),
+    return judge.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3), _run(0.2, 0.3, False, [GAP2 / 2] * 3),
                                  _run(0.5, 0.8, False, [GAP / 2] * 3)], 0.02)
 
 
 def _tying_changes_nothing(monkeypatch):  # a wrong theory: tied runs leave the plateau as early as untied ones
-    return markov.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)],
+    return judge.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)],
                                 0.02)
 
 
@@ -141,7 +144,7 @@ def _phase(kind: str, side: str, escape=TIED_NEVER_UNTIED_EARLY):
         if kind:
             excess[kind][0 if side == "<" else 1] = 0.6 * gaps[0 if side == "<" else 1]
         waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
-        return markov.phase_rows([0.5, 1.3], excess, gaps, waiting, escape, 0.02)
+        return judge.phase_rows([0.5, 1.3], excess, gaps, waiting, escape, 0.02)
     return apply
 
 
@@ -151,13 +154,13 @@ def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigr
     def apply(monkeypatch):
         ends = {"tied": np.full((2, 3), tied_end), "untied": np.full((2, 3), untied_end)}
         waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
-        return markov.basin_rows(p, q, [0.01, 0.02], ends, waiting, escape)
+        return judge.basin_rows(p, q, [0.01, 0.02], ends, waiting, escape)
     return apply
 
 
 def _depth_run(excess: float, plateau: bool, depth: int = 2, tied: bool = True, moving: bool = False) -> dict:
     """Two seeds whose loss settles at the entropy rate plus ``excess`` (after a plateau at H(pi) if ``plateau``)."""
-    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
     end = H_pi - GAP + excess
     loss = np.concatenate([np.full(15, H_pi), end + SETTLED]) if plateau else end + SETTLED
     return {"depth": depth, "tied": tied, "eval_steps": np.arange(len(loss)), "eval_loss": np.tile(loss, (2, 1)),
@@ -166,15 +169,15 @@ def _depth_run(excess: float, plateau: bool, depth: int = 2, tied: bool = True, 
 
 def _depth(excess: float, plateau: bool):
     def apply(monkeypatch):
-        H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+        H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
         return [row for tied in (True, False) for depth in (2, 4)
-                for row in markov.depth_run_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
+                for row in judge.depth_run_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
     return apply
 
 
 def _spectrum_negated(monkeypatch):
-    spectrum = markov.theory.embedding_block_spectrum
-    monkeypatch.setattr(markov.theory, "embedding_block_spectrum", lambda k, d, length: -spectrum(k, d, length))
+    spectrum = theory.embedding_block_spectrum
+    monkeypatch.setattr(theory, "embedding_block_spectrum", lambda k, d, length: -spectrum(k, d, length))
     return _section("multistate")
 
 
@@ -184,7 +187,7 @@ def _multistate(tied_below: float, untied: float, escape=TIED_NEVER_UNTIED_EARLY
         gaps = np.array([0.5, 0.04])
         ratios = {"tied": np.array([[tied_below] * 3, [1.0] * 3]), "untied": np.full((2, 3), untied)}
         waiting = {kind: np.zeros((2, 3), dtype=bool) for kind in ("tied", "untied")}
-        return markov.multistate_rows(5, [0.3, 0.9], gaps, ratios, waiting, escape, 0.02)
+        return judge.multistate_rows(5, [0.3, 0.9], gaps, ratios, waiting, escape, 0.02)
     return apply
 
 
@@ -207,7 +210,7 @@ COUNTERFACTUALS = {
     r"tied Hessian sign along the sweep": _hessian_of_the_other_tying,
     r"reduced model .*: two-scalar loss": _gpt_weights_off,
     r"reduced model .*: E = .* conserved": _velocity_off(1.0, 2.0),
-    r"reduced model .*: flows from e = ": lambda monkeypatch: [markov.axis_row(_ReversedFlow(0.5, 0.8))],
+    r"reduced model .*: flows from e = ": lambda monkeypatch: [measure.axis_row(_ReversedFlow(0.5, 0.8))],
     r"reduced model .*: most Gaussian starts": _flow_of_the_mirrored_chain,
     r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _stalled_halfway,
     r"untied: every seed reaches the entropy rate": _stalled_halfway,
@@ -258,7 +261,7 @@ def test_the_rows_hold_without_a_change(tiny_result):
     assert all(c["holds"] for c in tiny_result("markov")["claims"] if c["section"] in exact)
     learned = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.2, 0.3, True, [0.0] * 3),
                _run(0.5, 0.8, False, [0.0] * 3), _run(0.2, 0.3, False, [0.0] * 3)]
-    assert all(c.holds for c in markov.training_rows(learned, 0.02)) and len(markov.training_rows(learned, 0.02)) == 4
+    assert all(c.holds for c in judge.training_rows(learned, 0.02)) and len(judge.training_rows(learned, 0.02)) == 4
     assert all(c.holds for c in _phase("", "<")(None)) and len(_phase("", "<")(None)) == 4
     assert all(c.holds for c in _basin(0.5, 0.8)(None) + _basin(0.2, 0.3)(None))
     assert all(c.holds for c in _depth(0.0, True)(None)) and len(_depth(0.0, True)(None)) == 5
@@ -267,23 +270,23 @@ def test_the_rows_hold_without_a_change(tiny_result):
 
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
     # the budget ran out before the escape: the seed's Fig. 1 says it comes, so the row must not say "fails"
-    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
     # settled on the plateau: the escape had not come
-    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)
+    depth = judge.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)
     assert depth[0].holds is None and "depth_steps" in depth[0].reason
-    depth = markov.depth_run_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
+    depth = judge.depth_run_rows(0.5, 0.8, _depth_run(GAP / 2, True, moving=True), H_pi)
     assert depth[0].holds is None
     descending = _run(0.2, 0.3, True, [GAP2 / 2] * 3) | {"still_descending": [False, True, False]}
-    assert markov.training_rows([descending], 0.02)[0].holds is None
+    assert judge.training_rows([descending], 0.02)[0].holds is None
     on_the_plateau = _run(0.2, 0.3, True, [GAP2] * 3)  # settled where a plateau sits: no budget says it stays
-    assert markov.training_rows([on_the_plateau], 0.02)[0].holds is None
-    assert markov.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3)], 0.02)[0].holds is False  # settled halfway
+    assert judge.training_rows([on_the_plateau], 0.02)[0].holds is None
+    assert judge.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3)], 0.02)[0].holds is False  # settled halfway
 
 
 def test_a_tied_run_that_stays_on_the_plateau_is_never_called_trapped():
     # Thm 2 is local: no budget shows that training converges to theta_pi, so no row says so; the order row is
     # decided by the untied runs leaving first, and undecided while neither has left
-    rows = markov.training_rows([_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [GAP] * 3, NEVER)], 0.02)
+    rows = judge.training_rows([_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [GAP] * 3, NEVER)], 0.02)
     assert [(c.name.split(":")[0], c.holds) for c in rows] == [("(0.5, 0.8)", None), ("(0.5, 0.8) untied", None)]
     assert "--set steps=" in rows[0].reason
     assert not [c for c in rows if "ends at the unigram" in c.name or "trapped" in c.name]
@@ -294,7 +297,7 @@ def test_a_tied_run_that_stays_on_the_plateau_is_never_called_trapped():
 
 def test_order_rows_are_made_only_from_the_seeds_small_initialisation():
     runs = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [0.0] * 3)]
-    assert [c.name for c in markov.training_rows(runs, 0.3) if "after every untied" in c.name] == []
+    assert [c.name for c in judge.training_rows(runs, 0.3) if "after every untied" in c.name] == []
     result = markov.CHAPTER.run("quick", {**TINY["markov"], "init_std": 0.3}, seeds=1, device="cpu",
                                 sections=["training"])
     assert any("init std 0.3" in note for note in result.sections["training"]["silent"])
@@ -314,22 +317,22 @@ def test_the_hypothesis_row_resolves_a_chain_just_past_the_line():
     # a reader's value: p+q = 1.011 made the drop along random directions smaller than round-off
     result = markov.CHAPTER.run("quick", {"p": 0.5, "q": 0.511}, seeds=1, device="cpu", sections=["unigram_point"])
     row = next(c for c in result.claims if c.name.startswith("Thm 2 needs its hypothesis"))
-    assert row.holds and float(row.measured) < -100 * markov.EXACT
+    assert row.holds and float(row.measured) < -100 * judge.EXACT
 
 
 def test_a_run_that_never_came_down_to_the_plateau_never_holds_the_order_row():
     # an untrained or broken tied model stays near ln 2, above H(pi): it never left, but it never lingered either;
     # undecided (not failed) because tiny budgets end there too, and the default profiles admit no undecided row
-    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
-    stuck_above = markov.escape_steps(np.arange(5), np.full((3, 5), np.log(2)), H_pi, GAP)
+    H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
+    stuck_above = judge.escape_steps(np.arange(5), np.full((3, 5), np.log(2)), H_pi, GAP)
     assert np.isnan(stuck_above).all()
-    row = markov.later_escape_row("order", [stuck_above], [np.array(EARLY, dtype=float)], "steps", count=False)
+    row = judge.later_escape_row("order", [stuck_above], [np.array(EARLY, dtype=float)], "steps", count=False)
     assert row.holds is None and "never came down" in row.measured
 
 
 def test_a_loss_that_falls_straight_through_the_plateau_does_not_rest_on_it():
-    H_pi = markov.theory.unigram_entropy(markov.binary_kernel(0.5, 0.8))
+    H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
     through = np.linspace(np.log(2), H_pi - GAP, 11)[None]  # one evaluation in the band, then below
-    assert markov.plateau_rest(np.arange(11) * 10, through, H_pi, GAP)[0] < 1
+    assert judge.plateau_rest(np.arange(11) * 10, through, H_pi, GAP)[0] < 1
     rests = np.concatenate([[np.log(2)], np.full(5, H_pi), np.full(5, H_pi - GAP)])[None]
-    assert markov.plateau_rest(np.arange(11) * 10, rests, H_pi, GAP)[0] == 5
+    assert judge.plateau_rest(np.arange(11) * 10, rests, H_pi, GAP)[0] == 5

@@ -14,7 +14,15 @@ from ..theory import markov as theory
 from ..theory.markov_flow import ReducedFlow
 
 if TYPE_CHECKING:
-    from ..chapters.markov import BasinData, DepthData, FlowData, MultistateData, PhaseData, SweepData, TrainingData
+    from ..chapters.markov.measure import (
+        BasinData,
+        DepthData,
+        FlowData,
+        MultistateData,
+        PhaseData,
+        SweepData,
+        TrainingData,
+    )
 
 
 def _lines(p: float, q: float) -> tuple[float, float]:
