@@ -3,6 +3,8 @@
 #   make test   unit tests, CLI tests, every chapter notebook under nbval, then every chapter's quick rows on ATen's
 #               default kernel path (no vector units), which must give the verdicts the stored pages show
 #   make lint   ruff's lint rules (pyproject.toml) over src/ and tests/
+#   make check  the tests under a minute: layout, claims, theory, data, models, every row's counterfactual; not those
+#               marked slow (whole chapters, processes, the browser), which make test runs too
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
 #   make oldest  the unit tests with the oldest versions requirements.txt allows (numpy, scipy, matplotlib, the book tools)
 #   make outputs  re-executes the notebooks in place (quick profile), to store the outputs nbval compares and the
@@ -25,7 +27,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test lint site-test oldest outputs margins reference results lock clean
+.PHONY: book test check lint site-test oldest outputs margins reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -56,6 +58,9 @@ endif
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+check: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q -m "not slow" tests
 
 # two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well.
 # The second step runs every page under nbval and every chapter's quick claims on ATen's default kernel path in one

@@ -18,6 +18,8 @@ from conftest import FULL_SHRUNK
 from conftest import tiny_flags as tiny
 from reader import is_trained_row
 
+pytestmark = pytest.mark.slow  # whole chapters from the command line: make check leaves it out
+
 CHAPTERS = [chapter.name for chapter in all_chapters()]
 SECTIONS = [(chapter.name, section.name) for chapter in all_chapters() for section in chapter.sections]
 TINY = tiny("markov")

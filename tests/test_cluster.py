@@ -15,6 +15,8 @@ from sandboxes.results import Result
 
 from conftest import TINY
 
+pytestmark = pytest.mark.slow  # chapters run as jobs and merged: make check leaves it out
+
 submitit = pytest.importorskip("submitit")  # the optional [cluster] extra; requirements.txt installs it
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]

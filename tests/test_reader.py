@@ -24,6 +24,8 @@ from sandboxes.runtime import member_seed
 
 from reader import draw_settings, is_trained_row
 
+pytestmark = pytest.mark.slow  # every chapter at 12 random settings, each in processes of its own: not in make check
+
 DRAWS = 12  # the first 12 of the seeded stream that once drew 20: CI under 20 minutes with the default-path step
 WORKERS = 2  # the CI machine's cores; each worker runs its draws with one thread
 TESTS = Path(__file__).parent

@@ -16,6 +16,8 @@ import pytest
 
 from sandboxes.chapters import all_chapters
 
+pytestmark = pytest.mark.slow  # the built site in a browser: make check leaves it out
+
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # make site-test installs it

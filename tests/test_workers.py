@@ -14,6 +14,8 @@ from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import TrainConfig, TrainingDiverged
 from sandboxes.workers import TrainRequest, in_workers, seed_groups, train_each, train_spread
 
+pytestmark = pytest.mark.slow  # training spread over worker processes: make check leaves it out
+
 TASK = MarkovChain.binary(0.5, 0.8, 16)
 CONFIG = TrainConfig(steps=12, batch_size=4, eval_every=4, eval_size=16)
 CPU = torch.device("cpu")
