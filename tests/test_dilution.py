@@ -8,8 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from scipy.stats import binom
 
 from sandboxes.chapters import dilution as chapter
+from sandboxes.chapters.dilution import judge, measure, paper
 from sandboxes.data.flipflop import (
     IGNORE_INDEX,
     ONE,
@@ -285,7 +287,7 @@ def test_case2_top_key_and_output_turn_stale_at_the_predicted_length(delta):
 
 def test_orthogonal_simulator_tracks_the_latest_write_on_long_strings():
     model = theory.simulator(theory.SimulatorWeights())
-    seq = chapter._random_simulator_strings(1024, 2)
+    seq = measure._random_simulator_strings(1024, 2)
     assert torch.equal(_top_keys(model, seq), theory.latest_write_position(seq))
     with torch.no_grad():
         assert torch.equal(model(seq).argmax(-1), theory.simulator_states(seq))
@@ -346,7 +348,7 @@ def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_ma
         calls.append(request)
         return train_spread(request, *args)
 
-    monkeypatch.setattr(chapter, "train_spread", counted)
+    monkeypatch.setattr(measure, "train_spread", counted)
     values = {**TINY["dilution"], "start_steps": start_steps}
     result = chapter.CHAPTER.run("quick", values, 1, "cpu", False, ["training", "second_phases"])
     assert len(calls) == trained and set(result.sections) == {"training", "second_phases"}
@@ -375,7 +377,7 @@ SMALL_GRID = {"sigmas": (1.0, 6.0), "lengths": (2, 16, 64)}
 
 
 def _bound_rows(**wrong):
-    return chapter.bound_rows(0.5, **SMALL_GRID, **wrong)[0]
+    return measure.bound_rows(0.5, **SMALL_GRID, **wrong)[0]
 
 
 def _layer2_uniform(weights, size):
@@ -397,8 +399,8 @@ def _construction_rows(kind: str):
                                                                                    size),
     }
     if kind not in _construction_runs:
-        _construction_runs[kind] = chapter.construction_data(theory.FlipFlopWeights(), 4, builds[kind])
-    return chapter.construction_claims(_construction_runs[kind], 4)
+        _construction_runs[kind] = measure.construction_data(theory.FlipFlopWeights(), 4, builds[kind])
+    return judge.construction_claims(_construction_runs[kind], 4)
 
 
 _simulator_runs: dict[str, dict] = {}
@@ -410,20 +412,20 @@ def _simulator_rows(kind: str):
         "delta = 0.5 in the orthogonal one": lambda w: theory.simulator(replace(w, delta=w.delta or 0.5)),
     }
     if kind not in _simulator_runs:
-        _simulator_runs[kind] = chapter.simulator_data(builds[kind], length=160, random_length=512)
-    return chapter.simulator_claims(_simulator_runs[kind])
+        _simulator_runs[kind] = measure.simulator_data(builds[kind], length=160, random_length=512)
+    return judge.simulator_claims(_simulator_runs[kind])
 
 
 def _tiny_tests():
     config = {"T": 8, "p_i": 0.8, "sparse_p_i": 0.98, "dense_p_i": 0.1, "n_in_distribution": 200, "n_sparse": 200,
               "n_dense": 200}
-    return chapter._test_sets(config)
+    return measure._test_sets(config)
 
 
 def _untrained_counts(kind: str):
     torch.manual_seed(0)
     models = [LSTM(5, 8)] if kind == "lstm" else [GPT(GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8))]
-    return chapter._count(models, _tiny_tests(), torch.device("cpu"))
+    return measure._count(models, _tiny_tests(), torch.device("cpu"))
 
 
 SETTLED = {"transformer": 0, "sharpened": 0, "lstm": 0}  # every run had settled: the rows may fail
@@ -431,7 +433,7 @@ SETTLED = {"transformer": 0, "sharpened": 0, "lstm": 0}  # every run had settled
 
 def _training_rows(**kinds):
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
-    return chapter._training_claims({**counts, **kinds}, SETTLED)
+    return judge._training_claims({**counts, **kinds}, SETTLED)
 
 
 def _uniform_rate_counts():
@@ -442,7 +444,7 @@ def _uniform_rate_counts():
 
 def _sharp(model, sigmas_of=theory.effective_sigmas):
     seq = FlipFlop.with_ignore(32, 0.8).sequences(16, torch.Generator().manual_seed(0))
-    return chapter._sharpness(model, seq, torch.device("cpu"), sigmas_of=sigmas_of)
+    return measure._sharpness(model, seq, torch.device("cpu"), sigmas_of=sigmas_of)
 
 
 def _sharp_gpt(seed: int) -> GPT:
@@ -475,17 +477,17 @@ COUNTERFACTUALS = {
     "LSTM: wrong reads": lambda: _training_rows(),
     "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
     "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
-    "sharpened seeds whose error rate": lambda: chapter._sharpened_claims(
+    "sharpened seeds whose error rate": lambda: judge._sharpened_claims(
         {"sharpened": _untrained_counts("transformer")}, SETTLED),
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
-    "second phase on rare strings": lambda: chapter._rare_training_claims(
+    "second phase on rare strings": lambda: judge._rare_training_claims(
         {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
-    "trained attention obeys Prop 4": lambda: chapter._bound_claims(
+    "trained attention obeys Prop 4": lambda: judge._bound_claims(
         {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, "trained attention"),
-    "second-phase attention, plain and sharpened, obeys Prop 4": lambda: chapter._bound_claims(
+    "second-phase attention, plain and sharpened, obeys Prop 4": lambda: judge._bound_claims(
         {"plain": [_sharp(_sharp_gpt(0))], "sharpened": [_sharp(_sharp_gpt(1), _sigma_without_norms)]},
         "second-phase attention, plain and sharpened,"),
-    "sharpening lowers": lambda: chapter._sharpening_claims(  # sharpen = 0: the sharpened run is the plain one
+    "sharpening lowers": lambda: judge._sharpening_claims(  # sharpen = 0: the sharpened run is the plain one
         {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
 }
 
@@ -509,7 +511,7 @@ def test_the_bound_rows_hold_with_the_right_theory_on_the_small_grid(key):
 
 
 def test_the_prop4_row_holds_with_the_latents_norms_on_the_same_model():
-    claims = chapter._bound_claims({"transformer": [_sharp(_sharp_gpt(0))]}, "trained attention")
+    claims = judge._bound_claims({"transformer": [_sharp(_sharp_gpt(0))]}, "trained attention")
     assert _row(claims, "trained attention obeys Prop 4").holds
 
 
@@ -521,10 +523,10 @@ def test_the_first_query_is_not_tested_by_the_prop4_row():
 
 
 def test_rate_test_separates_a_tail_from_one_uniform_rate():
-    assert chapter.rate_pvalue(0, 30000, 20, 30000) < 1e-5
-    assert chapter.rate_pvalue(3, 2394, 35, 33868) > 0.1  # one rate, 1e-3, in both
-    assert chapter.rate_pvalue(0, 10, 0, 10) == 1.0
-    assert chapter.glitching_seeds(_uniform_rate_counts()) == 0
+    assert judge.rate_pvalue(0, 30000, 20, 30000) < 1e-5
+    assert judge.rate_pvalue(3, 2394, 35, 33868) > 0.1  # one rate, 1e-3, in both
+    assert judge.rate_pvalue(0, 10, 0, 10) == 1.0
+    assert judge.glitching_seeds(_uniform_rate_counts()) == 0
 
 
 def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
@@ -535,9 +537,9 @@ def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
 
 def test_rows_about_trained_models_are_undecided_while_those_models_still_descend():
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
-    claims = chapter._training_claims(counts, {"transformer": 1, "lstm": 1})
+    claims = judge._training_claims(counts, {"transformer": 1, "lstm": 1})
     assert [c.holds for c in claims] == [None, None] and "lstm_steps" in claims[0].reason
-    sharpened = chapter._sharpened_claims({"sharpened": counts["transformer"]}, {"sharpened": 1})
+    sharpened = judge._sharpened_claims({"sharpened": counts["transformer"]}, {"sharpened": 1})
     assert [c.holds for c in sharpened] == [None] and "finetune_steps" in sharpened[0].reason
 
 
@@ -552,18 +554,18 @@ def test_the_construction_runs_and_holds_at_every_even_base(base):
 def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_is_silent_without_errors():
     plain, clean = _uniform_rate_counts(), {name: [(0, n)] * 3 for name, n in
                                             (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))}
-    claims, silent = chapter._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
+    claims, silent = judge._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
     assert [c.holds for c in claims] == [True] and silent == ()
-    claims, silent = chapter._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
+    claims, silent = judge._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
     assert claims == [] and "below 7" in silent[0]
-    still, _ = chapter._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
+    still, _ = judge._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
     assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
 
 
 def test_the_smallest_significant_split_needs_seven_errors():
     # all errors in the plain run: p = 2^-k, which is below 0.01 first at k = 7
-    assert (chapter.binom.cdf(0, chapter.MIN_ERRORS, 0.5) < chapter.GLITCH_LEVEL
-            < chapter.binom.cdf(0, chapter.MIN_ERRORS - 1, 0.5))
+    assert (binom.cdf(0, judge.MIN_ERRORS, 0.5) < judge.GLITCH_LEVEL
+            < binom.cdf(0, judge.MIN_ERRORS - 1, 0.5))
 
 
 def test_a_mixture_draws_each_strings_p_i_from_its_list():
@@ -589,15 +591,15 @@ def test_a_mixture_of_one_p_i_is_that_language():
 def test_the_witness_count_finds_either_bit_at_instruction_positions_only():
     seq = torch.tensor([[W, ONE, I, ZERO, R, ONE, W, ZERO, I, ONE, R, ZERO],
                         [R, W, ONE, I, ZERO, R, I, ONE, I, ONE, R, ONE]])  # row 2: the pattern off the instruction grid
-    assert chapter.witness_count(seq) == 2
+    assert measure.witness_count(seq) == 2
 
 
 def test_the_random_string_row_is_made_only_where_the_witness_pattern_occurs():
-    data = chapter.construction_data(theory.FlipFlopWeights(base=8), 1)
-    names = [c.name for c in chapter.construction_claims(data, 1)]
+    data = measure.construction_data(theory.FlipFlopWeights(base=8), 1)
+    names = [c.name for c in judge.construction_claims(data, 1)]
     assert any("wrong reads on random strings" in n for n in names) == (data["witness_at_onset"] > 0)
     data["witness_at_onset"] = 0
-    assert not any("wrong reads on random strings" in c.name for c in chapter.construction_claims(data, 1))
+    assert not any("wrong reads on random strings" in c.name for c in judge.construction_claims(data, 1))
 
 
 def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_an_error():
@@ -605,7 +607,7 @@ def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_
                                           "sparse": [(e, 50) for e in sparse], "dense": [(e, 50) for e in dense]}
     counts = {"plain": runs([1, 0], [5, 0], [7, 0]), "sharpened": runs([2, 0], [1, 0], [9, 1]),
               "rare": runs([0, 3], [0, 0], [0, 0])}
-    rows = {what: ours for what, _, ours in chapter.against_seed({"second_phases": {"counts": counts}})}
+    rows = {what: ours for what, _, ours in paper.against_seed({"second_phases": {"counts": counts}})}
     assert rows["sharpened against its plain twin, per test set"] == (
         "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
         "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10")
@@ -618,7 +620,7 @@ def test_the_premise_table_names_what_each_attempt_changed_and_its_seeds_errors(
     tried = replace(reference, seeds=[3], sections={"training": {**reference.sections["training"], "values": {
         **reference.sections["training"]["values"], "weight_decay": 0.0}}}, data={"training": {"counts": {
             "transformer": {"in-distribution": [[0, 9]]}}}})
-    rows = chapter.premise_attempts(reference, [tried])
+    rows = paper.premise_attempts(reference, [tried])
     inside = reference.data["training"]["counts"]["transformer"]["in-distribution"]
     assert rows[0] == ("the reference run", "0, 1, 2, 3, 4, 5, 6, 7",
                        f"{', '.join(str(e) for e, _ in inside)} of {inside[0][1]} reads")

@@ -12,7 +12,14 @@ from ..plotting import COLORS
 from ..theory import dilution as theory
 
 if TYPE_CHECKING:
-    from ..chapters.dilution import BoundData, ConstructionData, SecondPhaseData, Sharpness, SimulatorData, TrainingData
+    from ..chapters.dilution.measure import (
+        BoundData,
+        ConstructionData,
+        SecondPhaseData,
+        Sharpness,
+        SimulatorData,
+        TrainingData,
+    )
 
 KINDS = {"transformer": COLORS["untied"], "plain": COLORS["theory"], "sharpened": COLORS["full"],
          "rare": COLORS["depth2"], "lstm": COLORS["lstm"]}

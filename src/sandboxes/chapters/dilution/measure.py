@@ -1,0 +1,507 @@
+"""The dilution chapter's sections: the exact checks of Propositions 3 to 5 (the bound, the two-layer construction,
+the simulators) and the training runs that fill each section's data (one ``TypedDict`` per section, which
+``figures.dilution`` draws and ``judge`` reads)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from ... import heldout
+from ...calibration import calibrated_map, count_chunks
+from ...claims import Claim
+from ...curves import still_descending
+from ...data.flipflop import ONE, ZERO, FlipFlop, I, Mixture, R, Sharpened, W, all_strings, read_errors
+from ...losses import attention_entropy
+from ...model import GPT, LSTM, GPTConfig, WithAttention
+from ...profiles import float_list
+from ...sections import Outcome, RunContext
+from ...theory import dilution as theory
+from ...trainer import TrainConfig, TrainResult, train
+from ...workers import TrainRequest, train_spread
+from .judge import (
+    BOUND_REASON,
+    BOUND_TOL,
+    EXACT,
+    EXACT_REASON,
+    construction_claims,
+    second_phase_rows,
+    simulator_claims,
+    training_rows,
+)
+
+SIGMAS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
+LENGTHS = (2, 4, 16, 64, 256, 1024, 4096)
+THRESHOLDS = (0.5, 0.9, 0.99)
+SIMULATOR = theory.SimulatorWeights()
+CASE1_DELTA, CASE2_DELTA = 0.5, -0.45  # W_Qp^T W_Kp of the two failing simulators (switches at t = 23 and 143)
+
+
+# ---------------------------------------------------------------- Proposition 4
+class BoundData(TypedDict):
+    sigmas: list[float]  # the spectral norms of the grid
+    lengths: list[int]  # the sequence lengths of the grid
+    random_max: list[list[float]]  # sigma x length: largest weight among 64 random forms and unit-ball inputs
+    worst_ratio: list[list[float]]  # sigma x length: worst-case weight of a random 2-d form / the bound
+    sigma_grid: list[float]  # the sigmas at which the dilution length is drawn
+    thresholds: list[float]
+    dilution_length: dict[str, list[int]]  # threshold (as a string) -> T* at each sigma of sigma_grid
+
+
+def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
+    """The bound on a grid: attained by an extremal input, never exceeded by random or worst-case ones."""
+    claims, data = bound_rows(config["threshold"])
+    return Outcome(claims, data)
+
+
+def bound_rows(threshold: float, bound_fn: Callable[..., Any] = theory.max_weight_bound,
+               extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention,
+               length_fn: Callable[[float, float], int] = theory.dilution_length,
+               sigmas: tuple[float, ...] = SIGMAS, lengths: tuple[int, ...] = LENGTHS,
+               latent_radius: float = 1.0) -> tuple[list[Claim], BoundData]:
+    """The rows and data of the bound section for a given bound, extremal input and dilution length.
+
+    The chapter passes the theory's three functions and unit-ball latents; a test passes a wrong one
+    (a bound off by a constant, an extremal input of the wrong norm, a dilution length off by one,
+    random latents outside the unit ball that the proposition assumes) and sees its row fail.
+    """
+    rng = np.random.default_rng(0)
+    attained, random_excess, worst_excess = [], [], []
+    random_max = np.zeros((len(sigmas), len(lengths)))
+    worst_ratio = np.zeros((len(sigmas), len(lengths)))
+    for a, sigma in enumerate(sigmas):
+        for b, T in enumerate(lengths):
+            limit = float(bound_fn(T, sigma))
+            attained.append(abs(_extremal_weight(sigma, T, extremal) - limit))
+            weights = _random_max_weights(rng, sigma, T, n=64, radius=latent_radius)
+            random_max[a, b] = weights.max()
+            random_excess.append(weights.max() - limit)
+            worst = theory.worst_case_max_weight(_random_form(rng, sigma, 2), T)
+            worst_ratio[a, b] = worst / limit
+            worst_excess.append(worst - limit)
+    crossings = []
+    for sigma in sigmas:
+        T_star = length_fn(sigma, threshold)
+        if 2 < T_star <= max(lengths):  # the extremal input is a full T x T attention: keep T small
+            crossings.append(_extremal_weight(sigma, T_star - 1, extremal) > threshold
+                             >= _extremal_weight(sigma, T_star, extremal))
+    sigma_grid = np.linspace(0.0, 6.0, 61)
+    claims = [
+        Claim.close("Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
+                    0.0, float(max(attained)), EXACT, EXACT_REASON),
+        Claim.at_most("Prop 4: random unit-ball inputs and forms never exceed it (max excess)", EXACT,
+                      float(max(random_excess)), BOUND_REASON),
+        Claim.at_most("Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)", EXACT,
+                      float(max(worst_excess)), BOUND_REASON),
+    ]
+    if crossings:  # no sigma of the grid has its T* inside the lengths: the inverse is not tested, no row
+        claims.append(Claim.exact(
+            f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
+            f"{len(crossings)} of {len(crossings)}", f"{sum(crossings)} of {len(crossings)}",
+            f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(lengths)})"))
+    data: BoundData = {
+        "sigmas": list(sigmas), "lengths": list(lengths), "random_max": random_max, "worst_ratio": worst_ratio,
+        "sigma_grid": sigma_grid, "thresholds": list(THRESHOLDS),
+        "dilution_length": {str(t): [length_fn(s, t) for s in sigma_grid] for t in THRESHOLDS}}
+    return claims, data
+
+
+def _extremal_weight(sigma: float, T: int,
+                     extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention) -> float:
+    model, idx = extremal(sigma, T)
+    with torch.no_grad():
+        return float(model(idx, return_attention=True)[1][0][0, 0, -1, 0])
+
+
+def _random_form(rng: np.random.Generator, sigma: float, d: int) -> np.ndarray:
+    M = rng.normal(size=(d, d))
+    return sigma * M / np.linalg.norm(M, 2)
+
+
+def _random_max_weights(rng: np.random.Generator, sigma: float, T: int, n: int, d: int = 8,
+                        radius: float = 1.0) -> np.ndarray:
+    """Largest attention weight of the last query, for ``n`` random forms and latents in the ball of ``radius``."""
+    out = np.empty(n)
+    for k in range(n):
+        M = _random_form(rng, sigma, d)
+        x = rng.normal(size=(T, d))
+        x *= radius * rng.uniform(0, 1, size=(T, 1)) ** (1 / d) / np.linalg.norm(x, axis=1, keepdims=True)
+        scores = x @ M.T @ x[-1]  # x_j^T M^T x_T = x_T^T M x_j
+        w = np.exp(scores - scores.max())
+        out[k] = (w / w.sum()).max()
+    return out
+
+
+# ---------------------------------------------------------------- Proposition 3
+class ConstructionData(TypedDict):
+    sizes: list[int]  # block sizes of the sweep, the construction's weights held fixed
+    safe_length: int  # largest block size at which the closed-form conditions certify it
+    onset: int  # first block size at which 'w 1 i 0 r' is answered wrongly (closed form)
+    base: int  # the block size the weights are built for
+    exhaustive: tuple[int, int]  # (wrong, total) reads over every string of length 4..exhaustive_up_to
+    exhaustive_up_to: int  # 16, or the block size where that is shorter
+    at_base: tuple[int, int]  # (wrong, total) reads on random strings, p_i in 0.98, 0.8, 0.1, 0, at the base length
+    witness_scan: int | None  # first block size at which the GPT itself answers 'w 1 i 0 r' wrongly
+    errors: dict[str, list[int]]  # p_i (as a string) -> wrong reads on random strings at each size
+    witness_at_onset: int  # occurrences of 'w b i (1-b) r' in the random strings at block size `onset`
+    self_selection: list[float]  # at each size: smallest layer-1 weight an unwritten bit gives itself
+    conditions: dict[str, list[float]]  # written / not_written / latest_wins -> slack at each size
+
+
+Build = Callable[[theory.FlipFlopWeights, int | None], GPT]
+
+
+def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
+    """The 2-layer construction: exact on every short string and on random ones; then held fixed as T grows."""
+    data = construction_data(theory.FlipFlopWeights(base=config["base"]), config["n_construction"])
+    silent = () if data["witness_at_onset"] else (
+        f"wrong reads on random strings at block size {data['onset']}: none of the {config['n_construction']} strings "
+        "per p_i there contains the witness pattern 'w b i (1-b) r'; more strings (--set n_construction=...) make "
+        "the row",)
+    return Outcome(construction_claims(data, config["n_construction"]), data, silent)
+
+
+def exhaustive_lengths(base: int) -> range:
+    """Even string lengths 4..16 that fit the construction's block size ``base`` (its input drops the last bit)."""
+    return range(4, min(16, base) + 1, 2)
+
+
+def construction_data(weights: theory.FlipFlopWeights, n: int,
+                      build: Build = theory.flipflop_construction) -> ConstructionData:
+    """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""  # noqa: E501
+    model = build(weights, None)
+    exhaustive = [_errors(model, all_strings(length)) for length in exhaustive_lengths(weights.base)]
+    generator = heldout.generator(heldout.FLIPFLOP_CONSTRUCTION)
+    sets = {p: FlipFlop.with_ignore(weights.base, p).sequences(n, generator) for p in (0.98, 0.8, 0.1, 0.0)}
+    at_base = [_errors(model, seq) for seq in sets.values()]
+    safe, onset = theory.safe_length(weights), theory.witness_onset(weights)
+    step = max(2, weights.base // 8 * 2)  # even block sizes only: a flip-flop string has an even length
+    sizes = sorted(set(range(weights.base, 5 * weights.base // 2 + 1, step)) | {safe, onset - 2, onset})
+    sweep: dict[float, list[int]] = {p: [] for p in (0.98, 0.8, 0.1)}
+    selection, witnesses = [], 0
+    for size in sizes:
+        fixed = build(weights, size)
+        generator = heldout.generator(heldout.LENGTH_SWEEP + size)
+        for p in sweep:
+            seq = FlipFlop.with_ignore(size, p).sequences(n, generator)
+            sweep[p].append(_errors(fixed, seq)[0])
+            witnesses += witness_count(seq) if size == onset else 0
+        selection.append(_self_selection(fixed, seq[:64]))
+    return {
+        "sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
+        "exhaustive": (sum(e for e, _ in exhaustive), sum(t for _, t in exhaustive)),
+        "exhaustive_up_to": exhaustive_lengths(weights.base)[-1],
+        "at_base": (sum(e for e, _ in at_base), sum(t for _, t in at_base)),
+        "witness_scan": _witness_scan(weights, build),
+        "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection, "witness_at_onset": witnesses,
+        "conditions": {k: [theory.construction_conditions(weights, s)[k] for s in sizes]
+                       for k in ("written", "not_written", "latest_wins")}}
+
+
+def witness_count(seq: Tensor) -> int:
+    """Occurrences of the witness pattern 'w b i (1-b) r', either bit, at instruction positions of ``seq``."""
+    windows = seq.unfold(1, 5, 2)  # (B, windows, 5), each starting at an instruction
+    count = 0
+    for bit, other in ((ONE, ZERO), (ZERO, ONE)):
+        count += int((windows == torch.tensor([W, bit, I, other, R])).all(dim=-1).sum())
+    return count
+
+
+def _witness_scan(weights: theory.FlipFlopWeights, build: Build = theory.flipflop_construction) -> int | None:
+    """First even block size from ``base`` at which the GPT itself answers the witness read wrongly."""
+    x = torch.tensor([theory.WITNESS])
+    for size in range(weights.base, 8 * weights.base, 2):
+        with torch.no_grad():
+            if read_errors(build(weights, size)(x), x)[0]:
+                return size
+    return None
+
+
+def _errors(model: nn.Module, seq: Tensor, chunk: int = 256) -> tuple[int, int]:
+    """Wrong and total reads of ``model`` on full strings (the input drops the last bit)."""
+    def read(part: Tensor) -> tuple[int, int]:
+        x = part[:, :-1]
+        return read_errors(model(x.to(_device(model))).cpu(), x)
+
+    with torch.no_grad():
+        counts = calibrated_map(read, count_chunks(seq, chunk))
+    return sum(w for w, _ in counts), sum(t for _, t in counts)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _self_selection(model: GPT, seq: Tensor) -> float:
+    """Smallest layer-1 weight a bit that was not written gives itself (it must stay above 1/2); NaN if the
+    strings have no such bit (short or all-write strings)."""
+    x = seq[:, :-1]
+    with torch.no_grad():
+        att = model(x, return_attention=True)[1][0][:, 0]
+    pos = torch.arange(1, x.shape[1], 2)
+    weights = att[:, pos, pos][x[:, pos - 1] != W]
+    return float(weights.min()) if weights.numel() else float("nan")
+
+
+# ---------------------------------------------------------------- Proposition 5
+class SimulatorRun(TypedDict):
+    delta: float  # W_Qp^T W_Kp of this simulator
+    case1_top: list[int]  # case 1's input (a write at 0, then noops): the top-scored key at each query
+    case2_top: list[int]  # case 2's inputs (writes at 0 and t - 1): the top-scored key at query t = 2, 3, ...
+    case2_out: list[int]  # case 2's inputs: the output (argmax) at query t = 2, 3, ...
+    # delta = 0 only: queries of 4 random strings of 2048 whose top key is not the latest write
+    random_misses: int | None
+    random_wrong: int | None  # delta = 0 only: wrong states on those strings
+
+
+# three simulators (keys with spaces, so the functional form) and the two closed-form switches
+SimulatorData = TypedDict("SimulatorData", {
+    "case 1": SimulatorRun,  # delta > 0
+    "case 2": SimulatorRun,  # delta < 0
+    "orthogonal": SimulatorRun,  # delta = 0
+    "case1_switch": int,  # first query of case 1 whose top key is a noop
+    "case2_switch": int,  # first query of case 2 whose top key is the stale write
+})
+
+
+def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]:
+    """Linear positions: a position-position term makes the top score leave the latest write; without it, never."""
+    data = simulator_data()
+    return Outcome(simulator_claims(data), data)
+
+
+def simulator_data(build: Callable[[theory.SimulatorWeights], GPT] = theory.simulator,
+                   length: int = 240, random_length: int = 2048) -> SimulatorData:
+    """Top keys and outputs of ``build(weights)`` (the simulator, or a broken one in a test) on the proof's inputs."""
+    data: dict[str, Any] = {}
+    for name, delta in (("case 1", CASE1_DELTA), ("case 2", CASE2_DELTA), ("orthogonal", 0.0)):
+        model = build(replace(SIMULATOR, delta=delta))
+        case2_seq = theory.case2_sequences(length)
+        rows = torch.arange(2, length)
+        with torch.no_grad():
+            case2_out = model(case2_seq).argmax(-1)[rows, rows]
+        run: dict[str, Any] = {"delta": delta, "case1_top": _top_key(model, theory.case1_sequence(length))[0].tolist(),
+                               "case2_top": _top_key(model, case2_seq)[rows, rows].tolist(),
+                               "case2_out": case2_out.tolist(), "random_misses": None, "random_wrong": None}
+        if delta == 0:
+            long = _random_simulator_strings(random_length, 4)
+            run["random_misses"] = int((_top_key(model, long) != theory.latest_write_position(long)).sum())
+            with torch.no_grad():
+                run["random_wrong"] = int((model(long).argmax(-1) != theory.simulator_states(long)).sum())
+        data[name] = run
+    data["case1_switch"] = theory.case1_switch(replace(SIMULATOR, delta=CASE1_DELTA))
+    data["case2_switch"] = theory.case2_switch(replace(SIMULATOR, delta=CASE2_DELTA))
+    return data  # type: ignore[return-value]
+
+
+def _top_key(model: GPT, seq: Tensor) -> Tensor:
+    """``(B, T)``: the key with the highest attention weight at every query."""
+    with torch.no_grad():
+        return model(seq, return_attention=True)[1][0][:, 0].argmax(-1)
+
+
+def _random_simulator_strings(length: int, n: int) -> Tensor:
+    """Strings of writes (probability 0.05 each) and noops, starting with a write."""
+    g = heldout.generator(heldout.SIMULATOR_STRINGS)
+    u = torch.rand(n, length, generator=g)
+    seq = torch.where(u < 0.025, theory.WRITE0, torch.where(u < 0.05, theory.WRITE1, theory.NOOP))
+    seq[:, 0] = theory.WRITE1
+    return seq
+
+
+# ---------------------------------------------------------------- training
+class LayerSharpness(TypedDict):
+    # the sharpest head at each read, averaged per position bin (None: no read in the bin)
+    max_weight: list[float | None]  # mean largest attention weight
+    entropy: list[float | None]  # mean entropy of the attention row (nats)
+    sigma: list[float | None]  # median Proposition 4 sigma of the head at the read
+
+
+class Sharpness(TypedDict):
+    bin_edges: list[float]  # position bins of the reads
+    layers: list[LayerSharpness]  # one per layer
+    # largest weight minus its Proposition 4 bound over the queries, heads and layers where the bound is below
+    # 1 - BOUND_TOL (elsewhere, the first query above all, weight and bound are both 1 and nothing is tested);
+    # None when there is no such query
+    excess: float | None
+    tested: int  # how many (query, head, layer) triples entered ``excess``
+
+
+class TrainingData(TypedDict):
+    counts: dict[str, dict[str, list[tuple[int, int]]]]  # transformer / lstm -> test set -> per seed (wrong, total)
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # transformer seeds x evaluations
+    lstm_eval_steps: list[int]
+    lstm_eval_loss: list[list[float]]  # LSTM seeds x evaluations
+    sharpness: dict[str, list[Sharpness]]  # transformer -> per seed
+    still_descending: dict[str, int]  # transformer / lstm -> runs whose loss had not settled at the end
+
+
+class SecondPhaseData(TypedDict):
+    counts: dict[str, dict[str, list[tuple[int, int]]]]  # plain / sharpened / rare -> test set -> per seed
+    eval_steps: list[int]  # the first phase's evaluations, then the second phase's, shifted to follow it
+    second_phase_start: int
+    eval_loss: dict[str, list[list[float]]]  # plain / sharpened / rare -> seeds x evaluations (first phase, then own)
+    sharpness: dict[str, list[Sharpness]]  # plain / sharpened -> per seed
+    still_descending: dict[str, int]  # plain / sharpened / rare -> runs whose loss had not settled at the end
+
+
+def _gpt_config(config: dict[str, Any]) -> GPTConfig:
+    return GPTConfig(vocab_size=5, block_size=config["T"], n_layer=config["n_layer"], n_head=config["n_head"],
+                     d_model=config["d_model"], tied=False, positional="learned", layer_norm=config["layer_norm"])
+
+
+def _schedule(steps: int, batch: int, lr: float, weight_decay: float, warmup: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=batch, lr=lr, weight_decay=weight_decay,
+                       warmup=warmup, schedule="linear", final_lr_fraction=0.0, eval_every=max(1, steps // 20),
+                       eval_size=256)
+
+
+def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainResult:
+    """Transformers trained on FFL(p_i) from scratch for ``steps`` (warm-up, then linear decay to zero), their seeds
+    spread over ``ctx.workers`` processes; once per run where both sections train ``steps`` (quick: the training
+    section's models are those the second phases start from)."""
+    schedule = _schedule(steps, config["batch_size"], config["lr"], config["weight_decay"], config["warmup"])
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    request = TrainRequest(partial(GPT, _gpt_config(config)), task, schedule, ctx.seeds, ctx.device,
+                           config["batched_seeds"])
+    return ctx.train_once(("first phase", steps), lambda: train_spread(request, ctx.workers, ctx.progress))
+
+
+def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
+    """Transformers and LSTMs on FFL(p_i), counted on in-distribution, sparse and dense strings."""
+    first = _first_phase(config, ctx, config["steps"])
+    lstm = train(lambda: LSTM(5, config["lstm_hidden"]), FlipFlop.with_ignore(config["T"], config["p_i"]),
+                 _schedule(config["lstm_steps"], config["batch_size"], config["lstm_lr"], 0.0, 0), batched=False,
+                 seeds=ctx.seeds, device=ctx.device, progress=ctx.progress)
+    moving = {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in (("transformer", first),
+                                                                                  ("lstm", lstm))}
+    tests = _test_sets(config)
+    counts = {kind: _count(run.models, tests, ctx.device, kind, ctx.progress)
+              for kind, run in (("transformer", first), ("lstm", lstm))}
+    sharpness = {"transformer": calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
+                                               first.models)}
+    data: TrainingData = {
+        "counts": counts, "eval_steps": first.eval_steps, "eval_loss": first.eval_loss,
+        "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness,
+        "still_descending": moving}
+    claims, silent = training_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhaseData]:
+    """From one first phase, three second phases on the same batches: plain (the control), with the sharpening
+    penalty, and on the rare-string mixture; counted on the same strings."""
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    first = _first_phase(config, ctx, config["start_steps"])
+    second = _schedule(config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"],
+                       config["warmup"])
+    run = dict(seeds=ctx.seeds, device=ctx.device, progress=ctx.progress, batched=config["batched_seeds"])
+    phases = {"plain": train([_copier(m) for m in first.models], task, second, **run)}
+    if config["sharpen"] > 0:
+        phases["sharpened"] = train([_copier(m, WithAttention) for m in first.models],
+                                    Sharpened(task, config["sharpen"]), second, **run)
+    mixture = Mixture(config["T"], tuple(float_list(config["rare_mix"])))
+    phases["rare"] = train([_copier(m) for m in first.models], mixture, second, **run)
+    models = {kind: [getattr(m, "gpt", m) for m in phase.models] for kind, phase in phases.items()}
+    moving = {kind: int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for kind, phase in phases.items()}
+    tests = _test_sets(config)
+    counts = {kind: _count(ms, tests, ctx.device, kind, ctx.progress) for kind, ms in models.items()}
+    sharpness = {kind: calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
+                                      models[kind]) for kind in ("plain", "sharpened") if kind in models}
+    start = int(first.eval_steps[-1] + 1)
+    data: SecondPhaseData = {
+        "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + phases["plain"].eval_steps]),
+        "second_phase_start": start,
+        "eval_loss": {kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1)
+                      for kind, phase in phases.items()},
+        "sharpness": sharpness, "still_descending": moving}
+    claims, silent = second_phase_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device, label: str = "",
+           progress: bool | None = None) -> dict[str, list[tuple[int, int]]]:
+    """Wrong and total reads of every model on every test set (evaluated on ``device``, returned to the CPU)."""
+    bar = tqdm(total=len(models), desc=f"counting {label} reads", disable=not progress, leave=False, file=sys.stderr)
+
+    def count(model: nn.Module) -> dict[str, tuple[int, int]]:
+        model.to(device)
+        counts = {name: _errors(model, seq) for name, seq in tests.items()}
+        model.cpu()
+        bar.update()
+        return counts
+
+    per_model = calibrated_map(count, models)
+    bar.close()
+    return {name: [counts[name] for counts in per_model] for name in tests}
+
+
+def _copier(model: nn.Module, wrap: type[nn.Module] | None = None):
+    """A factory that hands the trainer a fresh copy of a trained model (optionally wrapped)."""
+    def make() -> nn.Module:
+        fresh = copy.deepcopy(model)
+        return wrap(fresh) if wrap is not None else fresh
+    return make
+
+
+def _test_sets(config: dict[str, Any]) -> dict[str, Tensor]:
+    """Held-out strings from fixed seeds that no training stream uses."""
+    T = config["T"]
+    spec = {"in-distribution": (config["p_i"], config["n_in_distribution"]),
+            "sparse": (config["sparse_p_i"], config["n_sparse"]), "dense": (config["dense_p_i"], config["n_dense"])}
+    return {name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
+            for k, (name, (p, n)) in enumerate(spec.items())}
+
+
+def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8,
+               sigmas_of: Callable[[GPT, Tensor], list[Tensor]] = theory.effective_sigmas) -> Sharpness:
+    """Sharpest head of each layer at read queries, binned by the read's position.
+
+    Per bin: mean largest weight, mean entropy and median Proposition 4 ``sigma`` of the head
+    with the largest weight at each read; ``excess`` is the largest weight minus its bound over
+    every query, head and layer where the bound is below ``1 - BOUND_TOL`` (a theorem says it is
+    at most 0). ``sigmas_of`` is the theory's effective sigma; a test passes a wrong one.
+    """
+    model = model.to(device)
+    x = seq[:, :-1].to(device)
+    with torch.no_grad():
+        _, attention = model(x, return_attention=True)
+        sigmas = sigmas_of(model, x)
+    model.cpu()
+    reads = (x == R).cpu()
+    length = x.shape[1]
+    which = (torch.arange(length).expand_as(x)[reads] * bins // length).numpy()
+    out: dict[str, Any] = {"bin_edges": [b * length / bins for b in range(bins + 1)], "layers": []}
+    excess, tested = -np.inf, 0
+    for att, sigma in zip(attention, sigmas):
+        top = att.max(dim=-1).values.cpu().permute(0, 2, 1)  # (B, T, H)
+        sigma = sigma.cpu().permute(0, 2, 1)
+        limit = theory.max_weight_bound(np.arange(1, length + 1)[None, :, None], sigma.numpy())
+        informative = limit < 1 - BOUND_TOL
+        if informative.any():
+            excess = max(excess, float((top.numpy() - limit)[informative].max()))
+            tested += int(informative.sum())
+        best = top[reads].argmax(dim=1, keepdim=True)  # the sharpest head at each read
+        values = {"max_weight": top, "entropy": attention_entropy(att).cpu().permute(0, 2, 1), "sigma": sigma}
+        picked = {k: v[reads].gather(1, best).squeeze(1).numpy() for k, v in values.items()}
+        layer = {}
+        for key, value in picked.items():
+            reduce = np.median if key == "sigma" else np.mean
+            layer[key] = [float(reduce(value[which == b])) if (which == b).any() else None for b in range(bins)]
+        out["layers"].append(layer)
+    out["excess"] = excess if tested else None
+    out["tested"] = tested
+    return out
+
+
+LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
