@@ -10,13 +10,17 @@ import pytest
 import torch
 
 from sandboxes.chapters import induction as chapter
+from sandboxes.chapters.induction import judge, measure
 from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
 from sandboxes.data.trigger import TriggerTask
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (
+    FORMED,
     MAX_PERMUTED_STATES,
+    PARENT_MASS,
     bayes_predictive,
+    carried_weight,
     chi2_information,
     count_predictive,
     higher_order_average,
@@ -88,8 +92,8 @@ def test_the_last_row_distance_of_the_true_kernel_is_zero():
     seq = seq.numpy()
     truth = np.zeros((50, task.length, 3))
     truth[:, -1] = kernels[np.arange(50), task.contexts(seq, task.length)]
-    assert np.abs(chapter.last_row_distance(truth, seq, kernels, task)).max() == 0.0
-    assert chapter.last_row_distance(np.full_like(truth, 1 / 3), seq, kernels, task).min() > 0
+    assert np.abs(measure.last_row_distance(truth, seq, kernels, task)).max() == 0.0
+    assert measure.last_row_distance(np.full_like(truth, 1 / 3), seq, kernels, task).min() > 0
 
 
 def test_support_beyond_the_permutation_sum_makes_no_row_and_says_why():
@@ -253,7 +257,7 @@ def test_the_three_layer_head_loses_the_estimator_without_its_parts(change):
 def test_a_vacuous_leakage_bound_makes_no_row_and_says_why():
     bound = higher_order_leakage(7, 8.0, 2)  # beta = 8: leakage past 1, a bound no error can exceed
     assert bound > 1
-    claims, silent = chapter.higher_order_claims(0.01, bound, 6561, 2)
+    claims, silent = judge.higher_order_claims(0.01, bound, 6561, 2)
     assert claims == [] and "raise beta" in silent[0]
 
 
@@ -281,11 +285,11 @@ def _levels_rows(change: str) -> list:
     claimed = 50.0 if change == "the posterior with 50 times the prior's pseudo-counts" else 1.0
     bayes = sequence_losses(bayes_predictive(replace(task, alpha=claimed), seq), seq)
     rivals = {}
-    for name, factor in chapter.RIVALS.items():
+    for name, factor in measure.RIVALS.items():
         diff = sequence_losses(bayes_predictive(replace(task, alpha=factor * claimed), seq), seq) - bayes
         rivals[name] = [float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))]
-    information, _ = chapter.information_table(task, 200, seed=0, positions=16)
-    return chapter.levels_claims(rivals, information, chapter.parent_positions(chain))
+    information, _ = measure.information_table(task, 200, seed=0, positions=16)
+    return judge.levels_claims(rivals, information, measure.parent_positions(chain))
 
 
 def _construction_rows(change: str) -> list:
@@ -299,7 +303,7 @@ def _construction_rows(change: str) -> list:
     with torch.no_grad():
         got = successor_average(model, torch.from_numpy(seq[:, :-1])).numpy()
     seen = ~np.isnan(want[..., 0])
-    return chapter.construction_claims(float(np.abs(got - want)[seen].max()), chapter.leakage_bound(T, beta),
+    return judge.construction_claims(float(np.abs(got - want)[seen].max()), measure.leakage_bound(T, beta),
                                        len(seq))
 
 
@@ -312,30 +316,30 @@ def _higher_order_rows(change: str) -> list:
     with torch.no_grad():
         got = higher_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
     seen = ~np.isnan(want[..., 0])
-    return chapter.higher_order_claims(float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m),
+    return judge.higher_order_claims(float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m),
                                        len(seq), m)[0]
 
 
 def _gradient_rows(change: str) -> list:
     tree = InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))
     seq = tree.sequences(8000, _gen(8))
-    parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, chapter.GRADIENT_CHUNKS,
+    parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, judge.GRADIENT_CHUNKS,
                            tree.parent_queries())
     graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
-    return chapter.gradient_claims(parts, chapter.parent_positions(InContextMarkov(3, 1.0, graph), 12),
+    return judge.gradient_claims(parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12),
                                    tree.parent_queries().numpy())
 
 
 def _staged_rows(change: str) -> list:
     tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
-    parents = chapter.parent_positions(tree, 16)
+    parents = measure.parent_positions(tree, 16)
     model = Disentangled(3, 16, 3.0)
     if change != "layer 1 as initialised":
         with torch.no_grad():  # the graph's adjacency, as the theorem's first stage ends
             model.first[torch.arange(1, 16), torch.tensor(parents[1:])] = 30.0
     table = model.first_attention(16).detach().double().numpy()
-    data = {"parents": parents, "parent_weight": [chapter.parent_weight(table[None], parents)], "still_descending": 0}
-    return chapter.staged_claims(data)
+    data = {"parents": parents, "parent_weight": [measure.parent_weight(table[None], parents)], "still_descending": 0}
+    return judge.staged_claims(data)
 
 
 def _training_rows(change: str) -> list:
@@ -349,13 +353,13 @@ def _training_rows(change: str) -> list:
     if change == "layer 1 as initialised":
         torch.manual_seed(0)
         head = GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=2, n_head=1, d_model=32, mlp=False)).double()
-    parents = chapter.parent_positions(task, 16)
-    weight = chapter.parent_weight(chapter.layer_one_attention(head, seq), parents)
-    data = {"in_distribution": chapter.held_out(task, seq, models), "out_of_distribution":
-            chapter.held_out(task, ood, off_prior), "parents": parents,
+    parents = measure.parent_positions(task, 16)
+    weight = measure.parent_weight(measure.layer_one_attention(head, seq), parents)
+    data = {"in_distribution": measure.held_out(task, seq, models), "out_of_distribution":
+            measure.held_out(task, ood, off_prior), "parents": parents,
             "parent_weight": {"two_layers": [weight], "one_layer": [weight]},
             "still_descending": {"two_layers": 0, "one_layer": 0}}
-    return chapter.training_claims(data)
+    return judge.training_claims(data)
 
 
 def _support_rows(change: str) -> list:
@@ -367,7 +371,7 @@ def _support_rows(change: str) -> list:
         else bayes_predictive(outside, seq)
     advantage = rival - sequence_losses(fitted, seq)
     data = {"advantage": [[advantage.mean(), advantage.std(ddof=1) / np.sqrt(len(seq))]], "still_descending": 0}
-    return chapter.support_claims(data)
+    return judge.support_claims(data)
 
 
 def _recall_or_bigram(task: TriggerTask, seq: np.ndarray, recall: bool) -> np.ndarray:
@@ -394,22 +398,22 @@ def _forming(task: TriggerTask, order: tuple[int, ...]) -> list[list[float]]:
             parts = (second.proj.weight, second.qkv.weight[:d], first.qkv.weight[:d])  # OV 2, KQ 2, KQ 1
             for memory in order[formed:]:
                 parts[memory].zero_()
-        stages.append(chapter.trigger_memories(model, task))
+        stages.append(measure.trigger_memories(model, task))
     return stages
 
 
 def _trigger_rows(change: str) -> list:
     task = TriggerTask(12, 2, 32, 0.5, 0)
     seq = task.sequences(300, _gen(12)).numpy()
-    masks = chapter.output_positions(task, seq)
-    two = chapter.accuracy_at(_recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq,
+    masks = measure.output_positions(task, seq)
+    two = measure.accuracy_at(_recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq,
                               masks)
-    one = chapter.accuracy_at(_recall_or_bigram(task, seq, False), seq, masks)
+    one = measure.accuracy_at(_recall_or_bigram(task, seq, False), seq, masks)
     data = {"chance": 1 / len(task.outputs_possible),
             "accuracy": {name: {"two_layers": [two[name]], "one_layer": [one[name]]} for name in masks},
             "still_descending": {"two_layers": 0, "one_layer": 0},
             "positions": {name: int(mask.sum()) for name, mask in masks.items()}}
-    return chapter.trigger_claims(data)
+    return judge.trigger_claims(data)
 
 
 def _plant(model: AssociativeMemories, task: TriggerTask, memories: tuple[str, ...], scale: float = 30.0) -> None:
@@ -432,7 +436,7 @@ def _memory_stages(task: TriggerTask, order: tuple[str, ...]) -> list[list[float
         torch.manual_seed(0)
         model = AssociativeMemories(task.n_tokens, task.length, 64)
         _plant(model, task, order[:formed])
-        stages.append(chapter.memory_probes(model, task))
+        stages.append(measure.memory_probes(model, task))
     return stages
 
 
@@ -440,7 +444,7 @@ def _memories_rows(change: str) -> list:
     task = TriggerTask(12, 2, 32, 0.5, 0)
     order = ("kq1", "ov2", "kq2") if change == "W_KQ of layer 1 planted at initialisation" else ("ov2", "kq2", "kq1")
     data = {"eval_steps": [0, 10, 20, 30], "memories": [_memory_stages(task, order)], "still_descending": 0}
-    return chapter.memories_claims(data)
+    return judge.memories_claims(data)
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
@@ -486,7 +490,7 @@ def test_training_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     # 3 steps at unit scale: the models were still descending, so no training row may say "fails"
     data = tiny_result("induction")["data"]["training"]
     assert data["still_descending"]["two_layers"] > 0
-    claims = chapter.training_claims(data)
+    claims = judge.training_claims(data)
     assert [c.name for c in claims if c.holds is False] == []
     assert any(c.holds is None and "--set steps=" in c.reason for c in claims)
 
@@ -498,9 +502,9 @@ def test_a_tree_with_one_head_is_refused_before_any_work():
 
 def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     task = InContextMarkov.chain(3, 1.0, 12)
-    parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), chapter.GRADIENT_CHUNKS,
+    parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), judge.GRADIENT_CHUNKS,
                            task.parent_queries())
-    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 12), task.parent_queries().numpy())
+    claim, = judge.gradient_claims(parts, measure.parent_positions(task, 12), task.parent_queries().numpy())
     assert claim.holds is None and "--set grad_samples=" in claim.reason
 
 
@@ -512,30 +516,30 @@ def test_the_gradient_row_does_not_judge_rows_no_scored_query_reads():
     last = int(np.flatnonzero(scored).max())
     assert last < 63
     seq = task.sequences(2048, _gen(3))
-    parts = score_gradient(staged_initialisation(3, 64, 3.0), seq, chapter.GRADIENT_CHUNKS, task.parent_queries())
+    parts = score_gradient(staged_initialisation(3, 64, 3.0), seq, judge.GRADIENT_CHUNKS, task.parent_queries())
     assert np.all(parts[:, last + 1:] == 0.0)
-    claim, = chapter.gradient_claims(parts, chapter.parent_positions(task, 64), scored)
-    judged = sum(1 for t in range(2, last + 1) if chapter.parent_positions(task, 64)[t] >= 0)
+    claim, = judge.gradient_claims(parts, measure.parent_positions(task, 64), scored)
+    judged = sum(1 for t in range(2, last + 1) if measure.parent_positions(task, 64)[t] >= 0)
     assert claim.predicted == f"{judged} positions"
 
 
 def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():
     behind = {"advantage": [[0.0, 0.01]], "still_descending": 1}
-    claim, = chapter.support_claims(behind)
+    claim, = judge.support_claims(behind)
     assert claim.holds is None and "--set steps=" in claim.reason
-    claim, = chapter.support_claims({**behind, "still_descending": 0})
+    claim, = judge.support_claims({**behind, "still_descending": 0})
     assert claim.holds is False
 
 
 def test_the_parent_row_takes_at_each_position_the_head_that_reads_the_parent():
     # two heads splitting "read my parent" by position: the layer holds the graph though neither head alone does
-    parents = chapter.parent_positions(InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0)), 16)
+    parents = measure.parent_positions(InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0)), 16)
     first, second = np.full((16, 16), 1 / 16), np.full((16, 16), 1 / 16)
     for t in range(1, 16):
         (first if t % 2 else second)[t, parents[t]] = 1.0
-    weights = chapter.parent_weight(np.stack([first, second]), parents)
-    assert chapter.carried_weight(weights, parents).min() == 1.0
-    assert all(chapter.carried_weight(head[None], parents).min() < chapter.PARENT_MASS for head in weights)
+    weights = measure.parent_weight(np.stack([first, second]), parents)
+    assert carried_weight(weights, parents).min() == 1.0
+    assert all(carried_weight(head[None], parents).min() < PARENT_MASS for head in weights)
 
 
 def test_the_disentangled_model_with_layer_1_on_the_token_before_is_the_hand_built_induction_head():
@@ -558,7 +562,7 @@ def test_the_first_stage_trains_layer_1_alone(tiny_result):
 def test_a_first_stage_cut_short_is_undecided_not_failed(tiny_result):
     data = tiny_result("induction")["data"]["staged"]
     assert data["still_descending"] > 0
-    claim, = chapter.staged_claims(data)
+    claim, = judge.staged_claims(data)
     assert claim.holds is None and "--set stage_steps=" in claim.reason
 
 
@@ -573,9 +577,9 @@ def test_training_scores_only_the_targets_whose_parent_reads_them():
 
 def test_a_previous_token_head_fails_the_parent_row_on_a_tree():
     tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
-    parents = chapter.parent_positions(tree, 16)
-    table = chapter.layer_one_attention(induction_head(3, 16, 30.0), tree.sequences(200, _gen(11)))
-    assert chapter.carried_weight(chapter.parent_weight(table, parents), parents).min() < chapter.PARENT_MASS
+    parents = measure.parent_positions(tree, 16)
+    table = measure.layer_one_attention(induction_head(3, 16, 30.0), tree.sequences(200, _gen(11)))
+    assert carried_weight(measure.parent_weight(table, parents), parents).min() < PARENT_MASS
 
 
 def test_a_trigger_is_always_followed_by_its_sequences_output():
@@ -620,14 +624,14 @@ def test_the_hand_built_induction_head_holds_all_three_memories_and_a_fresh_mode
     assert _forming(task, (0, 1, 2))[-1] == [1.0, 1.0, 1.0]
     torch.manual_seed(0)
     fresh = GPT(GPTConfig(vocab_size=12, block_size=32, n_layer=2, n_head=2, d_model=32, mlp=False, tied=False))
-    assert max(chapter.trigger_memories(fresh, task)) < chapter.FORMED
+    assert max(measure.trigger_memories(fresh, task)) < FORMED
 
 
 def test_formation_steps_follow_the_order_the_memories_are_put_in():
     task = TriggerTask(12, 2, 32, 0.5, 0)
     data = {"eval_steps": [0, 10, 20, 30], "memories": [_forming(task, (2, 0, 1))]}
-    assert chapter.formation_steps(data).tolist() == [[20.0, 30.0, 10.0]]
-    assert chapter.formation_steps({**data, "memories": [[[0.0, 0.0, 0.0]] * 4]}).tolist() == [[np.inf] * 3]
+    assert judge.formation_steps(data).tolist() == [[20.0, 30.0, 10.0]]
+    assert judge.formation_steps({**data, "memories": [[[0.0, 0.0, 0.0]] * 4]}).tolist() == [[np.inf] * 3]
 
 
 def test_the_recall_task_scores_only_recalled_outputs_and_a_batch_without_one_costs_nothing():
@@ -649,24 +653,24 @@ def test_the_planted_memories_are_recalled_and_predict_a_triggers_output_from_co
     task = TriggerTask(12, 2, 32, 0.5, 0)
     torch.manual_seed(0)
     model = AssociativeMemories(12, 32, 256)
-    assert max(chapter.memory_probes(model, task)) < chapter.FORMED
+    assert max(measure.memory_probes(model, task)) < FORMED
     _plant(model, task, ("ov2", "kq2", "kq1"))
-    assert chapter.memory_probes(model, task) == [1.0, 1.0, 1.0]
+    assert measure.memory_probes(model, task) == [1.0, 1.0, 1.0]
     seq = task.sequences(200, _gen(4)).numpy()
     with torch.no_grad():
         predictions = model(torch.from_numpy(seq[:, :-1])).argmax(dim=-1).numpy()
-    masks = chapter.output_positions(task, seq)
-    assert chapter.accuracy_at(predictions, seq, masks)["recall"] > 0.9
+    masks = measure.output_positions(task, seq)
+    assert measure.accuracy_at(predictions, seq, masks)["recall"] > 0.9
 
 
 def test_a_memory_not_yet_formed_while_the_loss_falls_leaves_the_order_row_undecided():
     task = TriggerTask(12, 2, 32, 0.5, 0)
     data = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("ov2", "kq2", "kq1"))[:3]]}
-    assert chapter.memories_claims({**data, "still_descending": 1})[0].holds is None
-    assert chapter.memories_claims({**data, "still_descending": 0})[0].holds is False
+    assert judge.memories_claims({**data, "still_descending": 1})[0].holds is None
+    assert judge.memories_claims({**data, "still_descending": 0})[0].holds is False
     swapped = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("kq2", "ov2", "kq1"))[:3]],
                "still_descending": 1}
-    assert chapter.memories_claims(swapped)[0].holds is False  # formed out of order: no budget changes that
+    assert judge.memories_claims(swapped)[0].holds is False  # formed out of order: no budget changes that
 
 
 @pytest.mark.parametrize("change, why", [

@@ -13,7 +13,7 @@ from ..plotting import COLORS, curves_with_band, reference_line
 from ..theory.induction import FORMED, PARENT_MASS, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction import (
+    from ..chapters.induction.measure import (
         ConstructionData,
         GradientData,
         HeldOut,

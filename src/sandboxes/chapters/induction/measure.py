@@ -1,0 +1,591 @@
+"""The induction chapter's sections: the loss levels and chi-square information (exact or fixed-seed Monte Carlo),
+the hand-written induction heads, the first gradient, and the training runs that fill each section's data (one
+``TypedDict`` per section, which ``figures.induction`` draws and ``judge`` reads), with the readings of trained
+models they take (held-out losses, layer 1's attention, the memory-recall probes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ... import probes
+from ...calibration import calibrated_map, count_chunks
+from ...curves import still_descending
+from ...data.incontext import InContextMarkov, chain_parents, tree_parents
+from ...data.trigger import TriggerTask
+from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig
+from ...runtime import member_seed
+from ...sections import Outcome, RunContext
+from ...theory import induction as theory
+from ...theory.induction import carried_weight
+from ...trainer import TrainConfig, train
+from .judge import (
+    GRADIENT_CHUNKS,
+    construction_claims,
+    gradient_claims,
+    higher_order_claims,
+    levels_claims,
+    memories_rows,
+    staged_rows,
+    support_rows,
+    training_rows,
+    trigger_rows,
+)
+
+RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
+LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
+
+
+def task_of(config: dict[str, Any]) -> InContextMarkov:
+    """The chapter's in-context chain: the chain, or the tree drawn with ``seed``."""
+    T = config["T"]
+    parents = chain_parents(T) if config["graph"] == "chain" else tree_parents(T, config["window"], config["seed"])
+    return InContextMarkov(config["k"], config["alpha"], parents)
+
+
+def parent_positions(task: InContextMarkov, length: int | None = None) -> list[int]:
+    """Each position's one parent, -1 at a root (JSON has no None in an int list), for the first ``length``."""
+    return [-1 if p is None else p for p in theory.single_parents(task)][:length]
+
+
+def _generator(config: dict[str, Any], purpose: str) -> torch.Generator:
+    """A generator for one purpose, fixed by the chapter's own settings and not by the order of the sections."""
+    return torch.Generator().manual_seed(member_seed("induction", purpose, config["seed"]))
+
+
+# ---------------------------------------------------------------- loss levels and the chi-square information
+class LevelsData(TypedDict):
+    levels: dict[str, list[float]]  # uniform / unigram / bayes -> [loss, standard error] in nats per token
+    rivals: dict[str, list[float]]  # smoothing alpha/2 and 2 alpha -> [its loss minus Bayes's, standard error]
+    parents: list[int]  # each position's parent (-1 at a root)
+    information: list[list[float]]  # row i: E_pi I_chi2(s_i; s_j) for j < i (NaN from j = i on)
+    information_error: list[list[float]]  # their standard errors over the prior draws
+
+
+def information_table(task: InContextMarkov, n_kernels: int, seed: int,
+                      positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """``E_pi I_chi2(s_i; s_j)`` and its standard error for every pair ``j < i <= positions``, as square tables."""
+    size = min(len(task.parents), positions + 1)
+    mean, error = np.full((size, size), np.nan), np.full((size, size), np.nan)
+    for i in range(1, size):
+        mean[i, :i], error[i, :i] = theory.chi2_information(task, i, n_kernels, seed)
+    return mean, error
+
+
+def levels(config: dict[str, Any], ctx: RunContext) -> Outcome[LevelsData]:
+    """The uniform, unigram and Bayes levels on fixed-seed sequences, and the chi-square information table."""
+    task = task_of(config)
+    seq = task.sequences(config["level_samples"], _generator(config, "levels")).numpy()
+    unigram = theory.sequence_losses(theory.unigram_predictive(task, seq), seq)
+    bayes = theory.sequence_losses(theory.bayes_predictive(task, seq), seq)
+    rivals = {name: list(_mean_and_error(theory.sequence_losses(theory.bayes_predictive(
+        replace(task, alpha=factor * task.alpha), seq), seq) - bayes)) for name, factor in RIVALS.items()}
+    information, error = information_table(task, config["chi2_kernels"], member_seed("chi2", config["seed"]),
+                                            config["chi2_positions"])
+    parents = parent_positions(task)
+    data: LevelsData = {
+        "levels": {"uniform": [float(np.log(task.n_states)), 0.0], "unigram": list(_mean_and_error(unigram)),
+                   "bayes": list(_mean_and_error(bayes))},
+        "rivals": rivals, "parents": parents, "information": information,
+        "information_error": error}  # type: ignore[typeddict-item]
+    return Outcome(levels_claims(rivals, information, parents), data)
+
+
+def _mean_and_error(values: np.ndarray) -> tuple[float, float]:
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values)))
+
+
+# ---------------------------------------------------------------- the explicit induction head
+class ConstructionData(TypedDict):
+    k: int
+    T: int
+    beta: float
+    sequences: int  # every sequence of construct_T + 1 symbols
+    max_error: float  # largest |construction - count estimator| where the current token was seen before
+    bound: float  # the softmax leakage bound
+    example: list[int]  # one sequence, for the figure
+    attention: list[list[list[float]]]  # the construction's two attention patterns on it (layer x T x T)
+
+
+def leakage_bound(T: int, beta: float) -> float:
+    """How far the construction may be from the count estimator: mass ``T e^-beta`` leaks past the matching keys,
+    and layer 1's own leak makes the matching scores unequal by up to ``2 beta T e^-beta``; plus float64 round-off."""
+    return T * np.exp(-beta) * (1 + 2 * beta) + 1e-12
+
+
+def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
+    """The explicit induction head against the count estimator, on every sequence of the chosen size."""
+    k, T, beta = config["construct_k"], config["construct_T"], config["beta"]
+    every = np.stack(np.meshgrid(*[np.arange(k)] * (T + 1), indexing="ij"), axis=-1).reshape(-1, T + 1)
+    model = theory.induction_head(k, T, beta)
+    want = theory.count_predictive(InContextMarkov.chain(k, 1.0, T), every)
+    with torch.no_grad():
+        got = theory.successor_average(model, torch.from_numpy(every[:, :-1])).numpy()
+        example = torch.from_numpy(every[len(every) // 3, :-1])[None]
+        _, attention = model(example, return_attention=True)
+    seen = ~np.isnan(want[..., 0])
+    data: ConstructionData = {
+        "k": k, "T": T, "beta": beta, "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()), "bound": leakage_bound(T, beta),
+        "example": example[0].tolist(),
+        "attention": [a[0, 0].numpy() for a in attention]}  # type: ignore[typeddict-item]
+    return Outcome(construction_claims(data["max_error"], data["bound"], data["sequences"]), data)
+
+
+# ---------------------------------------------------------------- the k-th order induction head
+class HigherOrderData(TypedDict):
+    order: int
+    k: int
+    T: int
+    beta: float
+    sequences: int  # every sequence of construct_T + 1 symbols
+    max_error: float  # largest |construction - order-m count estimator| where the last m tokens were seen before
+    bound: float  # the leakage bound (infinite where it says nothing)
+    example: list[int]  # one sequence, for the figure
+    attention: list[list[list[float]]]  # the construction's three attention patterns on it (layer x T x T)
+    levels: dict[str, list[float]]  # on the order-m chain: uniform / unigram / bigram / bayes -> [loss, std error]
+    levels_T: int  # the length of that chain (the chapter's T; the construction's is construct_T)
+
+
+def _telling_example(inputs: np.ndarray, seen: np.ndarray) -> int:
+    """A sequence for the figure: every symbol in it and as many windows seen before as any such sequence has (the
+    middle one of those), so that layer 3 has matches to show."""
+    varied = np.array([len(np.unique(row)) for row in inputs]) == inputs.max() + 1
+    matches = np.where(varied, seen.sum(axis=1), -1)
+    best = np.flatnonzero(matches == matches.max())
+    return int(best[len(best) // 2])
+
+
+def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrderData]:
+    """The order-m induction head in three layers of one head each, against the order-m count estimator on every
+    sequence of the chosen size; and the loss levels of an order-m chain."""
+    k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
+    every = np.stack(np.meshgrid(*[np.arange(k)] * (T + 1), indexing="ij"), axis=-1).reshape(-1, T + 1)
+    model = theory.higher_order_head(k, m, T, beta)
+    want = theory.count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), every)
+    with torch.no_grad():
+        got = theory.higher_order_average(model, torch.from_numpy(every[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    example = torch.from_numpy(every[_telling_example(every[:, :-1], seen), :-1])[None]
+    with torch.no_grad():
+        _, attention = model(example, return_attention=True)
+    chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
+    levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
+    data: HigherOrderData = {
+        "order": m, "k": k, "T": T, "beta": beta, "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()), "bound": theory.higher_order_leakage(T, beta, m),
+        "example": example[0].tolist(), "attention": [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
+        "levels": {name: list(level) for name, level in levels.items()}, "levels_T": config["T"]}
+    claims, silent = higher_order_claims(data["max_error"], data["bound"], data["sequences"], m)
+    return Outcome(claims, data, silent)
+
+
+# ---------------------------------------------------------------- the first gradient
+class GradientData(TypedDict):
+    gradient: list[list[float]]  # dL/dA[t, j], layer 1's positional score from t to j, at the staged initialisation
+    parents: list[int]
+
+
+def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
+    """The first gradient on layer 1's positional scores, by autograd, at the hand-built head with layer 1 blank."""
+    task = task_of(config)
+    seq = task.sequences(config["grad_samples"], _generator(config, "gradient"))
+    model = theory.staged_initialisation(config["k"], config["T"], config["grad_beta"])
+    parts = theory.score_gradient(model, seq, GRADIENT_CHUNKS, task.parent_queries())
+    parents = parent_positions(task, config["T"])
+    data: GradientData = {"gradient": parts.mean(axis=0), "parents": parents}  # type: ignore[typeddict-item]
+    claims = gradient_claims(parts, parents, task.parent_queries().numpy())
+    return Outcome(claims, data, () if claims else (
+        "key lemma: no position after the first two has a parent and is read by a scored query, so no gradient "
+        "ranks a parent; a longer T gives some",))
+
+
+# ---------------------------------------------------------------- the first stage, trained
+class StagedData(TypedDict):
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seed x evaluation, the scored targets of held-out sequences
+    parents: list[int]
+    parent_weight: list[list[list[float]]]  # seed -> head (one) -> per position t >= 1: softmax(A)[t, p(t)]
+    attention: list[list[float]]  # softmax(A) of the first seed, T x T
+    still_descending: int  # runs whose loss or worst judged weight on the parent was still moving at the end
+
+
+WEIGHT_NOISE = 0.01  # a worst weight on the parent that rose less than this over a run has hardly started
+
+
+def staged_schedule(config: dict[str, Any]) -> TrainConfig:
+    """Plain gradient steps of constant size on fresh sequences, as the theorem's first stage takes them."""
+    steps = config["stage_steps"]
+    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["stage_lr"], schedule="constant",
+                       optimizer="sgd", eval_every=max(1, steps // 40), eval_size=256)
+
+
+def staged(config: dict[str, Any], ctx: RunContext) -> Outcome[StagedData]:
+    """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held at the
+    staged initialisation; the attention it ends with, against the graph."""
+    task = replace(task_of(config), scored="parent_query")
+    parents = parent_positions(task, config["T"])
+
+    def attention(model: Disentangled) -> np.ndarray:
+        return model.first_attention(config["T"]).detach().double().cpu().numpy()
+
+    def worst(model: Disentangled) -> list[float]:
+        return [float(carried_weight(parent_weight(attention(model)[None], parents), parents).min())]
+
+    run = train(lambda: Disentangled(config["k"], config["T"], config["grad_beta"]), task, staged_schedule(config),
+                ctx.seeds, ctx.device, progress=ctx.progress, probe=worst)
+    tables = [attention(m) for m in run.models]
+    moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
+    data: StagedData = {
+        "eval_steps": run.eval_steps, "eval_loss": run.eval_loss, "parents": parents,
+        "parent_weight": [parent_weight(table[None], parents) for table in tables],
+        "attention": tables[0],
+        "still_descending": int(moving.sum()),
+    }  # type: ignore[typeddict-item]
+    claims, silent = staged_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+# ---------------------------------------------------------------- training
+KINDS = {"two_layers": 2, "one_layer": 1}
+
+
+class HeldOut(TypedDict):
+    levels: dict[str, float]  # uniform / unigram / bayes on these sequences
+    loss: dict[str, list[float]]  # kind -> per seed
+    gap_closed: dict[str, list[float]]  # kind -> per seed: (unigram - model) / (unigram - bayes)
+
+
+class TrainingData(TypedDict):
+    eval_steps: list[int]
+    eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations (the trainer's small held-out set)
+    in_distribution: HeldOut
+    out_of_distribution: HeldOut  # kernels from Dirichlet(ood_alpha); levels of the estimators for the training prior
+    parents: list[int]
+    parent_weight: dict[str, list[list[list[float]]]]  # kind -> seed -> head -> per position t >= 1: layer 1's
+    # weight on t's parent, mean over held-out sequences (NaN at a root)
+    attention: list[list[list[float]]]  # layer 1 of the first two-layer seed, one table per head, mean over held-out
+    still_descending: dict[str, int]
+
+
+def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "T") -> GPTConfig:
+    """The chapter's attention-only GPT, reading ``config[vocab]`` tokens over ``config[length]`` positions."""
+    return GPTConfig(vocab_size=config[vocab], block_size=config[length], n_layer=n_layer, n_head=config["n_head"],
+                     d_model=config["d_model"], tied=False, positional="learned", mlp=False)
+
+
+def _schedule(config: dict[str, Any], steps_key: str = "steps") -> TrainConfig:
+    """Online training for ``config[steps_key]`` steps with a cosine schedule; 40 evaluations on a small held-out
+    set along the way."""
+    steps = config[steps_key]
+    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"],
+                       warmup=min(config["warmup"], steps - 1), eval_every=max(1, steps // 40), eval_size=256)
+
+
+EVAL_CHUNK = 512  # held-out sequences per forward pass: with the attention weights of (chunk, heads, T, T) kept
+# for a figure, 8192 sequences at T = 256 at once would hold gigabytes
+
+
+def _chunked(read: Callable[[Tensor], np.ndarray], seq: Tensor) -> np.ndarray:
+    """``read`` applied to ``seq`` in chunks of ``EVAL_CHUNK`` sequences, without gradients, joined on axis 0."""
+    with torch.no_grad():
+        return np.concatenate(calibrated_map(read, count_chunks(seq, EVAL_CHUNK)))
+
+
+def _loss_per_sequence(model: nn.Module, seq: Tensor) -> np.ndarray:
+    def read(part: Tensor) -> np.ndarray:
+        logits = model(part[:, :-1]).double()
+        return -torch.log_softmax(logits, -1).gather(-1, part[:, 1:, None])[..., 0].mean(dim=1).numpy()
+    return _chunked(read, seq)
+
+
+def held_out(task: InContextMarkov, seq: Tensor, models: dict[str, list[nn.Module]]) -> HeldOut:
+    """The levels of ``task``'s estimators and each model's loss on the sequences ``seq``."""
+    array = seq.numpy()
+    levels = {"uniform": float(np.log(task.n_states)),
+              "unigram": float(theory.sequence_losses(theory.unigram_predictive(task, array), array).mean()),
+              "bayes": float(theory.sequence_losses(theory.bayes_predictive(task, array), array).mean())}
+    loss = {kind: [float(_loss_per_sequence(m, seq).mean()) for m in ms] for kind, ms in models.items()}
+    gap = levels["unigram"] - levels["bayes"]
+    return {"levels": levels, "loss": loss,
+            "gap_closed": {kind: [(levels["unigram"] - x) / gap for x in xs] for kind, xs in loss.items()}}
+
+
+def layer_one_attention(model: GPT, seq: Tensor) -> np.ndarray:
+    """Layer 1's attention averaged over ``seq``, one ``(T, T)`` table per head."""
+    def read(part: Tensor) -> np.ndarray:
+        return model(part[:, :-1], return_attention=True)[1][0].double().sum(dim=0, keepdim=True).numpy()
+    return _chunked(read, seq).sum(axis=0) / len(seq)
+
+
+def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
+    """Layer 1's weight from each position ``t >= 1`` onto its parent, one row per head (NaN at a root)."""
+    rows = list(range(1, attention.shape[-1]))
+    return np.where(np.array([parents[t] >= 0 for t in rows]),
+                    attention[:, rows, [max(parents[t], 0) for t in rows]], np.nan)
+
+
+def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
+    """One- and two-layer transformers trained online; final losses, layer 1's attention, kernels off the prior."""
+    task = task_of(config)
+    schedule = _schedule(config)
+    runs = {kind: train(lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device,
+                        progress=ctx.progress) for kind, n in KINDS.items()}
+    models = {kind: [m.cpu() for m in run.models] for kind, run in runs.items()}
+    seq = task.sequences(config["eval_size"], _generator(config, "held-out"))
+    ood_task = replace(task, alpha=config["ood_alpha"])
+    ood_seq = ood_task.sequences(config["eval_size"], _generator(config, "out-of-distribution"))
+    parents = parent_positions(task, config["T"])
+    tables = {kind: [layer_one_attention(m, seq) for m in ms] for kind, ms in models.items()}
+    weights = {kind: [parent_weight(t, parents) for t in ts] for kind, ts in tables.items()}
+    data: TrainingData = {
+        "eval_steps": runs["two_layers"].eval_steps,
+        "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
+        "in_distribution": held_out(task, seq, models),
+        "out_of_distribution": held_out(task, ood_seq, models),
+        "parents": parents,
+        "parent_weight": weights,
+        "attention": tables["two_layers"][0],
+        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }  # type: ignore[typeddict-item]
+    claims, silent = training_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+# ---------------------------------------------------------------- a prior of restricted support
+class SupportData(TypedDict):
+    inside: HeldOut  # noisy permutations (the training prior); its levels add the prior's Bayes predictor
+    outside: HeldOut  # Dirichlet(alpha) kernels with the same floor, outside the training prior's support; its
+    # "bayes" level is the count estimator smoothed by alpha (the Bayes predictor of no prior here)
+    advantage: list[list[float]]  # per seed, outside: the training prior's Bayes loss minus the model's, per
+    # sequence, mean and standard error (empty where that predictor is not computed)
+    distance: dict[str, list[float]]  # outside, at the last position: mean max-norm distance to the true kernel row,
+    # per seed for the models, one value each for the count estimator and the prior's Bayes predictor
+    still_descending: int
+
+
+def support_tasks(config: dict[str, Any]) -> tuple[InContextMarkov, InContextMarkov]:
+    """The restricted training prior (noisy permutations) and the test prior outside its support (Dirichlet rows),
+    both with the floor ``gamma`` that the theorem's hypothesis min pi >= gamma / k asks for."""
+    task = task_of(config)
+    return (replace(task, rows="permutation", floor=config["gamma"]), replace(task, floor=config["gamma"]))
+
+
+def last_row_distance(probs: np.ndarray, seq: np.ndarray, kernels: np.ndarray, task: InContextMarkov) -> np.ndarray:
+    """Per sequence, the max-norm distance between ``probs`` at the last position and the kernel row it should be."""
+    truth = kernels[np.arange(len(seq)), task.contexts(seq, task.length)]
+    return np.abs(probs[:, -1] - truth).max(axis=-1)
+
+
+def _probabilities(model: nn.Module, seq: Tensor) -> np.ndarray:
+    return _chunked(lambda part: torch.softmax(model(part[:, :-1]).double(), -1).numpy(), seq)
+
+
+def support(config: dict[str, Any], ctx: RunContext) -> Outcome[SupportData]:
+    """Two layers trained on noisy permutations only, then read kernels from outside that support; beside them the
+    count estimator and the training prior's own Bayes predictor."""
+    inside_task, outside_task = support_tasks(config)
+    run = train(lambda: GPT(_gpt(config, 2)), inside_task, _schedule(config), ctx.seeds, ctx.device,
+                progress=ctx.progress)
+    models = [m.cpu() for m in run.models]
+    inside_seq = inside_task.sequences(config["eval_size"], _generator(config, "support-inside"))
+    outside_seq, kernels = outside_task.sequences_and_kernels(config["eval_size"],
+                                                              _generator(config, "support-outside"))
+    array = outside_seq.numpy()
+    inside, outside = (held_out(task, seq, {"two_layers": models})
+                       for task, seq in ((inside_task, inside_seq), (outside_task, outside_seq)))
+    model_probs = [_probabilities(m, outside_seq) for m in models]
+    distance = {"models": [float(last_row_distance(p, array, kernels, outside_task).mean()) for p in model_probs],
+                "count_estimator": [float(last_row_distance(theory.bayes_predictive(outside_task, array), array,
+                                                            kernels, outside_task).mean())]}
+    advantage: list[list[float]] = []
+    if config["k"] <= theory.MAX_PERMUTED_STATES:
+        for part, seq in ((inside, inside_seq.numpy()), (outside, array)):
+            part["levels"]["prior_bayes"] = float(theory.sequence_losses(
+                theory.permutation_predictive(inside_task, seq), seq).mean())
+        rival = theory.permutation_predictive(inside_task, array)
+        distance["prior_bayes"] = [float(last_row_distance(rival, array, kernels, outside_task).mean())]
+        rival_loss = theory.sequence_losses(rival, array)
+        advantage = [list(_mean_and_error(rival_loss - theory.sequence_losses(p, array))) for p in model_probs]
+    data: SupportData = {"inside": inside, "outside": outside, "advantage": advantage, "distance": distance,
+                         "still_descending": int(still_descending(run, LOSS_NOISE).sum())}
+    claims, silent = support_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+# ---------------------------------------------------------------- the trigger task
+BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
+
+
+class TriggerData(TypedDict):
+    eval_steps: list[int]
+    eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations
+    chance: float  # accuracy of any guess that ignores the earlier occurrence: 1 / (tokens that can be outputs)
+    accuracy: dict[str, dict[str, list[float]]]  # "first" / "recall" -> kind -> per seed, on held-out sequences
+    positions: dict[str, int]  # "first" / "recall" -> how many held-out positions were judged
+    previous_weight: dict[str, list[float]]  # two layers, per seed: layer 1's weight on the token before, where it
+    # is a trigger ("after_trigger") and elsewhere
+    memory_names: list[str]  # the probed memories, in the order Bietti et al. see them form
+    memories: list[list[list[float]]]  # two layers: seed x evaluation x memory, the recall probes
+    still_descending: dict[str, int]
+
+
+def trigger_task(config: dict[str, Any]) -> TriggerTask:
+    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``."""
+    return TriggerTask(config["trigger_tokens"], config["triggers"], config["trigger_T"], BIGRAM_CONCENTRATION,
+                       config["seed"])
+
+
+def output_positions(task: TriggerTask, seq: np.ndarray) -> dict[str, np.ndarray]:
+    """Masks over the inputs where the target is a trigger's output: its first occurrence, and a later one."""
+    recall = task.recall_positions(seq)
+    return {"first": np.isin(seq[:, :-1], task.triggers) & ~recall, "recall": recall}
+
+
+def accuracy_at(predictions: np.ndarray, seq: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, float]:
+    """Share of the masked positions where ``predictions`` (``(n, length)`` tokens) is the next token."""
+    right = predictions == seq[:, 1:]
+    return {name: float(right[mask].mean()) if mask.any() else float("nan") for name, mask in masks.items()}
+
+
+MEMORIES = ("W_OV of layer 2", "W_KQ of layer 2", "W_KQ of layer 1")  # in the order Bietti et al. see them form
+
+
+def _head_matrices(attention: nn.Module) -> tuple[list[Tensor], Tensor]:
+    """Each head's ``W_KQ = W_Q^T W_K`` (the score of query x against key y is ``x^T W_KQ y``, unscaled) and the
+    layer's ``W_OV`` (what it writes for a value x), from the fused projections."""
+    d = attention.proj.weight.shape[0]
+    w_q, w_k, w_v = attention.qkv.weight.split(d)
+    size = d // attention.n_head
+    heads = [slice(h * size, (h + 1) * size) for h in range(attention.n_head)]
+    return [w_q[h].T @ w_k[h] for h in heads], attention.proj.weight @ w_v
+
+
+def trigger_memories(model: GPT, task: TriggerTask) -> list[float]:
+    """Bietti et al.'s memory-recall probes of a two-layer GPT, in the order of ``MEMORIES``: layer 2 reads an
+    output token's embedding out as that token; layer 2 matches a trigger against the key whose predecessor,
+    copied by layer 1, is that trigger; layer 1 sends each position to the one before. Each key-query memory is
+    read in its best head."""
+    tokens, unembed, positions = model.wte.weight, model.head.weight, model.wpe
+    first, second = (_head_matrices(block.attn) for block in model.blocks[:2])
+    outputs = torch.from_numpy(task.outputs_possible)
+    triggers = torch.from_numpy(task.triggers)
+    out_recall = probes.recall_share(probes.bilinear_scores(tokens[outputs], second[1].T, unembed), outputs)
+    copied = tokens @ first[1].T  # layer 1's write for each token it attends to
+    match = max(probes.recall_share(probes.bilinear_scores(tokens[triggers], kq, copied), triggers)
+                for kq in second[0])
+    later = torch.arange(1, len(positions))
+    previous = max(probes.recall_share(probes.causal(probes.bilinear_scores(positions, kq, positions))[later],
+                                       later - 1) for kq in first[0])
+    return [out_recall, match, previous]
+
+
+def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dict[str, float]:
+    """Layer 1's weight from each position onto the one before, averaged where that token is a trigger and
+    elsewhere, in the head that puts the most on a trigger: a positional previous-token head weighs both alike."""
+    steps = np.arange(1, seq.shape[1] - 1)
+    weight = _chunked(lambda part: model(part[:, :-1], return_attention=True)[1][0].double().numpy()[
+        :, :, steps, steps - 1], torch.from_numpy(seq))  # (B, H, T - 1)
+    trigger_before = np.isin(seq[:, :-2], task.triggers)[:, None].repeat(weight.shape[1], axis=1)
+    if not trigger_before.any():
+        return {"after_trigger": float("nan"), "elsewhere": float(weight.mean())}
+    after = np.where(trigger_before, weight, np.nan)
+    head = int(np.nanargmax(np.nanmean(after, axis=(0, 2))))
+    return {"after_trigger": float(weight[:, head][trigger_before[:, head]].mean()),
+            "elsewhere": float(weight[:, head][~trigger_before[:, head]].mean())}
+
+
+def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
+    """One- and two-layer transformers trained on the trigger task; accuracy on the outputs of triggers."""
+    task = trigger_task(config)
+    schedule = _schedule(config, "trigger_steps")
+    runs = {kind: train(lambda n=n: GPT(_gpt(config, n, "trigger_tokens", "trigger_T")), task, schedule, ctx.seeds,
+                        ctx.device, progress=ctx.progress,
+                        probe=partial(trigger_memories, task=task) if n == 2 else None)
+            for kind, n in KINDS.items()}
+    seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
+    masks = output_positions(task, seq)
+    accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
+    for kind, run in runs.items():
+        for model in run.models:
+            predictions = _chunked(lambda part, model=model: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(),
+                                   torch.from_numpy(seq))
+            for name, value in accuracy_at(predictions, seq, masks).items():
+                accuracy[name].setdefault(kind, []).append(value)
+    previous = [previous_token_weight(model, task, seq) for model in runs["two_layers"].models]
+    data: TriggerData = {
+        "eval_steps": runs["two_layers"].eval_steps,
+        "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
+        "chance": 1.0 / len(task.outputs_possible),
+        "accuracy": accuracy,
+        "positions": {name: int(mask.sum()) for name, mask in masks.items()},
+        "previous_weight": {part: [weights[part] for weights in previous] for part in ("after_trigger", "elsewhere")},
+        "memory_names": list(MEMORIES),
+        "memories": runs["two_layers"].probes,
+        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }  # type: ignore[typeddict-item]
+    claims, silent = trigger_rows(config, data)
+    return Outcome(claims, data, silent)
+
+
+# ---------------------------------------------------------------- Bietti et al.'s simplified model
+class MemoriesData(TypedDict):
+    memory_names: list[str]
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seeds x evaluations
+    memories: list[list[list[float]]]  # seed x evaluation x memory, the recall probes during training
+    still_descending: int
+
+
+def memory_task(config: dict[str, Any]) -> TriggerTask:
+    """The trigger task at ``memory_T`` tokens, scored only where the output is recalled, as Bietti et al. train the
+    simplified model."""
+    return TriggerTask(config["trigger_tokens"], config["triggers"], config["memory_T"], BIGRAM_CONCENTRATION,
+                       config["seed"], scored="recall")
+
+
+def memory_model(config: dict[str, Any]) -> AssociativeMemories:
+    """The simplified model of the chapter's trigger task, its random embeddings drawn from the current seed."""
+    return AssociativeMemories(config["trigger_tokens"], config["memory_T"], config["memory_d"])
+
+
+def memory_probes(model: AssociativeMemories, task: TriggerTask) -> list[float]:
+    """The recall probes of the simplified model's three memories, in the order of ``MEMORIES``: ``W_OV2`` reads
+    each output token's embedding out as that token (against every token); ``W_KQ2`` matches each trigger against
+    the copy ``W_OV1 e`` of every token, best on the trigger's own; ``W_KQ1`` sends each position to the one
+    before (against every earlier one)."""
+    outputs, triggers = torch.from_numpy(task.outputs_possible), torch.from_numpy(task.triggers)
+    written = probes.recall_share(probes.bilinear_scores(model.tokens[outputs], model.ov2.T, model.outputs), outputs)
+    copied = model.tokens @ model.ov1.T
+    matched = probes.recall_share(probes.bilinear_scores(model.tokens[triggers], model.kq2, copied), triggers)
+    later = torch.arange(1, len(model.positions))
+    scores = probes.causal(probes.bilinear_scores(model.positions, model.kq1, model.positions))
+    previous = probes.recall_share(scores[later], later - 1)
+    return [written, matched, previous]
+
+
+def memory_schedule(config: dict[str, Any]) -> TrainConfig:
+    """Plain gradient steps of constant size on fresh sequences, all three memories at once, evaluated and probed
+    100 times: the first two memories form within a few dozen steps of each other."""
+    steps = config["memory_steps"]
+    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["memory_lr"], schedule="constant",
+                       optimizer="sgd", eval_every=max(1, steps // 100), eval_size=256)
+
+
+def memories(config: dict[str, Any], ctx: RunContext) -> Outcome[MemoriesData]:
+    """Bietti et al.'s simplified model: its three memories trained together, probed along the way."""
+    task = memory_task(config)
+    run = train(lambda: memory_model(config), task, memory_schedule(config), ctx.seeds, ctx.device,
+                progress=ctx.progress, probe=partial(memory_probes, task=task))
+    data: MemoriesData = {
+        "memory_names": list(MEMORIES), "eval_steps": run.eval_steps, "eval_loss": run.eval_loss,
+        "memories": run.probes, "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
+    }  # type: ignore[typeddict-item]
+    claims, silent = memories_rows(config, data)
+    return Outcome(claims, data, silent)
