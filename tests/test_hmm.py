@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sandboxes.chapters import hmm as chapter
+from sandboxes.chapters.hmm import judge, measure
 from sandboxes.data.hmm import (
     HMM,
     FiniteSample,
@@ -26,7 +27,7 @@ from conftest import TINY as TINY_CONFIGS
 EXACT = 1e-12  # float64 round-off on products of a few small stochastic matrices
 RECOVERY = 1e-9  # round-off amplified by condition numbers <= 100 and Jennrich's eigenvalue gaps
 SHAPES = [(3, 2), (4, 3), (6, 4), (5, 5)]
-ORDERS = chapter.TASK_ORDERS
+ORDERS = measure.TASK_ORDERS
 
 
 def valid_hmm(d: int = 4, k: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +313,7 @@ def test_ghmm_recover_and_the_density_step_of_theorem_9(d, k):
     rng = np.random.default_rng(d + k)
     M, T = theory.random_ghmm(d, k, rng)
     points = 1.5 * rng.normal(size=(d + 3, d))
-    for given, targets in chapter.GHMM_ORDERS:
+    for given, targets in measure.GHMM_ORDERS:
         values = theory.ghmm_two_token_predictor(M, T, given, targets, points)
         assert theory.parameter_distance(M, T, *theory.ghmm_recover(values, points, given, targets, k, rng)) < RECOVERY
     anchors = 2 * M.T
@@ -337,7 +338,7 @@ def test_ghmm_recover_middle_returns_a_generic_g_hmm(d, k):
     rng = np.random.default_rng(20 + d + k)
     M, T = theory.random_ghmm(d, k, rng)
     points = 1.5 * rng.normal(size=(max(20, 2 * d), d))
-    for given, targets in chapter.MIDDLE_ORDERS:
+    for given, targets in measure.MIDDLE_ORDERS:
         values = theory.ghmm_two_token_predictor(M, T, given, targets, points)
         recovered = theory.ghmm_recover_middle(values, points, targets, k, rng)
         assert theory.parameter_distance(M, T, *recovered) < RECOVERY
@@ -366,7 +367,7 @@ def test_case_2_does_not_identify_any_g_hmm_with_two_states(d, k):
     rng = np.random.default_rng(d)
     M, T = theory.random_ghmm(d, k, rng)
     partner = check_ghmm(*theory.middle_partner(M, T))
-    gap, distance = chapter.middle_counterexample(M, T, *partner, rng.normal(size=(10, d)))
+    gap, distance = measure.middle_counterexample(M, T, *partner, rng.normal(size=(10, d)))
     assert gap < EXACT and distance > 0.1
 
 
@@ -377,9 +378,9 @@ def test_middle_partner_flips_MT_and_keeps_case_2_only_for_equiangular_means(d, 
     M, T = theory.random_ghmm(d, k, rng)
     HM, HT = theory.middle_partner(M, T)
     assert np.abs(HM @ HT + M @ T).max() < EXACT
-    assert chapter.middle_counterexample(M, T, HM, HT, points)[0] > 1e-3
+    assert measure.middle_counterexample(M, T, HM, HT, points)[0] > 1e-3
     S, ST = theory.symmetric_ghmm(d, k, rng)
-    gap, distance = chapter.middle_counterexample(S, ST, *check_ghmm(*theory.middle_partner(S, ST)), points)
+    gap, distance = measure.middle_counterexample(S, ST, *check_ghmm(*theory.middle_partner(S, ST)), points)
     assert gap < EXACT and distance > 1e-3
 
 
@@ -437,8 +438,8 @@ def _seed_rows(change: str) -> list:
         O2, T2 = _relabelled(O, T)
     elif change == "sweep rotates about e3, not 1":
         plane = COORDINATE_PLANE
-    sweep = chapter.rotation_sweep(O, T, plane, np.linspace(-np.pi, np.pi, 19))
-    return chapter.seed_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
+    sweep = measure.rotation_sweep(O, T, plane, np.linspace(-np.pi, np.pi, 19))
+    return measure.seed_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
 
 
 def _pair() -> tuple[np.ndarray, ...]:
@@ -455,7 +456,7 @@ def _counterexample_rows(change: str) -> list:
         T2 = T
     elif change == "(O~, T~) a relabelling of (O, T)":
         O2, T2 = _relabelled(O, T)
-    return chapter.counterexample_claims(O, T, O2, T2, 1.0)
+    return measure.counterexample_claims(O, T, O2, T2, 1.0)
 
 
 def _powers_rows(change: str) -> list:
@@ -465,14 +466,14 @@ def _powers_rows(change: str) -> list:
         angle = {"R^(t+1) = I, not R^t": -2 * np.pi / (t + 1), "R = I": 0.0}.get(change, -2 * np.pi / t)
         plane = COORDINATE_PLANE if change == "rotation about e3, not 1" else theory.ones_complement_basis(3)
         pairs.append((t, T, theory.rotation_about_ones(3, angle, plane) @ T))
-    return chapter.powers_claims(pairs)[0]
+    return measure.powers_claims(pairs)[0]
 
 
 def _recovery_rows(change: str) -> list:
     # recovery is told x_3 (x) x_2 | x_1 when the predictor is x_2 (x) x_3 | x_1, and so on: a shuffled label
-    swapped = tuple((given, targets[::-1]) for given, targets in chapter.TASK_ORDERS)
+    swapped = tuple((given, targets[::-1]) for given, targets in measure.TASK_ORDERS)
     told = swapped if change == "targets swapped" else None
-    return chapter.recovery_claims(chapter.recovery_errors([(4, 3)], 1, np.random.default_rng(0), told))
+    return measure.recovery_claims(measure.recovery_errors([(4, 3)], 1, np.random.default_rng(0), told))
 
 
 @pytest.fixture(scope="module")
@@ -481,35 +482,35 @@ def trained_two_token():
     run = chapter.CHAPTER.start("quick", {"samples": "1000,30000", "steps": "300"}, seeds=3, device="cpu")
     pair = run.section("counterexample").data
     hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
-    learned, moving = chapter._train_predictors(run.config, run.context, hmms, chapter.TWO_TOKEN)
+    learned, moving = measure._train_predictors(run.config, run.context, hmms, measure.TWO_TOKEN)
     return learned, moving, hmms
 
 
 def _learning_rows(change: str, tiny_result, trained_two_token) -> list:
     learned, moving, hmms = trained_two_token
     sizes = np.array([1000.0, 30000.0])
-    exact = chapter.exact_predictors(hmms, chapter.TWO_TOKEN)
+    exact = measure.exact_predictors(hmms, measure.TWO_TOKEN)
     weights = theory.symbol_law(hmms[0].emission)
-    part = chapter.learned_task(learned, exact, weights, sizes)
+    part = measure.learned_task(learned, exact, weights, sizes)
     same = [exact[0], exact[0]]  # the pairwise task of a counterexample: one predictor for both HMMs
-    pairwise = chapter.learned_task(learned[[0, 0]], same, weights, sizes)
+    pairwise = measure.learned_task(learned[[0, 0]], same, weights, sizes)
     recovered = learned
     if change == "a pairwise learner that tells the pair apart":
         pairwise = {**part, "exact_gap": pairwise["exact_gap"]}  # learned apart, though the optimal predictors agree
     elif change == "both predictor sets learned from HMM 0":
-        part = chapter.learned_task(learned[[0, 0]], exact, weights, sizes)
+        part = measure.learned_task(learned[[0, 0]], exact, weights, sizes)
     elif change == "every N trained on the smallest sample":
-        part = chapter.learned_task(learned[:, [0, 0]], exact, weights, sizes)
-        pairwise = chapter.learned_task(learned[[0, 0]][:, [0, 0]], same, weights, sizes)
+        part = measure.learned_task(learned[:, [0, 0]], exact, weights, sizes)
+        pairwise = measure.learned_task(learned[[0, 0]][:, [0, 0]], same, weights, sizes)
         recovered = learned[:, [0, 0]]
     elif change == "HMM labels swapped":
         recovered = learned[::-1]
     elif change == "seed noise as large as the gap":
         part = {**part, "within": [part["exact_gap"]] * len(sizes)}
-    recovery = chapter.learned_recovery(recovered, hmms)
+    recovery = measure.learned_recovery(recovered, hmms)
     data = {"samples": sizes, "pairwise": pairwise, "two_token": part, "recovery": recovery,
             "still_descending": moving}
-    return chapter.learning_claims(data)
+    return judge.learning_claims(data)
 
 
 def _ghmm_setting() -> tuple[np.ndarray, ...]:
@@ -521,9 +522,9 @@ def _ghmm_setting() -> tuple[np.ndarray, ...]:
 def _ghmm_rows(change: str) -> list:
     M, T, HM, points, rng = _ghmm_setting()
     HT = theory.partner_transition(M, T, HM)
-    outcomes = {"free T": chapter.ghmm_fit_outcomes(M, T, HM, HT, points, 3, False, rng)}
+    outcomes = {"free T": measure.ghmm_fit_outcomes(M, T, HM, HT, points, 3, False, rng)}
     fixed = {"constraint dropped": outcomes["free T"]}.get(change)
-    outcomes["columns of T sum to 1"] = fixed or chapter.ghmm_fit_outcomes(M, T, HM, HT, points, 2, True, rng)
+    outcomes["columns of T sum to 1"] = fixed or measure.ghmm_fit_outcomes(M, T, HM, HT, points, 2, True, rng)
     if change == "H reflects along a random vector":
         v = np.random.default_rng(0).normal(size=3)
         HM = M - 2 * np.outer(v, v @ M) / (v @ v)
@@ -534,39 +535,39 @@ def _ghmm_rows(change: str) -> list:
     elif change == "H = I":
         HM, HT = M, T
     elif change == "means not unit-norm (Assumption 9 dropped)":
-        outcomes["free T"] = chapter.ghmm_fit_outcomes(M, T, HM, HT, points, 2, False, rng, unit_norm=False)
-    return chapter.ghmm_claims(M, T, HM, HT, points, outcomes)
+        outcomes["free T"] = measure.ghmm_fit_outcomes(M, T, HM, HT, points, 2, False, rng, unit_norm=False)
+    return measure.ghmm_claims(M, T, HM, HT, points, outcomes)
 
 
 def _ghmm_tensor_rows(change: str) -> list:
     M, T, HM, points, rng = _ghmm_setting()
     HT = theory.partner_transition(M, T, HM)
     config = {"ghmm_points": 20, "random_hmms": 1}
-    swapped = tuple((given, targets[::-1]) for given, targets in chapter.GHMM_ORDERS + chapter.MIDDLE_ORDERS)
+    swapped = tuple((given, targets[::-1]) for given, targets in measure.GHMM_ORDERS + measure.MIDDLE_ORDERS)
     told = swapped if change == "targets swapped" else None
     partner = (M, T) if change == "partner = (M, T)" else (HM, HT)
-    data = chapter.ghmm_tensor_data(config, M, T, *partner, rng, told=told)
+    data = measure.ghmm_tensor_data(config, M, T, *partner, rng, told=told)
     if change == "means of the partner":
         anchors = 2 * M.T
         data["transition_error"] = float(np.abs(theory.ghmm_transition_from_density(
             HM, theory.ghmm_density_matrix(M, T, anchors, anchors), anchors) - T).max())
     elif change == "random means (Gram row sums unequal)":
-        data["symmetric_gap"], data["symmetric_distance"] = chapter.middle_counterexample(
+        data["symmetric_gap"], data["symmetric_distance"] = measure.middle_counterexample(
             M, T, *theory.middle_partner(M, T), points)
     elif change == "partner = the equiangular G-HMM itself":
         symmetric = theory.symmetric_ghmm(3, 3, rng)
-        data["symmetric_gap"], data["symmetric_distance"] = chapter.middle_counterexample(
+        data["symmetric_gap"], data["symmetric_distance"] = measure.middle_counterexample(
             *symmetric, *symmetric, points)
     elif change == "T with an entry above 2/k":
         symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
-        data["symmetric_partner_valid"] = chapter._validity(
+        data["symmetric_partner_valid"] = measure._validity(
             check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3))
     elif change == "a random three-state G-HMM in place of the two-state one":
-        data["two_state_gap"] = chapter.middle_counterexample(M, T, *theory.middle_partner(M, T), points)[0]
+        data["two_state_gap"] = measure.middle_counterexample(M, T, *theory.middle_partner(M, T), points)[0]
     elif change == "raw moments (unit noise ignored)":
-        mixture, law = chapter.law_recovery(M, T, 0.5 * rng.normal(size=3), rng, hermite=False)
+        mixture, law = measure.law_recovery(M, T, 0.5 * rng.normal(size=3), rng, hermite=False)
         data["mixture_errors"], data["law_errors"] = [mixture], [law]
-    return chapter.ghmm_tensor_claims(data)
+    return measure.ghmm_tensor_claims(data)
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
@@ -642,7 +643,7 @@ def test_the_counterfactual_builders_hold_without_a_change(rows, request):
 
 def test_learning_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     # 2 steps at unit scale: the predictors were still descending, so no learning row may say "fails"
-    claims = chapter.learning_claims(tiny_result("hmm")["data"]["learning"])
+    claims = judge.learning_claims(tiny_result("hmm")["data"]["learning"])
     assert tiny_result("hmm")["data"]["learning"]["still_descending"] > 0
     assert [c.name for c in claims if c.holds is False] == []
     assert any(c.holds is None and "--set steps=" in c.reason for c in claims)

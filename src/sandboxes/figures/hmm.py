@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS, reference_line
 
 if TYPE_CHECKING:
-    from ..chapters.hmm import (
+    from ..chapters.hmm.measure import (
         GhmmData,
         GhmmTensorData,
         LearningData,

@@ -1,10 +1,7 @@
-"""Chapter: which masked-prediction tasks identify an HMM (Liu, Hsu, Ravikumar, Risteski).
-
-Each section function computes one section of the chapter page and returns its claims and its
-data (a ``TypedDict`` per section, which the section's figures in ``figures.hmm`` read). The rows
-themselves come from small pure functions (``*_claims``) of the section's data or of a few arrays,
-so that the tests can hand each of them a counterfactual in which it fails.
-"""
+"""The HMM chapter's sections: per section its ``TypedDict`` (which ``figures.hmm`` draws and ``judge`` reads) and
+the function that computes it. The exact checks (Theorems 4-9, Claim 1, Lemmas 7 and 9) make their rows here, beside
+the arrays they compare; the learning section trains its predictors here and takes its rows from ``judge``. The ideal
+learner that the page sets beside the learned predictors is computed here too."""
 
 from __future__ import annotations
 
@@ -15,39 +12,28 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from ..claims import Claim
-from ..curves import budget_ran_out, still_descending
-from ..data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
-from ..model import MultiLayerPerceptron
-from ..profiles import (
-    Custom,
-    Param,
-    at_least,
-    each,
-    in_range,
-    int_list,
-    positive,
-    with_reference,
+from ...claims import Claim
+from ...curves import still_descending
+from ...data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
+from ...model import MultiLayerPerceptron
+from ...profiles import int_list
+from ...runtime import member_seed
+from ...sections import Outcome, RunContext
+from ...theory import hmm as theory
+from ...trainer import TrainConfig, train
+from .judge import (
+    DIFFERENT,
+    EXACT,
+    EXACT_REASON,
+    MIDDLE_REASON,
+    MOMENT_REASON,
+    PRINTED,
+    PRINTED_REASON,
+    RECOVERY_REASON,
+    RECOVERY_TOL,
+    learning_rows,
 )
-from ..runtime import member_seed
-from ..sections import Chapter, Outcome, RunContext, Section
-from ..theory import hmm as theory
-from ..trainer import TrainConfig, train
 
-EXACT = 1e-12
-EXACT_REASON = "float64 round-off: the identity is exact"
-RECOVERY_TOL = 1e-9
-RECOVERY_REASON = ("float64 round-off, amplified by cond(O), cond(T) <= 100 and by the gaps between "
-                   "the eigenvalues of Jennrich's pencil")
-PRINTED = 10.0 ** -theory.SEED_DIGITS
-PRINTED_REASON = ("the paper prints 8 decimals: rounding of 5e-9 in each input and output entry, "
-                  "carried through sums of at most 4 products")
-DIFFERENT = 1e-6  # a difference no round-off in this chapter comes near
-SAMPLING_TOL = 0.5
-SAMPLING_REASON = "the network's optimisation error adds to the sampling error of the best fit to the N samples"
-EXCESS_REASON = ("twice the RMS distance between seeds of one HMM: the noise of a difference of two learned "
-                 "predictors (cross^2 - within^2 fluctuates by about within^2)")
-SLOPE_SPREAD = 3  # standard errors of the runs' own slopes by which the median error's slope may miss -1/2
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
 FIT_RESIDUAL = 1e-9  # a G-HMM fit with a smaller RMS residual matches the predictor exactly
@@ -57,7 +43,7 @@ PAIRWISE = (1, (2,))  # the task x_2 | x_1
 TASK_ORDERS = tuple((g, tuple(t for t in (1, 2, 3) if t != g)[::s]) for g in (1, 2, 3) for s in (1, -1))
 
 
-def _shapes(text: str) -> list[tuple[int, int]]:
+def parse_shapes(text: str) -> list[tuple[int, int]]:
     """``"4x3,6x4"`` -> ``[(4, 3), (6, 4)]``: (d, k) pairs with ``d >= k``, ``2 <= k <= 8``."""
     try:
         shapes = [tuple(int(n) for n in item.split("x")) for item in str(text).split(",") if item.strip()]
@@ -66,50 +52,6 @@ def _shapes(text: str) -> list[tuple[int, int]]:
     if not shapes or any(len(s) != 2 or not 2 <= s[1] <= min(s[0], 8) for s in shapes):
         raise ValueError(f"each size is d x k with d >= k and 2 <= k <= 8, got {text!r}")
     return shapes
-
-
-def _draw_shapes(rng: np.random.Generator, near: str) -> str:
-    """One to three (d x k) sizes a reader might choose."""
-    ks = rng.integers(2, 7, size=int(rng.integers(1, 4)))
-    return ",".join(f"{k + int(rng.integers(0, 4))}x{k}" for k in ks)
-
-
-SHAPES = Custom(_shapes, "comma-separated sizes d x k with d >= k and 2 <= k <= 8", _draw_shapes)
-SAMPLES = each(at_least(1), min_length=2)  # two sizes at least, to measure a rate
-
-
-PARAMS = (
-    Param("k", int, 3, 3, "hidden states of the generated HMMs and G-HMM (a rotation about 1 needs k >= 3)",
-          in_range(3, 8)),
-    Param("d", int, 4, 4, "observed symbols (HMM) or dimension (G-HMM), at least k", at_least(3)),
-    Param("seed", int, 0, 0, "seed of the random HMMs, counterexamples and G-HMM", at_least(0)),
-    Param("candidates", int, 300, 1000, "random HMMs searched for the most distinguishable counterexample",
-          at_least(1)),
-    Param("max_power", int, 10, 30, "Claim 1 is checked for t = 2 .. max_power", at_least(2)),
-    Param("shapes", str, "3x2,4x3,6x4,8x6", "3x2,4x3,6x4,8x5,8x6,10x8", "(d x k) sizes for exact recovery", SHAPES),
-    Param("random_hmms", int, 5, 50, "random HMMs per size for exact recovery", at_least(1)),
-    Param("samples", str, "1000,3000,10000,30000", "1000,3000,10000,30000,100000,300000,1000000",
-          "sample sizes N of the learning experiment", SAMPLES),
-    Param("steps", int, 400, 3000, "training steps per predictor", at_least(1)),
-    Param("batch_size", int, 1024, 8192, "minibatch drawn (with replacement) from the N samples", at_least(1)),
-    Param("lr", float, 1e-2, 1e-2, "Adam learning rate (cosine schedule down to 1/1000 of it)", positive),
-    Param("hidden", int, 16, 64, "hidden width of the one-hidden-layer ReLU predictor", at_least(1)),
-    Param("ghmm_starts", int, 6, 40, "random starts of each G-HMM fit", at_least(1)),
-    Param("ghmm_points", int, 100, 400, "points x at which the G-HMM predictor is matched", at_least(1)),
-)
-# Reference scale (2-core CPU, measured): sample sizes up to 10^6 as the issue asks of the learning experiment,
-# with the full profile's optimiser budget (3000 steps of 8192), 5 seeds; about 45 minutes.
-PARAMS = with_reference(PARAMS, {"samples": "1000,3000,10000,30000,100000,300000,1000000", "steps": 3000,
-                                 "batch_size": 8192, "hidden": 64})
-
-
-def check(config: dict[str, Any], n_seeds: int) -> None:
-    """d >= k (an HMM has at least as many symbols as hidden states) and ghmm_points >= 2k (the G-HMM fits have
-    more equations than unknowns); checked before any section runs."""
-    if config["d"] < config["k"]:
-        raise ValueError(f"the HMMs need d >= k, got d={config['d']}, k={config['k']}")
-    if config["ghmm_points"] < 2 * config["k"]:
-        raise ValueError(f"the G-HMM fits need ghmm_points >= 2k = {2 * config['k']}, got {config['ghmm_points']}")
 
 
 def _rng(config: dict[str, Any], part: int) -> np.random.Generator:
@@ -312,7 +254,7 @@ def recovery_claims(errors: dict[str, list[float]]) -> list[Claim]:
 
 def recovery(config: dict[str, Any], ctx: RunContext) -> Outcome[RecoveryData]:
     """Exact two-token predictors of random HMMs -> (O, T) up to relabelling, for all six task orders."""
-    errors = recovery_errors(_shapes(config["shapes"]), config["random_hmms"], _rng(config, 2))
+    errors = recovery_errors(parse_shapes(config["shapes"]), config["random_hmms"], _rng(config, 2))
     return Outcome(recovery_claims(errors), {"errors": errors, "tolerance": RECOVERY_TOL})
 
 
@@ -407,92 +349,6 @@ def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
     return {"own": own, "other": other}  # type: ignore[typeddict-item]
 
 
-def recovery_slope_error(data: LearningData) -> float:
-    """Standard error of the recovery's log-log slope, measured: the spread of the runs' own slopes (one per HMM and
-    seed) over the square root of their number."""
-    sizes = np.asarray(data["samples"], dtype=float)
-    own = np.asarray(data["recovery"]["own"]).transpose(0, 2, 1).reshape(-1, len(sizes))
-    slopes = np.polyfit(np.log(sizes), np.log(own).T, 1)[0]
-    return float(np.std(slopes, ddof=1) / np.sqrt(slopes.size))
-
-
-def recovery_slope(data: LearningData) -> float:
-    """Log-log slope against N of the median error of the parameters recovered from the learned two-token predictors."""
-    sizes = np.asarray(data["samples"], dtype=float)
-    own = np.asarray(data["recovery"]["own"])
-    median = np.median(own.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
-    return float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
-
-
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-reference table: what the theorems say of the learning experiment."""
-    if "learning" not in data:
-        return []
-    learning = data["learning"]
-    n = int(learning["samples"][-1])
-    pair, two = learning["pairwise"], learning["two_token"]
-
-    def measured(part: LearnedTask) -> str:
-        return f"{part['excess'][-1]:.3g} (seed-to-seed distance {part['within'][-1]:.3g})"
-
-    return [
-        (f"x2|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise",
-         f"their optimal pairwise predictors are equal (Thm 4): distance {pair['exact_gap']:.3g}, computed here",
-         measured(pair)),
-        (f"x2(x)x3|x1 learned at N = {n}: the same distance",
-         f"that of their optimal predictors, not 0 (Thm 7): {two['exact_gap']:.3g}, computed here", measured(two)),
-        ("parameters recovered from the learned x2(x)x3|x1: log-log slope of the error against N",
-         "nothing: the paper proves identifiability and gives no algorithm, sample bound or learning experiment; "
-         "-1/2 is what a smooth map of an N^-1/2 estimate gives", f"{recovery_slope(learning):.2f}"),
-    ]
-
-
-def learning_claims(data: LearningData) -> list[Claim]:
-    """The rows of the learning section, from its data alone."""
-    sizes = np.asarray(data["samples"], dtype=float)
-    n = int(sizes[-1])
-    claims = []
-    moving = data["still_descending"]
-    optimised = budget_ran_out(moving, "predictors were still descending", "steps")
-    for name, label in (("pairwise", "x2|x1"), ("two_token", "x2(x)x3|x1")):
-        part = data[name]
-        error, sampling = np.asarray(part["error"]), np.asarray(part["sampling_error"])
-        claims.append(Claim.close(f"{label} learned at N = {n}: error / sampling error sqrt(sum_j (1 - ||f_j||^2) / N) "
-                                  "(median over seeds and HMMs)", 1.0, float(np.median(error[:, -1] / sampling[-1])),
-                                  SAMPLING_TOL, SAMPLING_REASON).eventually(*optimised))
-    part = data["two_token"]
-    within, excess, gap = float(part["within"][-1]), float(part["excess"][-1]), float(part["exact_gap"])
-    # The three rows below speak only where the experiment resolves the gap: twice the seed-to-seed distance below
-    # the distance between the optimal predictors (else the excess rows hold for any learner): undecided otherwise.
-    resolved = 2 * within <= gap
-    needed = n * (2 * within / gap) ** 2 if gap > 0 else float("inf")
-    unresolved = (f"at N = {n} twice the seed-to-seed distance, {2 * within:.2g}, exceeds the gap {gap:.2g} between "
-                  f"the two HMMs' optimal predictors; since it falls as N^-1/2, about N = {needed:.2g} samples "
-                  "(--set samples=...) would resolve it")
-    own, other = np.asarray(data["recovery"]["own"]), np.asarray(data["recovery"]["other"])
-    pairwise = data["pairwise"]
-    claims += [claim if resolved else claim.undecided(unresolved) for claim in (
-        Claim.close(f"x2|x1 learned at N = {n}: the pairwise learner cannot tell the pair apart (distance between the "
-                    "two HMMs' predictors beyond seed noise = that of their optimal predictors)",
-                    float(pairwise["exact_gap"]), float(pairwise["excess"][-1]), 2 * float(pairwise["within"][-1]),
-                    EXCESS_REASON + "; made only where the two-token row below resolves the pair"),
-        Claim.close(f"x2(x)x3|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise, "
-                    "sqrt(cross^2 - within^2), = distance between their optimal predictors", gap, excess, 2 * within,
-                    EXCESS_REASON),
-        Claim.exact(f"recovered (O, T) at N = {n} is closer to its own HMM than to the other (count)",
-                    str(own[:, -1].size), str(int((own[:, -1] < other[:, -1]).sum())),
-                    "Thm 7: the two-token task tells the pair apart"),
-    )]
-    slope, spread = recovery_slope(data), recovery_slope_error(data)
-    claims += [
-        Claim.close("recovered (O, T) from learned x2(x)x3|x1: log-log slope of the median error against N",
-                    -0.5, slope, SLOPE_SPREAD * spread, "the recovery map is smooth at the truth, so its error follows "
-                    f"the predictor's N^-1/2; {SLOPE_SPREAD} standard errors of the slope, measured from the spread of "
-                    f"the {own.shape[0] * own.shape[2]} runs' own slopes ({spread:.3g})").eventually(*optimised),
-    ]
-    return claims
-
-
 def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> Outcome[LearningData]:
     """Learn x2|x1 and x2(x)x3|x1 from N samples of the two counterexample HMMs; recover (O, T) from the latter."""
     pair = counterexample
@@ -510,12 +366,6 @@ def learning(config: dict[str, Any], ctx: RunContext, counterexample: Counterexa
         "recovery": learned_recovery(learned["two_token"], hmms)}
     claims, silent = learning_rows(config, data)
     return Outcome(claims, data, silent)
-
-
-def learning_rows(config: dict[str, Any], data: LearningData) -> tuple[list[Claim], tuple[str, ...]]:
-    """The learning section's rows, from its data alone (the reference check recomputes them); it leaves none out."""
-    return learning_claims(data), ()
-
 
 
 IDEAL_DRAWS = 20  # sample draws per N of the ideal learner: enough for a median
@@ -547,6 +397,7 @@ def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
         parts.append(f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
                      f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {slope:.2f}")
     return "Recovered from the best fit to N samples: " + "; ".join(parts) + "."
+
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5, Lemma 7
 class GhmmData(TypedDict):
@@ -626,10 +477,6 @@ GHMM_ORDERS = tuple(order for order in TASK_ORDERS if 2 in order[1])  # cases 1 
 MIDDLE_ORDERS = tuple(order for order in TASK_ORDERS if order[0] == 2)  # case 2: x_1 (x) x_3 | x_2, either way round
 LINE = 2.5  # the line x = s u, |s| <= LINE, along which the figure compares the partner with the G-HMM
 PRONY_MAX_K = 4  # Lemma 9 by Prony: for more means, float64 Hermite moments of degree 2k - 1 no longer resolve them
-MIDDLE_REASON = ("float64 round-off: two Gauss-Newton steps on the predictor take the constructive answer back to it "
-                 "(cond(M), cond(T) <= 100)")
-MOMENT_REASON = ("float64 round-off in Hermite moments of degree up to 2k - 1 (k <= 4), amplified by the Hankel "
-                 "pencil and the Vandermonde matrix of the projected means")
 
 
 class GhmmTensorData(TypedDict):
@@ -793,18 +640,3 @@ def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> Outc
         f"Lemma 9 and Theorem 9 from the law alone at k = {config['k']}: the moment recovery (Prony) is computed "
         f"for k <= {PRONY_MAX_K} only",)
     return Outcome(ghmm_tensor_claims(data), data, silent)
-
-
-CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
-                  seeds={"quick": 3, "reference": 5, "full": 10},
-                  sections=(
-                      Section("seed_example", "Theorems 4 and 6: the paper's example", seed_example),
-                      Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
-                      Section("powers", "Claim 1: powers of T do not identify T", powers),
-                      Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery),
-                      Section("learning", "Learning from samples", learning, min_seeds=2, trains=True,
-                              rows=learning_rows),
-                      Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
-                      Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor),
-                  ), check=check, reference_sections=("learning",),
-                  reference_variants={"k4": {"k": 4, "d": 5}})  # issue 15 asks for the learning curves at k = 3 and 4
