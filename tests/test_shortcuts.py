@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sandboxes.chapters import shortcuts as chapter
+from sandboxes.chapters.shortcuts import judge, measure
 from sandboxes.data.automata import (
     AutomatonTask,
     ScratchpadParity,
@@ -285,7 +286,7 @@ def test_boundary_algorithm_reproduces_gridworld(n, T):
 
 # ---------------------------------------------------------------- chapter pieces
 def test_paper_tables_cover_sixteen_depths():
-    for table in (chapter.PAPER_BEST, chapter.PAPER_MEDIAN):
+    for table in (judge.PAPER_BEST, judge.PAPER_MEDIAN):
         assert all(len(row) == 16 for row in table.values())
         assert all(v is None or 0 <= v <= 100 for row in table.values() for v in row)
 
@@ -351,30 +352,30 @@ def _read_out_off(a, T, gamma):
 def _construction_claims(build=theory.prefix_composition_gpt, soft_build=theory.prefix_composition_gpt):
     gen = torch.Generator().manual_seed(0)
     a, n = make_automaton("D8"), 16
-    checks = [chapter._check_construction(a, 8, n, gen, build=build)]
+    checks = [measure._check_construction(a, 8, n, gen, build=build)]
     scales = [0.1, 1.0]
-    soft = [chapter._check_construction(a, 8, n, gen, s, build=soft_build) for s in scales]
+    soft = [measure._check_construction(a, 8, n, gen, s, build=soft_build) for s in scales]
     temperature = {"automaton": "D8", "T": 8, "scales": scales, "samples": n,
                    "accuracy": [1 - c["errors"] / (n * 8) for c in soft], "errors": [c["errors"] for c in soft]}
-    return chapter.construction_claims(checks, temperature, n)
+    return measure.construction_claims(checks, temperature, n)
 
 
 def _lemma_claims(**broken):
-    return chapter.lemma_claims(chapter.lemma_rows(16, 32, torch.Generator().manual_seed(0), **broken))
+    return measure.lemma_claims(measure.lemma_rows(16, 32, torch.Generator().manual_seed(0), **broken))
 
 
 @functools.cache
 def _algebra_rows():
-    return chapter.algebra_rows(["C2", "A4", "A5", "A5xC2", "Grid4"])
+    return measure.algebra_rows(["C2", "A4", "A5", "A5xC2", "Grid4"])
 
 
 def _algebra_claims(predict):
-    return chapter.algebra_claims(_algebra_rows(), predict(_algebra_rows()))
+    return measure.algebra_claims(_algebra_rows(), predict(_algebra_rows()))
 
 
 def _second_route_claims(second_route):
-    rows = chapter.algebra_rows(["C2", "A5"], second_route=second_route)
-    return chapter.algebra_claims(rows, [r["name"] for r in rows if not r["solvable_by_generators"]])
+    rows = measure.algebra_rows(["C2", "A5"], second_route=second_route)
+    return measure.algebra_claims(rows, [r["name"] for r in rows if not r["solvable_by_generators"]])
 
 
 SWEEP_NAMES, SWEEP_DEPTHS = ["Grid4", "A5"], [1, 2]
@@ -383,8 +384,8 @@ SOLVED_GRID = np.array([[[0.97, 0.96], [1.0, 1.0]], [[0.40, 0.41], [0.50, 0.52]]
 
 def _both(names, depths, acc, solvable, config, moving):
     """The sweep's easy rows, then the hard section's rows, of the same runs."""
-    return (chapter.easy_claims(names, depths, acc, solvable, config, moving)
-            + chapter.hard_claims(names, depths, acc, solvable, config, moving))
+    return (judge.easy_claims(names, depths, acc, solvable, config, moving)
+            + judge.hard_claims(names, depths, acc, solvable, config, moving))
 
 
 def _sweep_claims(acc):
@@ -393,7 +394,7 @@ def _sweep_claims(acc):
 
 def _parity(**changes):
     """The brittleness rows of :func:`_parity_data`."""
-    return chapter.brittleness_claims(_parity_data(**changes), QUICK)
+    return judge.brittleness_claims(_parity_data(**changes), QUICK)
 
 
 def _parity_data(**changes):
@@ -489,11 +490,11 @@ def test_sweep_labels_are_computed_not_assumed():
 def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
     out_rows = _parity(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED)
     assert all(c.holds is False for c in out_rows if "drop" not in c.name)  # settled: they fail
-    cut_short = chapter.brittleness_claims({**_parity_data(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED),
+    cut_short = judge.brittleness_claims({**_parity_data(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED),
                                             "still_descending": {"gpt": 1, "lstm": 1, "scratchpad": 1}}, QUICK)
     assert [c.holds for c in cut_short] == [None] * 5
     moving = np.ones((2, 2, 2), dtype=bool)
-    easy = chapter.easy_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
+    easy = judge.easy_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
     assert easy[0].holds is None and "--set steps=" in easy[0].reason
 
 
@@ -501,7 +502,7 @@ def test_drops_of_a_gpt_cut_short_before_it_solved_the_training_law_are_undecide
     # a GPT still descending at 94% in distribution drops 25 points under shift: the theorem speaks of one that
     # solves the training law, so neither the precondition nor the drops hold yet
     unsolved = ([0.94, 0.94, 0.94, 0.8, 0.7], [0.94, 0.94, 0.7, 0.6])
-    rows = chapter.brittleness_claims({**_parity_data(gpt=unsolved), "still_descending": {"gpt": 1, "lstm": 0,
+    rows = judge.brittleness_claims({**_parity_data(gpt=unsolved), "still_descending": {"gpt": 1, "lstm": 0,
                                                                                         "scratchpad": 0}}, QUICK)
     assert [c.holds for c in rows if c.name.startswith("parity GPT")] == [None] * 3
     assert all("not yet solved the training law" in c.reason for c in rows if "minus" in c.name)
@@ -521,7 +522,7 @@ def test_a_hard_automaton_below_the_bound_while_its_runs_still_descend_is_undeci
 
 
 def _hard_row(acc, moving):
-    rows = chapter.hard_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "hard": "A5",
+    rows = judge.hard_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "hard": "A5",
                                                                                 "shallow_depth": 2}, moving)
     assert [r.name.split(":")[0] for r in rows] == ["A5 (non-solvable)"]
     return rows[0]
@@ -536,19 +537,19 @@ def _two_gpts(first, second):
 
 def test_drop_rows_judge_every_seed_that_solves_the_training_law_not_only_the_best():
     solved_flat = ([0.99] * 5, [0.99] * 4)  # solves it (QUICK parity_solved 0.95) and drops nowhere
-    drops = [c for c in chapter.brittleness_claims(_two_gpts(SHORTCUT, solved_flat), QUICK) if "minus" in c.name]
+    drops = [c for c in judge.brittleness_claims(_two_gpts(SHORTCUT, solved_flat), QUICK) if "minus" in c.name]
     assert len(drops) == 2 and all(c.holds is False for c in drops)  # the best seed drops, the other does not
     unsolved_flat = ([0.6] * 5, [0.6] * 4)  # below parity_solved: not a model the drops speak of
-    drops = [c for c in chapter.brittleness_claims(_two_gpts(SHORTCUT, unsolved_flat), QUICK) if "minus" in c.name]
+    drops = [c for c in judge.brittleness_claims(_two_gpts(SHORTCUT, unsolved_flat), QUICK) if "minus" in c.name]
     assert len(drops) == 2 and all(c.holds for c in drops)
 
 
 def test_drops_too_small_for_the_eval_set_make_no_row():
     # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
     coarse = {**QUICK, "eval_size": 8, "gap": 0.05}
-    assert not chapter.resolves_gap(coarse) and chapter.resolves_gap({**coarse, "eval_size": 200})
+    assert not judge.resolves_gap(coarse) and judge.resolves_gap({**coarse, "eval_size": 200})
     def drops(config):
-        return [c.name for c in chapter.brittleness_claims(_parity_data(), config) if "minus" in c.name]
+        return [c.name for c in judge.brittleness_claims(_parity_data(), config) if "minus" in c.name]
 
     assert drops(coarse) == [] and len(drops({**coarse, "eval_size": 200})) == 2
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ..plotting import COLORS
 
 if TYPE_CHECKING:
-    from ..chapters.shortcuts import BrittlenessData, ConstructionData, HardData, SweepData
+    from ..chapters.shortcuts.measure import BrittlenessData, ConstructionData, HardData, SweepData
 
 SERIES = {"gpt": ("GPT (shortcut)", COLORS["tied"]), "lstm": ("LSTM", COLORS["lstm"]),
           "scratchpad": ("scratchpad + recency", COLORS["depth2"])}

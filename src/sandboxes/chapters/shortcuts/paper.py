@@ -1,0 +1,79 @@
+"""The thesis's reports (Liu et al.'s Figs. 3.15, 3.16, 3.20 and 3.21) beside a run's, for the page's comparison
+table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .measure import HardData, SweepData
+
+
+def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
+    """``best/median`` in % per depth, ``-`` for a cell the thesis's text lost."""
+    return ", ".join("/".join("-" if v is None else f"{v:.1f}" for v in pair) for pair in zip(best, median))
+
+
+def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple[str, str, str]]:
+    """Each automaton's best / median accuracy per depth beside the thesis's Figs. 3.15 / 3.16 at the same depths;
+    ``trained`` says how long, where that differs from the sweep."""
+    acc = 100 * np.asarray(data["accuracy"])
+    depths, seeds = data["depths"], acc.shape[2]
+    rows = []
+    for name, per_depth, solvable in zip(data["names"], acc, data["solvable"]):
+        best, median = data["paper_best"].get(name), data["paper_median"].get(name)
+        paper = ("no row for it" if best is None or median is None else
+                 _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
+                 + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
+        ours = _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])
+        moving = np.asarray(data["still_descending"][data["names"].index(name)])
+        ours += f"; {int(moving.sum())} of {moving.size} runs still descending at the end"
+        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}){trained}: best / median accuracy (%) at "
+                     f"depths {', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
+    return rows
+
+
+def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The parity runs beside what the thesis reports of them: each kind's accuracy at the training law and length,
+    its worst under a shifted law and at the longest length (median seed; for the GPT also the best seed)."""
+    probs, lengths, T = out["probs"], out["lengths"], out["T"]
+    centre = probs.index(min(probs, key=lambda p: abs(p - 0.5)))
+
+    def views(kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        by_prob, by_length = np.array(out[kind]["by_prob"]), np.array(out[kind]["by_length"])
+        return by_prob[:, centre], by_prob.min(axis=1), by_length[:, lengths.index(max(lengths))]
+
+    def percent(values: np.ndarray) -> str:
+        return f"{100 * float(np.median(values)):.1f}%"
+
+    reports = {"gpt": "fits the training law, fails under a shifted Pr[sigma=1] (Fig. 3.20, left) and at longer "
+                      "lengths (Fig. 3.21): a shortcut; figures only, 8 layers of width 512",
+               "lstm": "generalises: no drop under shift (Fig. 3.20, left)",
+               "scratchpad": "with a scratchpad and recency bias, generalises like the recurrent net (Figs. 3.20, "
+                              "left, and 3.21)"}
+    rows = []
+    for kind, report in reports.items():
+        at_train, shifted, longest = views(kind)
+        rows.append((f"parity {kind} (T = {T}): accuracy at Pr[sigma=1] = {probs[centre]:g}; worst shifted law; "
+                     f"length {max(lengths)} (median seed)", report,
+                     f"{percent(at_train)}; {percent(shifted)}; {percent(longest)}"))
+    at_train, shifted, longest = views("gpt")
+    best = int(at_train.argmax())
+    rows.append(("parity gpt, the best seed at the training law: the same three", reports["gpt"],
+                 f"{100 * at_train[best]:.1f}%; {100 * shifted[best]:.1f}%; {100 * longest[best]:.1f}%"))
+    by_count, counts = np.median(np.array(out["gpt"]["by_count"]), axis=0), np.array(out["counts"])
+    low, high = by_count[counts < T / 4], by_count[counts > 3 * T / 4]
+    rows.append((f"parity gpt at the training length by the number of ones (median seed): at T/2 = {T // 2}; worst "
+                 f"below T/4; worst above 3T/4", "accuracy degrades as the count moves away from the expected one, "
+                 "more at low counts than at high ones (Fig. 3.20, right; 25 replicates)",
+                 f"{100 * by_count[counts == T // 2][0]:.1f}%; {100 * low.min():.1f}%; {100 * high.min():.1f}%"))
+    return rows
+
+
+def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's seed-versus-reference table, one group per section the run made."""
+    return ((_depths_vs_seed(data["sweep"]) if "sweep" in data else [])
+            + (_depths_vs_seed(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
+            + (_brittleness_vs_seed(data["brittleness"]) if "brittleness" in data else []))
