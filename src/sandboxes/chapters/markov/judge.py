@@ -354,6 +354,11 @@ def multistate_hessian_rows(data: MultistateData) -> list[Claim]:
     ]
 
 
+def multistate_theory(data: MultistateData) -> tuple[str, ...]:
+    """The multi-state rows judged from the Hessian's closed form, not the models: a diverged run leaves them."""
+    return tuple(claim.name for claim in multistate_hessian_rows(data))
+
+
 def multistate_section_rows(config: dict[str, Any], data: MultistateData) -> tuple[list[Claim], tuple[str, ...]]:
     """The multi-state section's rows and the reasons for the rows it does not make, from its data alone (as run,
     or as read back from a result file, where the reference check recomputes them)."""
