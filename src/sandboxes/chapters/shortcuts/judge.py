@@ -224,10 +224,10 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
         Claim.at_least(f"parity GPT ({who}): in-distribution minus worst shifted accuracy", config["gap"],
                        float(np.min(under_shift)),
                        "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"
-                       ).held_to_spread(config["gap"], under_shift, "--seeds", upper=False),
+                       ).held_to_spread(config["gap"], under_shift, upper=False),
         Claim.at_least(f"parity GPT ({who}): accuracy at length {T} minus at {2 * T}", config["gap"],
                        float(np.min(at_length)), "`gap`: positions and counts beyond T were never trained"
-                       ).held_to_spread(config["gap"], at_length, "--seeds", upper=False),
+                       ).held_to_spread(config["gap"], at_length, upper=False),
     ]
     if not solves.holds or not resolves_gap(config):  # the drops speak of a GPT that solves T, measured finely
         # enough to see a drop of `gap`: undecided while it may still solve it (a drop of one that does not yet
