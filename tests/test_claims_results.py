@@ -140,6 +140,9 @@ def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):
     page = verdict._repr_html_()
     assert 'class="verdict-undecided"' in page and "undecided at this budget" in page
     assert "<svg" in page and not any(ch in page for ch in "✅❌⏳")  # inline SVG marks, no emoji a font may lack
+    rows = page.split("<tr>")[2:]  # after the header: one line per row, its tolerance and reason folded in it
+    assert len(rows) == 2 and all(row.count("<details>") == 1 and row.count("<td") == 4 for row in rows)
+    assert rows[1].index("undecided at this budget") < rows[1].index("<details>") < rows[1].index(">r; undecided")
     with pytest.raises(ClaimFailed):
         Verdict([*verdict, Claim.exact("c", "1", "2", "r")]).check()
 

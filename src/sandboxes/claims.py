@@ -190,13 +190,16 @@ class Verdict(list):
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>"
-                       for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
+        """A table that reads at a glance: per row its mark, its claim, the predicted and the measured value on one
+        line, and under the claim, one click away, the tolerance and why it is that tolerance."""
+        head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "predicted", "measured"))
         rows = []
         for c in self:
-            cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason)
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
-                        + f'<td class="verdict-{c.mark}">{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td></tr>')
+            why = (f"<details><summary>tolerance and why</summary><p>{html.escape(c.tolerance)}</p>"
+                   f"<p>{html.escape(c.reason)}</p></details>")
+            rows.append(f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap">{MARKS[c.mark]} '
+                        f"{VERDICT_WORDS[c.mark]}</td><td>{html.escape(c.name)}{why}</td>"
+                        f"<td>{html.escape(c.predicted)}</td><td>{html.escape(c.measured)}</td></tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
     def text(self, measured: bool = True) -> str:
