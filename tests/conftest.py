@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from sandboxes.chapters import get_chapter
 from sandboxes.cli import main
 
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -94,7 +95,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 def tiny_flags(chapter: str) -> list[str]:
     """Command-line flags that run ``chapter`` at the scale of a unit test."""
-    seeds = "2" if chapter == "hmm" else "1"  # the HMM chapter compares seeds with each other
+    seeds = str(get_chapter(chapter).min_seeds)
     return [arg for key, value in TINY[chapter].items() for arg in ("--set", f"{key}={value}")] + ["--seeds", seeds]
 
 

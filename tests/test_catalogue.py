@@ -1,11 +1,13 @@
 """The runs page's tables: built from the parameter declarations and the committed result files."""
 
+import importlib.util
 import json
 import re
 import shutil
 from pathlib import Path
 
 import yaml
+from docutils import nodes
 
 from sandboxes import catalogue
 from sandboxes.chapters import all_chapters, get_chapter
@@ -39,6 +41,28 @@ def test_every_section_of_every_committed_file_has_a_row_linking_its_file(tmp_pa
     copied = tmp_path / files[0].name
     shutil.copy(files[0], copied)
     assert catalogue.results_table(tmp_path, "x/").count('href="x/') == len(Result.load(copied).sections)
+
+
+def test_each_section_s_command_spans_the_table_under_its_row():
+    # in a column of its own among eight, a long command wrapped a word per line
+    table = catalogue.results_table()
+    commands = re.findall(r'<tr><td colspan="(\d+)">made by <code>python -m sandboxes run [^<]+</code></td></tr>',
+                          table)
+    assert commands and set(commands) == {str(len(catalogue.RESULT_COLUMNS))}
+    assert len(commands) == sum(len(Result.load(path).sections) for path in catalogue.result_files())
+
+
+def test_the_execution_table_says_in_words_whether_a_page_ran():
+    # myst-nb marks a run with an emoji the theme's fonts lack; the book's extension puts a word in its place
+    spec = importlib.util.spec_from_file_location("exec_marks", ROOT / "book" / "_ext" / "exec_marks.py")
+    exec_marks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exec_marks)
+    table = nodes.table("", nodes.paragraph(text="\u2705"), nodes.paragraph(text="\u274c"))
+    document = nodes.document(None, None)
+    document += table
+    exec_marks._words_for_marks(None, document, "runs")
+    assert [p.astext() for p in table.findall(nodes.paragraph)] == ["succeeded", "failed"]
+    assert "exec_marks" in yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["local_extensions"]
 
 
 def test_a_folder_without_results_says_so(tmp_path):

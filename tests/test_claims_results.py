@@ -94,17 +94,19 @@ def test_a_row_about_every_seed_is_undecided_when_their_spread_leaves_their_mean
     bound = 0.1
     tight = [0.01, 0.011, 0.012, 0.01]
     scattered = [0.099, 0.001, 0.098, 0.002]  # every seed within the bound, the mean's 95% bound beyond it
-    held = Claim.at_most("every seed", bound, max(tight), "r").held_to_spread(bound, tight, "--seeds")
+    held = Claim.at_most("every seed", bound, max(tight), "r").held_to_spread(bound, tight)
     assert held.holds is True and "seeds' mean ≤ 0.0" in held.tolerance and "(n = 4)" in held.tolerance
-    wide = Claim.at_most("every seed", bound, max(scattered), "r").held_to_spread(bound, scattered, "--seeds")
+    wide = Claim.at_most("every seed", bound, max(scattered), "r").held_to_spread(bound, scattered)
     assert wide.holds is None and "more seeds (--seeds)" in wide.reason
-    failed = Claim.at_most("every seed", bound, 0.2, "r").held_to_spread(bound, [0.2, 0.01], "--seeds")
+    counted = Claim.at_most("every seed", bound, max(scattered), "r").held_to_spread(bound, scattered, "grid_seeds")
+    assert "more seeds (--set grid_seeds=...)" in counted.reason  # seeds that a parameter counts
+    failed = Claim.at_most("every seed", bound, 0.2, "r").held_to_spread(bound, [0.2, 0.01])
     assert failed.holds is False  # a failed row stays failed
-    low = Claim.at_least("every seed", 0.05, 0.2, "r").held_to_spread(0.05, [0.2, 0.21, 0.22], "--seeds", upper=False)
+    low = Claim.at_least("every seed", 0.05, 0.2, "r").held_to_spread(0.05, [0.2, 0.21, 0.22], upper=False)
     assert low.holds is True and "≥" in low.tolerance
-    one = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01], "--seeds")
+    one = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01])
     assert one.holds is True and "one seed: no spread" in one.tolerance
-    diverged = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01, float("nan")], "--seeds")
+    diverged = Claim.at_most("every seed", bound, 0.01, "r").held_to_spread(bound, [0.01, float("nan")])
     assert diverged.holds is None and "not finite" in diverged.tolerance
 
 
@@ -121,11 +123,11 @@ def test_a_rows_margin_is_its_slack_over_its_tolerance_or_its_bounds_size():
 
 def test_a_row_held_to_the_seeds_spread_takes_the_margin_of_their_means_bound_where_it_is_smaller():
     seeds = [0.6, 0.7]  # both clear of 0.5; their mean's 95% bound (n = 2, t = 6.31) is not
-    row = Claim.at_least("every seed", 0.5, min(seeds), "r").held_to_spread(0.5, seeds, "--seeds", upper=False)
+    row = Claim.at_least("every seed", 0.5, min(seeds), "r").held_to_spread(0.5, seeds, upper=False)
     mean_bound, _ = seed_bounds(seeds, upper=False)
     assert row.holds is None and row.margin == pytest.approx((mean_bound - 0.5) / 0.5) and row.margin < 0
     many = np.linspace(0.6, 0.7, 10)  # ten seeds: their mean's bound (0.63) stands clearer than the least seed
-    assert Claim.at_least("every seed", 0.5, 0.6, "r").held_to_spread(0.5, many, "--seeds", upper=False
+    assert Claim.at_least("every seed", 0.5, 0.6, "r").held_to_spread(0.5, many, upper=False
                                                                      ).margin == pytest.approx(0.2)
 
 
@@ -138,6 +140,9 @@ def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):
     page = verdict._repr_html_()
     assert 'class="verdict-undecided"' in page and "undecided at this budget" in page
     assert "<svg" in page and not any(ch in page for ch in "✅❌⏳")  # inline SVG marks, no emoji a font may lack
+    rows = page.split("<tr>")[2:]  # after the header: one line per row, its tolerance and reason folded in it
+    assert len(rows) == 2 and all(row.count("<details>") == 1 and row.count("<td") == 4 for row in rows)
+    assert rows[1].index("undecided at this budget") < rows[1].index("<details>") < rows[1].index(">r; undecided")
     with pytest.raises(ClaimFailed):
         Verdict([*verdict, Claim.exact("c", "1", "2", "r")]).check()
 

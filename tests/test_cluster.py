@@ -23,7 +23,7 @@ CHAPTERS = [chapter.name for chapter in all_chapters()]
 
 
 def _seeds(chapter: str) -> int:
-    return 2 if chapter == "hmm" else 1  # as conftest.tiny_flags: the HMM chapter compares seeds
+    return get_chapter(chapter).min_seeds  # as conftest.tiny_flags
 
 
 def _tiny_plan(chapter: str) -> cluster.Plan:

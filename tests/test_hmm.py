@@ -473,7 +473,7 @@ def _recovery_rows(change: str) -> list:
     # recovery is told x_3 (x) x_2 | x_1 when the predictor is x_2 (x) x_3 | x_1, and so on: a shuffled label
     swapped = tuple((given, targets[::-1]) for given, targets in measure.TASK_ORDERS)
     told = swapped if change == "targets swapped" else None
-    return measure.recovery_claims(measure.recovery_errors([(4, 3)], 1, np.random.default_rng(0), told))
+    return judge.recovery_claims(measure.recovery_errors([(4, 3)], 1, np.random.default_rng(0), told))
 
 
 @pytest.fixture(scope="module")
@@ -567,7 +567,7 @@ def _ghmm_tensor_rows(change: str) -> list:
     elif change == "raw moments (unit noise ignored)":
         mixture, law = measure.law_recovery(M, T, 0.5 * rng.normal(size=3), rng, hermite=False)
         data["mixture_errors"], data["law_errors"] = [mixture], [law]
-    return measure.ghmm_tensor_claims(data)
+    return judge.ghmm_tensor_claims(data)
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)

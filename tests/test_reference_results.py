@@ -120,7 +120,8 @@ def test_judging_again_does_not_hide_what_the_data_say_and_needs_rows_from_data(
 
 
 def test_a_section_s_rows_from_its_data_are_those_it_made(tiny_result):
-    # the check above trusts Section.rows to be what the section computes: on a run read back from JSON, it is
+    # the run judges a section's data with Section.rows as it made it; the check above judges the data read back from
+    # JSON with the same function: the two agree only if the file keeps all the rows read
     for chapter in all_chapters():
         recomputed = [s for s in chapter.sections if s.rows is not None]
         body = tiny_result(chapter.name) if recomputed else {}
@@ -206,6 +207,22 @@ def test_a_page_shows_a_reference_section_and_fails_on_its_failed_row(capsys):
     assert drawn == [{"n": 4}]
     with pytest.raises(ClaimFailed, match="n is large enough"):
         notebook.reference_verdict(_made(["measure"], n=2), "measure")
+
+
+def test_the_reference_and_full_cells_draw_each_section_with_the_figures_it_names(monkeypatch):
+    from matplotlib.figure import Figure
+
+    drawn = []
+    monkeypatch.setattr(notebook, "section_figures",
+                        lambda chapter, name: [lambda data, name=name: drawn.append(name) or Figure()])
+    trained = dataclasses.replace(TOY.sections[0], trains=True)
+    chapter = dataclasses.replace(TOY, sections=(trained, TOY.sections[1]), reference_sections=("measure",))
+    notebook.reference_sections(chapter, _made(["measure", "other"]))
+    assert drawn == ["measure"]  # the other section is no reference section
+    drawn.clear()
+    monkeypatch.setattr(notebook, "load_full_result", lambda name: _made(["measure", "other"]))
+    notebook.full_result(chapter)
+    assert drawn == ["measure", "other"]
 
 
 def test_a_variant_is_checked_against_the_reference_profile_with_its_own_changes():

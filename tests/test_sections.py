@@ -92,6 +92,19 @@ def test_every_figure_draws_from_one_sections_data_loaded_from_json(chapter, tin
     assert drawn >= 1
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
+def test_each_section_names_every_figure_that_draws_its_data(chapter):
+    # the reference and full-profile cells draw each section with the figures it names, so a figure function left
+    # unnamed would be missing there, and a name with no function would fail on the page
+    figures = importlib.import_module(f"sandboxes.figures.{chapter.name}")
+    takes = {name: next(iter(inspect.signature(function).parameters.values())).annotation
+             for name, function in inspect.getmembers(figures, inspect.isfunction)
+             if function.__module__ == figures.__name__ and not name.startswith("_")}
+    for section in chapter.sections:
+        drawing = sorted(name for name, annotation in takes.items() if annotation == section.data_type.__name__)
+        assert sorted(section.figures) == drawing, f"{chapter.name}/{section.name}: name figures={tuple(drawing)}"
+
+
 def _section_with_a_need(config: dict, ctx: RunContext, first: dict) -> Outcome[dict]:
     return Outcome([Claim.exact("saw the first section", "1", str(first["value"]), "r")], {"value": config["x"]})
 
@@ -174,21 +187,26 @@ def test_the_stored_quick_page_has_no_undecided_row(chapter):
     assert "[UNDECIDED]" not in text and text.rstrip().endswith("claims hold")
 
 
-def _diverges(config: dict, ctx: RunContext) -> Outcome[dict]:
+def _diverges(config: dict, ctx: RunContext) -> dict:
     # no stacklevel: these stand in for warnings given during a section, which sections.py catches and inspects
     # (it reads TrainingDiverged's message and re-emits the others at the file and line they were recorded at)
     warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=1e+30)", TrainingDiverged)  # noqa: B028
     warnings.warn("an unrelated warning", RuntimeWarning)  # noqa: B028
-    losses = np.array([0.01, float("nan")])
-    return Outcome([Claim.at_most("a trained loss is small", 0.1, float("nan"), "r"),
-                    Claim.exact("no run above 0.1", "0 of 2", f"{int((losses > 0.1).sum())} of 2", "r"),
-                    Claim.exact("a closed form", "0", "0", "r")], {}, theory=("a closed form",))
+    return {"losses": [0.01, float("nan")], "closed_form": 0}
+
+
+def _diverged_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
+    losses = np.array(data["losses"])
+    return [Claim.at_most("a trained loss is small", 0.1, float(losses.max()), "r"),
+            Claim.exact("no run above 0.1", "0 of 2", f"{int((losses > 0.1).sum())} of 2", "r"),
+            Claim.exact("a closed form", "0", str(data["closed_form"]), "r")], ()
 
 
 def test_a_section_whose_training_diverged_leaves_every_row_but_its_theory_undecided_and_passes_warnings_on():
     # the NaN run is left out of the count, which would hold: a diverged run decides no row, failing or holding;
     # a closed form computed beside the runs stands
-    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", _diverges),))
+    section = Section("s", "S", _diverges, trains=True, rows=_diverged_rows, theory=lambda data: ("a closed form",))
+    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(section,))
     with pytest.warns(RuntimeWarning, match="unrelated"):
         trained, count, closed_form = chapter.run(device="cpu").claims
     assert trained.holds is None and "step 3 for seed(s) [0]" in trained.reason

@@ -357,11 +357,11 @@ def _construction_claims(build=theory.prefix_composition_gpt, soft_build=theory.
     soft = [measure._check_construction(a, 8, n, gen, s, build=soft_build) for s in scales]
     temperature = {"automaton": "D8", "T": 8, "scales": scales, "samples": n,
                    "accuracy": [1 - c["errors"] / (n * 8) for c in soft], "errors": [c["errors"] for c in soft]}
-    return measure.construction_claims(checks, temperature, n)
+    return judge.construction_claims(checks, temperature, n)
 
 
 def _lemma_claims(**broken):
-    return measure.lemma_claims(measure.lemma_rows(16, 32, torch.Generator().manual_seed(0), **broken))
+    return judge.lemma_claims(measure.lemma_rows(16, 32, torch.Generator().manual_seed(0), **broken))
 
 
 @functools.cache
@@ -370,12 +370,12 @@ def _algebra_rows():
 
 
 def _algebra_claims(predict):
-    return measure.algebra_claims(_algebra_rows(), predict(_algebra_rows()))
+    return judge.algebra_claims(_algebra_rows(), predict(_algebra_rows()))
 
 
 def _second_route_claims(second_route):
     rows = measure.algebra_rows(["C2", "A5"], second_route=second_route)
-    return measure.algebra_claims(rows, [r["name"] for r in rows if not r["solvable_by_generators"]])
+    return judge.algebra_claims(rows, [r["name"] for r in rows if not r["solvable_by_generators"]])
 
 
 SWEEP_NAMES, SWEEP_DEPTHS = ["Grid4", "A5"], [1, 2]

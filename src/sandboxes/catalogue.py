@@ -47,7 +47,12 @@ def result_files(folder: Path = RESULTS_DIR) -> list[Path]:
     return sorted(folder.glob("*.json"))
 
 
+RESULT_COLUMNS = ["file", "section", "rows", "wall time", "machine", "versions", "commit"]
+
+
 def _section_rows(path: Path, link: str) -> list[list[str]]:
+    """Two table rows per section of the file at ``path``: what it is and how it was made, then the command that
+    makes it again across the table's width (in a column of its own it would wrap a word per line)."""
     result = Result.load(path)
     rows = []
     for name, record in result.sections.items():
@@ -59,18 +64,18 @@ def _section_rows(path: Path, link: str) -> list[list[str]]:
                      _cell(f"{record['wall_time_s'] / 60:.1f} min"),
                      _cell(f"{made['device_name']} ({made['device_type']})"),
                      _cell(f"torch {made['versions']['torch']}, python {made['python']}"),
-                     f"<td><code>{html.escape(made['git_commit'][:7])}</code></td>",
-                     f"<td><code>{html.escape(record['command'])}</code></td>"])
+                     f"<td><code>{html.escape(made['git_commit'][:7])}</code></td>"])
+        rows.append([f'<td colspan="{len(RESULT_COLUMNS)}">made by <code>{html.escape(record["command"])}</code></td>'])
     return rows
 
 
 def results_table(folder: Path = RESULTS_DIR, link_prefix: str = SITE_RESULTS) -> str:
-    """One row per section of every committed result file in ``folder``: its verdict, wall time, machine, versions,
-    commit and the command that made it, with a link to download the file (HTML)."""
+    """Per section of every committed result file in ``folder``: its verdict, wall time, machine, versions, commit
+    and, under them, the command that made it, with a link to download the file (HTML)."""
     rows = [row for path in result_files(folder) for row in _section_rows(path, link_prefix + path.name)]
     if not rows:
         return "<p>No result file is committed here.</p>"
-    return _table(["file", "section", "rows", "wall time", "machine", "versions", "commit", "command"], rows)
+    return _table(RESULT_COLUMNS, rows)
 
 
 def stored_runs_table(pages: list[Path]) -> str:

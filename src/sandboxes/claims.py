@@ -93,12 +93,13 @@ class Claim:
         run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
         return self if self.holds is False or settled else self.undecided(unsettled)
 
-    def held_to_spread(self, bound: float, values: Sequence[float] | np.ndarray, more_seeds: str,
+    def held_to_spread(self, bound: float, values: Sequence[float] | np.ndarray, seeds_param: str = "",
                        upper: bool = True) -> Claim:
         """This row about every seed, held to the seeds' measured spread: undecided if it holds for these seeds but
         the one-sided 95% confidence bound of their mean (:func:`seed_bounds` of ``values``, one per seed or
         ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound): the seeds then scatter so widely that
-        even their mean does not stand clear of the bound, and more seeds (``more_seeds``) decide it. The tolerance
+        even their mean does not stand clear of the bound, and more seeds decide it: the run's (``--seeds``), or the
+        parameter ``seeds_param`` where the row's seeds are a parameter's count. The tolerance
         column shows that bound and the 95% prediction bound for a seed drawn again, which may lie beyond ``bound``
         while the row holds: how far the verdict carries to a seed not trained."""
         (mean, new_seed), seeds = seed_bounds(values, upper), np.shape(values)[-1] if np.ndim(values) else 1
@@ -115,6 +116,7 @@ class Claim:
                                      f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
         if self.holds is not True or (mean <= bound if upper else mean >= bound):
             return measured
+        more_seeds = f"--set {seeds_param}=..." if seeds_param else "--seeds"
         return measured.undecided(f"every seed holds, but the seeds scatter so widely that the 95% bound of their "
                                   f"mean ({mean:.3g}) lies beyond the bound: more seeds ({more_seeds}) decide it")
 
@@ -188,13 +190,16 @@ class Verdict(list):
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>"
-                       for h in ("claim", "predicted", "measured", "tolerance", "why this tolerance", "verdict"))
+        """A table that reads at a glance: per row its mark, its claim, the predicted and the measured value on one
+        line, and under the claim, one click away, the tolerance and why it is that tolerance."""
+        head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "predicted", "measured"))
         rows = []
         for c in self:
-            cells = (c.name, c.predicted, c.measured, c.tolerance, c.reason)
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
-                        + f'<td class="verdict-{c.mark}">{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td></tr>')
+            why = (f"<details><summary>tolerance and why</summary><p>{html.escape(c.tolerance)}</p>"
+                   f"<p>{html.escape(c.reason)}</p></details>")
+            rows.append(f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap">{MARKS[c.mark]} '
+                        f"{VERDICT_WORDS[c.mark]}</td><td>{html.escape(c.name)}{why}</td>"
+                        f"<td>{html.escape(c.predicted)}</td><td>{html.escape(c.measured)}</td></tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
     def text(self, measured: bool = True) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import html
+import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -108,14 +109,21 @@ def note(text: str) -> HTML:
     return HTML(f'<div class="admonition note"><p class="admonition-title">Note</p><p>{body}</p></div>')
 
 
-def full_result(chapter: str) -> Result | None:
-    """The committed GPU full-profile result of ``chapter``, or a note saying how to make it."""
-    result = load_full_result(chapter)
+def full_result(chapter: Chapter) -> Result | None:
+    """The committed GPU full-profile result of ``chapter``, shown as its verdict table and every section's figures
+    that it made; or a note saying how to make it."""
+    name = chapter.name
+    result = load_full_result(name)
     if result is None:
-        command = f"python -m sandboxes run {chapter} --profile full --device cuda --out results/{chapter}-full.json"
+        command = f"python -m sandboxes run {name} --profile full --device cuda --out results/{name}-full.json"
         display(note(f"No full-profile result made on a GPU is committed for this chapter yet "
-                     f"(`{full_result_path(chapter).name}`). On a machine with a GPU, run `{command}` and commit the "
+                     f"(`{full_result_path(name).name}`). On a machine with a GPU, run `{command}` and commit the "
                      f"file; this section then shows it beside the quick run."))
+        return None
+    display(result.verdict)
+    for section in chapter.sections:
+        if section.name in result.data:
+            draw_section(result, section.name, *section_figures(chapter, section.name))
     return result
 
 
@@ -165,6 +173,22 @@ def attempt(name: str) -> Result:
                  f"{result.verdict.tally()}. Its rows as measured:"))
     display(HTML(result.verdict._repr_html_()))
     return result
+
+
+def section_figures(chapter: Chapter, section: str) -> list[Callable[[Any], Figure]]:
+    """The functions that draw ``section``'s figures: those the section names, from ``sandboxes.figures``."""
+    names = chapter.section(section).figures
+    if not names:
+        return []
+    module = importlib.import_module(f"{__package__}.figures.{chapter.name}")
+    return [getattr(module, name) for name in names]
+
+
+def reference_sections(chapter: Chapter, result: Result) -> None:
+    """Every reference section the run made, in reading order: its figures, then its verdict rows under them."""
+    for section in chapter.sections:
+        if section.name in chapter.reference_sections:
+            reference_section(result, section.name, *section_figures(chapter, section.name))
 
 
 def reference_section(result: Result, section: str, *draws: Callable[[Any], Figure]) -> None:

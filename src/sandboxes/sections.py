@@ -1,10 +1,13 @@
 """Chapters as lists of sections: each section computes its claims and its data, and can run alone.
 
-A section is one function ``section(config, ctx, *needed) -> Outcome[Data]``: ``config`` is the
-chapter's resolved parameters, ``ctx`` says how to run, and every further parameter is named
-after an earlier section whose data it reads (so the dependency is in the signature). ``Data``
-is the section's declared shape, a ``TypedDict`` that its figure functions read (a ``list`` in
-it may hold a NumPy array until the result is written to JSON).
+A section is one function ``section(config, ctx, *needed) -> Data``: ``config`` is the chapter's
+resolved parameters, ``ctx`` says how to run, and every further parameter is named after an
+earlier section whose data it reads (so the dependency is in the signature). ``Data`` is the
+section's declared shape, a ``TypedDict`` that its figure functions read (a ``list`` in it may
+hold a NumPy array until the result is written to JSON). The section's ``rows`` judge that data,
+as the run makes it and as a committed result file holds it, so both are judged alike. A section
+that checks exact theory without a stored reading of it returns an ``Outcome[Data]``: its rows
+and its data together.
 
 :class:`Run` runs sections one at a time, each after the sections it needs, and records which
 parameters each one read, so that a page can print the exact command that remakes one figure.
@@ -63,33 +66,40 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Outcome(Generic[D]):
-    """What a section returns: its verdict rows, its data (of the section's declared shape), and why rows are missing.
+    """What a section judged by ``rows`` is made into, and what a section that judges itself returns: its verdict
+    rows, its data (of the section's declared shape), and why rows are missing.
 
     ``silent`` names each row the section did not make because its theorem says nothing at the
     chosen values (a gap too small to divide by, a chain on the threshold), with the reason.
-    ``theory`` names the rows a section that trains computes without its models (a closed form beside
-    the runs), which a diverged training leaves as they are.
     """
 
     claims: list[Claim]
     data: D
     silent: tuple[str, ...] = ()
-    theory: tuple[str, ...] = ()
+
+
+Rows = Callable[[dict[str, Any], Any], tuple[list[Claim], tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
 class Section:
-    """One figure's worth of a chapter: a name for ``--section``, a title, and the function."""
+    """One figure's worth of a chapter: a name for ``--section``, a title, the function that computes its data, and
+    the one that judges it."""
 
     name: str
     title: str
-    compute: Callable[..., Outcome[Any]]
+    compute: Callable[..., Any]  # returns the section's data when ``rows`` judges it, else an ``Outcome`` of it
     min_seeds: int = 1  # a section that compares seeds with each other needs several
     trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
     by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
-    # its rows and silences from the values it read and its data alone, as ``compute`` makes them: the check of a
-    # committed reference result recomputes them from the file, so a row whose rule changed since the run shows
-    rows: Callable[[dict[str, Any], Any], tuple[list[Claim], tuple[str, ...]]] | None = None
+    # its rows and silences from the values it read and its data alone: the run judges the data ``compute`` returns
+    # with it, and the check of a committed reference result judges the file's data with it, so a row whose rule
+    # changed since the run shows
+    rows: Rows | None = None
+    # the names of the rows judged from data without the models (a closed form beside the runs), which a diverged
+    # training leaves as they are
+    theory: Callable[[Any], tuple[str, ...]] | None = None
+    figures: tuple[str, ...] = ()  # the functions of ``sandboxes.figures.<chapter>`` that draw its data, in order
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -98,8 +108,19 @@ class Section:
 
     @property
     def data_type(self) -> type:
-        """The declared shape of this section's data (the ``D`` of its ``Outcome[D]`` return type)."""
-        return get_args(get_type_hints(self.compute)["return"])[0]
+        """The declared shape of this section's data: the return type of ``compute``, or the ``D`` of its
+        ``Outcome[D]``."""
+        returned = get_type_hints(self.compute)["return"]
+        return returned if self.rows is not None else get_args(returned)[0]
+
+    def judged(self, config: dict[str, Any], returned: Any) -> Outcome[Any]:
+        """What ``compute`` returned, as an outcome: its data judged by ``rows``, or the section's own outcome."""
+        if self.rows is None:
+            return returned
+        if isinstance(returned, Outcome):
+            raise TypeError(f"section {self.name} is judged by its rows, so it returns its data, not an Outcome")
+        claims, silent = self.rows(config, returned)
+        return Outcome(claims, returned, silent)
 
 
 class _ReadRecorder(dict):
@@ -155,6 +176,11 @@ class Chapter:
     def reference_config(self, variant: str = "") -> dict[str, Any]:
         """The values the reference run (or its ``variant``) reads."""
         return resolve(self.params, "reference", self.reference_variants.get(variant, {}))
+
+    @property
+    def min_seeds(self) -> int:
+        """The fewest seeds that run every section: a section that compares seeds with each other needs several."""
+        return max(section.min_seeds for section in self.sections)
 
     def section(self, name: str) -> Section:
         """The section called ``name``; an unknown name is an error that lists the known ones."""
@@ -257,11 +283,11 @@ class Run:
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", TrainingDiverged)
-                outcome = section.compute(config, self.context, **needed)
+                outcome = section.judged(config, section.compute(config, self.context, **needed))
+                theory = section.theory(outcome.data) if section.theory is not None else ()
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
-            claims = [replace(claim, section=name)
-                      for claim in _undecided_if_diverged(outcome.claims, caught, outcome.theory)]
+            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught, theory)]
             self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
         return self.done[name]
 

@@ -237,4 +237,4 @@ def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: 
         "exactly 1; a tenth below it asks the penalty for an effect of some size, not only a sign, while the spread "
         "between unsharpened seeds varies too much between machines to be the bound"
     ).eventually(*_unsettled({"sharpened": sharpened_moving}, "sharpened")
-                 ).held_to_spread(SHARPENING_RATIO, ratios, "--seeds")]
+                 ).held_to_spread(SHARPENING_RATIO, ratios)]

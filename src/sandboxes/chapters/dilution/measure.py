@@ -34,9 +34,7 @@ from .judge import (
     EXACT,
     EXACT_REASON,
     construction_claims,
-    second_phase_rows,
     simulator_claims,
-    training_rows,
 )
 
 SIGMAS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
@@ -377,7 +375,7 @@ def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainRe
     return ctx.train_once(("first phase", steps), lambda: train_spread(request, ctx.workers, ctx.progress))
 
 
-def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
+def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     """Transformers and LSTMs on FFL(p_i), counted on in-distribution, sparse and dense strings."""
     first = _first_phase(config, ctx, config["steps"])
     lstm = train(lambda: LSTM(5, config["lstm_hidden"]), FlipFlop.with_ignore(config["T"], config["p_i"]),
@@ -394,11 +392,10 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
         "counts": counts, "eval_steps": first.eval_steps, "eval_loss": first.eval_loss,
         "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness,
         "still_descending": moving}
-    claims, silent = training_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
-def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhaseData]:
+def second_phases(config: dict[str, Any], ctx: RunContext) -> SecondPhaseData:
     """From one first phase, three second phases on the same batches: plain (the control), with the sharpening
     penalty, and on the rare-string mixture; counted on the same strings."""
     task = FlipFlop.with_ignore(config["T"], config["p_i"])
@@ -425,8 +422,7 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> Outcome[SecondPhas
         "eval_loss": {kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1)
                       for kind, phase in phases.items()},
         "sharpness": sharpness, "still_descending": moving}
-    claims, silent = second_phase_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device, label: str = "",

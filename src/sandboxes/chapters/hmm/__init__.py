@@ -26,7 +26,7 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import learning_rows
+from .judge import ghmm_tensor_rows, learning_rows, recovery_rows
 from .measure import (
     TASK_ORDERS,
     counterexample,
@@ -92,13 +92,16 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
                   seeds={"quick": 3, "reference": 5, "full": 10},
                   sections=(
-                      Section("seed_example", "Theorems 4 and 6: the paper's example", seed_example),
+                      Section("seed_example", "Theorems 4 and 6: the paper's example", seed_example,
+                              figures=("rotation_sweep",)),
                       Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
-                      Section("powers", "Claim 1: powers of T do not identify T", powers),
-                      Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery),
+                      Section("powers", "Claim 1: powers of T do not identify T", powers, figures=("powers",)),
+                      Section("recovery", "Theorem 7: parameters from exact two-token predictors", recovery,
+                              rows=recovery_rows, figures=("exact_recovery",)),
                       Section("learning", "Learning from samples", learning, min_seeds=2, trains=True,
-                              rows=learning_rows),
-                      Section("ghmm", "Theorem 5: Gaussian emissions", ghmm),
-                      Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor),
+                              rows=learning_rows, figures=("learned_distance", "predictor_error", "learned_recovery")),
+                      Section("ghmm", "Theorem 5: Gaussian emissions", ghmm, figures=("ghmm_fits",)),
+                      Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor,
+                              rows=ghmm_tensor_rows, figures=("ghmm_tensor",)),
                   ), check=check, reference_sections=("learning",),
                   reference_variants={"k4": {"k": 4, "d": 5}})  # issue 15 asks for the learning curves at k = 3 and 4

@@ -13,7 +13,7 @@ from ...curves import budget_ran_out
 from ...theory import hmm as theory
 
 if TYPE_CHECKING:
-    from .measure import LearningData
+    from .measure import GhmmTensorData, LearningData, RecoveryData
 
 
 EXACT = 1e-12
@@ -32,6 +32,7 @@ EXCESS_REASON = ("twice the RMS distance between seeds of one HMM: the noise of 
 SLOPE_SPREAD = 3  # standard errors of the runs' own slopes by which the median error's slope may miss -1/2
 MIDDLE_REASON = ("float64 round-off: two Gauss-Newton steps on the predictor take the constructive answer back to it "
                  "(cond(M), cond(T) <= 100)")
+PRONY_MAX_K = 4  # Lemma 9 by Prony: for more means, float64 Hermite moments of degree 2k - 1 no longer resolve them
 MOMENT_REASON = ("float64 round-off in Hermite moments of degree up to 2k - 1 (k <= 4), amplified by the Hankel "
                  "pencil and the Vandermonde matrix of the projected means")
 
@@ -102,3 +103,81 @@ def learning_claims(data: LearningData) -> list[Claim]:
 def learning_rows(config: dict[str, Any], data: LearningData) -> tuple[list[Claim], tuple[str, ...]]:
     """The learning section's rows, from its data alone (the reference check recomputes them); it leaves none out."""
     return learning_claims(data), ()
+
+
+def recovery_claims(errors: dict[str, list[float]]) -> list[Claim]:
+    """Theorem 7 made constructive: every recovered (O, T) equals its HMM up to relabelling."""
+    total = sum(len(e) for e in errors.values())
+    return [Claim.close(f"Thm 7: (O, T) recovered up to relabelling from exact two-token predictors, all six task "
+                        f"orders ({total} cases, sizes {','.join(errors)}; max entry error)", 0.0,
+                        max(max(e) for e in errors.values()), RECOVERY_TOL, RECOVERY_REASON)]
+
+
+def _recovery_claim(label: str, errors: dict[str, list[float]], tolerance: float, reason: str) -> Claim:
+    """One row for the recovery from the predictors of the task orders in ``errors``."""
+    cases = sum(len(e) for e in errors.values())
+    return Claim.close(f"{label}: (M, T) recovered up to relabelling from exact two-token predictors "
+                       f"({cases} cases: orders {', '.join(errors)}; max entry error)", 0.0,
+                       max(max(e) for e in errors.values()), tolerance, reason)
+
+
+def _law_claims(data: GhmmTensorData) -> list[Claim]:
+    """Lemma 9 and Theorem 9 from the law alone; no rows where Prony is not computed (``k > PRONY_MAX_K``)."""
+    if not data["mixture_errors"]:
+        return []
+    n = len(data["law_errors"])
+    return [
+        Claim.close(f"Lemma 9: the means and weights of p(x2|x1), a unit-covariance Gaussian mixture, recovered from "
+                    f"its Hermite moments ({n} G-HMMs; max entry error after relabelling)", 0.0,
+                    max(data["mixture_errors"]), data["tolerance"], MOMENT_REASON),
+        Claim.close(f"Thm 9 from the law alone: means by Lemma 9, then T by eq. 2.79 at k points near them, give "
+                    f"(M, T) up to relabelling ({n} G-HMMs; max entry error)", 0.0, max(data["law_errors"]),
+                    data["tolerance"], MOMENT_REASON + ", then by cond(Psi) and cond(Phi)"),
+    ]
+
+
+def ghmm_tensor_claims(data: GhmmTensorData) -> list[Claim]:
+    """The rows of Theorems 8, 9, Lemma 9 and of Remark 2 for G-HMMs, from the section's data alone."""
+    errors = data["errors"]
+    middle = [order for order in errors if order.endswith("|x2")]  # case 2: x_2 given
+    return [
+        _recovery_claim("Thm 8 (cases 1 and 3)", {o: e for o, e in errors.items() if o not in middle},
+                        data["tolerance"], RECOVERY_REASON),
+        _recovery_claim("Thm 8 (case 2), random G-HMMs", {o: e for o, e in errors.items() if o in middle},
+                        data["tolerance"], MIDDLE_REASON),
+        Claim.close("Thm 8, case 2 needs generic means: for means whose Gram matrix has equal row sums (here "
+                    "equiangular) and T <= 2/k, the partner (HM, 2/k 11^T - T) has the same x1(x)x3|x2 predictor "
+                    "(max difference at the points)", 0.0, data["symmetric_gap"], EXACT, EXACT_REASON),
+        Claim.exact("Thm 8, case 2 counterexample: the partner (HM, 2/k 11^T - T) is a G-HMM (unit-norm means, "
+                    "doubly stochastic T of rank k: Assumptions 5, 8, 9)", "yes", data["symmetric_partner_valid"],
+                    "checked by sandboxes.data.hmm.check_ghmm"),
+        Claim.at_least("Thm 8, case 2 counterexample: yet the partner differs from the equiangular G-HMM under every "
+                       "relabelling (max entry)", DIFFERENT, data["symmetric_distance"], "far above round-off"),
+        Claim.close("Thm 8, case 2 at k = 2: a random two-state G-HMM and its partner have the same x1(x)x3|x2 "
+                    "predictor (max difference at the points)", 0.0, data["two_state_gap"], EXACT,
+                    "float64 round-off: two unit means always have a Gram matrix with equal row sums"),
+        Claim.at_least("Thm 8, proof: the two-token predictor x2(x)x3|x1 of (HM, T~), not a G-HMM, which shares "
+                       "the pairwise predictor, differs (max entry at the points)", DIFFERENT,
+                       data["partner_two_token_gap"], "for k >= 3 Kruskal and unit norms fix M without "
+                       "stochasticity; far above round-off"),
+        Claim.close("Thm 9, eq. 2.79: with the means, T = Psi^-T D Phi^-1 from the conditional densities at k points "
+                    "(max entry error)", 0.0, data["transition_error"], RECOVERY_TOL,
+                    "float64 round-off, amplified by cond(Psi) and cond(Phi) at the k points"),
+        Claim.at_least("Remark 2, G-HMM: the mixture formula for p(x2|x1) with (HM, T~), not a G-HMM, which shares "
+                       "the conditional mean, differs (max of (2 pi)^(d/2) |p - p~| at the points)", DIFFERENT,
+                       data["partner_density_gap"], "a mixture of Gaussians carries more than its mean"),
+        *_law_claims(data),
+    ]
+
+
+def recovery_rows(config: dict[str, Any], data: RecoveryData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Theorem 7's row from the recovery section's errors."""
+    return recovery_claims(data["errors"]), ()
+
+
+def ghmm_tensor_rows(config: dict[str, Any], data: GhmmTensorData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The rows of Theorems 8 and 9 from the section's data, and why the law-alone rows are missing for large k."""
+    silent = () if config["k"] <= PRONY_MAX_K else (
+        f"Lemma 9 and Theorem 9 from the law alone at k = {config['k']}: the moment recovery (Prony) is computed "
+        f"for k <= {PRONY_MAX_K} only",)
+    return ghmm_tensor_claims(data), silent

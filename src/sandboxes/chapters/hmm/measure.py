@@ -25,13 +25,10 @@ from .judge import (
     DIFFERENT,
     EXACT,
     EXACT_REASON,
-    MIDDLE_REASON,
-    MOMENT_REASON,
     PRINTED,
     PRINTED_REASON,
-    RECOVERY_REASON,
+    PRONY_MAX_K,
     RECOVERY_TOL,
-    learning_rows,
 )
 
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
@@ -244,18 +241,10 @@ def recovery_errors(shapes: list[tuple[int, int]], n_hmms: int, rng: np.random.G
     return errors
 
 
-def recovery_claims(errors: dict[str, list[float]]) -> list[Claim]:
-    """Theorem 7 made constructive: every recovered (O, T) equals its HMM up to relabelling."""
-    total = sum(len(e) for e in errors.values())
-    return [Claim.close(f"Thm 7: (O, T) recovered up to relabelling from exact two-token predictors, all six task "
-                        f"orders ({total} cases, sizes {','.join(errors)}; max entry error)", 0.0,
-                        max(max(e) for e in errors.values()), RECOVERY_TOL, RECOVERY_REASON)]
-
-
-def recovery(config: dict[str, Any], ctx: RunContext) -> Outcome[RecoveryData]:
+def recovery(config: dict[str, Any], ctx: RunContext) -> RecoveryData:
     """Exact two-token predictors of random HMMs -> (O, T) up to relabelling, for all six task orders."""
     errors = recovery_errors(parse_shapes(config["shapes"]), config["random_hmms"], _rng(config, 2))
-    return Outcome(recovery_claims(errors), {"errors": errors, "tolerance": RECOVERY_TOL})
+    return {"errors": errors, "tolerance": RECOVERY_TOL}
 
 
 # ---------------------------------------------------------------- learning from samples
@@ -349,7 +338,7 @@ def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
     return {"own": own, "other": other}  # type: ignore[typeddict-item]
 
 
-def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> Outcome[LearningData]:
+def learning(config: dict[str, Any], ctx: RunContext, counterexample: CounterexampleData) -> LearningData:
     """Learn x2|x1 and x2(x)x3|x1 from N samples of the two counterexample HMMs; recover (O, T) from the latter."""
     pair = counterexample
     hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
@@ -364,8 +353,7 @@ def learning(config: dict[str, Any], ctx: RunContext, counterexample: Counterexa
         "pairwise": learned_task(learned["pairwise"], exact_predictors(hmms, PAIRWISE), weights, sizes),
         "two_token": learned_task(learned["two_token"], exact_predictors(hmms, TWO_TOKEN), weights, sizes),
         "recovery": learned_recovery(learned["two_token"], hmms)}
-    claims, silent = learning_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 IDEAL_DRAWS = 20  # sample draws per N of the ideal learner: enough for a median
@@ -476,7 +464,6 @@ def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
 GHMM_ORDERS = tuple(order for order in TASK_ORDERS if 2 in order[1])  # cases 1 and 3: x_2 among the targets
 MIDDLE_ORDERS = tuple(order for order in TASK_ORDERS if order[0] == 2)  # case 2: x_1 (x) x_3 | x_2, either way round
 LINE = 2.5  # the line x = s u, |s| <= LINE, along which the figure compares the partner with the G-HMM
-PRONY_MAX_K = 4  # Lemma 9 by Prony: for more means, float64 Hermite moments of degree 2k - 1 no longer resolve them
 
 
 class GhmmTensorData(TypedDict):
@@ -495,63 +482,6 @@ class GhmmTensorData(TypedDict):
     line: list[float]  # positions s of x_1 = s u along a random unit direction u
     line_mean: list[list[float]]  # G-HMM, partner: first coordinate of E[x_2 | x_1 = s u]
     line_density: list[list[float]]  # G-HMM, partner: (2 pi)^(d/2) p(x_2 = mu_1 | x_1 = s u)
-
-
-def _recovery_claim(label: str, errors: dict[str, list[float]], tolerance: float, reason: str) -> Claim:
-    """One row for the recovery from the predictors of the task orders in ``errors``."""
-    cases = sum(len(e) for e in errors.values())
-    return Claim.close(f"{label}: (M, T) recovered up to relabelling from exact two-token predictors "
-                       f"({cases} cases: orders {', '.join(errors)}; max entry error)", 0.0,
-                       max(max(e) for e in errors.values()), tolerance, reason)
-
-
-def _law_claims(data: GhmmTensorData) -> list[Claim]:
-    """Lemma 9 and Theorem 9 from the law alone; no rows where Prony is not computed (``k > PRONY_MAX_K``)."""
-    if not data["mixture_errors"]:
-        return []
-    n = len(data["law_errors"])
-    return [
-        Claim.close(f"Lemma 9: the means and weights of p(x2|x1), a unit-covariance Gaussian mixture, recovered from "
-                    f"its Hermite moments ({n} G-HMMs; max entry error after relabelling)", 0.0,
-                    max(data["mixture_errors"]), data["tolerance"], MOMENT_REASON),
-        Claim.close(f"Thm 9 from the law alone: means by Lemma 9, then T by eq. 2.79 at k points near them, give "
-                    f"(M, T) up to relabelling ({n} G-HMMs; max entry error)", 0.0, max(data["law_errors"]),
-                    data["tolerance"], MOMENT_REASON + ", then by cond(Psi) and cond(Phi)"),
-    ]
-
-
-def ghmm_tensor_claims(data: GhmmTensorData) -> list[Claim]:
-    """The rows of Theorems 8, 9, Lemma 9 and of Remark 2 for G-HMMs, from the section's data alone."""
-    errors = data["errors"]
-    middle = [f"x{a}(x)x{b}|x{g}" for g, (a, b) in MIDDLE_ORDERS]
-    return [
-        _recovery_claim("Thm 8 (cases 1 and 3)", {o: e for o, e in errors.items() if o not in middle},
-                        data["tolerance"], RECOVERY_REASON),
-        _recovery_claim("Thm 8 (case 2), random G-HMMs", {o: e for o, e in errors.items() if o in middle},
-                        data["tolerance"], MIDDLE_REASON),
-        Claim.close("Thm 8, case 2 needs generic means: for means whose Gram matrix has equal row sums (here "
-                    "equiangular) and T <= 2/k, the partner (HM, 2/k 11^T - T) has the same x1(x)x3|x2 predictor "
-                    "(max difference at the points)", 0.0, data["symmetric_gap"], EXACT, EXACT_REASON),
-        Claim.exact("Thm 8, case 2 counterexample: the partner (HM, 2/k 11^T - T) is a G-HMM (unit-norm means, "
-                    "doubly stochastic T of rank k: Assumptions 5, 8, 9)", "yes", data["symmetric_partner_valid"],
-                    "checked by sandboxes.data.hmm.check_ghmm"),
-        Claim.at_least("Thm 8, case 2 counterexample: yet the partner differs from the equiangular G-HMM under every "
-                       "relabelling (max entry)", DIFFERENT, data["symmetric_distance"], "far above round-off"),
-        Claim.close("Thm 8, case 2 at k = 2: a random two-state G-HMM and its partner have the same x1(x)x3|x2 "
-                    "predictor (max difference at the points)", 0.0, data["two_state_gap"], EXACT,
-                    "float64 round-off: two unit means always have a Gram matrix with equal row sums"),
-        Claim.at_least("Thm 8, proof: the two-token predictor x2(x)x3|x1 of (HM, T~), not a G-HMM, which shares "
-                       "the pairwise predictor, differs (max entry at the points)", DIFFERENT,
-                       data["partner_two_token_gap"], "for k >= 3 Kruskal and unit norms fix M without "
-                       "stochasticity; far above round-off"),
-        Claim.close("Thm 9, eq. 2.79: with the means, T = Psi^-T D Phi^-1 from the conditional densities at k points "
-                    "(max entry error)", 0.0, data["transition_error"], RECOVERY_TOL,
-                    "float64 round-off, amplified by cond(Psi) and cond(Phi) at the k points"),
-        Claim.at_least("Remark 2, G-HMM: the mixture formula for p(x2|x1) with (HM, T~), not a G-HMM, which shares "
-                       "the conditional mean, differs (max of (2 pi)^(d/2) |p - p~| at the points)", DIFFERENT,
-                       data["partner_density_gap"], "a mixture of Gaussians carries more than its mean"),
-        *_law_claims(data),
-    ]
 
 
 def _ghmm_recover(values: np.ndarray, points: np.ndarray, order: tuple, k: int,
@@ -632,11 +562,7 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
     }  # type: ignore[return-value]
 
 
-def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> Outcome[GhmmTensorData]:
+def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> GhmmTensorData:
     """Two-token tasks identify a generic G-HMM (Thm 8), the conditional law any (Thm 9); the partner fails both."""
     M, T, HM, HT = (np.asarray(ghmm[key]) for key in ("means", "transition", "partner_means", "partner_transition"))
-    data = ghmm_tensor_data(config, M, T, HM, HT, _rng(config, 4))
-    silent = () if config["k"] <= PRONY_MAX_K else (
-        f"Lemma 9 and Theorem 9 from the law alone at k = {config['k']}: the moment recovery (Prony) is computed "
-        f"for k <= {PRONY_MAX_K} only",)
-    return Outcome(ghmm_tensor_claims(data), data, silent)
+    return ghmm_tensor_data(config, M, T, HM, HT, _rng(config, 4))

@@ -118,7 +118,7 @@ def staged_claims(data: StagedData) -> list[Claim]:
                            f"on the causal parent, worst of the first {len(judged)} positions", PARENT_MASS,
                            min(per_seed), "Thm (2): the first attention tends to the graph's adjacency, ‖A - G‖∞ ≲ "
                            "1/T; more weight on the parent than on all other positions together", digits=3
-                           ).eventually(*settled).held_to_spread(PARENT_MASS, per_seed, "--seeds", upper=False)]
+                           ).eventually(*settled).held_to_spread(PARENT_MASS, per_seed, upper=False)]
 
 
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -183,7 +183,7 @@ def trigger_claims(data: TriggerData) -> list[Claim]:
                            "induction head (Bietti et al.; the construction above): the output read in context is "
                            "certain, so an induction head is always right; a guess that ignores the earlier "
                            "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
-                           digits=3).eventually(*settled).held_to_spread(halfway, per_seed, "--seeds", upper=False)]
+                           digits=3).eventually(*settled).held_to_spread(halfway, per_seed, upper=False)]
 
 
 def memories_rows(config: dict[str, Any], data: MemoriesData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -278,7 +278,7 @@ def training_claims(data: TrainingData) -> list[Claim]:
                        "Thm (1) proves L - OPT -> 0 for the disentangled model trained in stages; this row asks "
                        "the same of the GPT trained end to end, which the theorem does not cover. Nearer the Bayes "
                        "level than the unigram one means counting transitions in context", digits=3
-                       ).eventually(*settled).held_to_spread(GAP_CLOSED, inside["gap_closed"]["two_layers"], "--seeds",
+                       ).eventually(*settled).held_to_spread(GAP_CLOSED, inside["gap_closed"]["two_layers"],
                                                              upper=False),
         Claim.at_least("two layers, every seed, on kernels from another prior (Dirichlet(ood_alpha), the same "
                        "support): share of the gap between the unigram and the training prior's Bayes estimator "
@@ -286,5 +286,5 @@ def training_claims(data: TrainingData) -> list[Claim]:
                        "corollary (for kernels in or out of the prior's support): the learned head estimates in "
                        "context whatever the kernel. The corollary assumes every entry at least gamma / k, a floor "
                        "Dirichlet(ood_alpha) kernels lack", digits=3).eventually(*settled).held_to_spread(
-                           GAP_CLOSED, outside["gap_closed"]["two_layers"], "--seeds", upper=False),
+                           GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
     ]

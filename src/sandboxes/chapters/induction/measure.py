@@ -31,11 +31,6 @@ from .judge import (
     gradient_claims,
     higher_order_claims,
     levels_claims,
-    memories_rows,
-    staged_rows,
-    support_rows,
-    training_rows,
-    trigger_rows,
 )
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
@@ -226,7 +221,7 @@ def staged_schedule(config: dict[str, Any]) -> TrainConfig:
                        optimizer="sgd", eval_every=max(1, steps // 40), eval_size=256)
 
 
-def staged(config: dict[str, Any], ctx: RunContext) -> Outcome[StagedData]:
+def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
     """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held at the
     staged initialisation; the attention it ends with, against the graph."""
     task = replace(task_of(config), scored="parent_query")
@@ -248,8 +243,7 @@ def staged(config: dict[str, Any], ctx: RunContext) -> Outcome[StagedData]:
         "attention": tables[0],
         "still_descending": int(moving.sum()),
     }  # type: ignore[typeddict-item]
-    claims, silent = staged_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 # ---------------------------------------------------------------- training
@@ -331,7 +325,7 @@ def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
                     attention[:, rows, [max(parents[t], 0) for t in rows]], np.nan)
 
 
-def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
+def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     """One- and two-layer transformers trained online; final losses, layer 1's attention, kernels off the prior."""
     task = task_of(config)
     schedule = _schedule(config)
@@ -354,8 +348,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
         "attention": tables["two_layers"][0],
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
-    claims, silent = training_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 # ---------------------------------------------------------------- a prior of restricted support
@@ -387,7 +380,7 @@ def _probabilities(model: nn.Module, seq: Tensor) -> np.ndarray:
     return _chunked(lambda part: torch.softmax(model(part[:, :-1]).double(), -1).numpy(), seq)
 
 
-def support(config: dict[str, Any], ctx: RunContext) -> Outcome[SupportData]:
+def support(config: dict[str, Any], ctx: RunContext) -> SupportData:
     """Two layers trained on noisy permutations only, then read kernels from outside that support; beside them the
     count estimator and the training prior's own Bayes predictor."""
     inside_task, outside_task = support_tasks(config)
@@ -415,8 +408,7 @@ def support(config: dict[str, Any], ctx: RunContext) -> Outcome[SupportData]:
         advantage = [list(_mean_and_error(rival_loss - theory.sequence_losses(p, array))) for p in model_probs]
     data: SupportData = {"inside": inside, "outside": outside, "advantage": advantage, "distance": distance,
                          "still_descending": int(still_descending(run, LOSS_NOISE).sum())}
-    claims, silent = support_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 # ---------------------------------------------------------------- the trigger task
@@ -501,7 +493,7 @@ def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dic
             "elsewhere": float(weight[:, head][~trigger_before[:, head]].mean())}
 
 
-def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
+def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
     """One- and two-layer transformers trained on the trigger task; accuracy on the outputs of triggers."""
     task = trigger_task(config)
     schedule = _schedule(config, "trigger_steps")
@@ -530,8 +522,7 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> Outcome[TriggerData]:
         "memories": runs["two_layers"].probes,
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
-    claims, silent = trigger_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 # ---------------------------------------------------------------- Bietti et al.'s simplified model
@@ -578,7 +569,7 @@ def memory_schedule(config: dict[str, Any]) -> TrainConfig:
                        optimizer="sgd", eval_every=max(1, steps // 100), eval_size=256)
 
 
-def memories(config: dict[str, Any], ctx: RunContext) -> Outcome[MemoriesData]:
+def memories(config: dict[str, Any], ctx: RunContext) -> MemoriesData:
     """Bietti et al.'s simplified model: its three memories trained together, probed along the way."""
     task = memory_task(config)
     run = train(lambda: memory_model(config), task, memory_schedule(config), ctx.seeds, ctx.device,
@@ -587,5 +578,4 @@ def memories(config: dict[str, Any], ctx: RunContext) -> Outcome[MemoriesData]:
         "memory_names": list(MEMORIES), "eval_steps": run.eval_steps, "eval_loss": run.eval_loss,
         "memories": run.probes, "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
     }  # type: ignore[typeddict-item]
-    claims, silent = memories_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data

@@ -15,7 +15,14 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import basin_section_rows, depth_rows, multistate_section_rows, phase_section_rows, training_section_rows
+from .judge import (
+    basin_section_rows,
+    depth_rows,
+    multistate_section_rows,
+    multistate_theory,
+    phase_section_rows,
+    training_section_rows,
+)
 from .measure import (
     basin,
     depth,
@@ -81,15 +88,18 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS,
                   sections=(
                       Section("global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum),
                       Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),
-                      Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep),
-                      Section("reduced_flow", "The reduced gradient flow", reduced_flow),
+                      Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep,
+                              figures=("hessian_sweep",)),
+                      Section("reduced_flow", "The reduced gradient flow", reduced_flow, figures=("phase_portrait",)),
                       Section("training", "Training: loss curves and predictions", training, trains=True,
-                              rows=training_section_rows),
+                              rows=training_section_rows, figures=("loss_curves", "predictions")),
                       Section("phase_diagram", "Phase diagram over (p, q)", phase_diagram, trains=True,
-                              by_seed=False, rows=phase_section_rows),  # grid_seeds per cell
-                      Section("basin", "The basin of the bad minimum", basin, trains=True, rows=basin_section_rows),
+                              by_seed=False, rows=phase_section_rows,
+                              figures=("phase_diagram",)),  # grid_seeds per cell
+                      Section("basin", "The basin of the bad minimum", basin, trains=True, rows=basin_section_rows,
+                              figures=("basin",)),
                       Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False,  # depth_seeds
-                              rows=depth_rows),
+                              rows=depth_rows, figures=("depth",)),
                       Section("multistate", "A multi-state chain", multistate, trains=True,
-                              rows=multistate_section_rows),
+                              rows=multistate_section_rows, theory=multistate_theory, figures=("multistate",)),
                   ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))

@@ -25,16 +25,10 @@ from .judge import (
     EXACT_REASON,
     MIN_GAP,
     NOISE,
-    basin_section_rows,
     classify,
-    depth_rows,
     escape_steps,
     information_gap,
-    multistate_hessian_rows,
-    multistate_section_rows,
     on_plateau,
-    phase_section_rows,
-    training_section_rows,
 )
 
 
@@ -285,7 +279,7 @@ class TrainingData(TypedDict):
     runs: list[TrainingRun]
 
 
-def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
+def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     """One-layer runs, tied and untied, on the featured and contrast chains (the seed's Fig. 3)."""
     chains = [(config["p"], config["q"]), (config["p2"], config["q2"])]
     settings = [(p, q, tied) for p, q in chains for tied in (True, False)]
@@ -308,8 +302,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> Outcome[TrainingData]:
                                                      information_gap(p, q)),
                          "prediction": _predictions(trained.models[i * n], tasks[i * n])})
     data: TrainingData = {"runs": runs}
-    claims, silent = training_section_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 def _predictions(model: GPT, task: MarkovChain) -> Prediction:
@@ -330,7 +323,7 @@ class PhaseData(TypedDict):
     waiting: dict[str, list[list[bool]]]  # tied / untied: per cell and seed, on the plateau or still descending
 
 
-def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]:
+def phase_diagram(config: dict[str, Any], ctx: RunContext) -> PhaseData:
     """Tied and untied one-layer runs over a grid of ``(p, q)``: which end at the bigram, and which linger at the unigram?"""  # noqa: E501
     values = np.round(np.linspace(0.1, 0.9, config["grid"]), 4)
     cells = [(p, q) for p in values for q in values]
@@ -355,8 +348,7 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> Outcome[PhaseData]
     data: PhaseData = {"values": values, "ratio": ratio, "escape_step": escape,
                        "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values)), "excess": excess,
                        "waiting": waiting}  # type: ignore[typeddict-item]
-    claims, silent = phase_section_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 class BasinData(TypedDict):
@@ -370,7 +362,7 @@ class BasinData(TypedDict):
     waiting: dict[str, list[list[bool]]]  # tied / untied: per scale and seed, on the plateau or still descending
 
 
-def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
+def basin(config: dict[str, Any], ctx: RunContext) -> BasinData:
     """Where seeds end at the featured chain, against the initialisation scale, tied and untied."""
     p, q, gap = config["p"], config["q"], information_gap(config["p"], config["q"])
     scales = float_list(config["init_scales"])
@@ -391,8 +383,7 @@ def basin(config: dict[str, Any], ctx: RunContext) -> Outcome[BasinData]:
         outcome[kind]["still_descending"] = moving.mean(axis=1)
     data: BasinData = {"p": p, "q": q, "scales": scales, "outcome": outcome, "escape_step": escape, "ends": ends,
                        "waiting": waiting}  # type: ignore[typeddict-item]
-    claims, silent = basin_section_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 class DepthRun(TypedDict):
@@ -410,7 +401,7 @@ class DepthData(TypedDict):
     runs: list[DepthRun]
 
 
-def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
+def depth(config: dict[str, Any], ctx: RunContext) -> DepthData:
     """Tied and untied runs of every depth at the featured chain: beyond one layer, a unigram plateau, then the
     entropy rate (the seed's Fig. 1 and its depth figure)."""
     p, q = config["p"], config["q"]
@@ -426,8 +417,7 @@ def depth(config: dict[str, Any], ctx: RunContext) -> Outcome[DepthData]:
                          "eval_loss": trained.eval_loss, "excess": _excess(trained, [task] * len(seeds)),
                          "still_descending": still_descending(trained)})
     data: DepthData = {"p": p, "q": q, "runs": runs}
-    claims, silent = depth_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 def _depth_eval_every(steps: int) -> int:
@@ -452,7 +442,7 @@ class MultistateData(TypedDict):
     waiting: dict[str, list[list[bool]]]  # tied / untied: per p and seed, on the plateau or still descending
 
 
-def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateData]:
+def multistate(config: dict[str, Any], ctx: RunContext) -> MultistateData:
     """The symmetric n-state chain: where the tied unigram point's Hessian changes sign, and where training ends."""
     n, probs = config["states"], float_list(config["switch_probs"])
     threshold = (n - 1) / n
@@ -482,5 +472,4 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> Outcome[MultistateDat
                             "hessian_eigenvalue": eigenvalue, "hessian_deviation": deviation, "switch_probs": probs,
                             "gaps": gaps, "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape,
                             "waiting": waiting}  # type: ignore[typeddict-item]
-    claims, silent = multistate_section_rows(config, data)
-    return Outcome(claims, data, silent, tuple(claim.name for claim in multistate_hessian_rows(data)))
+    return data

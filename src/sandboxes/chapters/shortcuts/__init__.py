@@ -32,7 +32,15 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import automaton_names, brittleness_rows, hard_rows, sweep_rows
+from .judge import (
+    algebra_section_rows,
+    automaton_names,
+    brittleness_rows,
+    construction_section_rows,
+    hard_rows,
+    lemmas_section_rows,
+    sweep_rows,
+)
 from .measure import algebra, brittleness, construction, hard, lemmas, sweep
 from .paper import against_seed
 
@@ -138,13 +146,16 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far fewer than T layers", PARAMS,
                   seeds={"quick": 2, "reference": 3, "full": 10},
                   sections=(
-                      Section("algebra", "Solvability of the automata", algebra),
-                      Section("construction", "Theorem 10: logarithmic depth, built and run", construction),
-                      Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas),
-                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True, rows=sweep_rows),
+                      Section("algebra", "Solvability of the automata", algebra, rows=algebra_section_rows),
+                      Section("construction", "Theorem 10: logarithmic depth, built and run", construction,
+                              rows=construction_section_rows, figures=("depth_vs_length", "temperature")),
+                      Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas,
+                              rows=lemmas_section_rows),
+                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True, rows=sweep_rows,
+                              figures=("depth_sweep", "boundary_attention")),
                       Section("hard", "Trained to a standstill: the hard automata at shallow depth", hard,
-                              trains=True, rows=hard_rows),
+                              trains=True, rows=hard_rows, figures=("hard_runs",)),
                       Section("brittleness", "Shortcuts are brittle", brittleness, trains=True,
-                              rows=brittleness_rows),
+                              rows=brittleness_rows, figures=("brittleness",)),
                   ), check=check, reference_sections=("sweep", "hard", "brittleness"),
                   reference_workers=REFERENCE_WORKERS)

@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from ... import heldout
 from ...calibration import calibrated_map
-from ...claims import Claim
 from ...curves import still_descending
 from ...data.automata import (
     AutomatonTask,
@@ -37,21 +36,14 @@ from ...data.automata import (
 from ...model import GPT, LSTM, GPTConfig
 from ...profiles import float_list, int_list
 from ...runtime import member_seed
-from ...sections import Outcome, RunContext
+from ...sections import RunContext
 from ...theory import shortcuts as theory
 from ...trainer import TrainConfig, TrainResult, train
 from ...workers import TrainRequest, train_each
 from .judge import (
-    BOUND_REASON,
-    EXACT_REASON,
     PAPER_BEST,
     PAPER_MEDIAN,
-    ROUND_OFF,
-    ROUND_OFF_REASON,
     automaton_names,
-    brittleness_rows,
-    hard_rows,
-    sweep_rows,
 )
 
 LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
@@ -92,22 +84,11 @@ def algebra_rows(names: list[str], second_route: Callable[[list[tuple[int, ...]]
     return rows
 
 
-def algebra_claims(rows: list[AlgebraRow], predicted: list[str]) -> list[Claim]:
-    """The non-solvable automata found by ``is_solvable`` against ``predicted``, a list computed another way."""
-    measured = [r["name"] for r in rows if not r["solvable"]]
-    return [Claim.exact("non-solvable automata: is_solvable (all-pairs commutators) against the derived series "
-                        "from generators (normal closure of their commutators)", ", ".join(predicted),
-                        ", ".join(measured), "two independent computations of every group of T(A) must name the "
-                        "same automata; no name pattern (A5xC2 is non-solvable)")]
-
-
-def algebra(config: dict[str, Any], ctx: RunContext) -> Outcome[AlgebraData]:
+def algebra(config: dict[str, Any], ctx: RunContext) -> AlgebraData:
     """Solvability of every automaton of the chapter, from derived series of its groups, computed two ways."""
     names = list(dict.fromkeys(automaton_names(config["sweep"]) + automaton_names(config["construct"])
                                + list(ALGEBRA_EXAMPLES)))
-    rows = algebra_rows(names)
-    predicted = [r["name"] for r in rows if not r["solvable_by_generators"]]
-    return Outcome(algebra_claims(rows, predicted), {"rows": rows})
+    return {"rows": algebra_rows(names)}
 
 
 # ---------------------------------------------------------------- Theorem 10
@@ -170,25 +151,7 @@ def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: tor
     }
 
 
-def construction_claims(checks: list[ConstructionCheck], temperature: TemperatureSweep, n: int) -> list[Claim]:
-    """Theorem 10 exact, read-out at round-off, Lemma 13 respected; too soft an attention breaks the build."""
-    soft = int(np.argmin(temperature["scales"]))
-    return [
-        Claim.exact(f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs", "0",
-                    str(sum(c["errors"] for c in checks)), EXACT_REASON),
-        Claim.at_most("Thm 10: max |read-out value - (q_t + 1)|", ROUND_OFF, max(c["deviation"] for c in checks),
-                      ROUND_OFF_REASON),
-        Claim.at_most("Lemma 13: max over layers and positions of ||alpha - e_target||_1 / 2N e^-gap", 1.0,
-                      max(c["lemma13_ratio"] for c in checks), BOUND_REASON),
-        Claim.at_least(f"softened Thm 10 ({temperature['automaton']}, T = {temperature['T']}): wrong states at "
-                       f"gamma = {temperature['scales'][soft]:g} x Lemma 13's sufficient gamma", 1,
-                       temperature["errors"][soft],
-                       f"Lemma 13 only suffices; this says its gamma is not vacuous: a read error beyond the MLP's "
-                       f"plateau {theory.PLATEAU} must show as a wrong state over {temperature['samples']} inputs"),
-    ]
-
-
-def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
+def construction(config: dict[str, Any], ctx: RunContext) -> ConstructionData:
     """Theorem 10 built and run on several automata and lengths, a temperature sweep, and depth vs T."""
     generator = heldout.generator(heldout.AUTOMATON_EVAL)
     n = config["construct_samples"]
@@ -203,10 +166,8 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
         "scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
         "errors": [c["errors"] for c in softened], "samples": n_sweep, "automaton": featured.name, "T": config["T"]}
     lengths = np.unique(np.round(np.logspace(0, 4, 60)).astype(int))
-    return Outcome(construction_claims(checks, temperature, n), {
-        "checks": checks, "temperature": temperature,
-        "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]},
-    })
+    return {"checks": checks, "temperature": temperature,
+            "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]}}
 
 
 # ---------------------------------------------------------------- Lemmas 15, 16 and Algorithm 1
@@ -248,21 +209,10 @@ def lemma_rows(T: int, n: int, generator: torch.Generator, counter: Callable[[in
     return rows
 
 
-def lemma_claims(rows: list[LemmaRow]) -> list[Claim]:
-    """One exact row per construction: no wrong state."""
-    claims = []
-    for lemma, what in (("15", "one layer simulates C_2, C_3, C_5"), ("16", "one layer simulates memory units"),
-                        ("Alg. 1", "boundary detection reproduces Grid_4, Grid_9")):
-        wrong = sum(r["errors"] for r in rows if r["lemma"] == lemma)
-        claims.append(Claim.exact(f"{'Lemma ' if lemma != 'Alg. 1' else 'Thm 12, '}{lemma}: {what} (wrong states)",
-                                  "0", str(wrong), EXACT_REASON))
-    return claims
-
-
-def lemmas(config: dict[str, Any], ctx: RunContext) -> Outcome[LemmasData]:
+def lemmas(config: dict[str, Any], ctx: RunContext) -> LemmasData:
     """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
-    rows = lemma_rows(max(config["T"], 16), config["construct_samples"], heldout.generator(heldout.LEMMA_INPUTS))
-    return Outcome(lemma_claims(rows), {"rows": rows})
+    return {"rows": lemma_rows(max(config["T"], 16), config["construct_samples"],
+                               heldout.generator(heldout.LEMMA_INPUTS))}
 
 
 # ---------------------------------------------------------------- training
@@ -332,7 +282,7 @@ def _scores(trained: TrainResult, tasks: list[AutomatonTask], config: dict[str, 
             still_descending(trained, LOSS_NOISE).reshape(n_automata, -1))
 
 
-def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
+def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
     names = list(dict.fromkeys(automaton_names(config["sweep"]) + [config["automaton"]]
                                + automaton_names(config["easy"]) + automaton_names(config["hard"])))
@@ -353,8 +303,7 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
         "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
         "grid_attention": attention,
     }
-    claims, silent = sweep_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 class HardData(TypedDict):
@@ -372,7 +321,7 @@ class HardData(TypedDict):
     paper_median: dict[str, list[float | None] | None]
 
 
-def hard(config: dict[str, Any], ctx: RunContext) -> Outcome[HardData]:
+def hard(config: dict[str, Any], ctx: RunContext) -> HardData:
     """The `hard` automata at every depth up to `shallow_depth`, trained until their loss stops moving: a row that
     they stay below solved there needs runs that settled, and the sweep's budget leaves them descending."""
     names, depths, steps = (automaton_names(config["hard"]), list(range(1, config["shallow_depth"] + 1)),
@@ -393,8 +342,7 @@ def hard(config: dict[str, Any], ctx: RunContext) -> Outcome[HardData]:
         "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
         "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
     }
-    claims, silent = hard_rows(config, data)
-    return Outcome(claims, data, silent)
+    return data
 
 
 def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> BoundaryAttention:
@@ -459,7 +407,7 @@ class BrittlenessData(TypedDict):
     still_descending: dict[str, int]  # gpt / lstm / scratchpad -> runs whose loss had not settled at the end
 
 
-def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessData]:
+def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
     """Parity: a GPT trained at Pr[sigma=1]=1/2 against an LSTM and a recency-biased scratchpad GPT,
     under a shifted input law, at fixed counts of ones, and at other lengths (Figs. 3.8, 3.9)."""
     T, steps = config["parity_length"], config["parity_steps"]
@@ -507,5 +455,4 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> Outcome[BrittlenessD
 
         per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all
         out[name] = {view: [scores[view] for scores in per_model] for view in per_model[0]}
-    claims, silent = brittleness_rows(config, out)
-    return Outcome(claims, out, silent)
+    return out
