@@ -242,12 +242,12 @@ def test_strict_fails_on_a_failed_row_but_not_on_an_undecided_one(capsys):
 
 def test_into_merges_sections_run_one_at_a_time_into_one_reference_file(tmp_path, capsys):
     into = str(tmp_path / "hmm-reference.json")
-    for section in ("powers", "seed_example"):
+    for section in ("powers", "paper_example"):
         assert main(["run", "hmm", "--profile", "reference", "--section", section, "--device", "cpu",
                      "--into", into]) == 0
     result = json.loads((tmp_path / "hmm-reference.json").read_text())
-    assert list(result["sections"]) == ["seed_example", "powers"]  # the chapter's reading order
-    assert {c["section"] for c in result["claims"]} == {"seed_example", "powers"}
+    assert list(result["sections"]) == ["paper_example", "powers"]  # the chapter's reading order
+    assert {c["section"] for c in result["claims"]} == {"paper_example", "powers"}
     assert result["sections"]["powers"]["command"] == "python -m sandboxes run hmm --section powers --profile reference"
     assert main(["run", "hmm", "--section", "powers", "--device", "cpu", "--into", into]) == 2  # a quick run
     assert "not hmm at quick" in capsys.readouterr().err

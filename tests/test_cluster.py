@@ -68,8 +68,8 @@ def test_jobs_merge_into_exactly_what_one_process_computes(job_folders, tiny_res
 
 def test_a_job_per_section_that_trains_and_one_for_the_theory():
     plan = _tiny_plan("hmm")
-    assert plan.jobs() == [cluster.Job(("seed_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor")),
-                           cluster.Job(("learning",))]
+    theory = ("paper_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor")
+    assert plan.jobs() == [cluster.Job(theory), cluster.Job(("learning",))]
 
 
 def test_seeds_per_job_splits_a_section_that_trains_into_seed_groups_then_its_own_job():

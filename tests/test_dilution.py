@@ -607,7 +607,7 @@ def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_
                                           "sparse": [(e, 50) for e in sparse], "dense": [(e, 50) for e in dense]}
     counts = {"plain": runs([1, 0], [5, 0], [7, 0]), "sharpened": runs([2, 0], [1, 0], [9, 1]),
               "rare": runs([0, 3], [0, 0], [0, 0])}
-    rows = {what: ours for what, _, ours in paper.against_seed({"second_phases": {"counts": counts}})}
+    rows = {what: ours for what, _, ours in paper.against_paper({"second_phases": {"counts": counts}})}
     assert rows["sharpened against its plain twin, per test set"] == (
         "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
         "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10")

@@ -171,7 +171,7 @@ def test_rotated_pair_keeps_every_pairwise_predictor_but_not_the_two_token_one(d
 
 
 def test_the_seed_example_agrees_on_pairs_and_differs_on_pairs_of_tokens():
-    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+    O, T, O2, T2 = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE, theory.PAPER_T_TILDE
     for s, t in [(1, 2), (2, 1), (1, 3), (3, 1)]:
         # the paper prints 8 decimals, so agreement is at the 1e-8 level, not at machine precision
         assert np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max() < 3e-8
@@ -424,7 +424,7 @@ COORDINATE_PLANE = np.eye(3)[:, :2]  # a rotation in this plane does not fix (1,
 
 
 def _seed_rows(change: str) -> list:
-    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+    O, T, O2, T2 = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE, theory.PAPER_T_TILDE
     plane = theory.ones_complement_basis(3)
     if change == "O off by 5% in one column":
         O = O * np.array([1.05, 1.0, 1.0])
@@ -439,7 +439,7 @@ def _seed_rows(change: str) -> list:
     elif change == "sweep rotates about e3, not 1":
         plane = COORDINATE_PLANE
     sweep = measure.rotation_sweep(O, T, plane, np.linspace(-np.pi, np.pi, 19))
-    return measure.seed_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
+    return measure.paper_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
 
 
 def _pair() -> tuple[np.ndarray, ...]:
@@ -574,10 +574,10 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"det O .*printed", "O off by 5% in one column", _seed_rows),
     (r"det T, printed", "T off by 1%", _seed_rows),
     (r"O~ = O R", "two rows of O~ swapped", _seed_rows),
-    (r"seed example: T~ = R\^T T R", "T~ = T", _seed_rows),
-    (r"Thm 6, seed example: predictors", "T~ = T", _seed_rows),
-    (r"Thm 6, seed example: parameters differ", "(O~, T~) a relabelling of (O, T)", _seed_rows),
-    (r"Thm 7, seed example: two-token", "(O~, T~) a relabelling of (O, T)", _seed_rows),
+    (r"the paper's example: T~ = R\^T T R", "T~ = T", _seed_rows),
+    (r"Thm 6, the paper's example: predictors", "T~ = T", _seed_rows),
+    (r"Thm 6, the paper's example: parameters differ", "(O~, T~) a relabelling of (O, T)", _seed_rows),
+    (r"Thm 7, the paper's example: two-token", "(O~, T~) a relabelling of (O, T)", _seed_rows),
     (r"Thm 6 \(the identity behind it\)", "sweep rotates about e3, not 1", _seed_rows),
     (r"both HMMs meet Assumptions", "O~ rotated about e3, not 1", _counterexample_rows),
     (r"Thm 4/6 .*pairwise predictors", "T~ = T", _counterexample_rows),

@@ -269,7 +269,7 @@ def test_the_rows_hold_without_a_change(tiny_result):
 
 
 def test_rows_about_an_escape_are_undecided_while_a_seed_waits_on_the_plateau_or_descends():
-    # the budget ran out before the escape: the seed's Fig. 1 says it comes, so the row must not say "fails"
+    # the budget ran out before the escape: the paper's Fig. 1 says it comes, so the row must not say "fails"
     H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
     # settled on the plateau: the escape had not come
     depth = judge.depth_run_rows(0.5, 0.8, _depth_run(GAP, True), H_pi)

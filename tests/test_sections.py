@@ -241,9 +241,9 @@ def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_
 
 @pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.reference_sections], ids=lambda c: c.name)
 def test_the_seed_table_has_rows_for_every_reference_section(chapter, tiny_result):
-    # the page's seed-versus-ours table covers each section the reference run makes, read back from JSON
+    # the page's paper-versus-ours table covers each section the reference run makes, read back from JSON
     data = tiny_result(chapter.name)["data"]
     module = importlib.import_module(f"sandboxes.chapters.{chapter.name}")
     for name in chapter.reference_sections:
-        rows = module.against_seed({name: data[name]})
+        rows = module.against_paper({name: data[name]})
         assert rows and all(len(row) == 3 and all(isinstance(cell, str) and cell for cell in row) for row in rows), name

@@ -3,7 +3,7 @@
 A page reads like a lecture: each section computes, draws its figure, and shows *its* verdict
 rows right under the figure, with the command that remakes that figure; the chapter's summary
 table comes at the end; then the committed reference result (made once on a 2-core CPU, drawn
-with the same figure functions, beside the seed's reported numbers), and the full-profile result
+with the same figure functions, beside the paper's reported numbers), and the full-profile result
 if a GPU made one.
 """
 
@@ -229,9 +229,9 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     display(HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"))
 
 
-def against_seed(rows: list[tuple[str, str, str]]) -> None:
-    """A table of what the seed reports beside what the reference run measured, one quantity per row."""
-    table(("quantity", "the seed reports", "this reference run"), rows)
+def against_paper(rows: list[tuple[str, str, str]]) -> None:
+    """A table of what the paper reports beside what the reference run measured, one quantity per row."""
+    table(("quantity", "the paper reports", "this reference run"), rows)
 
 
 FIGURES = Path(__file__).parent / "figures"

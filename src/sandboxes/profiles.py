@@ -1,8 +1,8 @@
 """Profiles and chapter parameters: every parameter has a quick, a reference and a full value.
 
 ``quick`` runs a chapter on a 2-core CPU in about two minutes (what CI and nbval run);
-``reference`` is sized by measurement to show the seeds' headline results on that CPU within an
-hour per section, run once and committed under ``results/``; ``full`` is the seeds' scale, meant
+``reference`` is sized by measurement to show the papers' headline results on that CPU within an
+hour per section, run once and committed under ``results/``; ``full`` is the papers' scale, meant
 for a GPU. A parameter's reference value is its quick value unless the chapter names another
 (:func:`with_reference`). Values given on the command line are parsed and checked
 here, so a bad value stops the run with a message instead of drawing a wrong figure.

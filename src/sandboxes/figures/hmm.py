@@ -15,15 +15,15 @@ if TYPE_CHECKING:
         GhmmData,
         GhmmTensorData,
         LearningData,
+        PaperExampleData,
         PowersData,
         RecoveryData,
-        SeedExampleData,
     )
 
 FLOOR = 1e-17  # an exact zero would vanish from a log axis
 
 
-def rotation_sweep(data: SeedExampleData) -> Figure:
+def rotation_sweep(data: PaperExampleData) -> Figure:
     """Pairwise and two-token predictor differences as the printed HMM is rotated about (1, 1, 1)."""
     angles = np.asarray(data["sweep_angles"])
     fig, ax = plt.subplots()

@@ -155,7 +155,7 @@ def support(data: SupportData) -> Figure:
 
 def trigger(data: TriggerData) -> Figure:
     """Accuracy on a trigger's output at its first occurrence and where it came before, per seed, one and two
-    layers, against chance and the seed's reported accuracies."""
+    layers, against chance and the paper's reported accuracies."""
     fig, ax = plt.subplots()
     for x, name in enumerate(("first", "recall")):
         for offset, (kind, color, label) in zip((-0.12, 0.12), (("one_layer", COLORS["tied"], "one layer"),

@@ -30,16 +30,16 @@ from scipy.special import softmax
 from ..data.hmm import ROUND_OFF, check_ghmm, check_hmm
 
 # ---------------------------------------------------------------- the paper's explicit example (Theorem 6)
-SEED_O = np.array([[0.23016003, 0.3549092, 0.16493077], [0.30716059, 0.06962305, 0.37321636],
+PAPER_O = np.array([[0.23016003, 0.3549092, 0.16493077], [0.30716059, 0.06962305, 0.37321636],
                    [0.2580854, 0.26965425, 0.22226035], [0.20459398, 0.3058135, 0.23959252]])
-SEED_O_TILDE = np.array([[0.24120928, 0.35062535, 0.15816537], [0.28937626, 0.07433156, 0.38629218],
+PAPER_O_TILDE = np.array([[0.24120928, 0.35062535, 0.15816537], [0.28937626, 0.07433156, 0.38629218],
                          [0.26077674, 0.26749114, 0.22173212], [0.20863772, 0.30755194, 0.23381033]])
-SEED_T = np.array([[0.56893146, 0.35811118, 0.07295736], [0.35811118, 0.10805638, 0.53383243],
+PAPER_T = np.array([[0.56893146, 0.35811118, 0.07295736], [0.35811118, 0.10805638, 0.53383243],
                    [0.07295736, 0.53383243, 0.39321021]])
-SEED_T_TILDE = np.array([[0.59740926, 0.30452087, 0.09806987], [0.30452087, 0.1331689, 0.56231024],
+PAPER_T_TILDE = np.array([[0.59740926, 0.30452087, 0.09806987], [0.30452087, 0.1331689, 0.56231024],
                          [0.09806987, 0.56231024, 0.33961989]])
-SEED_DIGITS = 8  # the paper prints its example to 8 decimals
-SEED_DETERMINANTS = {"O": 0.0110, "T": -0.1611}  # printed to 4 decimals; det O: product of singular values
+PAPER_DIGITS = 8  # the paper prints its example to 8 decimals
+PAPER_DETERMINANTS = {"O": 0.0110, "T": -0.1611}  # printed to 4 decimals; det O: product of singular values
 
 
 # ---------------------------------------------------------------- optimal predictors

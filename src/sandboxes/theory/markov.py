@@ -76,7 +76,7 @@ def global_minimum_point(p: float, q: float, d_model: int, length: int, tied: bo
     Attention is switched off by zero value/output weights, so the prediction depends on
     ``x_n`` only. For ``p+q <= 1`` the slope ``||e||^2 = ln[(1-p)(1-q)/(pq)] >= 0`` comes from
     the embedding alone; for ``p+q > 1`` it is negative, which a tied ``||e||^2`` cannot be, so
-    the ReLU MLP adds the missing negative part (the seed's appendix B.2 route, in our words:
+    the ReLU MLP adds the missing negative part (the paper's appendix B.2 route, in our words:
     centre the embedding with ``p_n = -e/2``, let the MLP fire on ``x_n = 1`` only, and scale
     its output by ``m = 2(gap - 1)``).
     """

@@ -1,6 +1,6 @@
 """The reduced gradient flow of a tied one-layer transformer on a binary Markov chain.
 
-Trained models end with rank-one weights (the seed's appendix D). Writing them with one unit
+Trained models end with rank-one weights (the paper's appendix D). Writing them with one unit
 direction ``u`` and two scalars ``(e, w)``, attention off (the ``a = 0`` slice of the slides):
 
 * token embedding ``wte[1] = e u``, ``wte[0] = 0``, no positional part, so ``y_n = e x_n u``;

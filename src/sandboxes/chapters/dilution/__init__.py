@@ -25,9 +25,9 @@ from ...profiles import (
 from ...sections import Chapter, Section
 from .judge import second_phase_rows, training_rows
 from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, simulator, training
-from .paper import against_seed, premise_attempts
+from .paper import against_paper, premise_attempts
 
-__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "against_seed", "premise_attempts"]
+__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "against_paper", "premise_attempts"]
 
 
 def _even_at_least(low: int, why: str) -> Custom:

@@ -35,7 +35,7 @@ def _per_kind(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> list[tuple
             for kind, runs in counts.items()]
 
 
-def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
+def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
     """The premise, R1 and R2 beside the first phase's and the LSTMs' wrong reads."""
     runs = data["counts"]["transformer"]
     inside = runs["in-distribution"]
@@ -70,7 +70,7 @@ def _against_twin(counts: dict[str, dict[str, list[tuple[int, int]]]], kind: str
         for name in ("in-distribution", "sparse", "dense"))
 
 
-def _second_phases_vs_seed(data: SecondPhaseData) -> list[tuple[str, str, str]]:
+def _second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
     """R4, R6 and R7 beside the second phases' wrong reads, each kind against its plain twin."""
     counts = data["counts"]
 
@@ -86,10 +86,10 @@ def _second_phases_vs_seed(data: SecondPhaseData) -> list[tuple[str, str, str]]:
     ]
 
 
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-reference table, one group per section the run made."""
-    rows = _training_vs_seed(data["training"]) if "training" in data else []
-    return rows + (_second_phases_vs_seed(data["second_phases"]) if "second_phases" in data else [])
+def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's paper-versus-reference table, one group per section the run made."""
+    rows = _training_vs_paper(data["training"]) if "training" in data else []
+    return rows + (_second_phases_vs_paper(data["second_phases"]) if "second_phases" in data else [])
 
 
 def premise_attempts(reference: Result, attempts: Sequence[Result]) -> list[tuple[str, str, str]]:

@@ -35,14 +35,14 @@ from .measure import (
     ideal_recovery,
     ideal_recovery_summary,
     learning,
+    paper_example,
     parse_shapes,
     powers,
     recovery,
-    seed_example,
 )
-from .paper import against_seed
+from .paper import against_paper
 
-__all__ = ["CHAPTER", "PARAMS", "TASK_ORDERS", "against_seed", "ideal_recovery", "ideal_recovery_summary"]
+__all__ = ["CHAPTER", "PARAMS", "TASK_ORDERS", "against_paper", "ideal_recovery", "ideal_recovery_summary"]
 
 
 def _draw_shapes(rng: np.random.Generator, near: str) -> str:
@@ -92,7 +92,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
                   seeds={"quick": 3, "reference": 5, "full": 10},
                   sections=(
-                      Section("seed_example", "Theorems 4 and 6: the paper's example", seed_example,
+                      Section("paper_example", "Theorems 4 and 6: the paper's example", paper_example,
                               figures=("rotation_sweep",)),
                       Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
                       Section("powers", "Claim 1: powers of T do not identify T", powers, figures=("powers",)),

@@ -21,7 +21,7 @@ EXACT_REASON = "float64 round-off: the identity is exact"
 RECOVERY_TOL = 1e-9
 RECOVERY_REASON = ("float64 round-off, amplified by cond(O), cond(T) <= 100 and by the gaps between "
                    "the eigenvalues of Jennrich's pencil")
-PRINTED = 10.0 ** -theory.SEED_DIGITS
+PRINTED = 10.0 ** -theory.PAPER_DIGITS
 PRINTED_REASON = ("the paper prints 8 decimals: rounding of 5e-9 in each input and output entry, "
                   "carried through sums of at most 4 products")
 DIFFERENT = 1e-6  # a difference no round-off in this chapter comes near

@@ -68,7 +68,7 @@ def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray)
 
 
 # ---------------------------------------------------------------- the paper's example (Theorem 6)
-class SeedExampleData(TypedDict):
+class PaperExampleData(TypedDict):
     angle: float  # rotation angle about (1, 1, 1) that maps the printed O to O~ (rad)
     implied_rotation: list[list[float]]  # R = O^+ O~
     sweep_angles: list[float]  # angles of the sweep of R(angle) applied to the printed (O, T)
@@ -85,43 +85,45 @@ def rotation_sweep(O: np.ndarray, T: np.ndarray, plane: np.ndarray, angles: np.n
             "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
 
 
-def seed_example_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray,
+def paper_example_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray,
                         sweep_pairwise_gap: list[float]) -> list[Claim]:
     """The rows of the printed example, from the four matrices and the sweep's pairwise gaps."""
     plane = theory.ones_complement_basis(3)
     angle = theory.rotation_angle(theory.implied_rotation(O, O2), plane)
     R_O, R_T = theory.rotated(O, T, theory.rotation_about_ones(3, round(angle, 3), plane))
     return [
-        Claim.close("seed example: det O (product of singular values), printed", theory.SEED_DETERMINANTS["O"],
-                    float(np.prod(np.linalg.svd(O, compute_uv=False))), 5e-5, "printed to 4 decimals"),
-        Claim.close("seed example: det T, printed", theory.SEED_DETERMINANTS["T"], float(np.linalg.det(T)), 5e-5,
+        Claim.close("the paper's example: det O (product of singular values), printed",
+                    theory.PAPER_DETERMINANTS["O"], float(np.prod(np.linalg.svd(O, compute_uv=False))), 5e-5,
                     "printed to 4 decimals"),
-        Claim.close("seed example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
+        Claim.close("the paper's example: det T, printed", theory.PAPER_DETERMINANTS["T"], float(np.linalg.det(T)),
+                    5e-5, "printed to 4 decimals"),
+        Claim.close("the paper's example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
                     0.0, float(np.abs(R_O - O2).max()), 3 * PRINTED, PRINTED_REASON),
-        Claim.close("seed example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED, PRINTED_REASON),
-        Claim.close("Thm 6, seed example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
+        Claim.close("the paper's example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED,
+                    PRINTED_REASON),
+        Claim.close("Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
                     0.0, _pairwise_gap(O, T, O2, T2, range(1, 3)), 3 * PRINTED, PRINTED_REASON),
-        Claim.at_least("Thm 6, seed example: parameters differ under every relabelling (max entry)", DIFFERENT,
+        Claim.at_least("Thm 6, the paper's example: parameters differ under every relabelling (max entry)", DIFFERENT,
                        theory.parameter_distance(O, T, O2, T2), "far above the printing precision"),
-        Claim.at_least("Thm 7, seed example: two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
+        Claim.at_least("Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
                        _two_token_gap(O, T, O2, T2), "far above the printing precision"),
-        Claim.close("Thm 6 (the identity behind it): rotating the seed example about 1 by any angle keeps all "
+        Claim.close("Thm 6 (the identity behind it): rotating the paper's example about 1 by any angle keeps all "
                     f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
                     "valid HMMs or not)", 0.0,
                     max(sweep_pairwise_gap), EXACT, EXACT_REASON),
     ]
 
 
-def seed_example(config: dict[str, Any], ctx: RunContext) -> Outcome[SeedExampleData]:
+def paper_example(config: dict[str, Any], ctx: RunContext) -> Outcome[PaperExampleData]:
     """The printed d=4, k=3 pair: same four pairwise predictors, different parameters, a rotation about 1."""
-    O, T, O2, T2 = theory.SEED_O, theory.SEED_T, theory.SEED_O_TILDE, theory.SEED_T_TILDE
+    O, T, O2, T2 = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE, theory.PAPER_T_TILDE
     plane = theory.ones_complement_basis(3)
     implied = theory.implied_rotation(O, O2)
     angles = np.linspace(-np.pi, np.pi, 181)
     sweep = rotation_sweep(O, T, plane, angles)
-    data: SeedExampleData = {"angle": theory.rotation_angle(implied, plane), "implied_rotation": implied,
+    data: PaperExampleData = {"angle": theory.rotation_angle(implied, plane), "implied_rotation": implied,
                              "sweep_angles": angles, **sweep}  # type: ignore[typeddict-item]
-    return Outcome(seed_example_claims(O, T, O2, T2, data["sweep_pairwise_gap"]), data)
+    return Outcome(paper_example_claims(O, T, O2, T2, data["sweep_pairwise_gap"]), data)
 
 
 # ---------------------------------------------------------------- generated counterexamples (Theorems 4, 6)

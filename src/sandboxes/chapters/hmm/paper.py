@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from .measure import LearnedTask
 
 
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-reference table: what the theorems say of the learning experiment."""
+def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's paper-versus-reference table: what the theorems say of the learning experiment."""
     if "learning" not in data:
         return []
     learning = data["learning"]

@@ -25,9 +25,9 @@ from ...profiles import Custom, Interval, Param, at_least, in_range, positive, w
 from ...sections import Chapter, Section
 from .judge import GRADIENT_CHUNKS, memories_rows, staged_rows, support_rows, training_rows, trigger_rows
 from .measure import construction, gradient, higher_order, levels, memories, staged, support, training, trigger
-from .paper import against_seed
+from .paper import against_paper
 
-__all__ = ["CHAPTER", "PARAMS", "against_seed"]
+__all__ = ["CHAPTER", "PARAMS", "against_paper"]
 
 
 GRAPHS = ("chain", "tree")
@@ -89,15 +89,15 @@ PARAMS = (
 )
 # Sized by a one-seed pilot on the 2-core CPU (193 s alone for both depths): the tree at T = 64 with two heads left
 # the unigram plateau after about 2500 steps and had settled by 6000, at gap closed 0.91 and parent weight 0.61.
-# The trigger task at the seed's 65 tokens: a one-seed pilot at T = 256 (1500 steps, 5.4 min alone) formed the head
+# The trigger task at the paper's 65 tokens: a one-seed pilot at T = 256 (1500 steps, 5.4 min alone) formed the head
 # after about 1000 steps and was still descending. Five seeds at T = 128 and 3000 steps (21 min alone) left 3 of 5
-# two-layer runs descending at recall accuracy 0.36 to 0.70 (results/attempts/). At T = 256, the seed's length, a
+# two-layer runs descending at recall accuracy 0.36 to 0.70 (results/attempts/). At T = 256, the paper's length, a
 # training step of both depths and 5 seeds takes 1.19 s alone (0.51 s at T = 128), and a trigger comes back more
 # often per sequence: 2400 steps, about 50 minutes. The first stage (layer 1 of the disentangled model alone) at
 # the tree's T = 64: 2000 steps of size 60 took a two-seed pilot past 0.95 on the parent at every judged position.
 # Bietti et al.'s simplified model on the 65 tokens: one-seed pilots of 1500 plain gradient steps of size 30 formed
 # the three memories in order at T = 64 (d = 128; steps 37, 74, 148) and T = 128 (d = 128; 37, 37, 296; 93 s); at the
-# seed's T = 256 with d = 256 (not d = 64, the quick value, at which the positional memory cannot form) they formed in
+# paper's T = 256 with d = 256 (not d = 64, the quick value, at which the positional memory cannot form) they formed in
 # order too (W_KQ1 at step 675; 544 s for 1500 steps of one seed), so five seeds of 3000 steps there would take about
 # 90 minutes, over the hour a reference section may take.
 PARAMS = with_reference(PARAMS, {"graph": "tree", "T": 64, "n_head": 2, "d_model": 64, "steps": 10000, "lr": 1e-2,

@@ -11,8 +11,8 @@ from ...theory.induction import carried_weight
 from .judge import formation_steps
 
 
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-measurement table."""
+def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's paper-versus-measurement table."""
     def spread(values: list[float]) -> str:
         return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 

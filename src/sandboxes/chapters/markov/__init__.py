@@ -34,9 +34,9 @@ from .measure import (
     training,
     unigram_point,
 )
-from .paper import against_seed
+from .paper import against_paper
 
-__all__ = ["CHAPTER", "PARAMS", "against_seed"]
+__all__ = ["CHAPTER", "PARAMS", "against_paper"]
 
 
 PARAMS = (
@@ -74,7 +74,7 @@ PARAMS = (
 # 16, d = 8; THEORY.md, Makkuva et al. Fig. 3) with 10 seeds, measured at about 1.1 s per step of one 20-member
 # ensemble alone on the machine, 33 minutes in all. The sweeps (phase diagram 7 x 7 x 3 seeds, basin 8 scales x 10
 # seeds, multi-state 6 values of p around p* = 0.8 x 10 seeds, each tied and untied) run at T = 256 with the same
-# steps, and the depth runs at the seed's depth-figure length T = 512 (1, 2 and 4 layers, 3 seeds, 1000 steps):
+# steps, and the depth runs at the paper's depth-figure length T = 512 (1, 2 and 4 layers, 3 seeds, 1000 steps):
 # each sized from that step time to stay within the hour per section.
 PARAMS = with_reference(PARAMS, {
     "length": 1024, "steps": 400, "sweep_length": 256, "grid": 7, "grid_seeds": 3,

@@ -35,7 +35,7 @@ GAP_REASON = ("a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the tw
 MIN_GAP = 0.01  # below this mutual information the two minima are too close to tell apart
 
 
-GPT2_INIT_STD = 0.02  # the initialisation the seed trains from; its reported outcomes are for scales up to it
+GPT2_INIT_STD = 0.02  # the initialisation the paper trains from; its reported outcomes are for scales up to it
 
 
 NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats)
@@ -79,15 +79,15 @@ def _step(step: float) -> str:
     return "never came down to it" if np.isnan(step) else "not by the end" if np.isinf(step) else f"step {step:g}"
 
 
-ORDER_REASON = ("reported (seed's Figs. 3a, 4 and 5: at its budget the tied runs are still at the unigram loss, the "
-                "untied ones are not); Thms 2 and 3 are why one expects it: at theta_pi the tied loss curves upward in "
-                "the embedding (a local minimum; for n states the embedding block above p*), the untied one has a "
-                "descent direction (a saddle). They are statements about the landscape, not about training. A run has "
-                "left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling noise; while "
-                "a run had not come down to H(pi) the row is undecided")
+ORDER_REASON = ("reported (the paper's Figs. 3a, 4 and 5: at its budget the tied runs are still at the unigram "
+                "loss, the untied ones are not); Thms 2 and 3 are why one expects it: at theta_pi the tied loss curves "
+                "upward in the embedding (a local minimum; for n states the embedding block above p*), the untied one "
+                "has a descent direction (a saddle). They are statements about the landscape, not about training. A "
+                "run has left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling "
+                "noise; while a run had not come down to H(pi) the row is undecided")
 
 
-NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the seed "
+NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the paper "
                 "reports it from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local "
                 "to theta_pi")
 
@@ -153,7 +153,7 @@ def reaches_entropy_rate_row(name: str, excess: np.ndarray, gap: float, waiting:
 
 def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
     """Untied runs and tied runs with p+q<1 reach the entropy rate; with p+q>1, tied runs leave the unigram plateau
-    after the untied ones (made only from the seed's small initialisation)."""
+    after the untied ones (made only from the paper's small initialisation)."""
     claims = []
     for run in runs:
         p, q, tied, excess = run["p"], run["q"], run["tied"], np.asarray(run["excess"])
@@ -170,7 +170,7 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
         H_pi = theory.unigram_entropy(binary_kernel(p, q))
         waiting = np.asarray(run["still_descending"]) | on_plateau(run["eval_loss"], H_pi, gap)
         claims.append(reaches_entropy_rate_row(f"{label}: every seed reaches the entropy rate (max excess loss)",
-                                               excess, gap, waiting, "reported (seed's Fig. 3a/b) for untied "
+                                               excess, gap, waiting, "reported (the paper's Fig. 3a/b) for untied "
                                                "models or p+q<1", "steps", ""))
     return claims
 
@@ -217,8 +217,8 @@ def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.n
                 "a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= gap/2)")
     claims = (trapped_row("tied", below, "<", reported) + trapped_row("untied", below, "<", reported)
               + trapped_row("untied", above, ">", "Thm 3: without tying the unigram point is a saddle; "
-                            "reported (seed's Fig. 4): untied models reach the global minimum; trapped: ended nearer "
-                            "the unigram loss than the entropy rate (excess >= gap/2)"))
+                            "reported (the paper's Fig. 4): untied models reach the global minimum; trapped: ended "
+                            "nearer the unigram loss than the entropy rate (excess >= gap/2)"))
     if above.any() and init_std <= GPT2_INIT_STD:
         cells = np.flatnonzero(above)
         claims.append(later_escape_row("phase diagram: cells with p+q>1 where a tied run left the unigram plateau no "
@@ -241,14 +241,14 @@ def basin_section_rows(config: dict[str, Any], data: BasinData) -> tuple[list[Cl
                                                                           ("escape_step", float)))
     silent = too_close([(p, q)], "the basin")
     if min(scales) > GPT2_INIT_STD:
-        silent += (f"the basin's rows: the seed reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
+        silent += (f"the basin's rows: the paper reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
                    "every scale here is larger; they are measured, not claimed",)
     return basin_rows(p, q, scales, ends, waiting, escape), silent
 
 
 def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarray], waiting: dict[str, np.ndarray],
                escape: dict[str, np.ndarray]) -> list[Claim]:
-    """From the seed's own scales (init std up to 0.02): untied seeds, and tied ones when p+q<1, reach the bigram; when
+    """From the paper's own scales (init std up to 0.02): untied seeds, and tied ones when p+q<1, reach the bigram; when
     p+q>1 tied seeds leave the unigram plateau after the untied ones. Arrays are scales x seeds, per tied / untied.
 
     A row about reaching the bigram is undecided while a seed that had not was ``waiting`` (on the plateau or still
@@ -288,7 +288,7 @@ def depth_rows(config: dict[str, Any], data: DepthData) -> tuple[list[Claim], tu
     if 1 in int_list(config["depths"]):
         silent += ("depth 1: drawn for comparison; the training section's rows judge one-layer runs",)
     if p + q < 1:
-        silent += ("a plateau before the escape: the seed reports it (Sec. 4.4) where one layer has the bad local "
+        silent += ("a plateau before the escape: the paper reports it (Sec. 4.4) where one layer has the bad local "
                    "minimum, p+q>1",)
     elif abs(np.log(2) - H_pi) < plateau_band(information_gap(p, q)):
         silent += ("a plateau before the escape: here H(pi) is within the plateau band of ln 2, where training starts, "
@@ -314,7 +314,7 @@ def plateau_rest(eval_steps: np.ndarray, eval_loss: np.ndarray, unigram_entropy:
 
 
 def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) -> list[Claim]:
-    """Depth two and more: every seed reaches the entropy rate (the seed's Fig. 1), and with p+q>1 tied seeds at
+    """Depth two and more: every seed reaches the entropy rate (the paper's Fig. 1), and with p+q>1 tied seeds at
     depth 2 first sit on the unigram plateau (its Sec. 4.4)."""
     gap = information_gap(p, q)
     if gap < MIN_GAP:
@@ -323,8 +323,8 @@ def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) ->
     eval_loss, moving = np.asarray(run["eval_loss"]), np.asarray(run["still_descending"])
     waiting = moving | on_plateau(eval_loss, unigram_entropy, gap)
     claims = [reaches_entropy_rate_row(f"{label} ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
-                                       np.asarray(run["excess"]), gap, waiting, "reported (seed's Fig. 1 and Sec. 4.4)",
-                                       "depth_steps", "depth_seeds")]
+                                       np.asarray(run["excess"]), gap, waiting,
+                                       "reported (the paper's Fig. 1 and Sec. 4.4)", "depth_steps", "depth_seeds")]
     starts_on_it = abs(np.log(2) - unigram_entropy) < plateau_band(gap)  # nothing to fall from: no plateau to see
     if run["depth"] == 2 and run["tied"] and p + q > 1 and not starts_on_it:
         rest = plateau_rest(np.asarray(run["eval_steps"]), eval_loss, unigram_entropy, gap)
@@ -398,7 +398,7 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
     claims = []
     if resolvable.any():
         claims.append(bigram_row(f"{n}-state chain, untied: worst excess loss / gap over p with a gap", "untied",
-                                 resolvable, "reported (seed's Fig. 5): untied models reach the bigram"))
+                                 resolvable, "reported (the paper's Fig. 5): untied models reach the bigram"))
     if below.any():
         claims.append(bigram_row(f"{n}-state chain, tied, p < p*: worst excess loss / gap", "tied", below,
                                  "below p* the tied unigram point has a descent direction (the Hessian above)"))

@@ -280,7 +280,7 @@ class TrainingData(TypedDict):
 
 
 def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
-    """One-layer runs, tied and untied, on the featured and contrast chains (the seed's Fig. 3)."""
+    """One-layer runs, tied and untied, on the featured and contrast chains (the paper's Fig. 3)."""
     chains = [(config["p"], config["q"]), (config["p2"], config["q2"])]
     settings = [(p, q, tied) for p, q in chains for tied in (True, False)]
     runs = []
@@ -403,7 +403,7 @@ class DepthData(TypedDict):
 
 def depth(config: dict[str, Any], ctx: RunContext) -> DepthData:
     """Tied and untied runs of every depth at the featured chain: beyond one layer, a unigram plateau, then the
-    entropy rate (the seed's Fig. 1 and its depth figure)."""
+    entropy rate (the paper's Fig. 1 and its depth figure)."""
     p, q = config["p"], config["q"]
     task = MarkovChain.binary(p, q, config["depth_length"])
     seeds = list(range(config["depth_seeds"]))

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from .measure import BasinData, DepthData, MultistateData, PhaseData, TrainingData
 
 
-def _training_vs_seed(data: TrainingData) -> list[tuple[str, str, str]]:
-    """Where each loss curve of the seed's Fig. 3 ends, and for tied runs with p+q>1 how many had left the plateau."""
+def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
+    """Where each loss curve of the paper's Fig. 3 ends, and for tied runs with p+q>1 how many had left the plateau."""
     rows = []
     for run in data["runs"]:
         kernel = binary_kernel(run["p"], run["q"])
@@ -38,8 +38,8 @@ def _left(escape: np.ndarray) -> str:
     return f"{int(np.isfinite(escape).sum())} of {escape.size} runs had left the unigram plateau"
 
 
-def _phase_vs_seed(data: PhaseData) -> list[tuple[str, str, str]]:
-    """The seed's Fig. 4 regions (tied p+q>1 at the unigram, the rest at the bigram) against the grid's runs."""
+def _phase_vs_paper(data: PhaseData) -> list[tuple[str, str, str]]:
+    """The paper's Fig. 4 regions (tied p+q>1 at the unigram, the rest at the bigram) against the grid's runs."""
     values, resolvable = np.asarray(data["values"]), np.asarray(data["resolvable"], dtype=bool)
     above = (values[:, None] + values[None, :] > 1) & resolvable
     below = (values[:, None] + values[None, :] < 1) & resolvable
@@ -59,8 +59,8 @@ def _phase_vs_seed(data: PhaseData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _basin_vs_seed(data: BasinData) -> list[tuple[str, str, str]]:
-    """Where seeds end from each initialisation scale, beside what the seed reports from GPT-2's."""
+def _basin_vs_paper(data: BasinData) -> list[tuple[str, str, str]]:
+    """Where seeds end from each initialisation scale, beside what the paper reports from GPT-2's."""
     stuck = data["p"] + data["q"] > 1
     rows = []
     for kind in ("tied", "untied"):
@@ -72,8 +72,8 @@ def _basin_vs_seed(data: BasinData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _depth_vs_seed(data: DepthData) -> list[tuple[str, str, str]]:
-    """Depth two and more: the seed's plateau then entropy rate, against each depth's runs."""
+def _depth_vs_paper(data: DepthData) -> list[tuple[str, str, str]]:
+    """Depth two and more: the paper's plateau then entropy rate, against each depth's runs."""
     kernel = binary_kernel(data["p"], data["q"])
     H_pi, gap = theory.unigram_entropy(kernel), information_gap(data["p"], data["q"])
     rows = []
@@ -94,8 +94,8 @@ def _depth_vs_seed(data: DepthData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _multistate_vs_seed(data: MultistateData) -> list[tuple[str, str, str]]:
-    """The seed's Fig. 5 (tied runs stuck for large p, untied ones at the bigram) against each p of the sweep."""
+def _multistate_vs_paper(data: MultistateData) -> list[tuple[str, str, str]]:
+    """The paper's Fig. 5 (tied runs stuck for large p, untied ones at the bigram) against each p of the sweep."""
     rows = []
     for kind in ("tied", "untied"):
         ratio = np.asarray(data[kind], dtype=float)
@@ -109,8 +109,8 @@ def _multistate_vs_seed(data: MultistateData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-reference table, one group per section the run made."""
-    compare = {"training": _training_vs_seed, "phase_diagram": _phase_vs_seed, "basin": _basin_vs_seed,
-               "depth": _depth_vs_seed, "multistate": _multistate_vs_seed}
+def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's paper-versus-reference table, one group per section the run made."""
+    compare = {"training": _training_vs_paper, "phase_diagram": _phase_vs_paper, "basin": _basin_vs_paper,
+               "depth": _depth_vs_paper, "multistate": _multistate_vs_paper}
     return [row for name, rows_of in compare.items() if name in data for row in rows_of(data[name])]

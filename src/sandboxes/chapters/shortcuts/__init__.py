@@ -42,9 +42,9 @@ from .judge import (
     sweep_rows,
 )
 from .measure import algebra, brittleness, construction, hard, lemmas, sweep
-from .paper import against_seed
+from .paper import against_paper
 
-__all__ = ["CHAPTER", "PARAMS", "against_seed"]
+__all__ = ["CHAPTER", "PARAMS", "against_paper"]
 
 
 def _check_names(text: str) -> None:

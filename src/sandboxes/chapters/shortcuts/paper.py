@@ -16,7 +16,7 @@ def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
     return ", ".join("/".join("-" if v is None else f"{v:.1f}" for v in pair) for pair in zip(best, median))
 
 
-def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple[str, str, str]]:
+def _depths_vs_paper(data: SweepData | HardData, trained: str = "") -> list[tuple[str, str, str]]:
     """Each automaton's best / median accuracy per depth beside the thesis's Figs. 3.15 / 3.16 at the same depths;
     ``trained`` says how long, where that differs from the sweep."""
     acc = 100 * np.asarray(data["accuracy"])
@@ -35,7 +35,7 @@ def _depths_vs_seed(data: SweepData | HardData, trained: str = "") -> list[tuple
     return rows
 
 
-def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
+def _brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The parity runs beside what the thesis reports of them: each kind's accuracy at the training law and length,
     its worst under a shifted law and at the longest length (median seed; for the GPT also the best seed)."""
     probs, lengths, T = out["probs"], out["lengths"], out["T"]
@@ -72,8 +72,8 @@ def _brittleness_vs_seed(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def against_seed(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's seed-versus-reference table, one group per section the run made."""
-    return ((_depths_vs_seed(data["sweep"]) if "sweep" in data else [])
-            + (_depths_vs_seed(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
-            + (_brittleness_vs_seed(data["brittleness"]) if "brittleness" in data else []))
+def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows for the page's paper-versus-reference table, one group per section the run made."""
+    return ((_depths_vs_paper(data["sweep"]) if "sweep" in data else [])
+            + (_depths_vs_paper(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
+            + (_brittleness_vs_paper(data["brittleness"]) if "brittleness" in data else []))
