@@ -119,3 +119,28 @@ def test_every_chapter_page_was_built():
     if not PAGES:
         _skip_or_fail(f"no built site at {SITE} (make book)")
     assert {f"{chapter.name}.html" for chapter in all_chapters()} <= {page.name for page in PAGES}
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_verdict_row_reads_on_one_line_and_opens_its_reasons_with_a_click(browser, scheme):
+    # item 5 of issue 41: the mark, the claim and the numbers in a row; the tolerance and why, one click away
+    path = SITE / "book" / "markov.html"
+    if not path.is_file():
+        _skip_or_fail(f"no built chapter at {path} (make book)")
+    page = browser.new_page(color_scheme=scheme)
+    page.goto(f"{_server(SITE)}/book/markov.html", wait_until="load")
+    mark = page.locator("td[class^=verdict-]").first
+    row = mark.locator("xpath=..")
+    assert row.locator("td").count() == 4 and row.locator("details").count() == 1
+    line, content = page.evaluate("cell => { const range = document.createRange(); range.selectNodeContents(cell); "
+                                  "return [parseFloat(getComputedStyle(cell).lineHeight) || 24, "
+                                  "range.getBoundingClientRect().height]; }", mark.element_handle())
+    assert content < 1.8 * line, (content, line)  # the mark and its word stay on one line
+    why = row.locator("details p").last
+    assert not why.is_visible()
+    row.locator("details summary").click()
+    assert why.is_visible() and why.inner_text().strip()
+    colours = page.evaluate("el => [getComputedStyle(el).color, getComputedStyle(document.body).backgroundColor]",
+                            why.element_handle())
+    assert colours[0] != colours[1], colours  # the opened text is not drawn in the background's colour
+    page.close()

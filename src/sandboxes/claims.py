@@ -192,14 +192,15 @@ class Verdict(list):
     def _repr_html_(self) -> str:
         """A table that reads at a glance: per row its mark, its claim, the predicted and the measured value on one
         line, and under the claim, one click away, the tolerance and why it is that tolerance."""
-        head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "predicted", "measured"))
+        pad = 'style="padding: 0.2em 0.6em"'  # the theme sets no padding: numbers in adjacent cells would touch
+        head = "".join(f"<th {pad}>{h}</th>" for h in ("verdict", "claim", "predicted", "measured"))
         rows = []
         for c in self:
             why = (f"<details><summary>tolerance and why</summary><p>{html.escape(c.tolerance)}</p>"
                    f"<p>{html.escape(c.reason)}</p></details>")
-            rows.append(f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap">{MARKS[c.mark]} '
-                        f"{VERDICT_WORDS[c.mark]}</td><td>{html.escape(c.name)}{why}</td>"
-                        f"<td>{html.escape(c.predicted)}</td><td>{html.escape(c.measured)}</td></tr>")
+            rows.append(f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap; padding: 0.2em 0.6em">'
+                        f"{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td><td {pad}>{html.escape(c.name)}{why}</td>"
+                        f"<td {pad}>{html.escape(c.predicted)}</td><td {pad}>{html.escape(c.measured)}</td></tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
     def text(self, measured: bool = True) -> str:
