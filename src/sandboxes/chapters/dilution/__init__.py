@@ -69,10 +69,7 @@ PARAMS = (
           "whose first step moves every weight by the full rate)", at_least(0)),
     Param("finetune_steps", int, 300, 2000, "steps of each second phase (plain, sharpened, rare)", at_least(1)),
     Param("finetune_lr", float, 3e-3, 1e-4, "peak learning rate of the second phase", positive),
-    # quick: 0.3 (in the thesis's grid, 0.01 to 30, Sec. 3.5.6.4), where a 300-step second phase lowers every seed's
-    # read entropy clearly and leaves some glitching
-    # (issue 48, four seeds: 0.03 left a seed that was already sharp above its plain twin; 0.1 took it only to 0.81
-    # of its twin on one kernel path; 0.3 to 0.53, two of four sharpened seeds still glitching there)
+    # quick: 0.3, in the thesis's grid (Sec. 3.5.6.4); why not 0.03 or 0.1: results/README.md, "Sizing notes"
     Param("sharpen", float, 0.3, 0.03, "weight of the attention-entropy penalty in the second phase (0: skip)",
           non_negative),
     Param("rare_mix", str, "0.9,0.98,0.1", "0.9,0.98,0.1", "p_i values of the mixture a third second phase trains on "
@@ -89,17 +86,7 @@ PARAMS = (
 )
 
 
-# Reference (2-core CPU): T = 128, where a sparse string's read reaches back up to 63 pairs across an ignore-filled
-# stretch that training strings (p_i = 0.8) almost never have, with 8 seeds of a 2-layer, width-64 GPT. Measured on
-# that CPU (run at b492725): 0.28 s per step of the 8-member ensemble, 43 s to count one transformer's test strings
-# and 22 s one LSTM's, one minute to train the 8 LSTMs. After 3000 steps the seeds still erred on 0 to 22 of 208444
-# in-distribution reads; a pilot took two of them to 1 and 0 with 6000 steps and to zero with 9000. The training
-# section trains 8000 steps (0.325 s per step at its start in a run of 9000 that would have taken 49 minutes, so
-# about 43) and counts one transformer and one LSTM per seed (about 10 with the LSTMs' training), within its hour;
-# the second phases start from 3000 steps (16 minutes), train three 500-step phases (8) and count three
-# transformers per seed (17). The test sets
-# give each seed about 10^5 sparse reads (1 + 62 x 0.01 per string), 10^5 dense ones (1 + 62 x 0.45) and twice
-# that in distribution (1 + 62 x 0.1).
+# Reference sizes: step and counting times, pilots (results/README.md, "Sizing notes").
 PARAMS = with_reference(PARAMS, {
     "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 8000, "start_steps": 3000,
     "batch_size": 32, "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
@@ -112,10 +99,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     check_heads(config["d_model"], config["n_head"])
 
 
-# quick: four seeds. The quick runs are chaotic: another kernel path or thread count trains other models from the
-# same seeds, so each CPU draws afresh which seeds glitch (results/kernel-paths/dilution-quick.json). Two in three
-# seed-runs glitched in the survey at three seeds (issue 48), so a row that needs one glitching seed of three went
-# unmet on about one CPU in 27, of four on one in 80; the first phase the two sections share pays for the fourth
+# quick: four seeds, since each CPU draws afresh which seeds glitch (results/README.md, "Sizing notes").
 CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS,
                   seeds={"quick": 4, "reference": 8, "full": 10},
                   sections=(

@@ -74,8 +74,7 @@ PARAMS = (
     Param("ghmm_starts", int, 6, 40, "random starts of each G-HMM fit", at_least(1)),
     Param("ghmm_points", int, 100, 400, "points x at which the G-HMM predictor is matched", at_least(1)),
 )
-# Reference scale (2-core CPU, measured): sample sizes up to 10^6 as the issue asks of the learning experiment,
-# with the full profile's optimiser budget (3000 steps of 8192), 5 seeds; about 45 minutes.
+# Reference: sample sizes up to 10^6, the full optimiser budget (results/README.md, "Sizing notes").
 PARAMS = with_reference(PARAMS, {"samples": "1000,3000,10000,30000,100000,300000,1000000", "steps": 3000,
                                  "batch_size": 8192, "hidden": 64})
 

@@ -87,19 +87,7 @@ PARAMS = (
           at_least(1)),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
 )
-# Sized by a one-seed pilot on the 2-core CPU (193 s alone for both depths): the tree at T = 64 with two heads left
-# the unigram plateau after about 2500 steps and had settled by 6000, at gap closed 0.91 and parent weight 0.61.
-# The trigger task at the paper's 65 tokens: a one-seed pilot at T = 256 (1500 steps, 5.4 min alone) formed the head
-# after about 1000 steps and was still descending. Five seeds at T = 128 and 3000 steps (21 min alone) left 3 of 5
-# two-layer runs descending at recall accuracy 0.36 to 0.70 (results/attempts/). At T = 256, the paper's length, a
-# training step of both depths and 5 seeds takes 1.19 s alone (0.51 s at T = 128), and a trigger comes back more
-# often per sequence: 2400 steps, about 50 minutes. The first stage (layer 1 of the disentangled model alone) at
-# the tree's T = 64: 2000 steps of size 60 took a two-seed pilot past 0.95 on the parent at every judged position.
-# Bietti et al.'s simplified model on the 65 tokens: one-seed pilots of 1500 plain gradient steps of size 30 formed
-# the three memories in order at T = 64 (d = 128; steps 37, 74, 148) and T = 128 (d = 128; 37, 37, 296; 93 s); at the
-# paper's T = 256 with d = 256 (not d = 64, the quick value, at which the positional memory cannot form) they formed in
-# order too (W_KQ1 at step 675; 544 s for 1500 steps of one seed), so five seeds of 3000 steps there would take about
-# 90 minutes, over the hour a reference section may take.
+# Reference sizes: one-seed pilots and step times (results/README.md, "Sizing notes").
 PARAMS = with_reference(PARAMS, {"graph": "tree", "T": 64, "n_head": 2, "d_model": 64, "steps": 10000, "lr": 1e-2,
                                  "stage_steps": 3000,
                                  "eval_size": 8192, "trigger_tokens": 65, "triggers": 5, "trigger_T": 256,
@@ -129,15 +117,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
                          f"choose sizes with at most {MAX_ENUMERATED}")
 
 
-# quick: 1500 training steps, not 3000, and 250 of the simplified model, not 400, so that the chapter runs in about
-# 2.7 minutes on two threads, not 4.2: at 1500 steps the two-layer runs close 0.66 of the gap in distribution and 0.59
-# on the other prior (0.68 and 0.62 at 3000), every row with the same verdict on both kernel paths and thread counts
-# (results/kernel-paths/induction-quick.json); the trigger task keeps its 1000 steps (at 700 it was still
-# descending, and at trigger_T = 32 or d_model = 16 it barely recalled), and d_model = 16 left the training rows
-# undecided.
-# quick: three seeds, not two: a row held to the seeds' spread takes Student's t at n - 1 degrees of freedom, 6.3 for
-# two seeds, so the small difference between two seeds that another kernel path makes could leave the gap-closed
-# rows undecided (issue 48: 0.62 and 0.67 on ATen's default path put the mean's bound at 0.495 against 0.5)
+# quick sizes: three seeds, 1500 steps (results/README.md, "Sizing notes").
 CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PARAMS,
                   seeds={"quick": 3, "reference": 5, "full": 10},
                   sections=(

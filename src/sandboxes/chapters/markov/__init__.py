@@ -70,12 +70,7 @@ PARAMS = (
 )
 
 
-# Reference scale (2-core CPU): the loss-curve section at the paper's own setting (T = 1024, 400 AdamW steps, batch
-# 16, d = 8; THEORY.md, Makkuva et al. Fig. 3) with 10 seeds, measured at about 1.1 s per step of one 20-member
-# ensemble alone on the machine, 33 minutes in all. The sweeps (phase diagram 7 x 7 x 3 seeds, basin 8 scales x 10
-# seeds, multi-state 6 values of p around p* = 0.8 x 10 seeds, each tied and untied) run at T = 256 with the same
-# steps, and the depth runs at the paper's depth-figure length T = 512 (1, 2 and 4 layers, 3 seeds, 1000 steps):
-# each sized from that step time to stay within the hour per section.
+# Reference sizes: measured step times, one hour per section (results/README.md, "Sizing notes").
 PARAMS = with_reference(PARAMS, {
     "length": 1024, "steps": 400, "sweep_length": 256, "grid": 7, "grid_seeds": 3,
     "init_scales": "0.005,0.01,0.02,0.05,0.1,0.2,0.5,1.0", "switch_probs": "0.4,0.5,0.6,0.7,0.9,0.95",

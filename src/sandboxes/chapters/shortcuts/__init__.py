@@ -86,9 +86,7 @@ PARAMS = (
     Param("d_model", int, 32, 128, "GPT width", at_least(1)),
     Param("n_head", int, 4, 8, "GPT heads", at_least(1)),
     Param("steps", int, 300, 10000, "training steps of the sweep", at_least(1)),
-    # quick: a row that A5 stays below needs its runs at depths 1 and 2 settled; at T = 8 they still descended
-    # after 300 and 600 steps, one of four after 1000, none after 1200 (2 seeds, at one and two threads). full: six
-    # times the sweep's steps, the ratio at which the reference's A5 runs settled (12000 against 2000)
+    # the hard runs must settle for their row: quick 1200, full 6x the sweep (results/README.md, "Sizing notes")
     Param("hard_steps", int, 1200, 60000, "training steps of the `hard` automata at depths up to `shallow_depth` (a "
           "row that they stay below holds only for runs that stopped moving)", at_least(1)),
     Param("batch_size", int, 32, 64, "sequences per step", at_least(1)),
@@ -112,22 +110,7 @@ PARAMS = (
           "chance accuracy is 1/2)", Interval(0.0, 0.5, open_low=True, open_high=True)),
 )
 
-# Reference (2-core CPU): the sweep at T = 20, where ceil(log2 T) = 5 (so from T = 17 on), so that depths 1 to 5 reach
-# Theorem 10's depth; six of the thesis's automata (S5 left out for time), 3 seeds, width 64. It trains 25 ensembles
-# (5 depths x 5 vocabularies; D8 and Q8 share one), 3 or 6 members each: in one process at two threads a step of all
-# of them took 1.3 to 1.9 s on that CPU (2000 steps: 46 to 66 minutes over the runs made), so they train in two
-# processes of one thread each, side by side, about 1.2 times faster (the matrix products scale with threads, the
-# many small elementwise operations do not; 60 steps of depths 1, 3 and 5: 86 s against 99 and 109). `easy` names the
-# automata whose *median* of 20 seeds in the thesis is solved
-# by depth 3 (Grid9, D8): with 3 seeds a best-of-20 result (C2's) is not what one should expect to see.
-# A5's runs at depths up to 3 were still descending after 2000 steps (and at depth 2 after 4000); a pilot of
-# 12000 steps (about 29 minutes for depths 1 to 3, 3 seeds) found every one settled, at 0.41 to 0.81.
-# The brittleness reference trains parity at the thesis's T = 40 with the sweep's widths (d_model 64, batch 64):
-# a pilot of 3 seeds reached 77%, 56% and 69% in distribution after 1500 steps, losses still falling, at about
-# 0.1 s per step alone, so 10000 steps (about 17 minutes), then the scratchpad GPT at the full profile's budget,
-# tested on the thesis's eleven laws 0.05 .. 0.95. The LSTM gets 6000 steps: at 2000 (the full profile's) the
-# reference run's median LSTM was right on only 98.5% of the strings at Pr[sigma=1] = 0.05 (results/attempts/), and a
-# 6000-step pilot (5 minutes for 3 seeds) gave worst accuracies of 98.8%, 100% and 100%.
+# Reference sizes: pilots and step times (results/README.md, "Sizing notes").
 REFERENCE_WORKERS = 2  # the sweep's processes, above
 PARAMS = with_reference(PARAMS, {
     "T": 20, "sweep": "C2,Grid9,D8,Q8,A4,A5", "depths": "1,2,3,4,5", "depth": 3, "shallow_depth": 3,
