@@ -7,45 +7,14 @@ import os
 import pytest
 import torch
 
-from sandboxes.chapters import get_chapter
+from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
 
-# Settings that run each chapter end to end in a few seconds: every section, every claim, tiny scale.
-TINY: dict[str, dict[str, object]] = {
-    "markov": {"length": 8, "sweep_length": 8, "depth_length": 8, "steps": 3, "depth_steps": 3, "depth_seeds": 1,
-               "grid": 2, "init_scales": "0.02", "switch_probs": "0.5", "flow_points": 2},
-    "shortcuts": {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1,
-                  "T": 4, "steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2,
-                  "parity_length": 4, "eval_size": 8, "construct": "C2", "construct_lengths": "3",
-                  "construct_samples": 4, "d_model": 8, "n_head": 2, "shift_probs": "0.3,0.5"},
-    "dilution": {"T": 8, "n_sparse": 8, "n_dense": 8, "n_in_distribution": 8, "steps": 2, "start_steps": 2,
-                 "finetune_steps": 2, "lstm_steps": 2, "d_model": 8, "n_construction": 4},
-    "hmm": {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16,
-            "ghmm_starts": 1, "ghmm_points": 20},
-    "induction": {"T": 8, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 8, "construct_T": 4,
-                  "construct_k": 2, "grad_samples": 64, "d_model": 8, "steps": 3, "batch_size": 8, "eval_size": 16,
-                  "trigger_T": 8, "trigger_steps": 3, "stage_steps": 3, "memory_T": 16, "memory_d": 16,
-                  "memory_steps": 3},
-}
-
-# The full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays,
-# such as S5, Grid9 and Dyck, depths up to 8, layer norm, 8 heads and 10 x 8 HMMs, so a crash that would end a long
-# GPU run after hours shows up here in seconds.
-FULL_SHRUNK: dict[str, dict[str, object]] = {
-    "markov": {"length": 16, "sweep_length": 16, "depth_length": 16, "steps": 2, "depth_steps": 2, "grid_seeds": 1,
-               "flow_points": 4},
-    "shortcuts": {"steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2,
-                  "eval_size": 8, "construct_samples": 2, "d_model": 16, "batch_size": 4},
-    "dilution": {"T": 16, "steps": 2, "start_steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8,
-                 "n_dense": 8, "n_in_distribution": 8, "n_construction": 4, "d_model": 16},
-    "hmm": {"candidates": 60, "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16, "ghmm_starts": 1,
-            "ghmm_points": 20},
-    "induction": {"T": 16, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 16, "grad_samples": 64,
-                  "steps": 2, "batch_size": 8, "eval_size": 16, "d_model": 16, "trigger_T": 16, "trigger_steps": 2,
-                  "stage_steps": 2, "memory_T": 16, "memory_d": 64, "memory_steps": 2},
-}
+# Each chapter's scales for the tests, as its package declares them (``Chapter.unit_scale``, ``full_shrunk``).
+TINY: dict[str, dict[str, object]] = {chapter.name: dict(chapter.unit_scale) for chapter in all_chapters()}
+FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shrunk) for chapter in all_chapters()}
 
 
 # The chapters' quick runs, costliest first (one thread, default kernel path, 2-core AMD EPYC at a3d7ca2: induction

@@ -8,7 +8,6 @@ can spread the draws over the machine's cores.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,22 +26,10 @@ DRAW_NEAR: dict[str, dict[str, Any]] = {
 }
 
 
-# Rows in sections that train models (``Section.trains``) that are theorems all the same (exact: they must hold).
-EXACT_IN_TRAINED = {"markov": r"Hessian", "shortcuts": None, "dilution": r"obeys Prop 4", "hmm": None,
-                    "induction": None}
-
-
-# Rows outside the trained sections that a Monte Carlo sample decides: a small sample may leave them undecided.
-SAMPLED = {"markov": None, "shortcuts": None, "dilution": None, "hmm": None, "induction": r"key lemma"}
-
-
 def is_trained_row(chapter: str, claim: Claim) -> bool:
-    """Whether ``claim`` judges trained models or a sample (which a small budget may leave undecided) rather than
-    exact theory."""
-    exact_anyway, sampled = EXACT_IN_TRAINED[chapter], SAMPLED[chapter]
-    trained = {s.name for s in get_chapter(chapter).sections if s.trains}
-    return (claim.section in trained and not (exact_anyway and re.search(exact_anyway, claim.name))) or bool(
-        sampled and re.search(sampled, claim.name))
+    """Whether a small budget may leave ``claim`` undecided (``Section.may_stay_undecided``): it judges trained
+    models or a sample rather than exact theory."""
+    return get_chapter(chapter).section(claim.section).may_stay_undecided(claim)
 
 
 def draw_settings(chapter: Chapter, rng: np.random.Generator) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def _toc_files() -> list[str]:
 def test_every_registered_chapter_has_a_page_a_toc_entry_test_settings_and_a_readme_row(chapter):
     assert (ROOT / "book" / f"{chapter}.ipynb").exists()
     assert f"book/{chapter}" in _toc_files()
-    assert chapter in TINY and chapter in FULL_SHRUNK
+    assert TINY[chapter] and FULL_SHRUNK[chapter], "declare Chapter(..., unit_scale=..., full_shrunk=...) for the tests"
     assert re.search(rf"^\| `{chapter}` \|", (ROOT / "README.md").read_text(), re.MULTILINE)
 
 

@@ -1,5 +1,6 @@
 """Sections: declared data shapes, dependencies in signatures, figures drawn from one section's JSON data."""
 
+import functools
 import importlib
 import inspect
 import json
@@ -103,6 +104,25 @@ def test_each_section_names_every_figure_that_draws_its_data(chapter):
     for section in chapter.sections:
         drawing = sorted(name for name, annotation in takes.items() if annotation == section.data_type.__name__)
         assert sorted(section.figures) == drawing, f"{chapter.name}/{section.name}: name figures={tuple(drawing)}"
+
+
+def test_a_section_says_which_of_its_rows_a_small_budget_may_leave_undecided():
+    # trained rows may wait for a budget, but a theorem about any weights may not; an exact section's rows may not,
+    # but one that a sample decides may
+    trained = Section("t", "T", _first, trains=True, exact_rows=r"obeys")
+    exact = Section("e", "E", _first, sampled_rows=r"key lemma")
+    row = functools.partial(Claim.exact, predicted="0", measured="0", reason="r")
+    assert trained.may_stay_undecided(row("a trained loss is small"))
+    assert not trained.may_stay_undecided(row("the attention obeys the bound"))
+    assert not exact.may_stay_undecided(row("the construction is exact"))
+    assert exact.may_stay_undecided(row("key lemma: the gradient ranks the parents"))
+    with pytest.raises(ValueError, match="exact_rows"):
+        Section("x", "X", _first, exact_rows=r"obeys")  # an untrained section's rows are exact already
+
+
+def test_a_chapter_refuses_a_test_scale_that_names_an_unknown_parameter():
+    with pytest.raises(ValueError, match=r"unknown parameters \['stpes'\]"):
+        Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(), full_shrunk={"stpes": 2})
 
 
 def _section_with_a_need(config: dict, ctx: RunContext, first: dict) -> Outcome[dict]:

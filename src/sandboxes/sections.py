@@ -16,6 +16,7 @@ parameters each one read, so that a page can print the exact command that remake
 from __future__ import annotations
 
 import inspect
+import re
 import shlex
 import time
 import warnings
@@ -100,6 +101,15 @@ class Section:
     # training leaves as they are
     theory: Callable[[Any], tuple[str, ...]] | None = None
     figures: tuple[str, ...] = ()  # the functions of ``sandboxes.figures.<chapter>`` that draw its data, in order
+    exact_rows: str = ""  # in a section that trains, a pattern of the names of its rows that are theorems about any
+    # weights all the same: they hold whatever the budget
+    sampled_rows: str = ""  # in one that does not, a pattern of the names of its rows that a Monte Carlo sample
+    # decides: a small sample may leave them undecided
+
+    def __post_init__(self) -> None:
+        if self.exact_rows and not self.trains or self.sampled_rows and self.trains:
+            raise ValueError(f"section {self.name}: exact_rows name rows of a section that trains, sampled_rows of "
+                             "one that does not")
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -112,6 +122,13 @@ class Section:
         ``Outcome[D]``."""
         returned = get_type_hints(self.compute)["return"]
         return returned if self.rows is not None else get_args(returned)[0]
+
+    def may_stay_undecided(self, claim: Claim) -> bool:
+        """Whether a small budget may leave ``claim`` undecided: a row about trained models, unless it is an exact
+        theorem all the same, or a row of an untrained section that a sample decides."""
+        if self.trains:
+            return not (self.exact_rows and re.search(self.exact_rows, claim.name))
+        return bool(self.sampled_rows and re.search(self.sampled_rows, claim.name))
 
     def judged(self, config: dict[str, Any], returned: Any) -> Outcome[Any]:
         """What ``compute`` returned, as an outcome: its data judged by ``rows``, or the section's own outcome."""
@@ -162,8 +179,16 @@ class Chapter:
     reference_sections: tuple[str, ...] = ()
     reference_variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     reference_workers: int = 1
+    unit_scale: Mapping[str, Any] = field(default_factory=dict)  # values that run every section end to end in
+    # seconds: the unit tests' scale
+    full_shrunk: Mapping[str, Any] = field(default_factory=dict)  # the full profile with its scale shrunk (steps,
+    # widths, samples) and every full-only structure kept: a crash of a long GPU run shows in seconds
 
     def __post_init__(self) -> None:
+        known = {p.name for p in self.params}
+        for scale in (self.unit_scale, self.full_shrunk):
+            if not set(scale) <= known:
+                raise ValueError(f"{self.name}: a test scale names unknown parameters {sorted(set(scale) - known)}")
         trained = {s.name for s in self.sections if s.trains}
         if not set(self.reference_sections) <= trained:
             raise ValueError(f"{self.name}: reference sections must be sections that train: {self.reference_sections}")

@@ -100,6 +100,14 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 
 
 # quick: four seeds, since each CPU draws afresh which seeds glitch (results/README.md, "Sizing notes").
+
+# the unit tests' scale: every section end to end in seconds
+UNIT_SCALE = {"T": 8, "n_sparse": 8, "n_dense": 8, "n_in_distribution": 8, "steps": 2, "start_steps": 2,
+              "finetune_steps": 2, "lstm_steps": 2, "d_model": 8, "n_construction": 4}
+# the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
+FULL_SHRUNK = {"T": 16, "steps": 2, "start_steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8, "n_dense": 8,
+               "n_in_distribution": 8, "n_construction": 4, "d_model": 16}
+
 CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS,
                   seeds={"quick": 4, "reference": 8, "full": 10},
                   sections=(
@@ -110,9 +118,10 @@ CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAM
                       Section("simulator", "Proposition 5: linear positions and the wrong write", simulator,
                               figures=("simulator_attention",)),
                       Section("training", "Training: a tail of errors on rare strings", training, trains=True,
-                              rows=training_rows,
+                              rows=training_rows, exact_rows=r"obeys Prop 4",
                               figures=("training_curves", "error_violins", "sharpness_by_position")),
                       Section("second_phases", "Second phases: sharpening the attention, training on rare strings",
-                              second_phases, trains=True, rows=second_phase_rows,
+                              second_phases, trains=True, rows=second_phase_rows, exact_rows=r"obeys Prop 4",
                               figures=("second_phase_curves", "second_phase_violins", "sharpening_by_position")),
-                  ), check=check, reference_sections=("training", "second_phases"))
+                  ), check=check, reference_sections=("training", "second_phases"),
+                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)

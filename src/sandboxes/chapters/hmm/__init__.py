@@ -88,6 +88,14 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         raise ValueError(f"the G-HMM fits need ghmm_points >= 2k = {2 * config['k']}, got {config['ghmm_points']}")
 
 
+
+# the unit tests' scale: every section end to end in seconds
+UNIT_SCALE = {"candidates": 60, "shapes": "3x2", "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16,
+              "ghmm_starts": 1, "ghmm_points": 20}
+# the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
+FULL_SHRUNK = {"candidates": 60, "random_hmms": 1, "samples": "200,400", "steps": 2, "batch_size": 16, "ghmm_starts": 1,
+               "ghmm_points": 20}
+
 CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
                   seeds={"quick": 3, "reference": 5, "full": 10},
                   sections=(
@@ -103,4 +111,5 @@ CHAPTER = Chapter("hmm", "HMM identifiability from masked prediction", PARAMS,
                       Section("ghmm_tensor", "Theorems 8 and 9: two tokens, and the conditional law", ghmm_tensor,
                               rows=ghmm_tensor_rows, figures=("ghmm_tensor",)),
                   ), check=check, reference_sections=("learning",),
-                  reference_variants={"k4": {"k": 4, "d": 5}})  # issue 15 asks for the learning curves at k = 3 and 4
+                  reference_variants={"k4": {"k": 4, "d": 5}},  # issue 15 asks for the learning curves at k = 3 and 4
+                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)

@@ -118,6 +118,16 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 
 
 # quick sizes: three seeds, 1500 steps (results/README.md, "Sizing notes").
+
+# the unit tests' scale: every section end to end in seconds
+UNIT_SCALE = {"T": 8, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 8, "construct_T": 4, "construct_k": 2,
+              "grad_samples": 64, "d_model": 8, "steps": 3, "batch_size": 8, "eval_size": 16, "trigger_T": 8,
+              "trigger_steps": 3, "stage_steps": 3, "memory_T": 16, "memory_d": 16, "memory_steps": 3}
+# the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
+FULL_SHRUNK = {"T": 16, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 16, "grad_samples": 64, "steps": 2,
+               "batch_size": 8, "eval_size": 16, "d_model": 16, "trigger_T": 16, "trigger_steps": 2, "stage_steps": 2,
+               "memory_T": 16, "memory_d": 64, "memory_steps": 2}
+
 CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PARAMS,
                   seeds={"quick": 3, "reference": 5, "full": 10},
                   sections=(
@@ -128,7 +138,7 @@ CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PA
                       Section("higher_order", "Order m in three layers of one head", higher_order,
                               figures=("higher_order",)),
                       Section("gradient", "The first gradient points layer 1 at the parents", gradient,
-                              figures=("gradient",)),
+                              figures=("gradient",), sampled_rows=r"key lemma"),
                       Section("staged", "The first stage trained: layer 1 finds the graph", staged, trains=True,
                               rows=staged_rows, figures=("staged",)),
                       Section("training", "Training one and two layers", training, trains=True,
@@ -140,4 +150,5 @@ CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PA
                               rows=trigger_rows, figures=("trigger", "memories")),
                       Section("memories", "Three associative memories, in order", memories, trains=True,
                               rows=memories_rows, figures=("simplified_memories",)),
-                  ), check=check, reference_sections=("staged", "training", "support", "trigger", "memories"))
+                  ), check=check, reference_sections=("staged", "training", "support", "trigger", "memories"),
+                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)

@@ -78,6 +78,14 @@ PARAMS = with_reference(PARAMS, {
 })
 
 
+
+# the unit tests' scale: every section end to end in seconds
+UNIT_SCALE = {"length": 8, "sweep_length": 8, "depth_length": 8, "steps": 3, "depth_steps": 3, "depth_seeds": 1,
+              "grid": 2, "init_scales": "0.02", "switch_probs": "0.5", "flow_points": 2}
+# the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
+FULL_SHRUNK = {"length": 16, "sweep_length": 16, "depth_length": 16, "steps": 2, "depth_steps": 2, "grid_seeds": 1,
+               "flow_points": 4}
+
 CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS,
                   seeds={"quick": 3, "reference": 10, "full": 10},
                   sections=(
@@ -96,5 +104,7 @@ CHAPTER = Chapter("markov", "Global and local minima on Markov data", PARAMS,
                       Section("depth", "Depth two and more escape", depth, trains=True, by_seed=False,  # depth_seeds
                               rows=depth_rows, figures=("depth",)),
                       Section("multistate", "A multi-state chain", multistate, trains=True,
-                              rows=multistate_section_rows, theory=multistate_theory, figures=("multistate",)),
-                  ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"))
+                              rows=multistate_section_rows, theory=multistate_theory, exact_rows=r"Hessian",
+                              figures=("multistate",)),
+                  ), reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"),
+                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)

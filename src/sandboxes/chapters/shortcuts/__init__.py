@@ -126,6 +126,16 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     check_heads(config["d_model"], config["n_head"])
 
 
+
+# the unit tests' scale: every section end to end in seconds
+UNIT_SCALE = {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1, "T": 4,
+              "steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2,
+              "parity_length": 4, "eval_size": 8, "construct": "C2", "construct_lengths": "3", "construct_samples": 4,
+              "d_model": 8, "n_head": 2, "shift_probs": "0.3,0.5"}
+# the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
+FULL_SHRUNK = {"steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
+               "construct_samples": 2, "d_model": 16, "batch_size": 4}
+
 CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far fewer than T layers", PARAMS,
                   seeds={"quick": 2, "reference": 3, "full": 10},
                   sections=(
@@ -141,4 +151,5 @@ CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far
                       Section("brittleness", "Shortcuts are brittle", brittleness, trains=True,
                               rows=brittleness_rows, figures=("brittleness",)),
                   ), check=check, reference_sections=("sweep", "hard", "brittleness"),
-                  reference_workers=REFERENCE_WORKERS)
+                  reference_workers=REFERENCE_WORKERS,
+                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)
