@@ -213,8 +213,9 @@ def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.n
                                                  "contradicted the row and were on the plateau or still descending",
                                                  "steps"))]
 
-    reported = ("reported (seed, Sec. 4.1): from the GPT-2 initialisation the models reach the global minimum there; "
-                "a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= gap/2)")
+    reported = ("reported (the paper, Sec. 4.1): from the GPT-2 initialisation the models reach the global minimum "
+                "there; a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= "
+                "gap/2)")
     claims = (trapped_row("tied", below, "<", reported) + trapped_row("untied", below, "<", reported)
               + trapped_row("untied", above, ">", "Thm 3: without tying the unigram point is a saddle; "
                             "reported (the paper's Fig. 4): untied models reach the global minimum; trapped: ended "
@@ -265,11 +266,11 @@ def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarr
         return claim.eventually(*budget_ran_out(int((off & waiting[kind]).sum()), f"of {off.size} seeds had not "
                                                 "reached it and were on the plateau or still descending", "steps"))
 
-    claims = [bigram_row("untied", "Thm 3: without tying theta_pi is a saddle; reported (seed, Sec. 4.2): untied "
+    claims = [bigram_row("untied", "Thm 3: without tying theta_pi is a saddle; reported (the paper, Sec. 4.2): untied "
                          "models reach the bigram")]
     if p + q < 1:
-        claims.append(bigram_row("tied", "reported (seed, Sec. 4.1): small Gaussian initialisations fall outside the "
-                                 "basins of other minima when p+q<1"))
+        claims.append(bigram_row("tied", "reported (the paper, Sec. 4.1): small Gaussian initialisations fall outside "
+                                 "the basins of other minima when p+q<1"))
     else:
         at = np.flatnonzero(small)
         claims.append(later_escape_row(f"basin ({p}, {q}): init stds <= {GPT2_INIT_STD} at which a tied seed left the "
@@ -331,9 +332,9 @@ def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) ->
         spacing = int(run["eval_steps"][1] - run["eval_steps"][0])
         claims.append(Claim.at_least(
             "depth 2 tied: shortest rest on the unigram plateau, over the fall to it (steps / steps)", 1.0,
-            float(rest.min()), "reported (seed, Sec. 4.4): a plateau at the unigram loss before the drop; a plateau "
-            "here: the held-out loss stays within a tenth of the gap (+0.005 of sampling noise) of H(pi) at least as "
-            f"long as it took to fall there from the start (evaluated every {spacing} steps)").eventually(
+            float(rest.min()), "reported (the paper, Sec. 4.4): a plateau at the unigram loss before the drop; a "
+            "plateau here: the held-out loss stays within a tenth of the gap (+0.005 of sampling noise) of H(pi) at "
+            f"least as long as it took to fall there from the start (evaluated every {spacing} steps)").eventually(
             *budget_ran_out(int(((rest == 0) & moving).sum()), f"of {len(moving)} seeds had not come down to the "
                             "plateau and were still descending", "depth_steps")
         ).held_to_spread(1.0, rest, "depth_seeds", upper=False))

@@ -187,7 +187,7 @@ def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]
                     0.0, float(np.abs(np.array(tied_eig) - predicted_tied).max()), EXACT, EXACT_REASON),
         Claim.exact("tied Hessian sign along the sweep follows sign(p+q-1)", expected, signs,
                     "Theorem 2 (positive for p+q>1); for p+q<1 the closed form is negative, so "
-                    "theta_pi is no minimum there (the seed leaves that case open)"),
+                    "theta_pi is no minimum there (the paper leaves that case open)"),
     ]
     return Outcome(claims, {"sweep": sweep.tolist(), "tied_min_eig": tied_eig, "untied_min_eig": untied_eig})
 
