@@ -2,7 +2,7 @@
 #   make book   installs what is missing, executes every chapter, writes _build/html
 #   make test   unit tests, CLI tests, every chapter notebook under nbval, then every chapter's quick rows on ATen's
 #               default kernel path (no vector units), which must give the verdicts the stored pages show
-#   make lint   ruff's lint rules (pyproject.toml) over src/ and tests/
+#   make lint   ruff's lint rules and its formatter's check (pyproject.toml) over src/ and tests/
 #   make check  the tests under a minute: layout, claims, theory, data, models, every row's counterfactual; not those
 #               marked slow (whole chapters, processes, the browser), which make test runs too
 #   make site-test  opens every page of the built site (make book) in headless Chromium, installed if missing
@@ -58,6 +58,7 @@ endif
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check src tests
 
 check: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q -m "not slow" tests

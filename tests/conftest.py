@@ -36,6 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The chapters' whole runs first, costliest first, each chapter's two runs side by side, so that the two
     workers of make test's second step (nbval and the default path in one session) end about together; a test that
     reads ``tiny_result`` marked slow (make check leaves it out)."""
+
     def rank(item: pytest.Item) -> int:
         run = _chapter_run(item)
         return 2 * len(BY_COST) if run is None or run[0] not in BY_COST else 2 * BY_COST.index(run[0]) + run[1]

@@ -51,8 +51,22 @@ def run_all(chapter: str, settings: list[dict[str, Any]], out_dir: Path) -> list
     codes = []
     for i, values in enumerate(settings):
         flags = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
-        codes.append(main(["run", chapter, *flags, "--seeds", seeds, "--device", "cpu", "--no-progress",
-                           "--out", str(out_dir / f"{i}.json")]))
+        codes.append(
+            main(
+                [
+                    "run",
+                    chapter,
+                    *flags,
+                    "--seeds",
+                    seeds,
+                    "--device",
+                    "cpu",
+                    "--no-progress",
+                    "--out",
+                    str(out_dir / f"{i}.json"),
+                ]
+            )
+        )
     return codes
 
 

@@ -25,8 +25,9 @@ def test_vmapped_members_fold_into_the_batch_with_pytorchs_numbers_and_gradients
     folded = vmap(lambda a, b, c: causal_attention(a, b, c, bias))(q, k, v)
     torch.testing.assert_close(folded, expected)
     grad = torch.randn_like(expected)
-    for mine, theirs in zip(torch.autograd.grad(folded, (q, k, v), grad),
-                            torch.autograd.grad(expected, (q, k, v), grad)):
+    for mine, theirs in zip(
+        torch.autograd.grad(folded, (q, k, v), grad), torch.autograd.grad(expected, (q, k, v), grad)
+    ):
         torch.testing.assert_close(mine, theirs)
 
 
@@ -56,7 +57,7 @@ def test_the_blocked_kernel_of_small_heads_gives_exact_attention_to_float32_roun
     q, k, v = (torch.randn(2, 3, T, 8) for _ in range(3))
     if sharp:
         q[:, :, ::3] *= 40
-        bound = q.norm(dim=-1) * k.norm(dim=-1).amax(-1, keepdim=True) * 8 ** -0.5 * math.log2(math.e)
+        bound = q.norm(dim=-1) * k.norm(dim=-1).amax(-1, keepdim=True) * 8**-0.5 * math.log2(math.e)
         assert (bound > attention.SAFE_SCORE).any()
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     out = causal_attention(q, k, v)
@@ -71,8 +72,9 @@ def test_the_blocked_kernel_of_small_heads_gives_exact_attention_to_float32_roun
         torch.testing.assert_close(ours.double(), theirs, rtol=tolerance, atol=tolerance)
 
 
-@pytest.mark.parametrize("B, T, sharp", [(2, 100, False), (1, 100, False), (5, 100, False), (3, 20, False),
-                                         (5, 100, True)])
+@pytest.mark.parametrize(
+    "B, T, sharp", [(2, 100, False), (1, 100, False), (5, 100, False), (3, 20, False), (5, 100, True)]
+)
 def test_members_are_folded_bit_for_bit_as_alone_whatever_their_batch_and_length(B, T, sharp):
     # the blocked kernel from T = 1 on; ragged lengths and odd batches put members at every offset of a block.
     # Sharp: the first member's queries 40 times longer, so its rows are shifted and the others' are not

@@ -46,8 +46,9 @@ def test_every_section_of_every_committed_file_has_a_row_linking_its_file(tmp_pa
 def test_each_section_s_command_spans_the_table_under_its_row():
     # in a column of its own among eight, a long command wrapped a word per line
     table = catalogue.results_table()
-    commands = re.findall(r'<tr><td colspan="(\d+)">made by <code>python -m sandboxes run [^<]+</code></td></tr>',
-                          table)
+    commands = re.findall(
+        r'<tr><td colspan="(\d+)">made by <code>python -m sandboxes run [^<]+</code></td></tr>', table
+    )
     assert commands and set(commands) == {str(len(catalogue.RESULT_COLUMNS))}
     assert len(commands) == sum(len(Result.load(path).sections) for path in catalogue.result_files())
 
@@ -85,12 +86,17 @@ def test_the_site_needs_no_network_for_its_maths():
 
 def test_the_stored_runs_table_reads_each_notebooks_cell_timestamps(tmp_path):
     def cell(start: str, end: str) -> dict:
-        return {"cell_type": "code", "metadata": {"execution": {"iopub.execute_input": start,
-                                                                 "shell.execute_reply": end}}}
+        return {
+            "cell_type": "code",
+            "metadata": {"execution": {"iopub.execute_input": start, "shell.execute_reply": end}},
+        }
 
     timed, untimed = tmp_path / "timed.ipynb", tmp_path / "untimed.ipynb"
-    cells = [{"cell_type": "markdown"}, cell("2026-11-25T12:00:00.5Z", "2026-11-25T12:00:01Z"),
-             cell("2026-11-25T12:00:02Z", "2026-11-25T12:01:40.5Z")]
+    cells = [
+        {"cell_type": "markdown"},
+        cell("2026-11-25T12:00:00.5Z", "2026-11-25T12:00:01Z"),
+        cell("2026-11-25T12:00:02Z", "2026-11-25T12:01:40.5Z"),
+    ]
     timed.write_text(json.dumps({"cells": cells}))
     untimed.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
     table = catalogue.stored_runs_table([timed, untimed])

@@ -41,9 +41,16 @@ def test_verdict_renders_an_html_table():
 
 
 def test_result_file_round_trips_with_provenance(tmp_path):
-    result = Result("markov", "quick", {"p": 0.5}, [0, 1], [Claim.close("x", 1, 1, 0.1, "r")],
-                    {"curve": np.arange(3.0), "nested": {"k": np.float64(2.5)}},
-                    {"curve": {"params": ["p"], "wall_time_s": 0.5}}, provenance("cpu", "test cpu", 1.234))
+    result = Result(
+        "markov",
+        "quick",
+        {"p": 0.5},
+        [0, 1],
+        [Claim.close("x", 1, 1, 0.1, "r")],
+        {"curve": np.arange(3.0), "nested": {"k": np.float64(2.5)}},
+        {"curve": {"params": ["p"], "wall_time_s": 0.5}},
+        provenance("cpu", "test cpu", 1.234),
+    )
     path = result.save(tmp_path / "r.json")
     loaded = Result.load(path)
     assert loaded.config == {"p": 0.5} and loaded.data["curve"] == [0.0, 1.0, 2.0]
@@ -69,7 +76,6 @@ def test_only_results_made_on_a_gpu_count_as_gpu_results():
     assert not Result("markov", "full", {}, [0], [], {}, provenance={"device_type": "cpu"}).from_gpu
 
 
-
 def test_a_claim_about_eventual_behaviour_is_undecided_only_while_its_run_had_not_settled():
     failed = Claim.at_most("reaches", 0.1, 0.5, "r")
     assert failed.eventually(settled=True, unsettled="more steps").holds is False
@@ -83,8 +89,9 @@ def test_seed_bounds_are_the_one_sided_95_percent_bounds_of_the_mean_and_of_a_ne
     # mean 1, s 1, n 3, t_0.95(2) = 2.919986: the mean's bound 1 + t / sqrt(3), a new seed's 1 + t sqrt(4/3)
     t = 2.919986
     assert seed_bounds([0.0, 1.0, 2.0]) == pytest.approx((1 + t / np.sqrt(3), 1 + t * np.sqrt(4 / 3)), rel=1e-6)
-    assert seed_bounds([0.0, 1.0, 2.0], upper=False) == pytest.approx((1 - t / np.sqrt(3), 1 - t * np.sqrt(4 / 3)),
-                                                                      rel=1e-6)
+    assert seed_bounds([0.0, 1.0, 2.0], upper=False) == pytest.approx(
+        (1 - t / np.sqrt(3), 1 - t * np.sqrt(4 / 3)), rel=1e-6
+    )
     # cells x seeds: the worst cell's bounds, each from its own spread
     assert seed_bounds([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]) == pytest.approx(seed_bounds([0.0, 1.0, 2.0]))
     assert all(np.isnan(seed_bounds([0.3])))
@@ -127,8 +134,9 @@ def test_a_row_held_to_the_seeds_spread_takes_the_margin_of_their_means_bound_wh
     mean_bound, _ = seed_bounds(seeds, upper=False)
     assert row.holds is None and row.margin == pytest.approx((mean_bound - 0.5) / 0.5) and row.margin < 0
     many = np.linspace(0.6, 0.7, 10)  # ten seeds: their mean's bound (0.63) stands clearer than the least seed
-    assert Claim.at_least("every seed", 0.5, 0.6, "r").held_to_spread(0.5, many, upper=False
-                                                                     ).margin == pytest.approx(0.2)
+    assert Claim.at_least("every seed", 0.5, 0.6, "r").held_to_spread(0.5, many, upper=False).margin == pytest.approx(
+        0.2
+    )
 
 
 def test_an_undecided_claim_neither_holds_nor_fails_the_check(capsys):

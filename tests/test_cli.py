@@ -34,8 +34,26 @@ def test_list_names_chapters_sections_and_parameters(capsys):
 
 
 def test_run_with_overrides_writes_json_to_stdout(capsys):
-    assert main(["run", "markov", "--set", "p=0.7", "--set", "q=0.6", "--set", "depths=2", *TINY,
-                 "--device", "cpu", "--out", "-"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "markov",
+                "--set",
+                "p=0.7",
+                "--set",
+                "q=0.6",
+                "--set",
+                "depths=2",
+                *TINY,
+                "--device",
+                "cpu",
+                "--out",
+                "-",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     body = json.loads(captured.out)
     assert body["config"]["p"] == 0.7 and body["config"]["depths"] == "2"
@@ -54,8 +72,7 @@ def test_every_chapter_runs_from_the_command_line_with_every_section(chapter, ti
 
 
 @pytest.mark.parametrize("chapter, section", SECTIONS)
-def test_each_section_runs_alone_and_gives_what_it_gives_in_the_whole_chapter(chapter, section, tiny_result,
-                                                                             capsys):
+def test_each_section_runs_alone_and_gives_what_it_gives_in_the_whole_chapter(chapter, section, tiny_result, capsys):
     assert main(["run", chapter, "--section", section, *tiny(chapter), "--device", "cpu", "--out", "-"]) == 0
     alone, whole = json.loads(capsys.readouterr().out), tiny_result(chapter)
     assert section in alone["data"] and set(alone["data"]) <= set(whole["data"])
@@ -102,25 +119,28 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
     assert ("it/s]" in capsys.readouterr().err) == shown
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "markov", "--set", "p=1.5"], "bad value for p: must be a number strictly between 0 and 1"),
-    (["run", "markov", "--set", "colour=red"], "unknown parameter 'colour'"),
-    (["run", "nope"], "unknown chapter 'nope'"),
-    (["run", "markov", "--profile", "huge"], "unknown profile 'huge'"),
-    (["run", "markov", "--device", "tpu"], "unknown device 'tpu'"),
-    (["run", "dilution", "--set", "layer_norm=maybe"], "expected true or false"),
-    (["run", "markov", "--set", "switch_probs=0.5,2"], "strictly between 0 and 1"),
-    (["run", "markov", "--set", "p"], "KEY=VALUE"),
-    (["run", "markov", "--section", "nope"], "unknown section 'nope' of markov"),
-    (["run", "shortcuts", "--set", "automaton=Z9"], "automaton"),
-    (["run", "shortcuts", "--set", "depths=1,x"], "integers"),
-    (["run", "dilution", "--set", "T=7"], "even number"),
-    (["run", "dilution", "--set", "p_i=1"], "strictly between 0 and 1"),
-    (["run", "hmm", "--set", "k=2"], "3..8"),
-    (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
-    (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
-    (["rejudge", "markov", "--section", "hessian_sweep"], "cannot recompute its rows from its data: rerun it"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "markov", "--set", "p=1.5"], "bad value for p: must be a number strictly between 0 and 1"),
+        (["run", "markov", "--set", "colour=red"], "unknown parameter 'colour'"),
+        (["run", "nope"], "unknown chapter 'nope'"),
+        (["run", "markov", "--profile", "huge"], "unknown profile 'huge'"),
+        (["run", "markov", "--device", "tpu"], "unknown device 'tpu'"),
+        (["run", "dilution", "--set", "layer_norm=maybe"], "expected true or false"),
+        (["run", "markov", "--set", "switch_probs=0.5,2"], "strictly between 0 and 1"),
+        (["run", "markov", "--set", "p"], "KEY=VALUE"),
+        (["run", "markov", "--section", "nope"], "unknown section 'nope' of markov"),
+        (["run", "shortcuts", "--set", "automaton=Z9"], "automaton"),
+        (["run", "shortcuts", "--set", "depths=1,x"], "integers"),
+        (["run", "dilution", "--set", "T=7"], "even number"),
+        (["run", "dilution", "--set", "p_i=1"], "strictly between 0 and 1"),
+        (["run", "hmm", "--set", "k=2"], "3..8"),
+        (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
+        (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
+        (["rejudge", "markov", "--section", "hessian_sweep"], "cannot recompute its rows from its data: rerun it"),
+    ],
+)
 def test_bad_input_exits_non_zero_with_a_one_line_message(args, message, capsys):
     try:
         code = main(args)
@@ -134,8 +154,12 @@ def test_bad_input_exits_non_zero_with_a_one_line_message(args, message, capsys)
 def test_a_bad_value_from_a_fresh_process_prints_one_line_and_nothing_else():
     """The in-process refusals above cannot see what importing the package prints (a warning would be a second
     line): one refusal from a fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--set", "p=1.5"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandboxes", "run", "markov", "--set", "p=1.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and proc.stdout == ""
     refusal = "error: bad value for p: must be a number strictly between 0 and 1, got 1.5"
     assert proc.stderr.strip().splitlines() == [refusal]
@@ -227,8 +251,24 @@ def test_every_profile_value_of_every_chapter_passes_its_own_check(chapter, prof
 
 
 def test_full_profile_on_a_cpu_warns_before_it_starts():
-    proc = subprocess.run([sys.executable, "-m", "sandboxes", "run", "markov", "--profile", "full", "--device", "cpu",
-                           "--set", "length=0"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandboxes",
+            "run",
+            "markov",
+            "--profile",
+            "full",
+            "--device",
+            "cpu",
+            "--set",
+            "length=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "meant for a GPU" in proc.stderr
 
 
@@ -243,8 +283,9 @@ def test_strict_fails_on_a_failed_row_but_not_on_an_undecided_one(capsys):
 def test_into_merges_sections_run_one_at_a_time_into_one_reference_file(tmp_path, capsys):
     into = str(tmp_path / "hmm-reference.json")
     for section in ("powers", "paper_example"):
-        assert main(["run", "hmm", "--profile", "reference", "--section", section, "--device", "cpu",
-                     "--into", into]) == 0
+        assert (
+            main(["run", "hmm", "--profile", "reference", "--section", section, "--device", "cpu", "--into", into]) == 0
+        )
     result = json.loads((tmp_path / "hmm-reference.json").read_text())
     assert list(result["sections"]) == ["paper_example", "powers"]  # the chapter's reading order
     assert {c["section"] for c in result["claims"]} == {"paper_example", "powers"}
@@ -256,8 +297,12 @@ def test_into_merges_sections_run_one_at_a_time_into_one_reference_file(tmp_path
 def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
     assert main(["list", "--reference"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    runs = [(c.name, s, variant, changes) for c in all_chapters() for variant, changes in
-            {"": {}, **c.reference_variants}.items() for s in c.reference_sections]
+    runs = [
+        (c.name, s, variant, changes)
+        for c in all_chapters()
+        for variant, changes in {"": {}, **c.reference_variants}.items()
+        for s in c.reference_sections
+    ]
     assert len(lines) == len(runs) >= 2 and any(variant for _, _, variant, _ in runs)
     for (c, s, variant, changes), line in zip(runs, lines):
         sets = "".join(f" --set {key}={value}" for key, value in changes.items())
@@ -269,10 +314,20 @@ def test_list_reference_names_one_command_per_section_sized_for_it(capsys):
 def _documented_commands() -> list[str]:
     """Every ``python -m sandboxes run ...`` a reader can copy from the docs or a chapter's own text (no placeholders)."""  # noqa: E501
     root = Path(__file__).resolve().parents[1]
-    texts = [path.read_text() for path in [root / "README.md", root / "CONTRIBUTING.md", root / "results" / "README.md",
-                                           *sorted((root / "book").glob("*.md"))]]
-    texts += ["".join(cell["source"]) for path in sorted((root / "book").glob("*.ipynb"))
-              for cell in json.loads(path.read_text())["cells"]]
+    texts = [
+        path.read_text()
+        for path in [
+            root / "README.md",
+            root / "CONTRIBUTING.md",
+            root / "results" / "README.md",
+            *sorted((root / "book").glob("*.md")),
+        ]
+    ]
+    texts += [
+        "".join(cell["source"])
+        for path in sorted((root / "book").glob("*.ipynb"))
+        for cell in json.loads(path.read_text())["cells"]
+    ]
     found = re.findall(r"python -m sandboxes run ([^`\n\"#\\]*)", "\n".join(texts))
     return sorted({command.strip().rstrip(";.,") for command in found if "<" not in command})
 

@@ -33,10 +33,18 @@ def _tiny_plan(chapter: str) -> cluster.Plan:
 
 def _what_a_run_computed(body: dict) -> dict:
     """A result file without what differs between any two runs of the same code: times, dates, machine."""
-    return {"chapter": body["chapter"], "profile": body["profile"], "config": body["config"], "seeds": body["seeds"],
-            "claims": body["claims"], "data": body["data"],
-            "sections": {name: {k: v for k, v in section.items() if k not in ("wall_time_s", "provenance")}
-                         for name, section in body["sections"].items()}}
+    return {
+        "chapter": body["chapter"],
+        "profile": body["profile"],
+        "config": body["config"],
+        "seeds": body["seeds"],
+        "claims": body["claims"],
+        "data": body["data"],
+        "sections": {
+            name: {k: v for k, v in section.items() if k not in ("wall_time_s", "provenance")}
+            for name, section in body["sections"].items()
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +84,15 @@ def test_seeds_per_job_splits_a_section_that_trains_into_seed_groups_then_its_ow
     overrides = {key: str(value) for key, value in TINY["hmm"].items()}
     plan = cluster.Plan.make("hmm", "quick", overrides, 5, "cpu", ["powers", "learning"], seeds_per_job=2)
     # a last group of one seed joins the one before: one seed alone would train unbatched
-    assert plan.jobs() == [cluster.Job(("powers",)), cluster.Job(("learning",), (0, 1)),
-                           cluster.Job(("learning",), (2, 3, 4)), cluster.Job(("learning",))]
+    assert plan.jobs() == [
+        cluster.Job(("powers",)),
+        cluster.Job(("learning",), (0, 1)),
+        cluster.Job(("learning",), (2, 3, 4)),
+        cluster.Job(("learning",)),
+    ]
     assert cluster.Plan.make("hmm", "quick", overrides, 2, "cpu", ["learning"], seeds_per_job=2).jobs() == [
-        cluster.Job(("learning",))]  # no more seeds than a job takes: not split
+        cluster.Job(("learning",))
+    ]  # no more seeds than a job takes: not split
     with pytest.raises(ValueError, match="at least 2"):
         cluster.Plan.make("hmm", "quick", overrides, 5, "cpu", ["learning"], seeds_per_job=1)
 
@@ -129,8 +142,9 @@ def test_a_section_split_into_seed_groups_merges_into_exactly_what_one_process_c
     plan = cluster.Plan.load(folder)
     split = [name for name in plan.sections if plan.split(name)]
     assert split == [s.name for s in get_chapter(chapter).sections if s.trains and s.by_seed]
-    done = [found for line in said if (found := re.search(r" done: (.*): (\d+) members found stored, (\d+) trained$",
-                                                           line))]
+    done = [
+        found for line in said if (found := re.search(r" done: (.*): (\d+) members found stored, (\d+) trained$", line))
+    ]
     for name in split:
         (own,) = [found for found in done if found[1].endswith(f"/{cluster.PARTS}/{name}.json")]
         groups = [found for found in done if found[1].startswith(f"{name} seeds ")]
@@ -160,7 +174,8 @@ def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_fo
     assert re.search(r": [1-9]\d* members found stored, 0 trained$", rerun)  # it had stored all before it was killed
     assert cluster.pending_jobs(plan, tmp_path) == []
     assert _what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == _what_a_run_computed(
-        json.loads(cluster.merge_folder(source).to_json()))
+        json.loads(cluster.merge_folder(source).to_json())
+    )
 
 
 def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folders, tmp_path):
@@ -183,10 +198,12 @@ def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folder
 
 def test_a_failed_job_is_reported_with_its_log_and_leaves_no_partial(tmp_path, monkeypatch):
     plan = _tiny_plan("hmm")
-    failing = cluster.Plan(plan.chapter, plan.profile, {**plan.overrides, "steps": "-1"}, plan.seeds, "cpu",
-                           ("learning",))  # a value the parameter check refuses, reached only inside the job
-    failures = cluster.submit(failing, tmp_path, failing.jobs(), cluster.JobOptions("local", timeout_min=5),
-                              say=lambda line: None)
+    failing = cluster.Plan(
+        plan.chapter, plan.profile, {**plan.overrides, "steps": "-1"}, plan.seeds, "cpu", ("learning",)
+    )  # a value the parameter check refuses, reached only inside the job
+    failures = cluster.submit(
+        failing, tmp_path, failing.jobs(), cluster.JobOptions("local", timeout_min=5), say=lambda line: None
+    )
     assert len(failures) == 1 and failures[0].startswith("learning: job ") and "log " in failures[0]
     assert (tmp_path / failures[0].rsplit("log ", 1)[1]).exists()
     assert cluster.pending(failing, tmp_path) == ["learning"]
@@ -194,8 +211,25 @@ def test_a_failed_job_is_reported_with_its_log_and_leaves_no_partial(tmp_path, m
 
 def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
-    assert main(["run", "hmm", *flags, "--seeds", "2", "--device", "cpu", "--executor", "local", "--folder",
-                 str(tmp_path), "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "hmm",
+                *flags,
+                "--seeds",
+                "2",
+                "--device",
+                "cpu",
+                "--executor",
+                "local",
+                "--folder",
+                str(tmp_path),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2 jobs to run" in out and "learning" in out and "6 theory sections" in out and "total" in out
     assert "10-step calibration" in out
@@ -204,8 +238,29 @@ def test_the_dry_run_prints_each_job_and_the_total_and_submits_nothing(tmp_path,
 
 def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
-    assert main(["run", "hmm", *flags, "--section", "learning", "--seeds", "4", "--seeds-per-job", "2", "--device",
-                 "cpu", "--executor", "local", "--folder", str(tmp_path), "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "hmm",
+                *flags,
+                "--section",
+                "learning",
+                "--seeds",
+                "4",
+                "--seeds-per-job",
+                "2",
+                "--device",
+                "cpu",
+                "--executor",
+                "local",
+                "--folder",
+                str(tmp_path),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "3 jobs to run" in out and "learning seeds 0,1" in out and "learning seeds 2,3" in out
     assert "(after its group jobs; serves their members)" in out
@@ -213,18 +268,50 @@ def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_pat
 
 def test_a_rerun_may_split_what_is_left_differently_but_not_change_what_is_computed(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
-    common = ["run", "hmm", *flags, "--section", "learning", "--device", "cpu", "--executor", "local", "--folder",
-              str(tmp_path), "--dry-run"]
-    cluster.Plan.make("hmm", "quick", {k: str(v) for k, v in TINY["hmm"].items()}, 4, "cpu",
-                      ["learning"]).save(tmp_path)
+    common = [
+        "run",
+        "hmm",
+        *flags,
+        "--section",
+        "learning",
+        "--device",
+        "cpu",
+        "--executor",
+        "local",
+        "--folder",
+        str(tmp_path),
+        "--dry-run",
+    ]
+    cluster.Plan.make("hmm", "quick", {k: str(v) for k, v in TINY["hmm"].items()}, 4, "cpu", ["learning"]).save(
+        tmp_path
+    )
     assert main([*common, "--seeds", "4", "--seeds-per-job", "2"]) == 0  # how many seeds a job takes: no result
     assert main([*common, "--seeds", "3"]) == 2 and "holds another plan" in capsys.readouterr().err
 
 
 def test_a_shorter_calibration_is_a_flag_and_says_so(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
-    assert main(["run", "hmm", *flags, "--seeds", "2", "--device", "cpu", "--executor", "local", "--folder",
-                 str(tmp_path), "--dry-run", "--calibration-steps", "3"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "hmm",
+                *flags,
+                "--seeds",
+                "2",
+                "--device",
+                "cpu",
+                "--executor",
+                "local",
+                "--folder",
+                str(tmp_path),
+                "--dry-run",
+                "--calibration-steps",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "3-step calibration" in capsys.readouterr().out
 
 
@@ -235,17 +322,20 @@ def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
     assert call.estimated_s == pytest.approx(3 * (2.0 + 1000 + 11))  # each group: set-up, its steps, its evaluations
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--executor", "pbs"], "invalid choice"),
-    (["--executor", "local", "--partition", "gpu"], "Slurm option"),
-    (["--executor", "local", "--max-jobs", "0"], "at least 1"),
-    (["--partition", "gpu"], "go with --executor"),
-    (["--calibration-steps", "3"], "go with --executor"),
-    (["--seeds-per-job", "2"], "go with --executor"),
-    (["--executor", "local", "--seeds-per-job", "1"], "at least 2"),
-    (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),
-    (["--executor", "local", "--into", "x.json"], "not --into"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--executor", "pbs"], "invalid choice"),
+        (["--executor", "local", "--partition", "gpu"], "Slurm option"),
+        (["--executor", "local", "--max-jobs", "0"], "at least 1"),
+        (["--partition", "gpu"], "go with --executor"),
+        (["--calibration-steps", "3"], "go with --executor"),
+        (["--seeds-per-job", "2"], "go with --executor"),
+        (["--executor", "local", "--seeds-per-job", "1"], "at least 2"),
+        (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),
+        (["--executor", "local", "--into", "x.json"], "not --into"),
+    ],
+)
 def test_bad_scheduler_options_stop_before_any_work(flags, message, capsys):
     try:
         code = main(["run", "hmm", *flags])

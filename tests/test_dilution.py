@@ -123,9 +123,16 @@ def test_read_errors_counts_reads_whose_argmax_is_not_the_written_bit():
     assert read_errors(logits, x) == (1, 2)
 
 
-@pytest.mark.parametrize("kwargs", [dict(length=7, p_w=0.1, p_r=0.1), dict(length=2, p_w=0.1, p_r=0.1),
-                                    dict(length=8, p_w=0.7, p_r=0.4), dict(length=8, p_w=-0.1, p_r=0.1),
-                                    dict(length=8, p_w=0.1, p_r=0.1, mode="noisy")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(length=7, p_w=0.1, p_r=0.1),
+        dict(length=2, p_w=0.1, p_r=0.1),
+        dict(length=8, p_w=0.7, p_r=0.4),
+        dict(length=8, p_w=-0.1, p_r=0.1),
+        dict(length=8, p_w=0.1, p_r=0.1, mode="noisy"),
+    ],
+)
 def test_invalid_languages_are_rejected(kwargs):
     with pytest.raises(ValueError):
         FlipFlop(**kwargs)
@@ -156,8 +163,9 @@ def test_extremal_input_attains_the_bound_through_gpt_attention(T, sigma):
 
 def _random_gpt(d: int, n_head: int, std: float, seed: int) -> GPT:
     torch.manual_seed(seed)
-    config = GPTConfig(vocab_size=7, block_size=64, n_layer=2, n_head=n_head, d_model=d, positional="learned",
-                       init_std=std, tied=False)
+    config = GPTConfig(
+        vocab_size=7, block_size=64, n_layer=2, n_head=n_head, d_model=d, positional="learned", init_std=std, tied=False
+    )
     return GPT(config).double()
 
 
@@ -240,8 +248,9 @@ def test_witness_closed_form_agrees_with_the_gpt(block_size):
     weights = theory.FlipFlopWeights()
     x = torch.tensor([theory.WITNESS])
     model = theory.flipflop_construction(weights, block_size)
-    assert ((_wrong_reads(model, torch.cat([x, x[:, :1]], dim=1)) == 1)
-            == theory.witness_answer_wrong(weights, block_size))
+    assert (_wrong_reads(model, torch.cat([x, x[:, :1]], dim=1)) == 1) == theory.witness_answer_wrong(
+        weights, block_size
+    )
 
 
 def test_construction_keeps_its_weights_when_the_block_size_grows():
@@ -319,8 +328,13 @@ def test_sharpened_loss_is_cross_entropy_plus_weighted_mean_entropy():
 def test_sharpened_training_runs_batched_and_changes_the_weights():
     config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
     task = Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
-    result = train(lambda: WithAttention(GPT(config)), task, TrainConfig(steps=3, batch_size=4, eval_size=4),
-                   seeds=[0, 1], progress=False)
+    result = train(
+        lambda: WithAttention(GPT(config)),
+        task,
+        TrainConfig(steps=3, batch_size=4, eval_size=4),
+        seeds=[0, 1],
+        progress=False,
+    )
     torch.manual_seed(0)
     start = GPT(config)
     assert not torch.equal(result.models[0].gpt.wte.weight, start.wte.weight)
@@ -332,16 +346,19 @@ def test_sharpened_training_one_seed_after_another_matches_the_batched_run():
     config = GPTConfig(vocab_size=5, block_size=8, n_layer=2, d_model=8)
     task = Sharpened(FlipFlop.with_ignore(8, 0.5), 0.1)
     schedule = TrainConfig(steps=3, batch_size=4, eval_size=4)
-    runs = [train(lambda: WithAttention(GPT(config)), task, schedule, seeds=[0, 1], batched=batched,
-                  progress=False) for batched in (True, False)]
+    runs = [
+        train(lambda: WithAttention(GPT(config)), task, schedule, seeds=[0, 1], batched=batched, progress=False)
+        for batched in (True, False)
+    ]
     # float32 with a different reduction order (bmm against mm), as in tests/test_trainer.py
     assert np.allclose(runs[0].train_loss, runs[1].train_loss, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- the chapter
 @pytest.mark.parametrize("start_steps, trained", [(2, 1), (3, 2)])
-def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_many_steps(start_steps, trained,
-                                                                                           monkeypatch):
+def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_many_steps(
+    start_steps, trained, monkeypatch
+):
     calls = []
 
     def counted(request, *args):
@@ -395,8 +412,9 @@ def _construction_rows(kind: str):
     builds = {
         "layer 2 attention off": _layer2_uniform,
         # the thesis's weights, rebuilt for every length (c grows with T): no positional margin is lost
-        "weights rebuilt per length": lambda w, size: theory.flipflop_construction(replace(w, base=size or w.base),
-                                                                                   size),
+        "weights rebuilt per length": lambda w, size: theory.flipflop_construction(
+            replace(w, base=size or w.base), size
+        ),
     }
     if kind not in _construction_runs:
         _construction_runs[kind] = measure.construction_data(theory.FlipFlopWeights(), 4, builds[kind])
@@ -417,8 +435,15 @@ def _simulator_rows(kind: str):
 
 
 def _tiny_tests():
-    config = {"T": 8, "p_i": 0.8, "sparse_p_i": 0.98, "dense_p_i": 0.1, "n_in_distribution": 200, "n_sparse": 200,
-              "n_dense": 200}
+    config = {
+        "T": 8,
+        "p_i": 0.8,
+        "sparse_p_i": 0.98,
+        "dense_p_i": 0.1,
+        "n_in_distribution": 200,
+        "n_sparse": 200,
+        "n_dense": 200,
+    }
     return measure._test_sets(config)
 
 
@@ -459,10 +484,12 @@ def _sigma_without_norms(model, idx):
 
 COUNTERFACTUALS = {
     "extremal input attains the bound": lambda: _bound_rows(
-        extremal=lambda sigma, T: theory.extremal_attention(0.9 * sigma, T)),
+        extremal=lambda sigma, T: theory.extremal_attention(0.9 * sigma, T)
+    ),
     "random unit-ball inputs": lambda: _bound_rows(latent_radius=3.0),
     "worst-case inputs of random 2-d forms": lambda: _bound_rows(
-        bound_fn=lambda T, sigma: theory.max_weight_bound(T, 0.9 * sigma)),
+        bound_fn=lambda T, sigma: theory.max_weight_bound(T, 0.9 * sigma)
+    ),
     "dilution length": lambda: _bound_rows(length_fn=lambda sigma, t: theory.dilution_length(sigma, t) + 1),
     "every string of length 4..16": lambda: _construction_rows("layer 2 attention off"),
     "wrong reads on sparse to all-write strings": lambda: _construction_rows("layer 2 attention off"),
@@ -478,17 +505,22 @@ COUNTERFACTUALS = {
     "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
     "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
     "sharpened seeds whose error rate": lambda: judge._sharpened_claims(
-        {"sharpened": _untrained_counts("transformer")}, SETTLED),
+        {"sharpened": _untrained_counts("transformer")}, SETTLED
+    ),
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
     "second phase on rare strings": lambda: judge._rare_training_claims(
-        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0})[0],
+        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}
+    )[0],
     "trained attention obeys Prop 4": lambda: judge._bound_claims(
-        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, "trained attention"),
+        {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, "trained attention"
+    ),
     "second-phase attention, plain and sharpened, obeys Prop 4": lambda: judge._bound_claims(
         {"plain": [_sharp(_sharp_gpt(0))], "sharpened": [_sharp(_sharp_gpt(1), _sigma_without_norms)]},
-        "second-phase attention, plain and sharpened,"),
+        "second-phase attention, plain and sharpened,",
+    ),
     "sharpening lowers": lambda: judge._sharpening_claims(  # sharpen = 0: the sharpened run is the plain one
-        {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0),
+        {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0
+    ),
 }
 
 
@@ -504,8 +536,15 @@ def test_each_row_fails_on_its_counterfactual(key):
     assert _row(COUNTERFACTUALS[key](), key).holds is False
 
 
-@pytest.mark.parametrize("key", ["extremal input attains the bound", "random unit-ball inputs",
-                                 "worst-case inputs of random 2-d forms", "dilution length"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "extremal input attains the bound",
+        "random unit-ball inputs",
+        "worst-case inputs of random 2-d forms",
+        "dilution length",
+    ],
+)
 def test_the_bound_rows_hold_with_the_right_theory_on_the_small_grid(key):
     assert _row(_bound_rows(), key).holds
 
@@ -546,14 +585,17 @@ def test_rows_about_trained_models_are_undecided_while_those_models_still_descen
 @pytest.mark.parametrize("base", [6, 8, 20, 30])
 def test_the_construction_runs_and_holds_at_every_even_base(base):
     # base 20 once swept odd block sizes, base 8 once checked strings longer than its block
-    result = chapter.CHAPTER.run("quick", {"base": base, "n_construction": 4}, seeds=1, device="cpu",
-                                 sections=["construction"])
+    result = chapter.CHAPTER.run(
+        "quick", {"base": base, "n_construction": 4}, seeds=1, device="cpu", sections=["construction"]
+    )
     assert result.claims and result.verdict.holds, result.verdict.text()
 
 
 def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_is_silent_without_errors():
-    plain, clean = _uniform_rate_counts(), {name: [(0, n)] * 3 for name, n in
-                                            (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))}
+    plain, clean = (
+        _uniform_rate_counts(),
+        {name: [(0, n)] * 3 for name, n in (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))},
+    )
     claims, silent = judge._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
     assert [c.holds for c in claims] == [True] and silent == ()
     claims, silent = judge._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
@@ -564,8 +606,7 @@ def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_i
 
 def test_the_smallest_significant_split_needs_seven_errors():
     # all errors in the plain run: p = 2^-k, which is below 0.01 first at k = 7
-    assert (binom.cdf(0, judge.MIN_ERRORS, 0.5) < judge.GLITCH_LEVEL
-            < binom.cdf(0, judge.MIN_ERRORS - 1, 0.5))
+    assert binom.cdf(0, judge.MIN_ERRORS, 0.5) < judge.GLITCH_LEVEL < binom.cdf(0, judge.MIN_ERRORS - 1, 0.5)
 
 
 def test_a_mixture_draws_each_strings_p_i_from_its_list():
@@ -587,10 +628,10 @@ def test_a_mixture_of_one_p_i_is_that_language():
         Mixture(32, (1.5,))
 
 
-
 def test_the_witness_count_finds_either_bit_at_instruction_positions_only():
-    seq = torch.tensor([[W, ONE, I, ZERO, R, ONE, W, ZERO, I, ONE, R, ZERO],
-                        [R, W, ONE, I, ZERO, R, I, ONE, I, ONE, R, ONE]])  # row 2: the pattern off the instruction grid
+    seq = torch.tensor(
+        [[W, ONE, I, ZERO, R, ONE, W, ZERO, I, ONE, R, ZERO], [R, W, ONE, I, ZERO, R, I, ONE, I, ONE, R, ONE]]
+    )  # row 2: the pattern off the instruction grid
     assert measure.witness_count(seq) == 2
 
 
@@ -603,25 +644,47 @@ def test_the_random_string_row_is_made_only_where_the_witness_pattern_occurs():
 
 
 def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_an_error():
-    runs = lambda inside, sparse, dense: {"in-distribution": [(e, 100) for e in inside],  # noqa: E731
-                                          "sparse": [(e, 50) for e in sparse], "dense": [(e, 50) for e in dense]}
-    counts = {"plain": runs([1, 0], [5, 0], [7, 0]), "sharpened": runs([2, 0], [1, 0], [9, 1]),
-              "rare": runs([0, 3], [0, 0], [0, 0])}
+    def runs(inside, sparse, dense):
+        return {
+            "in-distribution": [(e, 100) for e in inside],
+            "sparse": [(e, 50) for e in sparse],
+            "dense": [(e, 50) for e in dense],
+        }
+
+    counts = {
+        "plain": runs([1, 0], [5, 0], [7, 0]),
+        "sharpened": runs([2, 0], [1, 0], [9, 1]),
+        "rare": runs([0, 3], [0, 0], [0, 0]),
+    }
     rows = {what: ours for what, _, ours in paper.against_paper({"second_phases": {"counts": counts}})}
     assert rows["sharpened against its plain twin, per test set"] == (
         "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
-        "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10")
-    assert (rows["runs with no wrong read on any of the three test sets"]
-            == "plain: 1 of 2; sharpened: 0 of 2; rare: 1 of 2")
+        "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10"
+    )
+    assert (
+        rows["runs with no wrong read on any of the three test sets"]
+        == "plain: 1 of 2; sharpened: 0 of 2; rare: 1 of 2"
+    )
 
 
 def test_the_premise_table_names_what_each_attempt_changed_and_its_seeds_errors():
     reference = Result.load(RESULTS_DIR / "dilution-reference.json")
-    tried = replace(reference, seeds=[3], sections={"training": {**reference.sections["training"], "values": {
-        **reference.sections["training"]["values"], "weight_decay": 0.0}}}, data={"training": {"counts": {
-            "transformer": {"in-distribution": [[0, 9]]}}}})
+    tried = replace(
+        reference,
+        seeds=[3],
+        sections={
+            "training": {
+                **reference.sections["training"],
+                "values": {**reference.sections["training"]["values"], "weight_decay": 0.0},
+            }
+        },
+        data={"training": {"counts": {"transformer": {"in-distribution": [[0, 9]]}}}},
+    )
     rows = paper.premise_attempts(reference, [tried])
     inside = reference.data["training"]["counts"]["transformer"]["in-distribution"]
-    assert rows[0] == ("the reference run", "0, 1, 2, 3, 4, 5, 6, 7",
-                       f"{', '.join(str(e) for e, _ in inside)} of {inside[0][1]} reads")
+    assert rows[0] == (
+        "the reference run",
+        "0, 1, 2, 3, 4, 5, 6, 7",
+        f"{', '.join(str(e) for e, _ in inside)} of {inside[0][1]} reads",
+    )
     assert rows[1] == ("weight_decay = 0.0", "3", "0 of 9 reads")

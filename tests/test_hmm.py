@@ -66,11 +66,18 @@ def _broken(name: str) -> tuple[np.ndarray, np.ndarray]:
     return O, T
 
 
-@pytest.mark.parametrize("name, message", [
-    ("negative T", "Assumption 5"), ("T rows", "Assumption 5"), ("O columns", "column of O"),
-    ("O zero row", "Assumption 6"), ("O rank", "Assumption 7 (rank O"), ("T rank", "Assumption 7 (rank T"),
-    ("d < k", "d >= k"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("negative T", "Assumption 5"),
+        ("T rows", "Assumption 5"),
+        ("O columns", "column of O"),
+        ("O zero row", "Assumption 6"),
+        ("O rank", "Assumption 7 (rank O"),
+        ("T rank", "Assumption 7 (rank T"),
+        ("d < k", "d >= k"),
+    ],
+)
 def test_check_hmm_names_the_assumption_that_fails(name, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         check_hmm(*_broken(name))
@@ -195,10 +202,15 @@ def test_parameter_distance_is_zero_exactly_for_relabellings():
 
 
 # ---------------------------------------------------------------- Theorem 7 as an algorithm
-@pytest.mark.parametrize("matrix, rank", [
-    (np.eye(3), 3), (np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), 1),
-    (np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]), 2), (np.array([[1.0, 0.0], [0.0, 0.0]]), 0),
-])
+@pytest.mark.parametrize(
+    "matrix, rank",
+    [
+        (np.eye(3), 3),
+        (np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), 1),
+        (np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]), 2),
+        (np.array([[1.0, 0.0], [0.0, 0.0]]), 0),
+    ],
+)
 def test_kruskal_rank_of_small_matrices(matrix, rank):
     assert theory.kruskal_rank(matrix) == rank
 
@@ -225,8 +237,9 @@ def test_recover_returns_the_parameters_up_to_relabelling(d, k, given, targets):
 def test_recover_tells_the_two_counterexample_hmms_apart():
     pair = theory.counterexample(4, 3, np.random.default_rng(0), candidates=30)
     for O, T in ((pair["emission"], pair["transition"]), (pair["other_emission"], pair["other_transition"])):
-        O_hat, T_hat = theory.recover(theory.two_token_predictor(O, T, 1, (2, 3)), 1, (2, 3), 3,
-                                      np.random.default_rng(1), als_steps=20)
+        O_hat, T_hat = theory.recover(
+            theory.two_token_predictor(O, T, 1, (2, 3)), 1, (2, 3), 3, np.random.default_rng(1), als_steps=20
+        )
         assert theory.parameter_distance(O, T, O_hat, T_hat) < RECOVERY  # ALS keeps an exact fit exact
 
 
@@ -266,10 +279,16 @@ def test_exact_sections_of_the_chapter_hold_even_at_unit_test_scale(tiny_result)
     assert [c["name"] for c in claims if c["section"] != "learning" and not c["holds"]] == []
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("k", "2", "3..8"), ("shapes", "3x4", "d >= k"), ("samples", "1000", "at least 2"), ("lr", "0", "> 0"),
-    ("k", "5", "d >= k"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("k", "2", "3..8"),
+        ("shapes", "3x4", "d >= k"),
+        ("samples", "1000", "at least 2"),
+        ("lr", "0", "> 0"),
+        ("k", "5", "d >= k"),
+    ],
+)
 def test_bad_parameters_are_refused_with_a_message(key, value, message):
     with pytest.raises(ValueError, match=message):
         chapter.CHAPTER.run("quick", {key: value}, device="cpu")
@@ -508,8 +527,7 @@ def _learning_rows(change: str, tiny_result, trained_two_token) -> list:
     elif change == "seed noise as large as the gap":
         part = {**part, "within": [part["exact_gap"]] * len(sizes)}
     recovery = measure.learned_recovery(recovered, hmms)
-    data = {"samples": sizes, "pairwise": pairwise, "two_token": part, "recovery": recovery,
-            "still_descending": moving}
+    data = {"samples": sizes, "pairwise": pairwise, "two_token": part, "recovery": recovery, "still_descending": moving}
     return judge.learning_claims(data)
 
 
@@ -549,19 +567,25 @@ def _ghmm_tensor_rows(change: str) -> list:
     data = measure.ghmm_tensor_data(config, M, T, *partner, rng, told=told)
     if change == "means of the partner":
         anchors = 2 * M.T
-        data["transition_error"] = float(np.abs(theory.ghmm_transition_from_density(
-            HM, theory.ghmm_density_matrix(M, T, anchors, anchors), anchors) - T).max())
+        data["transition_error"] = float(
+            np.abs(
+                theory.ghmm_transition_from_density(HM, theory.ghmm_density_matrix(M, T, anchors, anchors), anchors) - T
+            ).max()
+        )
     elif change == "random means (Gram row sums unequal)":
         data["symmetric_gap"], data["symmetric_distance"] = measure.middle_counterexample(
-            M, T, *theory.middle_partner(M, T), points)
+            M, T, *theory.middle_partner(M, T), points
+        )
     elif change == "partner = the equiangular G-HMM itself":
         symmetric = theory.symmetric_ghmm(3, 3, rng)
         data["symmetric_gap"], data["symmetric_distance"] = measure.middle_counterexample(
-            *symmetric, *symmetric, points)
+            *symmetric, *symmetric, points
+        )
     elif change == "T with an entry above 2/k":
         symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
         data["symmetric_partner_valid"] = measure._validity(
-            check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3))
+            check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3)
+        )
     elif change == "a random three-state G-HMM in place of the two-state one":
         data["two_state_gap"] = measure.middle_counterexample(M, T, *theory.middle_partner(M, T), points)[0]
     elif change == "raw moments (unit noise ignored)":
@@ -615,8 +639,11 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
 
 
 def _fixtures(rows, request) -> list:
-    return [request.getfixturevalue(name) for name in ("tiny_result", "trained_two_token")] \
-        if rows is _learning_rows else []
+    return (
+        [request.getfixturevalue(name) for name in ("tiny_result", "trained_two_token")]
+        if rows is _learning_rows
+        else []
+    )
 
 
 @pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])
@@ -633,8 +660,10 @@ def test_every_row_has_a_counterfactual(tiny_result):
     assert len(names) == len(COUNTERFACTUALS)
 
 
-@pytest.mark.parametrize("rows", [_seed_rows, _counterexample_rows, _powers_rows, _recovery_rows, _learning_rows,
-                                  _ghmm_rows, _ghmm_tensor_rows])
+@pytest.mark.parametrize(
+    "rows",
+    [_seed_rows, _counterexample_rows, _powers_rows, _recovery_rows, _learning_rows, _ghmm_rows, _ghmm_tensor_rows],
+)
 def test_the_counterfactual_builders_hold_without_a_change(rows, request):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     failed = [c.name for c in rows("nothing", *_fixtures(rows, request)) if not c.holds]
@@ -649,12 +678,12 @@ def test_learning_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     assert any(c.holds is None and "--set steps=" in c.reason for c in claims)
 
 
-def test_the_rows_that_tell_the_pair_apart_are_undecided_where_seed_noise_hides_the_gap(tiny_result,
-                                                                                       trained_two_token):
+def test_the_rows_that_tell_the_pair_apart_are_undecided_where_seed_noise_hides_the_gap(tiny_result, trained_two_token):
     # twice the seed-to-seed distance above the gap: the excess rows would hold for any learner, so none may hold
     rows = {c.name: c for c in _learning_rows("nothing", tiny_result, trained_two_token)}
-    hidden = [c for c in _learning_rows("seed noise as large as the gap", tiny_result, trained_two_token)
-              if c.holds is None]
+    hidden = [
+        c for c in _learning_rows("seed noise as large as the gap", tiny_result, trained_two_token) if c.holds is None
+    ]
     assert len(hidden) == 3 and all("twice the seed-to-seed distance" in c.reason for c in hidden)
     assert all(rows[c.name].holds for c in hidden)  # the same rows hold where the gap is resolved
 
@@ -665,13 +694,20 @@ def test_a_counterexample_exists_for_every_accepted_k_even_from_one_candidate(k)
     for d in (k, k + 3):
         pair = theory.counterexample(d, k, np.random.default_rng(k), candidates=1)
         assert min(pair["other_emission"].min(), pair["other_transition"].min()) >= 0
-        assert theory.parameter_distance(pair["emission"], pair["transition"], pair["other_emission"],
-                                         pair["other_transition"]) > theory.RELABELLING
+        assert (
+            theory.parameter_distance(
+                pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
+            )
+            > theory.RELABELLING
+        )
 
 
 def test_the_learning_samples_do_not_depend_on_the_other_sample_sizes():
-    run = lambda samples: chapter.CHAPTER.run("quick", {**TINY, "samples": samples}, seeds=2, device="cpu",  # noqa: E731
-                                              sections=["learning"]).data["learning"]
+    def run(samples):
+        return chapter.CHAPTER.run(
+            "quick", {**TINY, "samples": samples}, seeds=2, device="cpu", sections=["learning"]
+        ).data["learning"]
+
     alone, among = run("200,400"), run("100,200,400")
     # same seeds and samples for N = 400; only the ensemble's size differs (float32 sums may round apart)
     assert np.allclose(alone["two_token"]["error"][0][-1], among["two_token"]["error"][0][-1], rtol=1e-5)

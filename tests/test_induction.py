@@ -108,16 +108,23 @@ def test_the_floor_lifts_every_dirichlet_entry():
     assert np.allclose(kernels.sum(axis=-1), 1.0) and kernels.min() >= 0.1 - 1e-15
 
 
-@pytest.mark.parametrize("bad", [dict(rows="sparse"), dict(floor=1.5), dict(rows="permutation", parents=chain_parents(
-    4, order=2))])
+@pytest.mark.parametrize(
+    "bad", [dict(rows="sparse"), dict(floor=1.5), dict(rows="permutation", parents=chain_parents(4, order=2))]
+)
 def test_a_bad_prior_is_refused(bad):
     with pytest.raises(ValueError):
         InContextMarkov(**{"n_states": 3, "alpha": 1.0, "parents": chain_parents(4), **bad})
 
 
-@pytest.mark.parametrize("task", [InContextMarkov.chain(3, 1.0, 12), InContextMarkov.chain(2, 1.0, 12, order=2),
-                                  InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))],
-                         ids=["chain", "order2", "tree"])
+@pytest.mark.parametrize(
+    "task",
+    [
+        InContextMarkov.chain(3, 1.0, 12),
+        InContextMarkov.chain(2, 1.0, 12, order=2),
+        InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1)),
+    ],
+    ids=["chain", "order2", "tree"],
+)
 def test_each_position_follows_its_own_sequences_kernel(task):
     seq, kernels = task.sequences_and_kernels(20_000, _gen(1))
     seq = seq.numpy()
@@ -167,8 +174,9 @@ def test_exact_joint_laws_match_sampled_pairs():
         assert np.abs(diff).max() < 5 * np.sqrt(1 / 9 / len(seq))
 
 
-@pytest.mark.parametrize("parents, i, top", [(chain_parents(12), 9, 8), (tree_parents(12, 4, seed=0), 10, None)],
-                         ids=["chain", "tree"])
+@pytest.mark.parametrize(
+    "parents, i, top", [(chain_parents(12), 9, 8), (tree_parents(12, 4, seed=0), 10, None)], ids=["chain", "tree"]
+)
 def test_the_chi2_information_is_largest_at_the_parent(parents, i, top):
     task = InContextMarkov(3, 1.0, parents)
     info, error = chi2_information(task, i, 2000, seed=0)
@@ -234,8 +242,7 @@ def test_different_windows_are_at_least_the_gap_apart(m):
     # the score margin beta_3 * gap = beta assumes |u(a) - u(b)|^2 / 2 >= window_gap for every pair of windows
     weights, k = window_weights(m), 3
     summaries = {a: np.eye(k)[list(a)].T @ weights for a in itertools.product(range(k), repeat=m)}
-    closest = min(np.sum((summaries[a] - summaries[b]) ** 2) / 2
-                  for a, b in itertools.combinations(summaries, 2))
+    closest = min(np.sum((summaries[a] - summaries[b]) ** 2) / 2 for a, b in itertools.combinations(summaries, 2))
     assert closest == pytest.approx(window_gap(weights), rel=1e-12)
 
 
@@ -245,8 +252,9 @@ def test_the_three_layer_head_loses_the_estimator_without_its_parts(change):
     # longest window summary rather than the matching one
     k, m, T = 3, 2, 7
     seq = _every_sequence(k, T)
-    model = higher_order_head(k, m, T, 40.0, **({"weights": np.full(m, 1 / m)} if change == "equal window weights"
-                                                 else {"squares": False}))
+    model = higher_order_head(
+        k, m, T, 40.0, **({"weights": np.full(m, 1 / m)} if change == "equal window weights" else {"squares": False})
+    )
     with torch.no_grad():
         got = higher_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
     want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
@@ -273,8 +281,9 @@ class _Estimator(torch.nn.Module):
         seq = np.concatenate([idx.numpy(), np.zeros((len(idx), 1), dtype=np.int64)], axis=1)  # the last is unread
         if self.name == "uniform":
             return torch.full((*idx.shape, self.task.n_states), -float(np.log(self.task.n_states)), dtype=torch.float64)
-        return torch.from_numpy(np.log({"bayes": bayes_predictive, "unigram": unigram_predictive}[self.name](
-            self.task, seq)))
+        return torch.from_numpy(
+            np.log({"bayes": bayes_predictive, "unigram": unigram_predictive}[self.name](self.task, seq))
+        )
 
 
 def _levels_rows(change: str) -> list:
@@ -303,31 +312,32 @@ def _construction_rows(change: str) -> list:
     with torch.no_grad():
         got = successor_average(model, torch.from_numpy(seq[:, :-1])).numpy()
     seen = ~np.isnan(want[..., 0])
-    return judge.construction_claims(float(np.abs(got - want)[seen].max()), measure.leakage_bound(T, beta),
-                                       len(seq))
+    return judge.construction_claims(float(np.abs(got - want)[seen].max()), measure.leakage_bound(T, beta), len(seq))
 
 
 def _higher_order_rows(change: str) -> list:
     k, m, T, beta = 2, 2, 7, 30.0
     seq = _every_sequence(k, T)
-    model = higher_order_head(k, m, T, beta, **({"weights": np.full(m, 1 / m)} if change == "equal window weights"
-                                                 else {}))
+    model = higher_order_head(
+        k, m, T, beta, **({"weights": np.full(m, 1 / m)} if change == "equal window weights" else {})
+    )
     want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
     with torch.no_grad():
         got = higher_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
     seen = ~np.isnan(want[..., 0])
-    return judge.higher_order_claims(float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m),
-                                       len(seq), m)[0]
+    return judge.higher_order_claims(
+        float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m), len(seq), m
+    )[0]
 
 
 def _gradient_rows(change: str) -> list:
     tree = InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))
     seq = tree.sequences(8000, _gen(8))
-    parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, judge.GRADIENT_CHUNKS,
-                           tree.parent_queries())
+    parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, judge.GRADIENT_CHUNKS, tree.parent_queries())
     graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
-    return judge.gradient_claims(parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12),
-                                   tree.parent_queries().numpy())
+    return judge.gradient_claims(
+        parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12), tree.parent_queries().numpy()
+    )
 
 
 def _staged_rows(change: str) -> list:
@@ -347,18 +357,24 @@ def _training_rows(change: str) -> list:
     seq, ood = task.sequences(1000, _gen(6)), replace(task, alpha=0.3).sequences(1000, _gen(7))
     two = _Estimator(task, "unigram" if change == "two layers at the in-context unigram level" else "bayes")
     models = {"two_layers": [two], "one_layer": [_Estimator(task, "unigram")]}
-    off_prior = {**models, "two_layers": [_Estimator(task, "unigram")]} \
-        if change == "two layers fall to the unigram level off the prior" else models
+    off_prior = (
+        {**models, "two_layers": [_Estimator(task, "unigram")]}
+        if change == "two layers fall to the unigram level off the prior"
+        else models
+    )
     head = induction_head(3, 16, 30.0)  # its layer 1 is a previous-token head
     if change == "layer 1 as initialised":
         torch.manual_seed(0)
         head = GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=2, n_head=1, d_model=32, mlp=False)).double()
     parents = measure.parent_positions(task, 16)
     weight = measure.parent_weight(measure.layer_one_attention(head, seq), parents)
-    data = {"in_distribution": measure.held_out(task, seq, models), "out_of_distribution":
-            measure.held_out(task, ood, off_prior), "parents": parents,
-            "parent_weight": {"two_layers": [weight], "one_layer": [weight]},
-            "still_descending": {"two_layers": 0, "one_layer": 0}}
+    data = {
+        "in_distribution": measure.held_out(task, seq, models),
+        "out_of_distribution": measure.held_out(task, ood, off_prior),
+        "parents": parents,
+        "parent_weight": {"two_layers": [weight], "one_layer": [weight]},
+        "still_descending": {"two_layers": 0, "one_layer": 0},
+    }
     return judge.training_claims(data)
 
 
@@ -367,8 +383,11 @@ def _support_rows(change: str) -> list:
     inside, outside = replace(base, rows="permutation", floor=0.2), replace(base, floor=0.2)
     seq = outside.sequences(1000, _gen(10)).numpy()
     rival = sequence_losses(permutation_predictive(inside, seq), seq)
-    fitted = permutation_predictive(inside, seq) if change == "two layers that only fit the noisy permutations" \
+    fitted = (
+        permutation_predictive(inside, seq)
+        if change == "two layers that only fit the noisy permutations"
         else bayes_predictive(outside, seq)
+    )
     advantage = rival - sequence_losses(fitted, seq)
     data = {"advantage": [[advantage.mean(), advantage.std(ddof=1) / np.sqrt(len(seq))]], "still_descending": 0}
     return judge.support_claims(data)
@@ -406,13 +425,16 @@ def _trigger_rows(change: str) -> list:
     task = TriggerTask(12, 2, 32, 0.5, 0)
     seq = task.sequences(300, _gen(12)).numpy()
     masks = measure.output_positions(task, seq)
-    two = measure.accuracy_at(_recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq,
-                              masks)
+    two = measure.accuracy_at(
+        _recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq, masks
+    )
     one = measure.accuracy_at(_recall_or_bigram(task, seq, False), seq, masks)
-    data = {"chance": 1 / len(task.outputs_possible),
-            "accuracy": {name: {"two_layers": [two[name]], "one_layer": [one[name]]} for name in masks},
-            "still_descending": {"two_layers": 0, "one_layer": 0},
-            "positions": {name: int(mask.sum()) for name, mask in masks.items()}}
+    data = {
+        "chance": 1 / len(task.outputs_possible),
+        "accuracy": {name: {"two_layers": [two[name]], "one_layer": [one[name]]} for name in masks},
+        "still_descending": {"two_layers": 0, "one_layer": 0},
+        "positions": {name: int(mask.sum()) for name, mask in masks.items()},
+    }
     return judge.trigger_claims(data)
 
 
@@ -420,9 +442,11 @@ def _plant(model: AssociativeMemories, task: TriggerTask, memories: tuple[str, .
     """Write Bietti et al.'s target memories into ``model``: ``W_OV2 = sum_k u_k e_k^T``, ``W_KQ2 = sum_q e_q
     (W_OV1 e_q)^T`` over the triggers, ``W_KQ1 = sum_t p_t p_(t-1)^T``, each times ``scale``."""
     triggers = torch.from_numpy(task.triggers)
-    targets = {"ov2": model.outputs.T @ model.tokens,
-               "kq2": model.tokens[triggers].T @ (model.tokens[triggers] @ model.ov1.T),
-               "kq1": model.positions[1:].T @ model.positions[:-1]}
+    targets = {
+        "ov2": model.outputs.T @ model.tokens,
+        "kq2": model.tokens[triggers].T @ (model.tokens[triggers] @ model.ov1.T),
+        "kq1": model.positions[1:].T @ model.positions[:-1],
+    }
     with torch.no_grad():
         for name in memories:
             getattr(model, name).copy_(scale * targets[name])
@@ -449,14 +473,19 @@ def _memories_rows(change: str) -> list:
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
-    (r"data processing: the parent", "information ranked against the chain while the data follow a tree",
-     _levels_rows),
+    (r"data processing: the parent", "information ranked against the chain while the data follow a tree", _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
     (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
-    (r"key lemma: at the staged initialisation", "ranked against the chain while the data follow a tree",
-     _gradient_rows),
-    (r"two layers, every seed: share of the unigram-to-Bayes", "two layers at the in-context unigram level",
-     _training_rows),
+    (
+        r"key lemma: at the staged initialisation",
+        "ranked against the chain while the data follow a tree",
+        _gradient_rows,
+    ),
+    (
+        r"two layers, every seed: share of the unigram-to-Bayes",
+        "two layers at the in-context unigram level",
+        _training_rows,
+    ),
     (r"layer 1 trained alone by gradient descent", "layer 1 as initialised", _staged_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
@@ -472,8 +501,20 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
     assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
 
 
-@pytest.mark.parametrize("rows", [_levels_rows, _construction_rows, _higher_order_rows, _gradient_rows, _staged_rows,
-                                  _training_rows, _support_rows, _trigger_rows, _memories_rows])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        _levels_rows,
+        _construction_rows,
+        _higher_order_rows,
+        _gradient_rows,
+        _staged_rows,
+        _training_rows,
+        _support_rows,
+        _trigger_rows,
+        _memories_rows,
+    ],
+)
 def test_the_counterfactual_builders_hold_without_a_change(rows):
     # the same builders with nothing changed: every row holds, so each failure above is the change's doing
     assert [c.name for c in rows("nothing") if not c.holds] == []
@@ -502,9 +543,10 @@ def test_a_tree_with_one_head_is_refused_before_any_work():
 
 def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     task = InContextMarkov.chain(3, 1.0, 12)
-    parts = score_gradient(staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), judge.GRADIENT_CHUNKS,
-                           task.parent_queries())
-    claim, = judge.gradient_claims(parts, measure.parent_positions(task, 12), task.parent_queries().numpy())
+    parts = score_gradient(
+        staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), judge.GRADIENT_CHUNKS, task.parent_queries()
+    )
+    (claim,) = judge.gradient_claims(parts, measure.parent_positions(task, 12), task.parent_queries().numpy())
     assert claim.holds is None and "--set grad_samples=" in claim.reason
 
 
@@ -517,17 +559,17 @@ def test_the_gradient_row_does_not_judge_rows_no_scored_query_reads():
     assert last < 63
     seq = task.sequences(2048, _gen(3))
     parts = score_gradient(staged_initialisation(3, 64, 3.0), seq, judge.GRADIENT_CHUNKS, task.parent_queries())
-    assert np.all(parts[:, last + 1:] == 0.0)
-    claim, = judge.gradient_claims(parts, measure.parent_positions(task, 64), scored)
+    assert np.all(parts[:, last + 1 :] == 0.0)
+    (claim,) = judge.gradient_claims(parts, measure.parent_positions(task, 64), scored)
     judged = sum(1 for t in range(2, last + 1) if measure.parent_positions(task, 64)[t] >= 0)
     assert claim.predicted == f"{judged} positions"
 
 
 def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():
     behind = {"advantage": [[0.0, 0.01]], "still_descending": 1}
-    claim, = judge.support_claims(behind)
+    (claim,) = judge.support_claims(behind)
     assert claim.holds is None and "--set steps=" in claim.reason
-    claim, = judge.support_claims({**behind, "still_descending": 0})
+    (claim,) = judge.support_claims({**behind, "still_descending": 0})
     assert claim.holds is False
 
 
@@ -562,7 +604,7 @@ def test_the_first_stage_trains_layer_1_alone(tiny_result):
 def test_a_first_stage_cut_short_is_undecided_not_failed(tiny_result):
     data = tiny_result("induction")["data"]["staged"]
     assert data["still_descending"] > 0
-    claim, = judge.staged_claims(data)
+    (claim,) = judge.staged_claims(data)
     assert claim.holds is None and "--set stage_steps=" in claim.reason
 
 
@@ -668,16 +710,22 @@ def test_a_memory_not_yet_formed_while_the_loss_falls_leaves_the_order_row_undec
     data = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("ov2", "kq2", "kq1"))[:3]]}
     assert judge.memories_claims({**data, "still_descending": 1})[0].holds is None
     assert judge.memories_claims({**data, "still_descending": 0})[0].holds is False
-    swapped = {"eval_steps": [0, 10, 20], "memories": [_memory_stages(task, ("kq2", "ov2", "kq1"))[:3]],
-               "still_descending": 1}
+    swapped = {
+        "eval_steps": [0, 10, 20],
+        "memories": [_memory_stages(task, ("kq2", "ov2", "kq1"))[:3]],
+        "still_descending": 1,
+    }
     assert judge.memories_claims(swapped)[0].holds is False  # formed out of order: no budget changes that
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"memory_T": 8}, "by chance"),  # a random positional score recalls 0.37 of the positions
-    ({"memory_d": 8}, "below that regime"),
-    ({"trigger_tokens": 256, "triggers": 1, "memory_T": 8}, "No held-out sequence had a trigger"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"memory_T": 8}, "by chance"),  # a random positional score recalls 0.37 of the positions
+        ({"memory_d": 8}, "below that regime"),
+        ({"trigger_tokens": 256, "triggers": 1, "memory_T": 8}, "No held-out sequence had a trigger"),
+    ],
+)
 def test_the_memory_order_makes_no_row_where_the_observation_is_silent_or_unmeasured(change, why):
     settings = {"memory_T": 16, "memory_d": 16, "memory_steps": 3, "batch_size": 8, **change}
     done = chapter.CHAPTER.start("quick", settings, 1, "cpu").section("memories")

@@ -101,8 +101,16 @@ def test_a_survey_lines_up_each_chapters_runs_in_the_order_of_its_settings(monke
     assert rows["a"][0].marks == ("fails", "holds") and not rows["a"][0].agrees
 
 
-@pytest.mark.parametrize("argv", [["margins", "nosuch"], ["margins", "--paths", "avx9"], ["margins", "--threads", "0"],
-                                  ["margins", "--jobs", "0"], ["margins", "--profile", "huge"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["margins", "nosuch"],
+        ["margins", "--paths", "avx9"],
+        ["margins", "--threads", "0"],
+        ["margins", "--jobs", "0"],
+        ["margins", "--profile", "huge"],
+    ],
+)
 def test_the_margins_command_refuses_bad_values_in_one_line_before_any_run(argv, capsys, monkeypatch):
     monkeypatch.setattr("sandboxes.kernel_paths.run_claims", lambda *a: pytest.fail("a run started"))
     assert main(argv) == 2

@@ -22,18 +22,43 @@ CHAPTERS = [chapter.name for chapter in all_chapters()]
 # What each layer may import from the package (CONTRIBUTING.md, "Package layout").
 # A layer is a top-level module or a subpackage; imports under ``if TYPE_CHECKING:`` are annotations only.
 ALLOWED = {
-    "claims": set(), "profiles": set(), "runtime": set(), "losses": set(), "heldout": set(), "plotting": set(),
-    "attention": {"runtime"}, "model": {"attention"}, "probes": set(),
+    "claims": set(),
+    "profiles": set(),
+    "runtime": set(),
+    "losses": set(),
+    "heldout": set(),
+    "plotting": set(),
+    "attention": {"runtime"},
+    "model": {"attention"},
+    "probes": set(),
     "results": {"claims"},
-    "members": set(), "curves": set(), "calibration": set(), "memory": {"runtime"},
+    "members": set(),
+    "curves": set(),
+    "calibration": set(),
+    "memory": {"runtime"},
     "trainer": {"calibration", "heldout", "losses", "members", "memory", "runtime"},
     "workers": {"calibration", "members", "model", "runtime", "trainer"},
     "data": {"data", "losses"},
     "theory": {"theory", "data", "model"},
     "sections": {"calibration", "claims", "profiles", "results", "runtime", "trainer"},
     "figures": {"figures", "plotting", "theory", "data"},
-    "chapters": {"calibration", "chapters", "claims", "curves", "data", "heldout", "losses", "model", "probes",
-                 "profiles", "runtime", "sections", "theory", "trainer", "workers"},
+    "chapters": {
+        "calibration",
+        "chapters",
+        "claims",
+        "curves",
+        "data",
+        "heldout",
+        "losses",
+        "model",
+        "probes",
+        "profiles",
+        "runtime",
+        "sections",
+        "theory",
+        "trainer",
+        "workers",
+    },
     "notebook": {"claims", "profiles", "results", "sections"},
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
@@ -54,10 +79,15 @@ def _layer(path: Path) -> str:
 def _run_time_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
     """A module's import statements outside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(source)
-    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-               and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for node in ast.walk(block)}
-    return [node for node in ast.walk(tree)
-            if id(node) not in skipped and isinstance(node, ast.ImportFrom | ast.Import)]
+    skipped = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for node in ast.walk(block)
+    }
+    return [
+        node for node in ast.walk(tree) if id(node) not in skipped and isinstance(node, ast.ImportFrom | ast.Import)
+    ]
 
 
 def _imported_layers(source: str, inside: tuple[str, ...]) -> set[str]:
@@ -98,8 +128,11 @@ JUDGING = sorted(path for name in ("judge", "paper") for path in (PACKAGE / "cha
 @pytest.mark.parametrize("path", JUDGING, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_a_chapters_judge_and_paper_import_nothing_that_trains(path):
     imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
-    siblings = {node.module for node in _run_time_imports(path.read_text())
-                if isinstance(node, ast.ImportFrom) and node.level == 1}
+    siblings = {
+        node.module
+        for node in _run_time_imports(path.read_text())
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+    }
     assert not imported & TRAINING and siblings <= {"judge"}, (imported & TRAINING, siblings)
 
 
@@ -111,8 +144,15 @@ def test_the_judging_test_finds_the_modules_and_sees_an_import_that_trains():
     assert [node.module for node in _run_time_imports(annotation)] == ["typing"]
 
 
-@pytest.mark.parametrize("source", ["from ..trainer import train", "from sandboxes.trainer import train",
-                                    "import sandboxes.trainer", "from .. import trainer"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from ..trainer import train",
+        "from sandboxes.trainer import train",
+        "import sandboxes.trainer",
+        "from .. import trainer",
+    ],
+)
 def test_the_layer_test_sees_a_data_module_import_the_trainer(source):
     assert "trainer" in _imported_layers(source, ("data",))
 
@@ -123,8 +163,10 @@ def test_the_layer_test_lets_annotations_import_anything():
 
 
 def test_importing_theory_or_data_does_not_load_the_trainer():
-    code = ("import sys, sandboxes.theory.markov, sandboxes.data.flipflop, sandboxes.data.automata, "
-            "sandboxes.data.hmm; print('sandboxes.trainer' in sys.modules)")
+    code = (
+        "import sys, sandboxes.theory.markov, sandboxes.data.flipflop, sandboxes.data.automata, "
+        "sandboxes.data.hmm; print('sandboxes.trainer' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -159,8 +201,11 @@ def test_every_section_shows_its_verdict_and_its_code_on_its_page(chapter):
     cells = json.loads((ROOT / "book" / f"{chapter.name}.ipynb").read_text())["cells"]
     text = "\n".join("".join(cell["source"]) for cell in cells)
     verdicts = re.findall(r'page\.verdict\("(\w+)"\)', text)
-    included = re.findall(rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}(?:\.py|/\w+\.py)\n:pyobject: "
-                          r"(\w+)", text)
+    included = re.findall(
+        rf"literalinclude\}} \.\./src/sandboxes/chapters/{chapter.name}(?:\.py|/\w+\.py)\n:pyobject: "
+        r"(\w+)",
+        text,
+    )
     assert verdicts == [s.name for s in chapter.sections]
     assert set(included) >= {s.compute.__name__ for s in chapter.sections}
 
@@ -201,8 +246,11 @@ def test_the_lock_pins_every_requirement_exactly():
     def name(line: str) -> str:
         return re.split(r"[<>=!~ \[]", line, maxsplit=1)[0].lower().replace("_", "-")
 
-    wanted = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
-              if line.strip() and not line.startswith(("#", "-e"))]
+    wanted = [
+        line.strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "-e"))
+    ]
     pinned = [line for line in (ROOT / "requirements.lock").read_text().splitlines() if line and line[0] != "#"]
     assert all(re.fullmatch(r"[\w.\-]+==[\w.\-+]+", line) for line in pinned)
     assert {name(w) for w in wanted} - {"torch"} <= {name(p) for p in pinned}
@@ -236,11 +284,13 @@ def test_every_page_stores_outputs_of_a_whole_run_drawn_by_the_current_figure_co
     assert not [o for cell in code for o in cell["outputs"] if o["output_type"] == "error"]
     stamped = notebook["metadata"].get("sandboxes", {}).get("figure_code")
     assert stamped == figure_code_digest(chapter), (
-        f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb")
+        f"older figure code drew them: make outputs NOTEBOOKS=book/{chapter}.ipynb"
+    )
 
 
 def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module_does_and_to_no_other(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     before = {chapter: figure_code_digest(chapter) for chapter in CHAPTERS}
     changed = tmp_path / "figures"
     changed.mkdir()

@@ -25,11 +25,13 @@ def _section(name: str) -> list:
 
 def _shifted_bias(make):
     """A point-maker whose output bias is off by 0.1: a construction off by a constant."""
+
     def wrong(*args, **kwargs):
         model = make(*args, **kwargs)
         with torch.no_grad():
             model.head.bias[1] += 0.1
         return model
+
     return wrong
 
 
@@ -45,15 +47,19 @@ def _wrong_unigram_point(monkeypatch):
 
 def _block_spectrum_off(monkeypatch):
     closed_form = theory.predicted_block_spectrum
-    monkeypatch.setattr(theory, "predicted_block_spectrum",
-                        lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
+    monkeypatch.setattr(theory, "predicted_block_spectrum", lambda p, q, d, tied: closed_form(p, q, d, tied) + 0.01)
     return _section("unigram_point")
 
 
 def _mlp_beside_the_unigram_point(monkeypatch):
     right = theory.unigram_point
-    monkeypatch.setattr(theory, "unigram_point", lambda p, q, d, length, tied: (
-        ReducedFlow(p, q).gpt_weights(0.0, -0.9, d, length) if tied else right(p, q, d, length, tied)))
+    monkeypatch.setattr(
+        theory,
+        "unigram_point",
+        lambda p, q, d, length, tied: (
+            ReducedFlow(p, q).gpt_weights(0.0, -0.9, d, length) if tied else right(p, q, d, length, tied)
+        ),
+    )
     return _section("unigram_point")
 
 
@@ -70,8 +76,9 @@ def _wrong_sign_of_c(monkeypatch):
 
 def _hessian_of_the_other_tying(monkeypatch):
     hessian = theory.hessian_at_unigram_point
-    monkeypatch.setattr(theory, "hessian_at_unigram_point",
-                        lambda p, q, d, length, tied: hessian(p, q, d, length, not tied))
+    monkeypatch.setattr(
+        theory, "hessian_at_unigram_point", lambda p, q, d, length, tied: hessian(p, q, d, length, not tied)
+    )
     return _section("hessian_sweep")
 
 
@@ -84,9 +91,13 @@ def _gpt_weights_off(monkeypatch):
 def _velocity_off(scale_e: float, scale_w: float):
     def apply(monkeypatch):
         velocity = ReducedFlow.velocity
-        monkeypatch.setattr(ReducedFlow, "velocity", lambda self, e, w: tuple(
-            s * v for s, v in zip((scale_e, scale_w), velocity(self, e, w))))
+        monkeypatch.setattr(
+            ReducedFlow,
+            "velocity",
+            lambda self, e, w: tuple(s * v for s, v in zip((scale_e, scale_w), velocity(self, e, w))),
+        )
         return _section("reduced_flow")
+
     return apply
 
 
@@ -114,18 +125,31 @@ def _run(p, q, tied, excess, escape=EARLY):
     """A finished run of three seeds: every loss has settled at the entropy rate plus ``excess``."""
     excess = np.asarray(excess, dtype=float)
     end = theory.entropy_rate(binary_kernel(p, q)) + excess
-    return {"p": p, "q": q, "tied": tied, "excess": excess, "still_descending": [False] * len(excess),
-            "eval_steps": STEPS, "eval_loss": end[:, None] + SETTLED, "escape_step": np.asarray(escape, dtype=float)}
+    return {
+        "p": p,
+        "q": q,
+        "tied": tied,
+        "excess": excess,
+        "still_descending": [False] * len(excess),
+        "eval_steps": STEPS,
+        "eval_loss": end[:, None] + SETTLED,
+        "escape_step": np.asarray(escape, dtype=float),
+    }
 
 
 def _stalled_halfway(monkeypatch):  # a broken model: every run settles between the two minima
-    return judge.training_rows([_run(0.2, 0.3, True, [GAP2 / 2] * 3), _run(0.2, 0.3, False, [GAP2 / 2] * 3),
-                                 _run(0.5, 0.8, False, [GAP / 2] * 3)], 0.02)
+    return judge.training_rows(
+        [
+            _run(0.2, 0.3, True, [GAP2 / 2] * 3),
+            _run(0.2, 0.3, False, [GAP2 / 2] * 3),
+            _run(0.5, 0.8, False, [GAP / 2] * 3),
+        ],
+        0.02,
+    )
 
 
 def _tying_changes_nothing(monkeypatch):  # a wrong theory: tied runs leave the plateau as early as untied ones
-    return judge.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)],
-                                0.02)
+    return judge.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)], 0.02)
 
 
 def _tied_order(tied_escape, untied_escape):
@@ -138,6 +162,7 @@ TIED_NEVER_UNTIED_EARLY = _tied_order(NEVER, EARLY)  # the usual order: tied run
 
 def _phase(kind: str, side: str, escape=TIED_NEVER_UNTIED_EARLY):
     """Phase-diagram rows in which the ``kind`` runs on the ``side`` (< or >) of p+q = 1 settled between the minima."""
+
     def apply(monkeypatch):
         gaps = np.array([GAP2, GAP])
         excess = {k: np.zeros((2, 3)) for k in ("tied", "untied")}
@@ -145,16 +170,18 @@ def _phase(kind: str, side: str, escape=TIED_NEVER_UNTIED_EARLY):
             excess[kind][0 if side == "<" else 1] = 0.6 * gaps[0 if side == "<" else 1]
         waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
         return judge.phase_rows([0.5, 1.3], excess, gaps, waiting, escape, 0.02)
+
     return apply
 
 
-def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigram",
-           escape=TIED_NEVER_UNTIED_EARLY):
+def _basin(p: float, q: float, tied_end: str = "bigram", untied_end: str = "bigram", escape=TIED_NEVER_UNTIED_EARLY):
     """Basin rows at scales (0.01, 0.02): settled seeds ending at ``tied_end`` and ``untied_end``."""
+
     def apply(monkeypatch):
         ends = {"tied": np.full((2, 3), tied_end), "untied": np.full((2, 3), untied_end)}
         waiting = {k: np.zeros((2, 3), dtype=bool) for k in ("tied", "untied")}
         return judge.basin_rows(p, q, [0.01, 0.02], ends, waiting, escape)
+
     return apply
 
 
@@ -163,15 +190,26 @@ def _depth_run(excess: float, plateau: bool, depth: int = 2, tied: bool = True, 
     H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
     end = H_pi - GAP + excess
     loss = np.concatenate([np.full(15, H_pi), end + SETTLED]) if plateau else end + SETTLED
-    return {"depth": depth, "tied": tied, "eval_steps": np.arange(len(loss)), "eval_loss": np.tile(loss, (2, 1)),
-            "excess": np.full(2, excess), "still_descending": np.full(2, moving)}
+    return {
+        "depth": depth,
+        "tied": tied,
+        "eval_steps": np.arange(len(loss)),
+        "eval_loss": np.tile(loss, (2, 1)),
+        "excess": np.full(2, excess),
+        "still_descending": np.full(2, moving),
+    }
 
 
 def _depth(excess: float, plateau: bool):
     def apply(monkeypatch):
         H_pi = theory.unigram_entropy(binary_kernel(0.5, 0.8))
-        return [row for tied in (True, False) for depth in (2, 4)
-                for row in judge.depth_run_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)]
+        return [
+            row
+            for tied in (True, False)
+            for depth in (2, 4)
+            for row in judge.depth_run_rows(0.5, 0.8, _depth_run(excess, plateau, depth, tied), H_pi)
+        ]
+
     return apply
 
 
@@ -183,11 +221,13 @@ def _spectrum_negated(monkeypatch):
 
 def _multistate(tied_below: float, untied: float, escape=TIED_NEVER_UNTIED_EARLY):
     """Multi-state rows at p = 0.3 and 0.9 (p* = 0.8) whose settled runs end at these excess / gap ratios."""
+
     def apply(monkeypatch):
         gaps = np.array([0.5, 0.04])
         ratios = {"tied": np.array([[tied_below] * 3, [1.0] * 3]), "untied": np.full((2, 3), untied)}
         waiting = {kind: np.zeros((2, 3), dtype=bool) for kind in ("tied", "untied")}
         return judge.multistate_rows(5, [0.3, 0.9], gaps, ratios, waiting, escape, 0.02)
+
     return apply
 
 
@@ -229,7 +269,8 @@ COUNTERFACTUALS = {
     r"state chain, untied: worst excess loss": _multistate(0.0, 0.5),
     r"state chain, tied, p < p\*": _multistate(0.5, 0.0),
     r"state chain, p > p\*: switching probabilities at which a tied run left": _multistate(
-        0.0, 0.0, _tied_order(EARLY, EARLY)),
+        0.0, 0.0, _tied_order(EARLY, EARLY)
+    ),
 }
 
 
@@ -259,8 +300,12 @@ def test_the_rows_hold_without_a_change(tiny_result):
     # the counterfactuals above break one thing each: with nothing broken, the same rows hold
     exact = ("global_minimum", "unigram_point", "hessian_sweep", "reduced_flow")
     assert all(c["holds"] for c in tiny_result("markov")["claims"] if c["section"] in exact)
-    learned = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.2, 0.3, True, [0.0] * 3),
-               _run(0.5, 0.8, False, [0.0] * 3), _run(0.2, 0.3, False, [0.0] * 3)]
+    learned = [
+        _run(0.5, 0.8, True, [GAP] * 3, NEVER),
+        _run(0.2, 0.3, True, [0.0] * 3),
+        _run(0.5, 0.8, False, [0.0] * 3),
+        _run(0.2, 0.3, False, [0.0] * 3),
+    ]
     assert all(c.holds for c in judge.training_rows(learned, 0.02)) and len(judge.training_rows(learned, 0.02)) == 4
     assert all(c.holds for c in _phase("", "<")(None)) and len(_phase("", "<")(None)) == 4
     assert all(c.holds for c in _basin(0.5, 0.8)(None) + _basin(0.2, 0.3)(None))
@@ -298,15 +343,21 @@ def test_a_tied_run_that_stays_on_the_plateau_is_never_called_trapped():
 def test_order_rows_are_made_only_from_the_seeds_small_initialisation():
     runs = [_run(0.5, 0.8, True, [GAP] * 3, NEVER), _run(0.5, 0.8, False, [0.0] * 3)]
     assert [c.name for c in judge.training_rows(runs, 0.3) if "after every untied" in c.name] == []
-    result = markov.CHAPTER.run("quick", {**TINY["markov"], "init_std": 0.3}, seeds=1, device="cpu",
-                                sections=["training"])
+    result = markov.CHAPTER.run(
+        "quick", {**TINY["markov"], "init_std": 0.3}, seeds=1, device="cpu", sections=["training"]
+    )
     assert any("init std 0.3" in note for note in result.sections["training"]["silent"])
 
 
 def test_a_chain_on_the_line_p_plus_q_one_gets_no_trained_row_and_the_output_says_why():
     settings = {**TINY["markov"], "p": 0.4, "q": 0.6}
-    result = markov.CHAPTER.run("quick", {**settings, "flow_points": 4}, seeds=1, device="cpu",
-                                sections=["unigram_point", "depth", "basin", "reduced_flow"])
+    result = markov.CHAPTER.run(
+        "quick",
+        {**settings, "flow_points": 4},
+        seeds=1,
+        device="cpu",
+        sections=["unigram_point", "depth", "basin", "reduced_flow"],
+    )
     assert [c.name for c in result.claims if c.section in ("depth", "basin")] == []
     assert [c.name for c in result.claims if "(0.4, 0.6): flows" in c.name or "(0.4, 0.6): most" in c.name] == []
     assert all(result.sections[name]["silent"] for name in ("unigram_point", "depth", "basin", "reduced_flow"))

@@ -67,11 +67,14 @@ def test_probability_outside_the_open_unit_interval_is_refused(p):
         binary_kernel(p, 0.5)
 
 
-@pytest.mark.parametrize("kernel, message", [
-    ([[0.5, 0.6], [0.5, 0.5]], "sum to 1"),
-    ([[1.2, -0.2], [0.5, 0.5]], "negative"),
-    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "square"),
-])
+@pytest.mark.parametrize(
+    "kernel, message",
+    [
+        ([[0.5, 0.6], [0.5, 0.5]], "sum to 1"),
+        ([[1.2, -0.2], [0.5, 0.5]], "negative"),
+        ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "square"),
+    ],
+)
 def test_non_stochastic_matrices_are_refused(kernel, message):
     with pytest.raises(ValueError, match=message):
         check_kernel(np.array(kernel))

@@ -130,8 +130,10 @@ class TestReducedFlow:
     def test_velocity_is_minus_the_gradient(self):
         flow, h = ReducedFlow(0.5, 0.8), 1e-6
         e, w = 0.6, -0.3
-        grad = ((flow.loss(e + h, w) - flow.loss(e - h, w)) / (2 * h),
-                (flow.loss(e, w + h) - flow.loss(e, w - h)) / (2 * h))
+        grad = (
+            (flow.loss(e + h, w) - flow.loss(e - h, w)) / (2 * h),
+            (flow.loss(e, w + h) - flow.loss(e, w - h)) / (2 * h),
+        )
         # central differences with h = 1e-6 are accurate to about h^2 plus round-off / h ~ 1e-10
         assert np.allclose(flow.velocity(e, w), [-grad[0], -grad[1]], atol=1e-8)
 

@@ -78,8 +78,14 @@ def test_sequence_longer_than_block_size_is_refused():
         GPT(small())(torch.zeros(1, 17, dtype=torch.long))
 
 
-@pytest.mark.parametrize("kw, message", [({"d_model": 9, "n_head": 2}, "divisible"),
-                                         ({"positional": "rope"}, "positional"), ({"n_layer": 0}, "at least 1")])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"d_model": 9, "n_head": 2}, "divisible"),
+        ({"positional": "rope"}, "positional"),
+        ({"n_layer": 0}, "at least 1"),
+    ],
+)
 def test_bad_configs_are_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         small(**kw)

@@ -57,8 +57,13 @@ def _run_in_workers(name: str, settings: list[dict], tmp_path: Path) -> list[int
         folder = tmp_path / f"worker{k}"
         folder.mkdir()
         (folder / "settings.json").write_text(json.dumps([settings[i] for i in part]))
-        done = subprocess.run([sys.executable, str(TESTS / "reader.py"), name, str(folder / "settings.json"),
-                               str(folder)], env=env, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [sys.executable, str(TESTS / "reader.py"), name, str(folder / "settings.json"), str(folder)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         for j, i in enumerate(part):
             (folder / f"{j}.json").rename(tmp_path / f"{i}.json")
@@ -80,6 +85,8 @@ def test_random_settings_run_to_an_honest_result(chapter, tmp_path):
         assert result.claims and set(result.sections) == {s.name for s in chapter.sections}
         for claim in result.claims:
             if claim.holds is False or (claim.holds is None and not is_trained_row(chapter.name, claim)):
-                problems.append(f"draw {i}: [{claim.mark}] {claim.name}: predicted {claim.predicted}, measured "
-                                f"{claim.measured} ({claim.section}) at {values}")
+                problems.append(
+                    f"draw {i}: [{claim.mark}] {claim.name}: predicted {claim.predicted}, measured "
+                    f"{claim.measured} ({claim.section}) at {values}"
+                )
     assert problems == [], "\n".join(problems)

@@ -69,10 +69,14 @@ def test_rows_the_current_rules_make_otherwise_from_the_file_s_data_make_the_che
         body["sections"]["brittleness"]["silent"] = ["a row the rules do not leave out"]
 
     assert _shortcuts_copy(tmp_path, lambda body: None) == []
-    assert any("'parity LSTM" in p and "is now fails, the file says holds" in p
-               for p in _shortcuts_copy(tmp_path, untrained_lstm))
-    assert any("'A5 (non-solvable)" in p and "is now fails, the file says holds" in p
-               for p in _shortcuts_copy(tmp_path, solved_a5))
+    assert any(
+        "'parity LSTM" in p and "is now fails, the file says holds" in p
+        for p in _shortcuts_copy(tmp_path, untrained_lstm)
+    )
+    assert any(
+        "'A5 (non-solvable)" in p and "is now fails, the file says holds" in p
+        for p in _shortcuts_copy(tmp_path, solved_a5)
+    )
     assert any("a row's text differs" in p for p in _shortcuts_copy(tmp_path, reworded))
     assert any("reasons for missing rows differ" in p for p in _shortcuts_copy(tmp_path, silenced))
 
@@ -139,11 +143,14 @@ def _other(config: dict, ctx: RunContext) -> Outcome[dict]:
     return Outcome([Claim.exact("m is m", str(config["m"]), str(config["m"]), "r")], {"m": config["m"]})
 
 
-TOY = Chapter("toy", "Toy", with_reference((Param("n", int, 1, 1, "n", at_least(0)),
-                                            Param("m", int, 1, 1, "m", at_least(0))), {"n": 4}),
-              seeds={"quick": 1, "reference": 2, "full": 3},
-              sections=(Section("measure", "Measure", _measure), Section("other", "Other", _other)),
-              reference_variants={"n5": {"n": 5}})
+TOY = Chapter(
+    "toy",
+    "Toy",
+    with_reference((Param("n", int, 1, 1, "n", at_least(0)), Param("m", int, 1, 1, "m", at_least(0))), {"n": 4}),
+    seeds={"quick": 1, "reference": 2, "full": 3},
+    sections=(Section("measure", "Measure", _measure), Section("other", "Other", _other)),
+    reference_variants={"n5": {"n": 5}},
+)
 
 
 def _clean(result: Result) -> Result:
@@ -213,8 +220,9 @@ def test_the_reference_and_full_cells_draw_each_section_with_the_figures_it_name
     from matplotlib.figure import Figure
 
     drawn = []
-    monkeypatch.setattr(notebook, "section_figures",
-                        lambda chapter, name: [lambda data, name=name: drawn.append(name) or Figure()])
+    monkeypatch.setattr(
+        notebook, "section_figures", lambda chapter, name: [lambda data, name=name: drawn.append(name) or Figure()]
+    )
     trained = dataclasses.replace(TOY.sections[0], trains=True)
     chapter = dataclasses.replace(TOY, sections=(trained, TOY.sections[1]), reference_sections=("measure",))
     notebook.reference_sections(chapter, _made(["measure", "other"]))
@@ -254,8 +262,9 @@ def test_an_attempt_shown_on_a_page_exists_and_its_failed_or_undecided_rows_do_n
         text = "".join("".join(c["source"]) for c in json.loads(page.read_text())["cells"])
         for name in re.findall(r'notebook\.attempt\("([^"]+)"\)', text):
             shown = notebook.attempt(name)  # an attempt's failed rows are reported, not raised
-            assert shown.verdict.failures() or shown.verdict.undecided(), \
+            assert shown.verdict.failures() or shown.verdict.undecided(), (
                 f"{name} holds every row: commit it as a reference result instead"
+            )
 
 
 def test_every_section_that_trains_computes_its_rows_from_its_data():

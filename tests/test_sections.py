@@ -98,9 +98,11 @@ def test_each_section_names_every_figure_that_draws_its_data(chapter):
     # the reference and full-profile cells draw each section with the figures it names, so a figure function left
     # unnamed would be missing there, and a name with no function would fail on the page
     figures = importlib.import_module(f"sandboxes.figures.{chapter.name}")
-    takes = {name: next(iter(inspect.signature(function).parameters.values())).annotation
-             for name, function in inspect.getmembers(figures, inspect.isfunction)
-             if function.__module__ == figures.__name__ and not name.startswith("_")}
+    takes = {
+        name: next(iter(inspect.signature(function).parameters.values())).annotation
+        for name, function in inspect.getmembers(figures, inspect.isfunction)
+        if function.__module__ == figures.__name__ and not name.startswith("_")
+    }
     for section in chapter.sections:
         drawing = sorted(name for name, annotation in takes.items() if annotation == section.data_type.__name__)
         assert sorted(section.figures) == drawing, f"{chapter.name}/{section.name}: name figures={tuple(drawing)}"
@@ -134,10 +136,13 @@ def _first(config: dict, ctx: RunContext) -> Outcome[dict]:
 
 
 def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
-    chapter = Chapter("toy", "Toy",
-                      (Param("x", int, 3, 4, "x", at_least(0)), Param("unused", int, 0, 0, "u", at_least(0))),
-                      seeds={"quick": 1, "full": 1},
-                      sections=(Section("first", "First", _first), Section("second", "Second", _section_with_a_need)))
+    chapter = Chapter(
+        "toy",
+        "Toy",
+        (Param("x", int, 3, 4, "x", at_least(0)), Param("unused", int, 0, 0, "u", at_least(0))),
+        seeds={"quick": 1, "full": 1},
+        sections=(Section("first", "First", _first), Section("second", "Second", _section_with_a_need)),
+    )
     run = chapter.start(device="cpu")
     done = run.section("second")
     assert list(run.done) == ["first", "second"] and done.claims[0].holds and done.claims[0].section == "second"
@@ -152,8 +157,13 @@ def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
 
 
 def test_a_rerun_command_quotes_values_the_shell_would_split():
-    chapter = Chapter("toy", "Toy", (Param("names", str, "a,b", "a,b", "n", NAMES),), seeds={"quick": 1, "full": 1},
-                      sections=(Section("only", "Only", _reads_names),))
+    chapter = Chapter(
+        "toy",
+        "Toy",
+        (Param("names", str, "a,b", "a,b", "n", NAMES),),
+        seeds={"quick": 1, "full": 1},
+        sections=(Section("only", "Only", _reads_names),),
+    )
     run = chapter.start(overrides={"names": "C2, C3"}, device="cpu")
     run.section("only")
     assert run.command("only").endswith("--set 'names=C2, C3'")
@@ -170,11 +180,11 @@ def test_a_chapter_check_stops_bad_values_before_any_section_runs():
     def explode(config: dict, ctx: RunContext) -> Outcome[dict]:
         raise AssertionError("ran")
 
-    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", explode),),
-                      check=refuse)
+    chapter = Chapter(
+        "toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", explode),), check=refuse
+    )
     with pytest.raises(ValueError, match="no"):
         chapter.run(device="cpu")
-
 
 
 def _page_rows(chapter: str) -> list[str]:
@@ -217,9 +227,11 @@ def _diverges(config: dict, ctx: RunContext) -> dict:
 
 def _diverged_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
     losses = np.array(data["losses"])
-    return [Claim.at_most("a trained loss is small", 0.1, float(losses.max()), "r"),
-            Claim.exact("no run above 0.1", "0 of 2", f"{int((losses > 0.1).sum())} of 2", "r"),
-            Claim.exact("a closed form", "0", str(data["closed_form"]), "r")], ()
+    return [
+        Claim.at_most("a trained loss is small", 0.1, float(losses.max()), "r"),
+        Claim.exact("no run above 0.1", "0 of 2", f"{int((losses > 0.1).sum())} of 2", "r"),
+        Claim.exact("a closed form", "0", str(data["closed_form"]), "r"),
+    ], ()
 
 
 def test_a_section_whose_training_diverged_leaves_every_row_but_its_theory_undecided_and_passes_warnings_on():
@@ -236,24 +248,37 @@ def test_a_section_whose_training_diverged_leaves_every_row_but_its_theory_undec
 
 def _asks_for_one_phase(calls: list[str]):
     """A section that continues from a first phase (seed 0 diverged at step 3) which it asks the run for."""
+
     def first_phase() -> TrainResult:
         calls.append("trained")
         # no stacklevel: a stand-in for the trainer's warning, which sections.py catches and reads
         warnings.warn("training loss became NaN/inf at step 3 for seed(s) [0] (lr=0.1)", TrainingDiverged)  # noqa: B028
-        return TrainResult([0], [], np.array([[0.5, 0.4, 0.3, np.nan]]), np.array([0, 3]), np.array([[0.5, np.nan]]),
-                           0.0, TrainConfig(steps=4, batch_size=1, lr=0.1))
+        return TrainResult(
+            [0],
+            [],
+            np.array([[0.5, 0.4, 0.3, np.nan]]),
+            np.array([0, 3]),
+            np.array([[0.5, np.nan]]),
+            0.0,
+            TrainConfig(steps=4, batch_size=1, lr=0.1),
+        )
 
     def section(config: dict, ctx: RunContext) -> Outcome[dict]:
         ctx.train_once("first phase", first_phase)
         return Outcome([Claim.at_most("a continued loss is small", 0.1, 0.05, "r")], {})
+
     return section
 
 
 def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_it_diverged():
     calls: list[str] = []
-    chapter = Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1},
-                      sections=(Section("a", "A", _asks_for_one_phase(calls)),
-                                Section("b", "B", _asks_for_one_phase(calls))))
+    chapter = Chapter(
+        "toy",
+        "Toy",
+        (),
+        seeds={"quick": 1, "full": 1},
+        sections=(Section("a", "A", _asks_for_one_phase(calls)), Section("b", "B", _asks_for_one_phase(calls))),
+    )
     first, second = chapter.run(device="cpu").claims
     assert calls == ["trained"]
     assert first.holds is None and second.holds is None and "step 3 for seed(s) [0]" in second.reason

@@ -54,8 +54,14 @@ GROUPS = {
     "A5": (60, {1: 1, 2: 15, 3: 20, 5: 24}),
     "S5": (120, {1: 1, 2: 25, 3: 20, 4: 30, 5: 24, 6: 20}),
 }
-SOLVABLE = {**{name: name not in ("A5", "S5") for name in GROUPS},
-            "Grid4": True, "Grid9": True, "Dyck": True, "flipflop": True, "memory3": True}
+SOLVABLE = {
+    **{name: name not in ("A5", "S5") for name in GROUPS},
+    "Grid4": True,
+    "Grid9": True,
+    "Dyck": True,
+    "flipflop": True,
+    "memory3": True,
+}
 
 
 def _stepwise(automaton: Semiautomaton, sigma: np.ndarray) -> np.ndarray:
@@ -122,8 +128,9 @@ def test_non_solvable_group_is_found_inside_a_semigroup(name, solvable):
     """Adding a reset input makes the semigroup non-invertible; its group part still decides."""
     group = make_automaton(name)
     reset = np.zeros((1, group.n_states), dtype=np.int64)
-    with_reset = Semiautomaton(name + "+reset", np.vstack([group.table, reset]), group.symbols + ("reset",),
-                               group.states)
+    with_reset = Semiautomaton(
+        name + "+reset", np.vstack([group.table, reset]), group.symbols + ("reset",), group.states
+    )
     assert not with_reset.is_permutation_automaton()
     assert is_solvable(with_reset) == solvable
 
@@ -175,8 +182,9 @@ def test_different_automata_sampled_together_each_get_what_they_sample_alone():
         alone = task.sample(5, torch.Generator().manual_seed(k))
         assert torch.equal(x[k], alone[0]) and torch.equal(y[k], alone[1])
     with pytest.raises(ValueError, match="share their length"):
-        AutomatonTask.sample_members([tasks[0], AutomatonTask(make_automaton("C2"), 13)], 5,
-                                     [torch.Generator(), torch.Generator()])
+        AutomatonTask.sample_members(
+            [tasks[0], AutomatonTask(make_automaton("C2"), 13)], 5, [torch.Generator(), torch.Generator()]
+        )
 
 
 def test_task_is_reproducible_from_its_generator():
@@ -206,8 +214,18 @@ def test_unknown_automaton_names_are_rejected(name):
 
 
 # ---------------------------------------------------------------- Theorem 10
-CASES = [("C2", 1), ("C2", 2), ("C3", 7), ("D8", 8), ("Q8", 9), ("Grid4", 16), ("flipflop", 5),
-         ("Dyck2,1", 12), ("C2xC2", 6), ("A4", 4)]
+CASES = [
+    ("C2", 1),
+    ("C2", 2),
+    ("C3", 7),
+    ("D8", 8),
+    ("Q8", 9),
+    ("Grid4", 16),
+    ("flipflop", 5),
+    ("Dyck2,1", 12),
+    ("C2xC2", 6),
+    ("A4", 4),
+]
 
 
 def _run_construction(name: str, T: int, gamma_scale: float = 1.0, n: int = 64):
@@ -235,8 +253,9 @@ def test_attention_error_stays_within_lemma_13(name, T):
     _, _, gamma, _, _, attention = _run_construction(name, T)
     for layer, weights in enumerate(attention):
         errors = theory.attention_errors(weights, theory.lookback_targets(T, layer)).max(dim=0).values
-        bound = torch.tensor([theory.lemma13_bound(t + 1, gamma * theory.lookback_gap(T)) for t in range(T + 1)],
-                             dtype=torch.float64)
+        bound = torch.tensor(
+            [theory.lemma13_bound(t + 1, gamma * theory.lookback_gap(T)) for t in range(T + 1)], dtype=torch.float64
+        )
         assert (errors <= bound).all()
 
 
@@ -308,8 +327,14 @@ def test_scratchpad_task_interleaves_inputs_and_states():
 
 
 def test_sections_are_named_in_reading_order():
-    assert [s.name for s in chapter.CHAPTER.sections] == ["algebra", "construction", "lemmas", "sweep", "hard",
-                                                          "brittleness"]
+    assert [s.name for s in chapter.CHAPTER.sections] == [
+        "algebra",
+        "construction",
+        "lemmas",
+        "sweep",
+        "hard",
+        "brittleness",
+    ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
 
@@ -355,8 +380,14 @@ def _construction_claims(build=theory.prefix_composition_gpt, soft_build=theory.
     checks = [measure._check_construction(a, 8, n, gen, build=build)]
     scales = [0.1, 1.0]
     soft = [measure._check_construction(a, 8, n, gen, s, build=soft_build) for s in scales]
-    temperature = {"automaton": "D8", "T": 8, "scales": scales, "samples": n,
-                   "accuracy": [1 - c["errors"] / (n * 8) for c in soft], "errors": [c["errors"] for c in soft]}
+    temperature = {
+        "automaton": "D8",
+        "T": 8,
+        "scales": scales,
+        "samples": n,
+        "accuracy": [1 - c["errors"] / (n * 8) for c in soft],
+        "errors": [c["errors"] for c in soft],
+    }
     return judge.construction_claims(checks, temperature, n)
 
 
@@ -384,8 +415,9 @@ SOLVED_GRID = np.array([[[0.97, 0.96], [1.0, 1.0]], [[0.40, 0.41], [0.50, 0.52]]
 
 def _both(names, depths, acc, solvable, config, moving):
     """The sweep's easy rows, then the hard section's rows, of the same runs."""
-    return (judge.easy_claims(names, depths, acc, solvable, config, moving)
-            + judge.hard_claims(names, depths, acc, solvable, config, moving))
+    return judge.easy_claims(names, depths, acc, solvable, config, moving) + judge.hard_claims(
+        names, depths, acc, solvable, config, moving
+    )
 
 
 def _sweep_claims(acc):
@@ -400,11 +432,16 @@ def _parity(**changes):
 def _parity_data(**changes):
     """Brittleness data as the paper reports it (GPT solves T, drops under shift and at 2T; the recurrent ones
     stay at 1), with ``changes`` applied: ``model -> (by_prob, by_length)`` rows for every seed."""
-    out = {"T": 16, "probs": [0.1, 0.3, 0.5, 0.7, 0.9], "lengths": [8, 16, 24, 32], "counts": list(range(17)),
-           "gpt": {"by_prob": [[1.0, 1.0, 0.995, 0.9, 0.8]] * 2, "by_length": [[1.0, 0.995, 0.8, 0.7]] * 2},
-           "lstm": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2},
-           "scratchpad": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2},
-           "still_descending": {"gpt": 0, "lstm": 0, "scratchpad": 0}}  # every run had settled: rows may fail
+    out = {
+        "T": 16,
+        "probs": [0.1, 0.3, 0.5, 0.7, 0.9],
+        "lengths": [8, 16, 24, 32],
+        "counts": list(range(17)),
+        "gpt": {"by_prob": [[1.0, 1.0, 0.995, 0.9, 0.8]] * 2, "by_length": [[1.0, 0.995, 0.8, 0.7]] * 2},
+        "lstm": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2},
+        "scratchpad": {"by_prob": [[1.0] * 5] * 2, "by_length": [[1.0] * 4] * 2},
+        "still_descending": {"gpt": 0, "lstm": 0, "scratchpad": 0},
+    }  # every run had settled: rows may fail
     for model, (by_prob, by_length) in changes.items():
         out[model] = {"by_prob": [by_prob] * 2, "by_length": [by_length] * 2}
     return out
@@ -416,26 +453,53 @@ SHORTCUT = ([1.0, 1.0, 0.995, 0.9, 0.8], [1.0, 0.995, 0.8, 0.7])
 
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
-    ("^non-solvable automata", "name pattern A_n, S_n (n >= 5) as the prediction: misses A5xC2",
-     lambda: _algebra_claims(lambda rows: [r["name"] for r in rows if r["name"] in ("A5", "S5")])),
-    ("^non-solvable automata", "second route with the commutator replaced by the group itself (nothing shrinks)",
-     lambda: _second_route_claims(lambda gens: [len(generated_group(gens))])),
+    (
+        "^non-solvable automata",
+        "name pattern A_n, S_n (n >= 5) as the prediction: misses A5xC2",
+        lambda: _algebra_claims(lambda rows: [r["name"] for r in rows if r["name"] in ("A5", "S5")]),
+    ),
+    (
+        "^non-solvable automata",
+        "second route with the commutator replaced by the group itself (nothing shrinks)",
+        lambda: _second_route_claims(lambda gens: [len(generated_group(gens))]),
+    ),
     ("^Thm 10: wrong states", "position code erased", lambda: _construction_claims(build=_without_positions)),
-    (r"^Thm 10: max \|read-out", "read-out layer off by a factor 1.01",
-     lambda: _construction_claims(build=_read_out_off)),
-    ("^Lemma 13:", "position code erased: attention misses its target",
-     lambda: _construction_claims(build=_without_positions)),
-    ("^softened Thm 10", "attention whose scale ignores gamma (always Lemma 13's)",
-     lambda: _construction_claims(soft_build=lambda a, T, gamma: theory.prefix_composition_gpt(a, T))),
-    ("^Lemma 15:", "counter started at q0 = 1",
-     lambda: _lemma_claims(counter=lambda m, T: theory.counter_gpt(m, T, 1))),
-    ("^Lemma 16:", "memory unit started at q0 = 1",
-     lambda: _lemma_claims(memory_unit=lambda m, T: theory.memory_gpt(m, T, 1))),
-    (r"^Thm 12, Alg\. 1:", "walls one state too early",
-     lambda: _lemma_claims(grid=lambda s, n: theory.gridworld_by_boundaries(s, n - 1))),
+    (
+        r"^Thm 10: max \|read-out",
+        "read-out layer off by a factor 1.01",
+        lambda: _construction_claims(build=_read_out_off),
+    ),
+    (
+        "^Lemma 13:",
+        "position code erased: attention misses its target",
+        lambda: _construction_claims(build=_without_positions),
+    ),
+    (
+        "^softened Thm 10",
+        "attention whose scale ignores gamma (always Lemma 13's)",
+        lambda: _construction_claims(soft_build=lambda a, T, gamma: theory.prefix_composition_gpt(a, T)),
+    ),
+    (
+        "^Lemma 15:",
+        "counter started at q0 = 1",
+        lambda: _lemma_claims(counter=lambda m, T: theory.counter_gpt(m, T, 1)),
+    ),
+    (
+        "^Lemma 16:",
+        "memory unit started at q0 = 1",
+        lambda: _lemma_claims(memory_unit=lambda m, T: theory.memory_gpt(m, T, 1)),
+    ),
+    (
+        r"^Thm 12, Alg\. 1:",
+        "walls one state too early",
+        lambda: _lemma_claims(grid=lambda s, n: theory.gridworld_by_boundaries(s, n - 1)),
+    ),
     (r"^Grid4 \(solvable\)", "untrained: chance accuracy", lambda: _sweep_claims(np.full((2, 2, 2), 0.25))),
-    (r"^A5 \(non-solvable\)", "labels shuffled: A5 gets the gridworld's accuracies",
-     lambda: _sweep_claims(SOLVED_GRID[::-1])),
+    (
+        r"^A5 \(non-solvable\)",
+        "labels shuffled: A5 gets the gridworld's accuracies",
+        lambda: _sweep_claims(SOLVED_GRID[::-1]),
+    ),
     ("^parity GPT .*training law", "untrained GPT", lambda: _parity(gpt=UNTRAINED)),
     ("^parity GPT .*worst shifted", "GPT that found the recurrent solution", lambda: _parity(gpt=FLAT)),
     ("^parity GPT .*minus at", "GPT that found the recurrent solution", lambda: _parity(gpt=FLAT)),
@@ -453,8 +517,13 @@ def test_every_row_fails_under_its_counterfactual(key, broken, claims):
 
 def test_unbroken_counterparts_hold():
     """The counterfactuals above change one thing: without it, every row they target holds."""
-    for claims in (_algebra_claims(lambda rows: [r["name"] for r in rows if not r["solvable_by_generators"]]),
-                   _construction_claims(), _lemma_claims(), _sweep_claims(SOLVED_GRID), _parity()):
+    for claims in (
+        _algebra_claims(lambda rows: [r["name"] for r in rows if not r["solvable_by_generators"]]),
+        _construction_claims(),
+        _lemma_claims(),
+        _sweep_claims(SOLVED_GRID),
+        _parity(),
+    ):
         assert all(c.holds for c in claims), [c for c in claims if not c.holds]
 
 
@@ -465,33 +534,46 @@ def test_every_row_has_a_counterfactual(tiny_result):
         assert any(re.search(key, name) for key, _, _ in COUNTERFACTUALS), f"no counterfactual for {name!r}"
 
 
-@pytest.mark.parametrize("override, expected", [
-    ({"hard": "C2"}, []),  # the paper reports C2 solved by depth 2: no 'stays below' row
-    ({"hard": "A5", "T": 4}, []),  # Theorem 10 builds A5 in 2 layers at T = 4: no row
-    ({"hard": "A4"}, ["A4 (solvable): best accuracy at depth <= 2, T = 8"]),  # computed label
-    ({"hard": "A5xC2"}, []),  # not in the paper's table
-    ({"easy": "C2", "shallow_depth": 1, "hard": ""}, []),  # the paper's cell is lost at depth 1
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ({"hard": "C2"}, []),  # the paper reports C2 solved by depth 2: no 'stays below' row
+        ({"hard": "A5", "T": 4}, []),  # Theorem 10 builds A5 in 2 layers at T = 4: no row
+        ({"hard": "A4"}, ["A4 (solvable): best accuracy at depth <= 2, T = 8"]),  # computed label
+        ({"hard": "A5xC2"}, []),  # not in the paper's table
+        ({"easy": "C2", "shallow_depth": 1, "hard": ""}, []),  # the paper's cell is lost at depth 1
+    ],
+)
 def test_sweep_rows_only_where_the_paper_reports_them(override, expected):
     config = {**QUICK, "easy": "", **override}
     names = ["Grid4", "C2", "A4", "A5", "A5xC2"]
     acc = np.full((len(names), 2, 2), 0.3)
     solvable = [True, True, True, False, False]  # as test_solvability_from_derived_series checks
-    assert [c.name for c in _both(names, [1, 2], acc, solvable, config,
-                                                              np.zeros_like(acc, dtype=bool))] == expected
+    assert [c.name for c in _both(names, [1, 2], acc, solvable, config, np.zeros_like(acc, dtype=bool))] == expected
 
 
 def test_sweep_labels_are_computed_not_assumed():
-    claims = _both(["C2", "A5"], [1, 2], np.full((2, 2, 1), 0.3), [True, False],
-                                  {**QUICK, "easy": "C2", "hard": "A5"}, np.zeros((2, 2, 1), dtype=bool))
+    claims = _both(
+        ["C2", "A5"],
+        [1, 2],
+        np.full((2, 2, 1), 0.3),
+        [True, False],
+        {**QUICK, "easy": "C2", "hard": "A5"},
+        np.zeros((2, 2, 1), dtype=bool),
+    )
     assert [c.name.split(":")[0] for c in claims] == ["C2 (solvable)", "A5 (non-solvable)"]
 
 
 def test_parity_rows_of_runs_cut_short_are_undecided_not_failed():
     out_rows = _parity(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED)
     assert all(c.holds is False for c in out_rows if "drop" not in c.name)  # settled: they fail
-    cut_short = judge.brittleness_claims({**_parity_data(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED),
-                                            "still_descending": {"gpt": 1, "lstm": 1, "scratchpad": 1}}, QUICK)
+    cut_short = judge.brittleness_claims(
+        {
+            **_parity_data(gpt=UNTRAINED, lstm=UNTRAINED, scratchpad=UNTRAINED),
+            "still_descending": {"gpt": 1, "lstm": 1, "scratchpad": 1},
+        },
+        QUICK,
+    )
     assert [c.holds for c in cut_short] == [None] * 5
     moving = np.ones((2, 2, 2), dtype=bool)
     easy = judge.easy_claims(SWEEP_NAMES, SWEEP_DEPTHS, np.full((2, 2, 2), 0.25), [True, False], QUICK, moving)
@@ -502,8 +584,9 @@ def test_drops_of_a_gpt_cut_short_before_it_solved_the_training_law_are_undecide
     # a GPT still descending at 94% in distribution drops 25 points under shift: the theorem speaks of one that
     # solves the training law, so neither the precondition nor the drops hold yet
     unsolved = ([0.94, 0.94, 0.94, 0.8, 0.7], [0.94, 0.94, 0.7, 0.6])
-    rows = judge.brittleness_claims({**_parity_data(gpt=unsolved), "still_descending": {"gpt": 1, "lstm": 0,
-                                                                                        "scratchpad": 0}}, QUICK)
+    rows = judge.brittleness_claims(
+        {**_parity_data(gpt=unsolved), "still_descending": {"gpt": 1, "lstm": 0, "scratchpad": 0}}, QUICK
+    )
     assert [c.holds for c in rows if c.name.startswith("parity GPT")] == [None] * 3
     assert all("not yet solved the training law" in c.reason for c in rows if "minus" in c.name)
 
@@ -522,8 +605,9 @@ def test_a_hard_automaton_below_the_bound_while_its_runs_still_descend_is_undeci
 
 
 def _hard_row(acc, moving):
-    rows = judge.hard_claims(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "hard": "A5",
-                                                                                "shallow_depth": 2}, moving)
+    rows = judge.hard_claims(
+        SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], {**QUICK, "hard": "A5", "shallow_depth": 2}, moving
+    )
     assert [r.name.split(":")[0] for r in rows] == ["A5 (non-solvable)"]
     return rows[0]
 
@@ -548,6 +632,7 @@ def test_drops_too_small_for_the_eval_set_make_no_row():
     # with eval_size * gap < MIN_STRINGS_PER_GAP one string moves an accuracy by more than a tenth of the drop
     coarse = {**QUICK, "eval_size": 8, "gap": 0.05}
     assert not judge.resolves_gap(coarse) and judge.resolves_gap({**coarse, "eval_size": 200})
+
     def drops(config):
         return [c.name for c in judge.brittleness_claims(_parity_data(), config) if "minus" in c.name]
 

@@ -29,12 +29,22 @@ BROKEN = Path(__file__).parent / "fixtures" / "broken_site"
 REQUIRED = os.environ.get("SANDBOXES_SITE") == "required"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Chromium's own background connections would be refused by a machine without network and logged as errors
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 RAW_MATHS = ("\\(", "\\[", "$$")
 # _static and _sources hold the theme's templates and the pages' sources, not pages
-PAGES = sorted(p for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] not in ("_static", "_sources")) \
-    if SITE.is_dir() else []
+PAGES = (
+    sorted(p for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] not in ("_static", "_sources"))
+    if SITE.is_dir()
+    else []
+)
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -72,19 +82,26 @@ def page_problems(browser: object, url: str, chapter: bool, color_scheme: str = 
     did not load; on a chapter page also a missing verdict table or theorem block."""
     problems: list[str] = []
     page = browser.new_page(color_scheme=color_scheme)
-    page.on("console", lambda message: message.type == "error" and problems.append(
-        f"console: {message.text} ({message.location.get('url')})"))
+    page.on(
+        "console",
+        lambda message: (
+            message.type == "error" and problems.append(f"console: {message.text} ({message.location.get('url')})")
+        ),
+    )
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
     page.on("requestfailed", lambda request: problems.append(f"failed to load {request.url}"))
-    page.on("response", lambda response: response.status >= 400 and problems.append(
-        f"HTTP {response.status} for {response.url}"))
+    page.on(
+        "response",
+        lambda response: response.status >= 400 and problems.append(f"HTTP {response.status} for {response.url}"),
+    )
     page.goto(url, wait_until="load")
     page.wait_for_load_state("networkidle")  # a redirecting page (the site's index.html) has reached its target
     page.evaluate("() => window.MathJax?.startup?.promise")  # typesetting finished, where the page has maths
     text = page.inner_text("body")
     problems += [f"raw maths {raw!r} in the text" for raw in RAW_MATHS if raw in text]
     broken_images = page.evaluate(
-        "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+    )
     problems += [f"image did not load: {src}" for src in broken_images]
     if chapter:
         if page.locator("td[class^=verdict-]").count() == 0:
@@ -97,8 +114,16 @@ def page_problems(browser: object, url: str, chapter: bool, color_scheme: str = 
 
 def test_the_check_finds_each_fault_of_a_broken_page(browser):
     problems = page_problems(browser, f"{_server(BROKEN)}/index.html", chapter=True)
-    for expected in ("console: ", "script error", "raw maths '\\\\('", "raw maths '$$'", "image did not load",
-                     "HTTP 404", "no verdict table", "no theorem block"):
+    for expected in (
+        "console: ",
+        "script error",
+        "raw maths '\\\\('",
+        "raw maths '$$'",
+        "image did not load",
+        "HTTP 404",
+        "no verdict table",
+        "no theorem block",
+    ):
         assert any(problem.startswith(expected) for problem in problems), (expected, problems)
 
 
@@ -132,15 +157,19 @@ def test_a_verdict_row_reads_on_one_line_and_opens_its_reasons_with_a_click(brow
     mark = page.locator("td[class^=verdict-]").first
     row = mark.locator("xpath=..")
     assert row.locator("td").count() == 4 and row.locator("details").count() == 1
-    line, content = page.evaluate("cell => { const range = document.createRange(); range.selectNodeContents(cell); "
-                                  "return [parseFloat(getComputedStyle(cell).lineHeight) || 24, "
-                                  "range.getBoundingClientRect().height]; }", mark.element_handle())
+    line, content = page.evaluate(
+        "cell => { const range = document.createRange(); range.selectNodeContents(cell); "
+        "return [parseFloat(getComputedStyle(cell).lineHeight) || 24, "
+        "range.getBoundingClientRect().height]; }",
+        mark.element_handle(),
+    )
     assert content < 1.8 * line, (content, line)  # the mark and its word stay on one line
     why = row.locator("details p").last
     assert not why.is_visible()
     row.locator("details summary").click()
     assert why.is_visible() and why.inner_text().strip()
-    colours = page.evaluate("el => [getComputedStyle(el).color, getComputedStyle(document.body).backgroundColor]",
-                            why.element_handle())
+    colours = page.evaluate(
+        "el => [getComputedStyle(el).color, getComputedStyle(document.body).backgroundColor]", why.element_handle()
+    )
     assert colours[0] != colours[1], colours  # the opened text is not drawn in the background's colour
     page.close()

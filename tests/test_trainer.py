@@ -85,7 +85,8 @@ def test_a_calibration_reads_a_few_held_out_sequences_and_scales_their_time(monk
 def test_a_calibration_on_a_cpu_trains_an_ensemble_too_big_for_this_machine_in_groups(monkeypatch):
     # a full profile sized for GPUs is planned on the machine at hand: its ensembles must fit that machine's memory
     one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
-        p.numel() for p in make_model().parameters())
+        p.numel() for p in make_model().parameters()
+    )
     monkeypatch.setattr("sandboxes.memory.host_budget", lambda: one_member + 1)
     with calibrating(2) as calls:
         short = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], batched=True)
@@ -212,7 +213,8 @@ def test_the_count_on_the_meta_device_is_what_a_cpu_step_keeps(d_model, n_head):
 def test_a_small_memory_budget_splits_the_ensemble_into_groups_without_changing_any_run():
     whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
     one_member = activation_bytes(make_model(), TASK, CONFIG.batch_size) + 4 * 4 * sum(
-        p.numel() for p in make_model().parameters())
+        p.numel() for p in make_model().parameters()
+    )
     group, chunk = plan(make_model, TASK, CONFIG, 3, one_member + 1, torch.device("cpu"))
     assert group == 1 and chunk < CONFIG.eval_size
     split = train(make_model, TASK, CONFIG, seeds=[0, 1, 2], budget=one_member + 1)
@@ -333,8 +335,9 @@ def test_a_calibrated_map_runs_every_chunk_except_under_calibration_where_it_tim
 
 def test_a_count_reads_short_chunks_only_under_calibration():
     seq = torch.arange(10 * CALIBRATION_EVAL)[:, None]
-    assert ([len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)]
-            == [4 * CALIBRATION_EVAL] * 2 + [2 * CALIBRATION_EVAL])
+    assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [4 * CALIBRATION_EVAL] * 2 + [
+        2 * CALIBRATION_EVAL
+    ]
     with calibrating(3):  # a plan times two chunks of CALIBRATION_EVAL and scales them to the ten
         assert [len(c) for c in count_chunks(seq, 4 * CALIBRATION_EVAL)] == [CALIBRATION_EVAL] * 10
         assert [len(c) for c in count_chunks(seq, 2)] == [2] * (5 * CALIBRATION_EVAL)
@@ -356,8 +359,21 @@ def test_a_calibrated_map_inside_another_is_scaled_once():
 class _MallInfo2(ctypes.Structure):
     """glibc's ``struct mallinfo2`` (2.33 on): ``hblks`` counts the blocks mapped on their own."""
 
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="glibc's allocator")

@@ -34,9 +34,11 @@ def nan_for_seed_1() -> GPT:
     return model
 
 
-REQUESTS = [TrainRequest(make_model, TASK, CONFIG, [3], CPU),
-            TrainRequest(nan_for_seed_1, TASK, replace(CONFIG, steps=20), [0, 1], CPU),
-            TrainRequest(make_model, TASK, replace(CONFIG, batch_size=8), [4, 5, 6], CPU)]
+REQUESTS = [
+    TrainRequest(make_model, TASK, CONFIG, [3], CPU),
+    TrainRequest(nan_for_seed_1, TASK, replace(CONFIG, steps=20), [0, 1], CPU),
+    TrainRequest(make_model, TASK, replace(CONFIG, batch_size=8), [4, 5, 6], CPU),
+]
 
 
 def _diverged(caught: list) -> list[str]:

@@ -59,8 +59,9 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor,
-             bias: Tensor | None) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+    def vmap(
+        info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None
+    ) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
         if bias is not None and in_dims[3] is not None:
             raise NotImplementedError("a per-member attention bias is not folded")
         return _unfolded(info.batch_size, _FlashAttention.apply(*_folded(info.batch_size, in_dims, q, k, v), bias))
@@ -106,7 +107,7 @@ class _BlockedAttention(torch.autograd.Function):
     def forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
         shape, (T, d) = q.shape, q.shape[-2:]
         q, k, v = (t.reshape(-1, T, d) for t in (q, k, v))
-        scaled = q * (d ** -0.5 * _LOG2E)  # exp2 of the scores in base 2 is exp of the scores
+        scaled = q * (d**-0.5 * _LOG2E)  # exp2 of the scores in base 2 is exp of the scores
         keys, values = _columns(k), _columns(v)
         above = q.new_full((BLOCK, BLOCK), float("-inf")).triu_(1)
         # A row's scores lie within +-|q_i| max_j |k_j|; where that is at most SAFE_SCORE their exp2 is a normal float
@@ -116,13 +117,13 @@ class _BlockedAttention(torch.autograd.Function):
         shifted = q.device.type != "meta" and not bool(near.all())  # a count on the meta device has no values
         outs, inverse_totals, exps = [], [], []
         for start, end in _spans(T):
-            exp = torch.bmm(scaled[:, start:end], keys[:, :, :start + BLOCK])
-            exp[:, :, start:].add_(above[:end - start])
+            exp = torch.bmm(scaled[:, start:end], keys[:, :, : start + BLOCK])
+            exp[:, :, start:].add_(above[: end - start])
             if shifted:
                 exp.sub_(exp.amax(-1, keepdim=True).masked_fill_(near[:, start:end], 0.0))
             exp.exp2_()
             inverse = exp.sum(-1).reciprocal_().unsqueeze(1)  # (n, 1, queries): the weights are exp / its row sum
-            outs.append(torch.bmm(values[:, :, :start + BLOCK], exp.transpose(1, 2)).mul_(inverse))
+            outs.append(torch.bmm(values[:, :, : start + BLOCK], exp.transpose(1, 2)).mul_(inverse))
             inverse_totals.append(inverse)
             exps.append(exp)
         return torch.cat(outs, 2).transpose(1, 2).reshape(shape), torch.cat(inverse_totals, 2), *exps
@@ -151,7 +152,7 @@ class _BlockedAttention(torch.autograd.Function):
             dscores = torch.bmm(grad[:, start:end], values[:, :, :stop]).sub_(delta[:, start:end]).mul_(exp)
             dq.append(torch.bmm(keys[:, :, :stop], dscores.transpose(1, 2)))
             dk[:, :, :stop].add_(torch.bmm(queries[:, :, start:end], dscores))
-        scale = d ** -0.5
+        scale = d**-0.5
         dq = torch.cat(dq, 2).mul_(inverse).transpose(1, 2).mul(scale)
         dk, dv = dk[:, :, :T].transpose(1, 2).mul(scale), dv[:, :, :T].transpose(1, 2)
         return dq.reshape(shape), dk.reshape(shape), dv.reshape(shape)
@@ -168,7 +169,9 @@ def _tiled(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     per = max(1, TILE_BYTES // (H * BLOCK * T * q.element_size()))
     if B <= per:
         return _BlockedAttention.apply(q, k, v)[0]
-    return torch.cat([_BlockedAttention.apply(q[i:i + per], k[i:i + per], v[i:i + per])[0] for i in range(0, B, per)])
+    return torch.cat(
+        [_BlockedAttention.apply(q[i : i + per], k[i : i + per], v[i : i + per])[0] for i in range(0, B, per)]
+    )
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -50,12 +50,24 @@ def measure(size: str, mode: str, k: int, steps: int, batch_size: int, device: t
     task = MarkovChain(symmetric_kernel(config.vocab_size, 0.3), config.block_size)
     seeds = list(range(1 if mode == "single" else k))
     train_config = TrainConfig(steps=steps, batch_size=batch_size, eval_every=steps, eval_size=batch_size)
-    train(lambda: GPT(config), task, TrainConfig(steps=2, batch_size=batch_size, eval_every=2, eval_size=batch_size),
-          seeds[:2], device, batched=mode != "loop", progress=False)  # warm-up: kernels, allocator
+    train(
+        lambda: GPT(config),
+        task,
+        TrainConfig(steps=2, batch_size=batch_size, eval_every=2, eval_size=batch_size),
+        seeds[:2],
+        device,
+        batched=mode != "loop",
+        progress=False,
+    )  # warm-up: kernels, allocator
     result = train(lambda: GPT(config), task, train_config, seeds, device, batched=mode != "loop", progress=False)
     member_steps = len(seeds) * steps
-    return Throughput(size, mode, len(seeds), member_steps / result.wall_time,
-                      member_steps * batch_size * config.block_size / result.wall_time)
+    return Throughput(
+        size,
+        mode,
+        len(seeds),
+        member_steps / result.wall_time,
+        member_steps * batch_size * config.block_size / result.wall_time,
+    )
 
 
 def run(k: int, steps: int, batch_size: int, device: torch.device, sizes: list[str] | None = None) -> list[Throughput]:
@@ -112,25 +124,46 @@ def _authors_loop(checkout: Path, p: float, q: float) -> Callable[[int], float]:
 
     Their model module imports a tokenizer and a logger it never uses in training; stand-ins are put in their place
     where those packages are missing."""
-    stand_ins = [name for name in ("tiktoken", "wandb")
-                 if name not in sys.modules and importlib.util.find_spec(name) is None]
+    stand_ins = [
+        name for name in ("tiktoken", "wandb") if name not in sys.modules and importlib.util.find_spec(name) is None
+    ]
     sys.modules.update({name: types.SimpleNamespace(get_encoding=lambda encoding: None) for name in stand_ins})
     try:  # their modules keep the stand-ins they imported; nothing else in this process sees them
-        base, utils = (_module_at(checkout / part, name) for part, name in (("models/base.py", "markov_paper_base"),
-                                                                          ("optim/utils.py", "markov_paper_utils")))
+        base, utils = (
+            _module_at(checkout / part, name)
+            for part, name in (("models/base.py", "markov_paper_base"), ("optim/utils.py", "markov_paper_utils"))
+        )
     finally:
         for name in stand_ins:
             del sys.modules[name]
-    config = types.SimpleNamespace(vocab_size=2, n_embd=PAPER_WIDTH, n_layer=1, n_head=1, sequence_length=PAPER_LENGTH,
-                                   dropout=0.0, bias=False, memory=-1, device="cpu", wandb=False, bce=False,
-                                   no_tying=False)
+    config = types.SimpleNamespace(
+        vocab_size=2,
+        n_embd=PAPER_WIDTH,
+        n_layer=1,
+        n_head=1,
+        sequence_length=PAPER_LENGTH,
+        dropout=0.0,
+        bias=False,
+        memory=-1,
+        device="cpu",
+        wandb=False,
+        bce=False,
+        no_tying=False,
+    )
     model = base.GPTBase(config)
     named = dict(model.named_parameters())
     groups = [{**g, "params": [named[n] for n in g["params"]]} for g in model.get_parameter_group_specs()]
     opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.95), weight_decay=1e-3)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=10**6, pct_start=0.02,
-                                                   anneal_strategy="cos", cycle_momentum=False, div_factor=1e2,
-                                                   final_div_factor=0.05)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        opt,
+        max_lr=2e-3,
+        total_steps=10**6,
+        pct_start=0.02,
+        anneal_strategy="cos",
+        cycle_momentum=False,
+        div_factor=1e2,
+        final_div_factor=0.05,
+    )
     kernel, counts = torch.tensor([[1 - p, p], [q, 1 - q]]), base.AddBeta(0.5, (2, 2), "cpu")
     generator, initial = torch.Generator().manual_seed(0), types.SimpleNamespace(initial="steady")
     model.train()
@@ -171,8 +204,10 @@ def against_authors(checkout: Path, rounds: int, steps: int, p: float = 0.5, q: 
     """Their training step and ours at the paper's setting (T = 1024, batch 16, d = 8, one tied layer, no
     compilation), alternating in one process, ``rounds`` rounds of ``steps`` timed steps after 2 warm-up steps each."""
     if steps < 1 or rounds < 1 or 2 + rounds * steps > MAX_THEIR_STEPS:
-        raise ValueError(f"time at least one step in at least one round, and at most {MAX_THEIR_STEPS} of their steps "
-                         "in all (their model plots its attention at its 10000th)")
+        raise ValueError(
+            f"time at least one step in at least one round, and at most {MAX_THEIR_STEPS} of their steps "
+            "in all (their model plots its attention at its 10000th)"
+        )
     theirs, ours = _authors_loop(checkout, p, q), _our_loop(p, q)
     theirs(2), ours(2)
     return [Round(theirs(steps), ours(steps)) for _ in range(rounds)]
@@ -180,10 +215,14 @@ def against_authors(checkout: Path, rounds: int, steps: int, p: float = 0.5, q: 
 
 def against_report(rounds: list[Round]) -> str:
     """Each round's ms per step and ratio, then the medians."""
-    lines = [f"round {i}: theirs {r.theirs_ms:.1f} ms, ours {r.ours_ms:.1f} ms, {r.ratio:.2f} times faster"
-             for i, r in enumerate(rounds, start=1)]
+    lines = [
+        f"round {i}: theirs {r.theirs_ms:.1f} ms, ours {r.ours_ms:.1f} ms, {r.ratio:.2f} times faster"
+        for i, r in enumerate(rounds, start=1)
+    ]
     theirs, ours = (statistics.median(getattr(r, f) for r in rounds) for f in ("theirs_ms", "ours_ms"))
     ratios = [r.ratio for r in rounds]
-    lines.append(f"median: theirs {theirs:.1f} ms, ours {ours:.1f} ms (ratio of the medians {theirs / ours:.2f}); "
-                 f"ratio per round: median {statistics.median(ratios):.2f}, slowest {min(ratios):.2f}")
+    lines.append(
+        f"median: theirs {theirs:.1f} ms, ours {ours:.1f} ms (ratio of the medians {theirs / ours:.2f}); "
+        f"ratio per round: median {statistics.median(ratios):.2f}, slowest {min(ratios):.2f}"
+    )
     return "\n".join(lines)

@@ -32,14 +32,23 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def parameter_table(chapter: Chapter) -> str:
     """Each parameter of ``chapter``: its meaning, what it accepts, and its value in each profile (HTML)."""
-    rows = [[f"<td><code>{html.escape(p.name)}</code></td>", _cell(p.help), _cell(p.domain.describe()),
-             *(_cell(p.default(profile)) for profile in PROFILE_NAMES)] for p in chapter.params]
+    rows = [
+        [
+            f"<td><code>{html.escape(p.name)}</code></td>",
+            _cell(p.help),
+            _cell(p.domain.describe()),
+            *(_cell(p.default(profile)) for profile in PROFILE_NAMES),
+        ]
+        for p in chapter.params
+    ]
     first = chapter.params[0]
     seeds = ", ".join(f"{profile} {chapter.seeds[profile]}" for profile in PROFILE_NAMES)
-    return (_table(["parameter", "meaning", "accepts", *PROFILE_NAMES], rows)
-            + f"<p>Seeds: {html.escape(seeds)}. Change a value with <code>python -m sandboxes run {chapter.name} "
-              f"--set {first.name}={html.escape(str(first.quick))}</code>; a value outside its domain stops the run "
-              f"before any work.</p>")
+    return (
+        _table(["parameter", "meaning", "accepts", *PROFILE_NAMES], rows)
+        + f"<p>Seeds: {html.escape(seeds)}. Change a value with <code>python -m sandboxes run {chapter.name} "
+        f"--set {first.name}={html.escape(str(first.quick))}</code>; a value outside its domain stops the run "
+        f"before any work.</p>"
+    )
 
 
 def result_files(folder: Path = RESULTS_DIR) -> list[Path]:
@@ -59,12 +68,17 @@ def _section_rows(path: Path, link: str) -> list[list[str]]:
         made = record["provenance"]
         claims = [c for c in result.claims if c.section == name]
         holding = sum(c.holds is True for c in claims)
-        rows.append([f'<td><a href="{html.escape(link)}" download><code>{html.escape(path.name)}</code></a></td>',
-                     _cell(name), _cell(f"{holding} of {len(claims)} hold"),
-                     _cell(f"{record['wall_time_s'] / 60:.1f} min"),
-                     _cell(f"{made['device_name']} ({made['device_type']})"),
-                     _cell(f"torch {made['versions']['torch']}, python {made['python']}"),
-                     f"<td><code>{html.escape(made['git_commit'][:7])}</code></td>"])
+        rows.append(
+            [
+                f'<td><a href="{html.escape(link)}" download><code>{html.escape(path.name)}</code></a></td>',
+                _cell(name),
+                _cell(f"{holding} of {len(claims)} hold"),
+                _cell(f"{record['wall_time_s'] / 60:.1f} min"),
+                _cell(f"{made['device_name']} ({made['device_type']})"),
+                _cell(f"torch {made['versions']['torch']}, python {made['python']}"),
+                f"<td><code>{html.escape(made['git_commit'][:7])}</code></td>",
+            ]
+        )
         rows.append([f'<td colspan="{len(RESULT_COLUMNS)}">made by <code>{html.escape(record["command"])}</code></td>'])
     return rows
 
@@ -90,6 +104,11 @@ def stored_runs_table(pages: list[Path]) -> str:
             continue
         start = datetime.fromisoformat(times[0]["iopub.execute_input"])
         end = datetime.fromisoformat(times[-1]["shell.execute_reply"])
-        rows.append([f"<td><code>{html.escape(page.name)}</code></td>", _cell(f"{start:%Y-%m-%d %H:%M} UTC"),
-                     _cell(f"{(end - start).total_seconds():.0f} s")])
+        rows.append(
+            [
+                f"<td><code>{html.escape(page.name)}</code></td>",
+                _cell(f"{start:%Y-%m-%d %H:%M} UTC"),
+                _cell(f"{(end - start).total_seconds():.0f} s"),
+            ]
+        )
     return _table(["notebook", "executed", "execution time"], rows)

@@ -40,8 +40,10 @@ def seed_bounds(values: Sequence[float] | np.ndarray, upper: bool = True) -> tup
     sign, pick = (1.0, np.max) if upper else (-1.0, np.min)
     t_spread = student_t.ppf(SPREAD_LEVEL, n - 1) * per_cell.std(axis=-1, ddof=1)
     means = per_cell.mean(axis=-1)
-    return (float(pick(means + sign * t_spread / math.sqrt(n))),
-            float(pick(means + sign * t_spread * math.sqrt(1 + 1 / n))))
+    return (
+        float(pick(means + sign * t_spread / math.sqrt(n))),
+        float(pick(means + sign * t_spread * math.sqrt(1 + 1 / n))),
+    )
 
 
 def _relative_slack(bound: float, value: float, upper: bool) -> float | None:
@@ -93,8 +95,9 @@ class Claim:
         run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
         return self if self.holds is False or settled else self.undecided(unsettled)
 
-    def held_to_spread(self, bound: float, values: Sequence[float] | np.ndarray, seeds_param: str = "",
-                       upper: bool = True) -> Claim:
+    def held_to_spread(
+        self, bound: float, values: Sequence[float] | np.ndarray, seeds_param: str = "", upper: bool = True
+    ) -> Claim:
         """This row about every seed, held to the seeds' measured spread: undecided if it holds for these seeds but
         the one-sided 95% confidence bound of their mean (:func:`seed_bounds` of ``values``, one per seed or
         ``cells x seeds``) lies beyond ``bound`` (above it for an upper bound): the seeds then scatter so widely that
@@ -111,14 +114,19 @@ class Claim:
         side = "≤" if upper else "≥"
         spread_margin = _relative_slack(bound, mean, upper)
         margin = min((m for m in (self.margin, spread_margin) if m is not None), default=None)
-        measured = replace(self, margin=margin,
-                           tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
-                                     f"{side} {_fmt(new_seed, 3)} (n = {seeds})")
+        measured = replace(
+            self,
+            margin=margin,
+            tolerance=f"{self.tolerance}; 95%: seeds' mean {side} {_fmt(mean, 3)}, a new seed "
+            f"{side} {_fmt(new_seed, 3)} (n = {seeds})",
+        )
         if self.holds is not True or (mean <= bound if upper else mean >= bound):
             return measured
         more_seeds = f"--set {seeds_param}=..." if seeds_param else "--seeds"
-        return measured.undecided(f"every seed holds, but the seeds scatter so widely that the 95% bound of their "
-                                  f"mean ({mean:.3g}) lies beyond the bound: more seeds ({more_seeds}) decide it")
+        return measured.undecided(
+            f"every seed holds, but the seeds scatter so widely that the 95% bound of their "
+            f"mean ({mean:.3g}) lies beyond the bound: more seeds ({more_seeds}) decide it"
+        )
 
     def undecided(self, unsettled: str) -> Claim:
         """This claim undecided at this budget whatever it measured: what it speaks of (a run that solves its task,
@@ -126,26 +134,44 @@ class Claim:
         return replace(self, holds=None, reason=f"{self.reason}; undecided at this budget: {unsettled}")
 
     @classmethod
-    def close(
-        cls, name: str, predicted: float, measured: float, tol: float, reason: str, digits: int = 4
-    ) -> Claim:
+    def close(cls, name: str, predicted: float, measured: float, tol: float, reason: str, digits: int = 4) -> Claim:
         """Holds when ``|measured - predicted| <= tol``."""
         slack = tol - abs(measured - predicted)
-        return cls(name, _fmt(predicted, digits), _fmt(measured, digits), f"± {tol:.2g}", reason,
-                   bool(abs(measured - predicted) <= tol),
-                   margin=slack / tol if tol > 0 and math.isfinite(slack) else None)
+        return cls(
+            name,
+            _fmt(predicted, digits),
+            _fmt(measured, digits),
+            f"± {tol:.2g}",
+            reason,
+            bool(abs(measured - predicted) <= tol),
+            margin=slack / tol if tol > 0 and math.isfinite(slack) else None,
+        )
 
     @classmethod
     def at_most(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> Claim:
         """Holds when ``measured <= bound``."""
-        return cls(name, f"≤ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured <= bound),
-                   margin=_relative_slack(bound, measured, upper=True))
+        return cls(
+            name,
+            f"≤ {_fmt(bound, digits)}",
+            _fmt(measured, digits),
+            "bound",
+            reason,
+            bool(measured <= bound),
+            margin=_relative_slack(bound, measured, upper=True),
+        )
 
     @classmethod
     def at_least(cls, name: str, bound: float, measured: float, reason: str, digits: int = 4) -> Claim:
         """Holds when ``measured >= bound``."""
-        return cls(name, f"≥ {_fmt(bound, digits)}", _fmt(measured, digits), "bound", reason, bool(measured >= bound),
-                   margin=_relative_slack(bound, measured, upper=False))
+        return cls(
+            name,
+            f"≥ {_fmt(bound, digits)}",
+            _fmt(measured, digits),
+            "bound",
+            reason,
+            bool(measured >= bound),
+            margin=_relative_slack(bound, measured, upper=False),
+        )
 
     @classmethod
     def exact(cls, name: str, predicted: str, measured: str, reason: str) -> Claim:
@@ -158,13 +184,18 @@ class Claim:
 
 def _mark(colour: str, path: str) -> str:
     """A 12-pixel inline SVG disc: drawn by any browser, with no font whose glyphs a page might lack."""
-    return (f'<svg width="12" height="12" viewBox="0 0 12 12" role="img" aria-hidden="true">'
-            f'<circle cx="6" cy="6" r="6" fill="{colour}"/><path d="{path}" stroke="#fff" stroke-width="1.6" '
-            f'fill="none"/></svg>')
+    return (
+        f'<svg width="12" height="12" viewBox="0 0 12 12" role="img" aria-hidden="true">'
+        f'<circle cx="6" cy="6" r="6" fill="{colour}"/><path d="{path}" stroke="#fff" stroke-width="1.6" '
+        f'fill="none"/></svg>'
+    )
 
 
-MARKS = {"holds": _mark("#2e7d32", "M3 6.2l2 2 4-4.4"), "fails": _mark("#c62828", "M3.8 3.8l4.4 4.4M8.2 3.8l-4.4 4.4"),
-         "undecided": _mark("#757575", "M3.5 6h5")}
+MARKS = {
+    "holds": _mark("#2e7d32", "M3 6.2l2 2 4-4.4"),
+    "fails": _mark("#c62828", "M3.8 3.8l4.4 4.4M8.2 3.8l-4.4 4.4"),
+    "undecided": _mark("#757575", "M3.5 6h5"),
+}
 VERDICT_WORDS = {"holds": "holds", "fails": "fails", "undecided": "undecided at this budget"}
 
 
@@ -185,8 +216,9 @@ class Verdict(list):
     def tally(self) -> str:
         """``n of m claims hold`` and, where there are any, how many fail and how many are undecided."""
         parts = [f"{sum(c.holds is True for c in self)} of {len(self)} claims hold"]
-        parts += [f"{len(rows)} {word}" for rows, word in ((self.failures(), "fail"), (self.undecided(), "undecided"))
-                  if rows]
+        parts += [
+            f"{len(rows)} {word}" for rows, word in ((self.failures(), "fail"), (self.undecided(), "undecided")) if rows
+        ]
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
@@ -196,11 +228,15 @@ class Verdict(list):
         head = "".join(f"<th {pad}>{h}</th>" for h in ("verdict", "claim", "predicted", "measured"))
         rows = []
         for c in self:
-            why = (f"<details><summary>tolerance and why</summary><p>{html.escape(c.tolerance)}</p>"
-                   f"<p>{html.escape(c.reason)}</p></details>")
-            rows.append(f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap; padding: 0.2em 0.6em">'
-                        f"{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td><td {pad}>{html.escape(c.name)}{why}</td>"
-                        f"<td {pad}>{html.escape(c.predicted)}</td><td {pad}>{html.escape(c.measured)}</td></tr>")
+            why = (
+                f"<details><summary>tolerance and why</summary><p>{html.escape(c.tolerance)}</p>"
+                f"<p>{html.escape(c.reason)}</p></details>"
+            )
+            rows.append(
+                f'<tr><td class="verdict-{c.mark}" style="white-space: nowrap; padding: 0.2em 0.6em">'
+                f"{MARKS[c.mark]} {VERDICT_WORDS[c.mark]}</td><td {pad}>{html.escape(c.name)}{why}</td>"
+                f"<td {pad}>{html.escape(c.predicted)}</td><td {pad}>{html.escape(c.measured)}</td></tr>"
+            )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
     def text(self, measured: bool = True) -> str:
@@ -208,8 +244,11 @@ class Verdict(list):
         lines = []
         for c in self:
             mark = c.mark if c.holds else c.mark.upper()
-            middle = (f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})" if measured
-                      else f"predicted {c.predicted}")
+            middle = (
+                f"predicted {c.predicted}, measured {c.measured} ({c.tolerance})"
+                if measured
+                else f"predicted {c.predicted}"
+            )
             lines.append(f"[{mark}] {c.name}: {middle}")
         return "\n".join(lines)
 

@@ -23,83 +23,167 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a chapter's experiment and print its verdict table")
     run.add_argument("chapter", help="chapter name (see `list`)")
-    run.add_argument("--section", dest="sections", action="append", default=[], metavar="SECTION",
-                     help="run only this section (and the sections it needs); repeatable (default: all)")
+    run.add_argument(
+        "--section",
+        dest="sections",
+        action="append",
+        default=[],
+        metavar="SECTION",
+        help="run only this section (and the sections it needs); repeatable (default: all)",
+    )
     run.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default quick)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a chapter parameter; repeatable")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a chapter parameter; repeatable",
+    )
     run.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the profile's)")
     run.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
-    run.add_argument("--out", default=None, help="result JSON path, or - for stdout "
-                     "(default runs/<chapter>-<profile>[-<sections>].json)")
-    run.add_argument("--into", default=None, metavar="PATH",
-                     help="merge the sections run into the result file PATH (made if absent), keeping its other "
-                     "sections: how a chapter's reference result is made one section at a time")
-    run.add_argument("--strict", action="store_true", help="exit with status 1 when a claim fails "
-                     "(an undecided claim, whose budget ran out first, does not)")
-    run.add_argument("--workers", type=int, default=1, metavar="N",
-                     help="worker processes of one thread each, for sections that train many independent ensembles "
-                          "(default 1: this process; other values give the same numbers as one another)")
-    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                     help="progress bars on stderr (default: when stderr is a terminal)")
+    run.add_argument(
+        "--out",
+        default=None,
+        help="result JSON path, or - for stdout (default runs/<chapter>-<profile>[-<sections>].json)",
+    )
+    run.add_argument(
+        "--into",
+        default=None,
+        metavar="PATH",
+        help="merge the sections run into the result file PATH (made if absent), keeping its other "
+        "sections: how a chapter's reference result is made one section at a time",
+    )
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a claim fails (an undecided claim, whose budget ran out first, does not)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes of one thread each, for sections that train many independent ensembles "
+        "(default 1: this process; other values give the same numbers as one another)",
+    )
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars on stderr (default: when stderr is a terminal)",
+    )
     jobs = run.add_argument_group("on a scheduler", "run the sections as jobs (submitit) and merge their results")
-    jobs.add_argument("--executor", choices=cluster.EXECUTORS, default=None,
-                      help="slurm: one job per section that trains (or per seed group, --seeds-per-job), the theory "
-                      "sections in one more; "
-                      "local: the same jobs as processes on this machine")
-    jobs.add_argument("--folder", default=None, help="where the plan, partial results and logs go "
-                      "(default runs/<chapter>-<profile>-jobs); rerunning into it skips the sections already done")
+    jobs.add_argument(
+        "--executor",
+        choices=cluster.EXECUTORS,
+        default=None,
+        help="slurm: one job per section that trains (or per seed group, --seeds-per-job), the theory "
+        "sections in one more; "
+        "local: the same jobs as processes on this machine",
+    )
+    jobs.add_argument(
+        "--folder",
+        default=None,
+        help="where the plan, partial results and logs go "
+        "(default runs/<chapter>-<profile>-jobs); rerunning into it skips the sections already done",
+    )
     jobs.add_argument("--partition", default=None, help="Slurm partition")
     jobs.add_argument("--gpus-per-job", type=int, default=0, help="GPUs each job asks for (default 0)")
     jobs.add_argument("--max-jobs", type=int, default=8, help="jobs running at once (default 8)")
     jobs.add_argument("--timeout-min", type=int, default=600, help="each job's time limit in minutes (default 600)")
-    jobs.add_argument("--seeds-per-job", type=int, default=None, metavar="N",
-                      help="split each section that trains more than N seeds: group jobs of N seeds train and store "
-                      "their members, then the section's own job computes it from them (default: a section per job)")
-    jobs.add_argument("--dry-run", action="store_true",
-                      help="print the jobs and their estimated hours (a short calibration on this machine), submit "
-                      "none")
-    jobs.add_argument("--calibration-steps", type=int, default=cluster.CALIBRATION_STEPS,
-                      help="steps each train() call runs when planning; the first warms up and is not timed "
-                      f"(default {cluster.CALIBRATION_STEPS}; fewer plan a large model sooner, less precisely)")
+    jobs.add_argument(
+        "--seeds-per-job",
+        type=int,
+        default=None,
+        metavar="N",
+        help="split each section that trains more than N seeds: group jobs of N seeds train and store "
+        "their members, then the section's own job computes it from them (default: a section per job)",
+    )
+    jobs.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the jobs and their estimated hours (a short calibration on this machine), submit none",
+    )
+    jobs.add_argument(
+        "--calibration-steps",
+        type=int,
+        default=cluster.CALIBRATION_STEPS,
+        help="steps each train() call runs when planning; the first warms up and is not timed "
+        f"(default {cluster.CALIBRATION_STEPS}; fewer plan a large model sooner, less precisely)",
+    )
     merging = commands.add_parser("merge", help="assemble a folder of partial results (run --executor) into one result")
     merging.add_argument("folder", help="the folder `run --executor` wrote")
     merging.add_argument("--out", default=None, help="result JSON path (default <folder>/<chapter>-<profile>.json)")
-    judging = commands.add_parser("rejudge", help="judge a committed reference section's rows again from its stored "
-                                  "data by the current rules (after a rule or a row's text changed; trains nothing)")
+    judging = commands.add_parser(
+        "rejudge",
+        help="judge a committed reference section's rows again from its stored "
+        "data by the current rules (after a rule or a row's text changed; trains nothing)",
+    )
     judging.add_argument("chapter", help="chapter name (see `list`)")
-    judging.add_argument("--section", dest="sections", action="append", required=True, metavar="SECTION",
-                         help="a section whose rows are recomputed from its data (repeatable)")
+    judging.add_argument(
+        "--section",
+        dest="sections",
+        action="append",
+        required=True,
+        metavar="SECTION",
+        help="a section whose rows are recomputed from its data (repeatable)",
+    )
     judging.add_argument("--variant", default="", help="a reference variant of the chapter (default: the plain one)")
-    judging.add_argument("--file", default=None, metavar="PATH",
-                         help="the result file to judge again in place (default: the committed one)")
+    judging.add_argument(
+        "--file",
+        default=None,
+        metavar="PATH",
+        help="the result file to judge again in place (default: the committed one)",
+    )
     listing = commands.add_parser("list", help="name the chapters, their sections and their parameters")
     listing.add_argument("--names", action="store_true", help="only the chapter names, one per line")
-    listing.add_argument("--reference", action="store_true",
-                         help="the commands that make every chapter's reference result, one line per section sized "
-                         "for it")
+    listing.add_argument(
+        "--reference",
+        action="store_true",
+        help="the commands that make every chapter's reference result, one line per section sized for it",
+    )
     bench = commands.add_parser("bench", help="training throughput: single, K in a loop, K batched")
     bench.add_argument("--k", type=int, default=8, help="models per ensemble (default 8)")
     bench.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     bench.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
     bench.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
     bench.add_argument("--sizes", default=None, help="comma-separated model sizes (default all)")
-    bench.add_argument("--against-authors", default=None, metavar="SRC",
-                       help="instead: our training step beside the Markov paper's own loop at its setting (T 1024, "
-                            "batch 16, d 8), alternating in this process; SRC is Markov-LLM/src of a checkout of "
-                            "github.com/Bond1995/Markov; --k, --sizes, --batch-size and --device are not used")
+    bench.add_argument(
+        "--against-authors",
+        default=None,
+        metavar="SRC",
+        help="instead: our training step beside the Markov paper's own loop at its setting (T 1024, "
+        "batch 16, d 8), alternating in this process; SRC is Markov-LLM/src of a checkout of "
+        "github.com/Bond1995/Markov; --k, --sizes, --batch-size and --device are not used",
+    )
     bench.add_argument("--rounds", type=int, default=10, help="with --against-authors: rounds (default 10)")
-    margins = commands.add_parser("margins", help="each row's verdict and margin on every kernel path and thread "
-                                  "count (a fresh process per setting): which rows a CPU could decide otherwise")
+    margins = commands.add_parser(
+        "margins",
+        help="each row's verdict and margin on every kernel path and thread "
+        "count (a fresh process per setting): which rows a CPU could decide otherwise",
+    )
     margins.add_argument("chapters", nargs="*", help="chapter names (default: all)")
     margins.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default quick)")
-    margins.add_argument("--paths", default=",".join(kernel_paths.PATHS),
-                         help=f"comma-separated kernel paths among {', '.join(kernel_paths.PATHS)} (default all)")
+    margins.add_argument(
+        "--paths",
+        default=",".join(kernel_paths.PATHS),
+        help=f"comma-separated kernel paths among {', '.join(kernel_paths.PATHS)} (default all)",
+    )
     margins.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    margins.add_argument("--jobs", type=int, default=1, help="runs at a time, each a process with its setting's "
-                         "threads (default 1; settings fix the numbers, not how many run beside them)")
-    margins.add_argument("--out", default=None, metavar="FOLDER",
-                         help="also write each chapter's rows as JSON to FOLDER/<chapter>-<profile>.json")
+    margins.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time, each a process with its setting's "
+        "threads (default 1; settings fix the numbers, not how many run beside them)",
+    )
+    margins.add_argument(
+        "--out",
+        default=None,
+        metavar="FOLDER",
+        help="also write each chapter's rows as JSON to FOLDER/<chapter>-<profile>.json",
+    )
     return parser
 
 
@@ -121,8 +205,10 @@ def _list(names_only: bool, reference: bool) -> None:
                 if chapter.reference_workers > 1:
                     changes += f" --workers {chapter.reference_workers}"
                 for section in chapter.reference_sections:
-                    print(f"python -m sandboxes run {chapter.name} --profile reference --section {section}{changes} "
-                          f"--into {reference_result_path(chapter.name, variant).relative_to(REPO_ROOT)} --progress")
+                    print(
+                        f"python -m sandboxes run {chapter.name} --profile reference --section {section}{changes} "
+                        f"--into {reference_result_path(chapter.name, variant).relative_to(REPO_ROOT)} --progress"
+                    )
             continue
         if names_only:
             print(chapter.name)
@@ -145,8 +231,10 @@ def _report(result: Result, report: object) -> None:
     for name, section in result.sections.items():
         for note in section["silent"]:
             print(f"[no row] {name}: {note}", file=report)
-    print(f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on "
-          f"{result.provenance['device_name']}", file=report)
+    print(
+        f"{verdict.tally()}; wall time {result.provenance['wall_time_s']} s on {result.provenance['device_name']}",
+        file=report,
+    )
 
 
 def _on_scheduler(args: argparse.Namespace) -> int:
@@ -154,12 +242,20 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     if args.into or args.out == "-":
         raise ValueError("--executor writes its result into --folder (or --out PATH): not --into, not --out -")
     options = cluster.JobOptions(args.executor, args.partition, args.gpus_per_job, args.max_jobs, args.timeout_min)
-    plan = cluster.Plan.make(args.chapter, args.profile, _overrides(args.overrides), args.seeds, args.device,
-                             args.sections, args.seeds_per_job)
+    plan = cluster.Plan.make(
+        args.chapter,
+        args.profile,
+        _overrides(args.overrides),
+        args.seeds,
+        args.device,
+        args.sections,
+        args.seeds_per_job,
+    )
     folder = Path(args.folder or f"runs/{plan.chapter}-{plan.profile}-jobs")
     # how many seeds a job takes changes no result: a rerun may split what is left differently
-    if (folder / cluster.PLAN_FILE).exists() and replace(cluster.Plan.load(folder),
-                                                         seeds_per_job=plan.seeds_per_job) != plan:
+    if (folder / cluster.PLAN_FILE).exists() and replace(
+        cluster.Plan.load(folder), seeds_per_job=plan.seeds_per_job
+    ) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
     jobs = cluster.pending_jobs(plan, folder)
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
@@ -186,22 +282,38 @@ def _merge(folder: Path, out: str | None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.executor:
         return _on_scheduler(args)
-    if (args.folder or args.partition or args.gpus_per_job or args.dry_run or args.seeds_per_job is not None
-            or args.calibration_steps != cluster.CALIBRATION_STEPS):
-        raise ValueError("--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run and --calibration-steps "
-                         "go with --executor local or slurm")
+    if (
+        args.folder
+        or args.partition
+        or args.gpus_per_job
+        or args.dry_run
+        or args.seeds_per_job is not None
+        or args.calibration_steps != cluster.CALIBRATION_STEPS
+    ):
+        raise ValueError(
+            "--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run and --calibration-steps "
+            "go with --executor local or slurm"
+        )
     chapter = get_chapter(args.chapter)
     if args.into and args.out:
         raise ValueError("give --out or --into, not both")
     kept = Result.load(args.into) if args.into and Path(args.into).exists() else None
     if kept is not None:
         if (kept.chapter, kept.profile) != (chapter.name, args.profile):
-            raise ValueError(f"{args.into} holds {kept.chapter} at the {kept.profile} profile, not {chapter.name} "
-                             f"at {args.profile}")
+            raise ValueError(
+                f"{args.into} holds {kept.chapter} at the {kept.profile} profile, not {chapter.name} at {args.profile}"
+            )
     if args.profile == "full" and pick_device(args.device).type == "cpu":
         print("warning: the full profile is meant for a GPU; on this CPU it may take many hours", file=sys.stderr)
-    result = chapter.run(args.profile, _overrides(args.overrides), args.seeds, args.device, args.progress,
-                         args.sections, workers=args.workers)
+    result = chapter.run(
+        args.profile,
+        _overrides(args.overrides),
+        args.seeds,
+        args.device,
+        args.progress,
+        args.sections,
+        workers=args.workers,
+    )
     verdict = result.verdict
     report = sys.stderr if args.out == "-" else sys.stdout
     _report(result, report)
@@ -216,8 +328,10 @@ def _run(args: argparse.Namespace) -> int:
         path = result.save(Path(args.out or f"runs/{chapter.name}-{args.profile}{suffix}.json"))
         print(f"result written to {path}", file=report)
     if args.strict and verdict.undecided():
-        print("--strict: undecided claims do not fail the run; rerun with the budget each names to decide them",
-              file=report)
+        print(
+            "--strict: undecided claims do not fail the run; rerun with the budget each names to decide them",
+            file=report,
+        )
     return 1 if verdict.failures() and args.strict else 0
 
 
@@ -258,8 +372,11 @@ def _margins(args: argparse.Namespace) -> int:
         get_chapter(name)  # an unknown name fails here, before any run
     check_profile(args.profile)
     try:
-        settings = [kernel_paths.Setting(path, int(threads)) for path in args.paths.split(",")
-                    for threads in args.threads.split(",")]
+        settings = [
+            kernel_paths.Setting(path, int(threads))
+            for path in args.paths.split(",")
+            for threads in args.threads.split(",")
+        ]
     except ValueError as err:
         raise ValueError(f"--paths and --threads: {err}") from None
     if args.jobs < 1:
@@ -268,14 +385,19 @@ def _margins(args: argparse.Namespace) -> int:
     for name in names:  # a file per chapter as soon as its runs are done
         start, commit = time.perf_counter(), current_commit()  # the code the runs start from
         rows = kernel_paths.survey([name], settings, args.profile, args.jobs)[name]
-        print(f"{name} ({args.profile}):\n{kernel_paths.table(rows, settings)}\n{kernel_paths.least(rows)}\n",
-              flush=True)
+        print(
+            f"{name} ({args.profile}):\n{kernel_paths.table(rows, settings)}\n{kernel_paths.least(rows)}\n", flush=True
+        )
         differ += [f"{name}: {row.name}" for row in rows if not row.agrees]
         if args.out:
-            record = {"chapter": name, "profile": args.profile, "settings": [s.label for s in settings],
-                      "least": kernel_paths.least(rows), "rows": [asdict(row) for row in rows],
-                      "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start,
-                                               commit)}
+            record = {
+                "chapter": name,
+                "profile": args.profile,
+                "settings": [s.label for s in settings],
+                "least": kernel_paths.least(rows),
+                "rows": [asdict(row) for row in rows],
+                "provenance": provenance("cpu", device_name(pick_device("cpu")), time.perf_counter() - start, commit),
+            }
             path = Path(args.out) / f"{name}-{args.profile}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")

@@ -72,8 +72,16 @@ class Plan:
     seeds_per_job: int | None = None  # split a section with more seeds into group jobs of this many seeds
 
     @classmethod
-    def make(cls, chapter: str, profile: str, overrides: Mapping[str, str], seeds: int | None, device: str,
-             sections: Sequence[str] = (), seeds_per_job: int | None = None) -> Plan:
+    def make(
+        cls,
+        chapter: str,
+        profile: str,
+        overrides: Mapping[str, str],
+        seeds: int | None,
+        device: str,
+        sections: Sequence[str] = (),
+        seeds_per_job: int | None = None,
+    ) -> Plan:
         """Check the values as a single run would (every check before any job starts); default: all sections."""
         found = get_chapter(chapter)
         run = found.start(profile, overrides, seeds, "cpu")  # the job's device is not this machine's
@@ -84,8 +92,10 @@ class Plan:
         if seeds_per_job is not None:
             least = max([MIN_GROUP] + [found.section(name).min_seeds for name in found.closure(names)])
             if seeds_per_job < least:
-                raise ValueError(f"--seeds-per-job must be at least {least} (a group of one seed would train unbatched"
-                                 f"{'; a section compares seeds' if least > MIN_GROUP else ''}), got {seeds_per_job}")
+                raise ValueError(
+                    f"--seeds-per-job must be at least {least} (a group of one seed would train unbatched"
+                    f"{'; a section compares seeds' if least > MIN_GROUP else ''}), got {seeds_per_job}"
+                )
         return plan
 
     def groups(self, section: str) -> list[tuple[int, ...]]:
@@ -98,7 +108,7 @@ class Plan:
         if len(seeds) <= self.seeds_per_job:
             return []
         size = self.seeds_per_job
-        groups = [tuple(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+        groups = [tuple(seeds[i : i + size]) for i in range(0, len(seeds), size)]
         least = max(MIN_GROUP, found.min_seeds)
         if len(groups[-1]) < least:
             groups[-2:] = [groups[-2] + groups[-1]]
@@ -150,8 +160,9 @@ def run_job(plan: Plan, job: Job, folder: str) -> str:
         result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections))
         return ", ".join(str(_save_atomically(only(result, n), part_path(root, n))) for n in job.sections)
     with members.sharing(root / MEMBERS) as shared:
-        result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections),
-                             job.seeds)
+        result = chapter.run(
+            plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections), job.seeds
+        )
     counts = f"{shared.served} members found stored, {shared.trained} trained"
     if job.seeds:
         _write_atomically(group_path(root, job), json.dumps(_group_record(plan, job)) + "\n")
@@ -169,8 +180,14 @@ def _group_record(plan: Plan, job: Job) -> dict[str, Any]:
     """What a group job's marker holds: the plan's chapter, profile, config and seeds, and its own section and
     seeds, so that a marker left by another plan does not count."""
     config, seeds = plan.expected()
-    return {"chapter": plan.chapter, "profile": plan.profile, "config": config, "seeds": seeds,
-            "section": job.sections[0], "group": list(job.seeds)}
+    return {
+        "chapter": plan.chapter,
+        "profile": plan.profile,
+        "config": config,
+        "seeds": seeds,
+        "section": job.sections[0],
+        "group": list(job.seeds),
+    }
 
 
 def group_done(plan: Plan, folder: Path, job: Job) -> bool:
@@ -185,9 +202,16 @@ def group_done(plan: Plan, folder: Path, job: Job) -> bool:
 def only(result: Result, section: str) -> Result:
     """The result of ``section`` alone, as a single run of that section would write it."""
     record = result.sections[section]
-    return Result(chapter=result.chapter, profile=result.profile, config=result.config, seeds=result.seeds,
-                  claims=[c for c in result.claims if c.section == section], data={section: result.data[section]},
-                  sections={section: record}, provenance={**result.provenance, **record["provenance"]})
+    return Result(
+        chapter=result.chapter,
+        profile=result.profile,
+        config=result.config,
+        seeds=result.seeds,
+        claims=[c for c in result.claims if c.section == section],
+        data={section: result.data[section]},
+        sections={section: record},
+        provenance={**result.provenance, **record["provenance"]},
+    )
 
 
 def part_path(folder: Path, section: str) -> Path:
@@ -237,8 +261,10 @@ def merge_folder(folder: Path) -> Result:
     plan = Plan.load(folder)
     missing = pending(plan, folder)
     if missing:
-        raise ValueError(f"no valid partial result for {', '.join(missing)} in {folder / PARTS}; rerun the same "
-                         "`run --executor ...` command to submit them")
+        raise ValueError(
+            f"no valid partial result for {', '.join(missing)} in {folder / PARTS}; rerun the same "
+            "`run --executor ...` command to submit them"
+        )
     order = [s.name for s in get_chapter(plan.chapter).sections]
     merged: Result | None = None
     for name in [n for n in order if n in plan.sections]:
@@ -257,8 +283,9 @@ class JobEstimate:
     error: str = ""
 
 
-def estimate(plan: Plan, jobs: list[Job], device: str = "auto",
-             steps: int = CALIBRATION_STEPS) -> tuple[list[JobEstimate], str]:
+def estimate(
+    plan: Plan, jobs: list[Job], device: str = "auto", steps: int = CALIBRATION_STEPS
+) -> tuple[list[JobEstimate], str]:
     """Each job's cost, from a short calibration on this machine: every train() call runs ``steps`` steps and is
     scaled to its planned steps, the rest of a section runs in full; and the device that measured it. Group jobs
     of one size are calibrated once; a split section's own job trains nothing, so only the rest of it counts."""
@@ -282,19 +309,26 @@ def estimate(plan: Plan, jobs: list[Job], device: str = "auto",
             except Exception as err:  # noqa: BLE001 - barely trained models may trip a section; say so, keep the rest
                 error = f"{type(err).__name__}: {err}"
         counted = [call for call in calls if not (served and isinstance(call, TrainCall))]
-        seconds = (time.perf_counter() - start - sum(call.wall_time for call in calls)
-                   + sum(call.estimated_s for call in counted))
+        seconds = (
+            time.perf_counter()
+            - start
+            - sum(call.wall_time for call in calls)
+            + sum(call.estimated_s for call in counted)
+        )
         known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error)
         estimates.append(known[alike])
     return estimates, device_name(measured_on)
 
 
-def plan_report(plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus_per_job: int,
-                steps: int = CALIBRATION_STEPS) -> str:
+def plan_report(
+    plan: Plan, estimates: list[JobEstimate], measured_on: str, gpus_per_job: int, steps: int = CALIBRATION_STEPS
+) -> str:
     """The table printed before submitting: each job, its estimated hours and memory, and the total."""
     unit = "GPU-hours" if gpus_per_job else "hours"
-    lines = [f"{plan.chapter} at the {plan.profile} profile: {len(estimates)} jobs to run; estimated from a "
-             f"{steps}-step calibration of each train() call on {measured_on}"]
+    lines = [
+        f"{plan.chapter} at the {plan.profile} profile: {len(estimates)} jobs to run; estimated from a "
+        f"{steps}-step calibration of each train() call on {measured_on}"
+    ]
     for row in estimates:
         hours = row.seconds / 3600 * max(1, gpus_per_job)
         note = f"  (calibration stopped early: {row.error})" if row.error else ""
@@ -332,8 +366,11 @@ def _executor(options: JobOptions, folder: Path, name: str) -> Any:
     except ImportError as err:
         raise ValueError("running on a scheduler needs submitit: pip install -e .[cluster]") from err
     executor = submitit.AutoExecutor(folder=folder / LOGS / "%j", cluster=options.executor)
-    parameters: dict[str, Any] = {"name": name, "timeout_min": options.timeout_min,
-                                  "gpus_per_node": options.gpus_per_job}
+    parameters: dict[str, Any] = {
+        "name": name,
+        "timeout_min": options.timeout_min,
+        "gpus_per_node": options.gpus_per_job,
+    }
     if options.executor == "slurm":
         parameters["slurm_array_parallelism"] = options.max_jobs
         if options.partition:
@@ -342,8 +379,9 @@ def _executor(options: JobOptions, folder: Path, name: str) -> Any:
     return executor
 
 
-def submit(plan: Plan, folder: Path, jobs: list[Job], options: JobOptions,
-           say: Callable[[str], None] = print) -> list[str]:
+def submit(
+    plan: Plan, folder: Path, jobs: list[Job], options: JobOptions, say: Callable[[str], None] = print
+) -> list[str]:
     """Run ``jobs`` and wait for them, the group jobs first, then the jobs of split sections whose groups all
     succeeded; the failures, each with its log's path."""
     plan.save(folder)
@@ -354,20 +392,28 @@ def submit(plan: Plan, folder: Path, jobs: list[Job], options: JobOptions,
     waiting = [job for job in jobs if not job.seeds and any(plan.split(name) for name in job.sections)]
     failed = _run_wave(executor, plan, folder, [job for job in jobs if job not in waiting], options, say)
     broken = {job.sections[0] for job, _ in failed if job.seeds}
-    held = [(job, f"{job.name}: not submitted, since a group job of it failed") for job in waiting
-            if job.sections[0] in broken]
-    failed += held + _run_wave(executor, plan, folder, [j for j in waiting if j.sections[0] not in broken], options,
-                               say)
+    held = [
+        (job, f"{job.name}: not submitted, since a group job of it failed")
+        for job in waiting
+        if job.sections[0] in broken
+    ]
+    failed += held + _run_wave(
+        executor, plan, folder, [j for j in waiting if j.sections[0] not in broken], options, say
+    )
     return [message for _, message in failed]
 
 
-def _run_wave(executor: Any, plan: Plan, folder: Path, jobs: list[Job], options: JobOptions,
-              say: Callable[[str], None]) -> list[tuple[Job, str]]:
+def _run_wave(
+    executor: Any, plan: Plan, folder: Path, jobs: list[Job], options: JobOptions, say: Callable[[str], None]
+) -> list[tuple[Job, str]]:
     """Submit ``jobs`` and wait for every one; the jobs that failed, each with a line that names its log."""
     failed = []
     # Slurm limits how many run at once itself; local processes are started max_jobs at a time
-    batches = [jobs] if options.executor == "slurm" else [jobs[i:i + options.max_jobs]
-                                                          for i in range(0, len(jobs), options.max_jobs)]
+    batches = (
+        [jobs]
+        if options.executor == "slurm"
+        else [jobs[i : i + options.max_jobs] for i in range(0, len(jobs), options.max_jobs)]
+    )
     for batch in (b for b in batches if b):
         submitted = executor.map_array(run_job, [plan] * len(batch), batch, [str(folder)] * len(batch))
         for job, spec in zip(submitted, batch):

@@ -12,11 +12,12 @@ if TYPE_CHECKING:
 
 MIN_EVALS = 8  # a run evaluated fewer times than this is too short to call settled
 SETTLED_TAIL = 0.1  # a run has settled when its last quarter of evaluations lowered the loss by less than this
-                    # fraction of its whole descent
+# fraction of its whole descent
 
 
-def still_descending(result: TrainResult, noise: float, curve: np.ndarray | None = None,
-                     continued: bool = False) -> np.ndarray:
+def still_descending(
+    result: TrainResult, noise: float, curve: np.ndarray | None = None, continued: bool = False
+) -> np.ndarray:
     """Per member: the loss had not settled when the budget ran out.
 
     Time is counted in learning-rate units (the sum of the schedule's factors), so that a loss that

@@ -48,16 +48,31 @@ class Setting:
         """This process's environment with the setting's kernel path and threads (and no inherited path)."""
         env = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
         # passive waiting: OpenMP threads that spin for work slow every process beside them (runs side by side)
-        return {**env, **PATHS[self.path], "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-                "OMP_WAIT_POLICY": "PASSIVE"}
+        return {
+            **env,
+            **PATHS[self.path],
+            "OMP_NUM_THREADS": str(self.threads),
+            "MKL_NUM_THREADS": str(self.threads),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
 
 
 def run_claims(chapter: str, setting: Setting, profile: str = "quick") -> list[Claim]:
     """Every row of ``chapter`` at ``profile``, made in a fresh process on ``setting``."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
-        command = [sys.executable, "-m", "sandboxes", "run", chapter, "--profile", profile, "--no-progress",
-                   "--out", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "sandboxes",
+            "run",
+            chapter,
+            "--profile",
+            profile,
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
         done = subprocess.run(command, env=setting.environment(), capture_output=True, text=True)
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"{chapter} on {setting.label} exited {done.returncode}:\n{done.stderr[-2000:]}")
@@ -105,14 +120,25 @@ def line_up(runs: Sequence[Sequence[Claim]]) -> list[Row]:
     """The rows of several runs of one chapter side by side; raises if the runs make different rows."""
     names = [[(c.section, c.name) for c in claims] for claims in runs]
     if any(n != names[0] for n in names[1:]):
-        raise ValueError("the settings made different rows: " + "; ".join(
-            str(sorted(set(n) ^ set(names[0]))) for n in names[1:] if n != names[0]))
-    return [Row(section, name, tuple(run[i].mark for run in runs), tuple(run[i].margin for run in runs),
-                tuple(run[i].predicted for run in runs)) for i, (section, name) in enumerate(names[0])]
+        raise ValueError(
+            "the settings made different rows: "
+            + "; ".join(str(sorted(set(n) ^ set(names[0]))) for n in names[1:] if n != names[0])
+        )
+    return [
+        Row(
+            section,
+            name,
+            tuple(run[i].mark for run in runs),
+            tuple(run[i].margin for run in runs),
+            tuple(run[i].predicted for run in runs),
+        )
+        for i, (section, name) in enumerate(names[0])
+    ]
 
 
-def survey(chapters: Sequence[str], settings: Sequence[Setting], profile: str = "quick",
-           jobs: int = 1) -> dict[str, list[Row]]:
+def survey(
+    chapters: Sequence[str], settings: Sequence[Setting], profile: str = "quick", jobs: int = 1
+) -> dict[str, list[Row]]:
     """Run each chapter once per setting, ``jobs`` runs at a time (each in its own process, with its setting's
     threads), and line each chapter's rows up."""
     pairs = [(chapter, setting) for chapter in chapters for setting in settings]
@@ -124,6 +150,7 @@ def survey(chapters: Sequence[str], settings: Sequence[Setting], profile: str = 
 
 def table(rows: Sequence[Row], settings: Sequence[Setting]) -> str:
     """A plain-text table: per row its verdicts, margins per setting and clearance, the least margin first."""
+
     def fmt(value: float | None) -> str:
         return "-" if value is None else "inf" if math.isinf(value) else f"{value:.3g}"
 
@@ -139,6 +166,7 @@ def table(rows: Sequence[Row], settings: Sequence[Setting]) -> str:
 
 def least(rows: Sequence[Row]) -> str:
     """The chapter's smallest margin and smallest clearance, each with its row, and how many rows have no margin."""
+
     def smallest(what: str, value: Callable[[Row], float | None]) -> str:
         known = [(v, row) for row in rows if (v := value(row)) is not None]
         if not known:
@@ -147,5 +175,7 @@ def least(rows: Sequence[Row]) -> str:
         return f"smallest {what} {v:.3g} ({row.section}: {row.name})"
 
     unmeasured = sum(row.least_margin is None for row in rows)
-    return (f"{smallest('margin', lambda r: r.least_margin)}; {smallest('clearance', lambda r: r.clearance)}; "
-            f"{unmeasured} of {len(rows)} rows without a numeric bound (verdicts compared only)")
+    return (
+        f"{smallest('margin', lambda r: r.least_margin)}; {smallest('clearance', lambda r: r.clearance)}; "
+        f"{unmeasured} of {len(rows)} rows without a numeric bound (verdicts compared only)"
+    )

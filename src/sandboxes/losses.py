@@ -16,8 +16,9 @@ def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
 def scored_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy over the scored targets (not ``IGNORE_INDEX``), and zero with no gradient where a batch
     scores none: for tasks whose scored targets are rare events (where :func:`next_token_loss` would give NaN)."""
-    summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
-                             reduction="sum")
+    summed = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
     return summed / (targets != IGNORE_INDEX).sum().clamp_min(1)
 
 

@@ -66,8 +66,16 @@ def _described(thing: Any) -> str:
 def key(schedule: Any, task: Any, seed: int, model: nn.Module, vmapped: bool, device: torch.device) -> str:
     """What fixes one member's run, hashed: the schedule, the task (its repr and two sequences it draws), the seed,
     the architecture and the initial weights (which carry a first phase into a second), vmap or not, the device."""
-    described = (schedule, type(task).__qualname__, _described(task), seed, _described(model),
-                 _described(getattr(model, "config", None)), vmapped, device.type)  # config: settings without weights
+    described = (
+        schedule,
+        type(task).__qualname__,
+        _described(task),
+        seed,
+        _described(model),
+        _described(getattr(model, "config", None)),
+        vmapped,
+        device.type,
+    )  # config: settings without weights
     digest = hashlib.sha256(repr(described).encode())
     for tensor in task.sample(2, torch.Generator().manual_seed(0)):
         digest.update(_bytes(tensor))
@@ -99,18 +107,25 @@ def load(shared: Shared, member: str) -> Stored | None:
         return None
     body = torch.load(path, weights_only=True)
     probes = body["probes"]
-    return Stored(body["state"], body["train_loss"].numpy(), body["eval_steps"].numpy(), body["eval_loss"].numpy(),
-                  None if probes is None else probes.numpy())
+    return Stored(
+        body["state"],
+        body["train_loss"].numpy(),
+        body["eval_steps"].numpy(),
+        body["eval_loss"].numpy(),
+        None if probes is None else probes.numpy(),
+    )
 
 
 def save(shared: Shared, member: str, stored: Stored) -> None:
     """Store a trained member; written under a temporary name first, so a killed job leaves none half written."""
     shared.folder.mkdir(parents=True, exist_ok=True)
-    body = {"state": {name: value.detach().cpu().clone() for name, value in stored.state.items()},
-            "train_loss": torch.from_numpy(np.ascontiguousarray(stored.train_loss)),
-            "eval_steps": torch.from_numpy(np.ascontiguousarray(stored.eval_steps)),
-            "eval_loss": torch.from_numpy(np.ascontiguousarray(stored.eval_loss)),
-            "probes": None if stored.probes is None else torch.from_numpy(np.ascontiguousarray(stored.probes))}
+    body = {
+        "state": {name: value.detach().cpu().clone() for name, value in stored.state.items()},
+        "train_loss": torch.from_numpy(np.ascontiguousarray(stored.train_loss)),
+        "eval_steps": torch.from_numpy(np.ascontiguousarray(stored.eval_steps)),
+        "eval_loss": torch.from_numpy(np.ascontiguousarray(stored.eval_loss)),
+        "probes": None if stored.probes is None else torch.from_numpy(np.ascontiguousarray(stored.probes)),
+    }
     path = _path(shared, member)
     # a name of its own: two jobs may store the same member at once (two sections that share a first phase)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")

@@ -64,8 +64,9 @@ def host_budget() -> int:
     return available // 4
 
 
-def member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig,
-                  device: torch.device) -> tuple[int, float]:
+def member_bytes(
+    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, device: torch.device
+) -> tuple[int, float]:
     """One member's bytes in a training step on ``device``: its weights, gradients and Adam's two moments, and its
     activations per sequence."""
     model = make_model()
@@ -74,7 +75,11 @@ def member_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainC
 
 
 def plan(
-    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, budget: int | None,
+    make_model: Callable[[], nn.Module],
+    task: Task,
+    config: TrainConfig,
+    members: int,
+    budget: int | None,
     device: torch.device,
 ) -> tuple[int, int]:
     """Members per group and held-out sequences per chunk that keep one step on ``device`` within ``budget`` bytes."""
@@ -86,8 +91,9 @@ def plan(
     return group, chunk
 
 
-def step_bytes(make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int,
-                device: torch.device) -> int:
+def step_bytes(
+    make_model: Callable[[], nn.Module], task: Task, config: TrainConfig, members: int, device: torch.device
+) -> int:
     """Bytes of one training step on ``device`` with ``members`` members at once."""
     weights, per_sequence = member_bytes(make_model, task, config, device)
     return int(members * (weights + per_sequence * config.batch_size))

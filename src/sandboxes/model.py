@@ -292,9 +292,13 @@ class AssociativeMemories(nn.Module):
 
     def __init__(self, vocab_size: int, block_size: int, d_model: int) -> None:
         super().__init__()
-        scale = d_model ** -0.5
-        for name, rows in (("tokens", vocab_size), ("positions", block_size), ("outputs", vocab_size),
-                           ("ov1", d_model)):
+        scale = d_model**-0.5
+        for name, rows in (
+            ("tokens", vocab_size),
+            ("positions", block_size),
+            ("outputs", vocab_size),
+            ("ov1", d_model),
+        ):
             self.register_buffer(name, scale * torch.randn(rows, d_model))
         self.kq1, self.kq2, self.ov2 = (nn.Parameter(torch.zeros(d_model, d_model)) for _ in range(3))
 
@@ -351,5 +355,3 @@ class MultiLayerPerceptron(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Number of distinct trainable scalars (a tied matrix counts once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-

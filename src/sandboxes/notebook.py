@@ -45,8 +45,13 @@ def profile() -> str:
 class Page:
     """One chapter page: its run (profile from the environment unless given) and the sections done so far."""
 
-    def __init__(self, chapter: Chapter, profile_name: str | None = None,
-                 overrides: Mapping[str, Any] | None = None, seeds: int | None = None) -> None:
+    def __init__(
+        self,
+        chapter: Chapter,
+        profile_name: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        seeds: int | None = None,
+    ) -> None:
         self.chapter = chapter
         self.run: Run = chapter.start(profile_name or profile(), overrides, seeds)
 
@@ -74,8 +79,10 @@ class Page:
         """The rerun command at this page's values, the full profile's where it differs, and the values read."""
         params = self.run.section(name).params
         full = resolve(self.chapter.params, "full", {})
-        values = ", ".join(f"{key} = {self.config[key]}" + (f" (full: {full[key]})" if full[key] != self.config[key]
-                                                              else "") for key in params)
+        values = ", ".join(
+            f"{key} = {self.config[key]}" + (f" (full: {full[key]})" if full[key] != self.config[key] else "")
+            for key in params
+        )
         lines = [f"Rerun this section: <code>{html.escape(self.run.command(name))}</code>"]
         if self.run.profile != "full" and any(full[key] != self.config[key] for key in params):
             lines.append(f"At the full profile: <code>{html.escape(self.run.command(name, 'full'))}</code>")
@@ -116,9 +123,13 @@ def full_result(chapter: Chapter) -> Result | None:
     result = load_full_result(name)
     if result is None:
         command = f"python -m sandboxes run {name} --profile full --device cuda --out results/{name}-full.json"
-        display(note(f"No full-profile result made on a GPU is committed for this chapter yet "
-                     f"(`{full_result_path(name).name}`). On a machine with a GPU, run `{command}` and commit the "
-                     f"file; this section then shows it beside the quick run."))
+        display(
+            note(
+                f"No full-profile result made on a GPU is committed for this chapter yet "
+                f"(`{full_result_path(name).name}`). On a machine with a GPU, run `{command}` and commit the "
+                f"file; this section then shows it beside the quick run."
+            )
+        )
         return None
     display(result.verdict)
     for section in chapter.sections:
@@ -135,26 +146,39 @@ def reference_result(chapter: Chapter, variant: str = "") -> Result | None:
     file = reference_result_path(chapter.name, variant).name
     trained = [s.name for s in chapter.sections if s.trains] if not variant else list(chapter.reference_sections)
     missing = [name for name in trained if result is None or name not in result.sections]
-    pending = (f" Sections that train models and have no reference run yet: {', '.join(missing)}." if missing
-               else "")
+    pending = f" Sections that train models and have no reference run yet: {', '.join(missing)}." if missing else ""
     changes = ", ".join(f"{key} = {value}" for key, value in chapter.reference_variants.get(variant, {}).items())
     what = f"The reference run at {changes}" if variant else "Reference run of this chapter"
     if result is None:
-        display(note(f"No reference result {'at ' + changes + ' ' if variant else ''}is committed for this chapter "
-                     f"yet (`{file}`); `make reference` makes it, one section at a time.{pending}"))
+        display(
+            note(
+                f"No reference result {'at ' + changes + ' ' if variant else ''}is committed for this chapter "
+                f"yet (`{file}`); `make reference` makes it, one section at a time.{pending}"
+            )
+        )
         return None
     made = result.provenance
     sections = ", ".join(f"{name} {s['wall_time_s'] / 60:.0f} min" for name, s in result.sections.items())
     commits = sorted({s["provenance"]["git_commit"][:7] for s in result.sections.values()})
-    judged = "".join(f" The rows of {name} were judged again from its stored data at commit "
-                     f"{s['judged']['git_commit'][:7]}, after a rule changed." for name, s in result.sections.items()
-                     if "judged" in s)
-    display(HTML("<p>" + html.escape(
-        f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
-        f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch {made['versions']['torch']}, "
-        f"at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section that draws seeds of its own names "
-        f"how many among the parameters it read).{judged} Nothing here reruns it: the page reads ")
-        + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"))
+    judged = "".join(
+        f" The rows of {name} were judged again from its stored data at commit "
+        f"{s['judged']['git_commit'][:7]}, after a rule changed."
+        for name, s in result.sections.items()
+        if "judged" in s
+    )
+    display(
+        HTML(
+            "<p>"
+            + html.escape(
+                f"{what}: {made['wall_time_s'] / 60:.0f} minutes of wall time ({sections}) on "
+                f"{made['device_name']} ({made['device_type']}; {made['platform']}), torch "
+                f"{made['versions']['torch']}, at commit {', '.join(commits)}, {len(result.seeds)} seeds (a section "
+                f"that draws seeds of its own names how many among the parameters it read).{judged} Nothing here "
+                "reruns it: the page reads "
+            )
+            + f"<code>results/{html.escape(file)}</code>.{html.escape(pending)}</p>"
+        )
+    )
     return result
 
 
@@ -168,9 +192,13 @@ def attempt(name: str) -> Result:
     measured and without raising: what the chapter reports where its reference run has not succeeded yet."""
     result = attempt_result(name)
     made = result.provenance
-    display(note(f"A reference attempt, not a reference result: `results/attempts/{name}`, "
-                 f"{made['wall_time_s'] / 60:.0f} minutes at commit {made['git_commit'][:7]}, "
-                 f"{result.verdict.tally()}. Its rows as measured:"))
+    display(
+        note(
+            f"A reference attempt, not a reference result: `results/attempts/{name}`, "
+            f"{made['wall_time_s'] / 60:.0f} minutes at commit {made['git_commit'][:7]}, "
+            f"{result.verdict.tally()}. Its rows as measured:"
+        )
+    )
     display(HTML(result.verdict._repr_html_()))
     return result
 
@@ -214,9 +242,18 @@ def reference_verdict(result: Result, section: str) -> None:
     claims = [c for c in result.claims if c.section == section]
     record = result.sections[section]
     values = ", ".join(f"{key} = {value}" for key, value in record["values"].items())
-    display(HTML(Verdict(claims)._repr_html_() + _footer(record["silent"], [
-        f"Made by: <code>{html.escape(record['command'])}</code> ({record['wall_time_s'] / 60:.0f} min)",
-        f"Parameters it read: {html.escape(values)}"])))
+    display(
+        HTML(
+            Verdict(claims)._repr_html_()
+            + _footer(
+                record["silent"],
+                [
+                    f"Made by: <code>{html.escape(record['command'])}</code> ({record['wall_time_s'] / 60:.0f} min)",
+                    f"Parameters it read: {html.escape(values)}",
+                ],
+            )
+        )
+    )
     failed = Verdict(claims).failures()
     if failed:
         raise ClaimFailed(f"reference section {section}: claims that failed:\n" + Verdict(failed).text())

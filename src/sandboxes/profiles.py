@@ -66,6 +66,7 @@ class Interval:
     def describe(self) -> str:
         def number(x: float) -> str:
             return f"{x:g}"
+
         if self.integer and self.low is not None and self.high is not None:
             return f"an integer in {number(self.low)}..{number(self.high)}"
         if self.low is not None and self.high is not None and self.open_low == self.open_high:
@@ -126,8 +127,12 @@ class ListOf:
 
     def draw(self, rng: np.random.Generator, near: str) -> str:
         scale = self.entries(near)
-        values = sorted({self.item.draw(rng, scale[int(rng.integers(len(scale)))])
-                         for _ in range(self.min_length + int(rng.integers(3)))})
+        values = sorted(
+            {
+                self.item.draw(rng, scale[int(rng.integers(len(scale)))])
+                for _ in range(self.min_length + int(rng.integers(3)))
+            }
+        )
         while len(values) < self.min_length:  # a repeated draw: widen with new values
             values = sorted(set(values) | {self.item.draw(rng, scale[0])})
         return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 def commit_in_history(commit: str) -> bool:
     """Whether ``commit`` is an ancestor of (or is) HEAD in this repository."""
     try:
-        out = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=REPO_ROOT,
-                             capture_output=True, timeout=10)
+        out = subprocess.run(
+            ["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=REPO_ROOT, capture_output=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0
@@ -41,8 +42,9 @@ def variant_of(path: Path) -> tuple[str, str]:
     return chapter, variant.removeprefix("-")
 
 
-def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], bool] = commit_in_history,
-             variant: str = "") -> list[str]:
+def problems(
+    result: Result, chapter: Chapter, known_commit: Callable[[str], bool] = commit_in_history, variant: str = ""
+) -> list[str]:
     """Every reason ``result`` is not a valid committed reference result of ``chapter`` (empty: valid).
 
     ``variant`` names one of the chapter's ``reference_variants``: the profile's values with that variant's changes.
@@ -72,8 +74,10 @@ def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], boo
             if key not in profile:
                 found.append(f"section {name} read {key}, no longer a parameter of {chapter.name}")
             elif values.get(key) != profile[key]:
-                found.append(f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
-                             f"gives {profile[key]!r}: rerun it")
+                found.append(
+                    f"section {name} ran with {key} = {values.get(key)!r}; the reference profile now "
+                    f"gives {profile[key]!r}: rerun it"
+                )
         found += _stale_rows(result, name, _current_rows(result, chapter, name, variant))
         for what, made in (("made", section["provenance"]), ("judged", section.get("judged"))):
             if made is None:
@@ -81,13 +85,15 @@ def problems(result: Result, chapter: Chapter, known_commit: Callable[[str], boo
             if made.get("git_dirty") is not False:
                 found.append(f"section {name} was not {what} from a clean tree (git_dirty = {made.get('git_dirty')})")
             if not known_commit(str(made.get("git_commit"))):
-                found.append(f"section {name} was {what} at commit {made.get('git_commit')}, which is not in this "
-                             f"history")
+                found.append(
+                    f"section {name} was {what} at commit {made.get('git_commit')}, which is not in this history"
+                )
     return found
 
 
-def rejudge(result: Result, chapter: Chapter, name: str, variant: str = "",
-            commit: tuple[str, bool | None] | None = None) -> Result:
+def rejudge(
+    result: Result, chapter: Chapter, name: str, variant: str = "", commit: tuple[str, bool | None] | None = None
+) -> Result:
     """``result`` with section ``name``'s rows and silences made again by the current rules from its stored data
     and the values it ran with, and the commit that judged them (``commit``, or now's) recorded beside the run's.
 
@@ -105,17 +111,24 @@ def rejudge(result: Result, chapter: Chapter, name: str, variant: str = "",
     assert current is not None  # the section has a rows function
     claims, silent = current
     judged_at, dirty = commit or current_commit()
-    record = {**result.sections[name], "silent": list(silent),
-              "judged": {"git_commit": judged_at, "git_dirty": dirty, "created": utc_now()}}
+    record = {
+        **result.sections[name],
+        "silent": list(silent),
+        "judged": {"git_commit": judged_at, "git_dirty": dirty, "created": utc_now()},
+    }
     new = [dataclasses.replace(c, section=name) for c in claims]
     return dataclasses.replace(
-        result, claims=[c for n in result.sections for c in (new if n == name else
-                                                             [c for c in result.claims if c.section == n])],
-        sections={**result.sections, name: record})
+        result,
+        claims=[
+            c for n in result.sections for c in (new if n == name else [c for c in result.claims if c.section == n])
+        ],
+        sections={**result.sections, name: record},
+    )
 
 
-def _current_rows(result: Result, chapter: Chapter, name: str,
-                  variant: str = "") -> tuple[list[Claim], tuple[str, ...]] | None:
+def _current_rows(
+    result: Result, chapter: Chapter, name: str, variant: str = ""
+) -> tuple[list[Claim], tuple[str, ...]] | None:
     """The rows and silences the current rules make of section ``name``'s stored data and the values it ran with
     (None where the section cannot recompute its rows from its data)."""
     rows = chapter.section(name).rows
@@ -132,14 +145,20 @@ def _stale_rows(result: Result, name: str, current: tuple[list[Claim], tuple[str
         return []
     claims, silent = current
     stored = [dataclasses.replace(c, section="") for c in result.claims if c.section == name]
-    found = [f"section {name}: row {new.name!r} is now {new.mark}, the file says {old.mark}: judge it again"
-             for old, new in zip(stored, claims) if old.name == new.name and old.holds != new.holds]
+    found = [
+        f"section {name}: row {new.name!r} is now {new.mark}, the file says {old.mark}: judge it again"
+        for old, new in zip(stored, claims)
+        if old.name == new.name and old.holds != new.holds
+    ]
     if [c.name for c in stored] != [c.name for c in claims]:
-        found.append(f"section {name}: the current rules make rows {[c.name for c in claims]}, the file holds "
-                     f"{[c.name for c in stored]}: judge it again")
+        found.append(
+            f"section {name}: the current rules make rows {[c.name for c in claims]}, the file holds "
+            f"{[c.name for c in stored]}: judge it again"
+        )
     elif not found and stored != claims:
         found.append(f"section {name}: a row's text differs from what the current rules make: judge it again")
     if list(silent) != list(result.sections[name].get("silent", [])):
-        found.append(f"section {name}: the reasons for missing rows differ from what the current rules give: judge it "
-                         "again")
+        found.append(
+            f"section {name}: the reasons for missing rows differ from what the current rules give: judge it again"
+        )
     return found

@@ -46,8 +46,9 @@ def current_commit() -> tuple[str, bool | None]:
     return head, _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results") != ""
 
 
-def provenance(device_type: str, device_name: str, wall_time: float,
-               commit: tuple[str, bool | None] | None = None) -> dict[str, Any]:
+def provenance(
+    device_type: str, device_name: str, wall_time: float, commit: tuple[str, bool | None] | None = None
+) -> dict[str, Any]:
     """Where and how a result was made: commit (``commit``, or now's), versions, hardware, wall time, date."""
     commit, dirty = commit or current_commit()
     return {
@@ -146,20 +147,24 @@ def merge(into: Result | None, new: Result, order: list[str]) -> Result:
         return new
     for key in ("chapter", "profile", "seeds"):
         if getattr(into, key) != getattr(new, key):
-            raise ValueError(f"cannot merge: {key} {getattr(new, key)!r} differs from the file's "
-                             f"{getattr(into, key)!r}")
+            raise ValueError(
+                f"cannot merge: {key} {getattr(new, key)!r} differs from the file's {getattr(into, key)!r}"
+            )
     sections = {**into.sections, **new.sections}
     names = [name for name in order if name in sections]
-    claims = {name: [c for c in source.claims if c.section == name]
-              for source in (into, new) for name in source.sections}
+    claims = {
+        name: [c for c in source.claims if c.section == name] for source in (into, new) for name in source.sections
+    }
     data = {**into.data, **new.data}
     return Result(
-        chapter=new.chapter, profile=new.profile, config=new.config, seeds=new.seeds,
+        chapter=new.chapter,
+        profile=new.profile,
+        config=new.config,
+        seeds=new.seeds,
         claims=[c for name in names for c in claims[name]],
         data={name: data[name] for name in names},
         sections={name: sections[name] for name in names},
-        provenance={**new.provenance,
-                    "wall_time_s": round(sum(sections[n].get("wall_time_s", 0.0) for n in names), 2)},
+        provenance={**new.provenance, "wall_time_s": round(sum(sections[n].get("wall_time_s", 0.0) for n in names), 2)},
     )
 
 

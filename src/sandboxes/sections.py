@@ -108,8 +108,9 @@ class Section:
 
     def __post_init__(self) -> None:
         if self.exact_rows and not self.trains or self.sampled_rows and self.trains:
-            raise ValueError(f"section {self.name}: exact_rows name rows of a section that trains, sampled_rows of "
-                             "one that does not")
+            raise ValueError(
+                f"section {self.name}: exact_rows name rows of a section that trains, sampled_rows of one that does not"
+            )
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -212,8 +213,9 @@ class Chapter:
         for section in self.sections:
             if section.name == name:
                 return section
-        raise ValueError(f"unknown section {name!r} of {self.name}; choose one of "
-                         f"{', '.join(s.name for s in self.sections)}")
+        raise ValueError(
+            f"unknown section {name!r} of {self.name}; choose one of {', '.join(s.name for s in self.sections)}"
+        )
 
     def closure(self, names: Sequence[str]) -> list[str]:
         """``names`` and every section they need, in reading order."""
@@ -223,16 +225,31 @@ class Chapter:
                 wanted |= set(section.needs)
         return [s.name for s in self.sections if s.name in wanted]
 
-    def start(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
-              device: str = "auto", progress: bool | None = None, only_seeds: Sequence[int] = (),
-              workers: int = 1) -> Run:
+    def start(
+        self,
+        profile: str = "quick",
+        overrides: Mapping[str, Any] | None = None,
+        seeds: int | None = None,
+        device: str = "auto",
+        progress: bool | None = None,
+        only_seeds: Sequence[int] = (),
+        workers: int = 1,
+    ) -> Run:
         """Resolve and check the config and the seeds; no section runs yet. ``only_seeds``: run these of the
         seeds alone (a cluster run's group job, which trains some seeds of a section for the job that runs it)."""
         return Run(self, profile, overrides or {}, seeds, device, progress, tuple(only_seeds), workers=workers)
 
-    def run(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None, seeds: int | None = None,
-            device: str = "auto", progress: bool | None = None, sections: Sequence[str] | None = None,
-            only_seeds: Sequence[int] = (), workers: int = 1) -> Result:
+    def run(
+        self,
+        profile: str = "quick",
+        overrides: Mapping[str, Any] | None = None,
+        seeds: int | None = None,
+        device: str = "auto",
+        progress: bool | None = None,
+        sections: Sequence[str] | None = None,
+        only_seeds: Sequence[int] = (),
+        workers: int = 1,
+    ) -> Result:
         """Run ``sections`` (default: all) and the sections they need; return one result with provenance."""
         run = self.start(profile, overrides, seeds, device, progress, only_seeds, workers)
         names = [s.name for s in self.sections] if not sections else [self.section(n).name for n in sections]
@@ -281,14 +298,16 @@ class Run:
             raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
         if self.chapter.check is not None:
             self.chapter.check(self.config, n_seeds)
-        if self.only_seeds and not (list(self.only_seeds) == sorted(set(self.only_seeds))
-                                    and set(self.only_seeds) <= set(range(n_seeds))):
+        if self.only_seeds and not (
+            list(self.only_seeds) == sorted(set(self.only_seeds)) and set(self.only_seeds) <= set(range(n_seeds))
+        ):
             raise ValueError(f"only_seeds must be distinct seeds of 0 .. {n_seeds - 1} in order, got {self.only_seeds}")
         if self.workers < 1:
             raise ValueError(f"--workers must be at least 1, got {self.workers}")
         device = pick_device(self.device_choice)
-        self.context = RunContext(self.profile, device, list(self.only_seeds or range(n_seeds)), self.progress,
-                                  self.workers)
+        self.context = RunContext(
+            self.profile, device, list(self.only_seeds or range(n_seeds)), self.progress, self.workers
+        )
         self.commit = current_commit()
 
     def check_seeds(self, name: str) -> None:
@@ -321,21 +340,34 @@ class Run:
         order = [s.name for s in self.chapter.sections if s.name in self.done]
         done = [self.done[name] for name in order]
         return Result(
-            chapter=self.chapter.name, profile=self.profile, config=dict(self.config), seeds=self.context.seeds,
+            chapter=self.chapter.name,
+            profile=self.profile,
+            config=dict(self.config),
+            seeds=self.context.seeds,
             claims=[claim for d in done for claim in d.claims],
             data={name: d.data for name, d in zip(order, done)},
             sections={name: self._section_record(name, d) for name, d in zip(order, done)},
-            provenance=provenance(self.context.device.type, device_name(self.context.device),
-                                  sum(d.wall_time_s for d in done), self.commit),
+            provenance=provenance(
+                self.context.device.type,
+                device_name(self.context.device),
+                sum(d.wall_time_s for d in done),
+                self.commit,
+            ),
         )
 
     def _section_record(self, name: str, done: Done) -> dict[str, Any]:
         """What a result file keeps of one section: the values it read, its time, its silent rows, and
         where and how it was made (so that sections of one file may come from different runs)."""
-        return {"params": done.params, "values": {key: self.config[key] for key in done.params},
-                "wall_time_s": done.wall_time_s, "silent": list(done.silent), "command": self.command(name),
-                "provenance": provenance(self.context.device.type, device_name(self.context.device),
-                                         done.wall_time_s, self.commit)}
+        return {
+            "params": done.params,
+            "values": {key: self.config[key] for key in done.params},
+            "wall_time_s": done.wall_time_s,
+            "silent": list(done.silent),
+            "command": self.command(name),
+            "provenance": provenance(
+                self.context.device.type, device_name(self.context.device), done.wall_time_s, self.commit
+            ),
+        }
 
     def command(self, name: str, profile: str | None = None) -> str:
         """The command line that remakes section ``name`` (which has run) with this run's values, or ``profile``'s."""
@@ -347,8 +379,11 @@ class Run:
             parts += ["--profile", profile]
         if profile == self.profile:
             defaults = resolve(self.chapter.params, profile, {})
-            parts += ["--set " + shlex.quote(f"{key}={_shown(self.config[key])}") for key in self.done[name].params
-                      if self.config[key] != defaults[key]]
+            parts += [
+                "--set " + shlex.quote(f"{key}={_shown(self.config[key])}")
+                for key in self.done[name].params
+                if self.config[key] != defaults[key]
+            ]
             if self.n_seeds is not None and self.n_seeds != self.chapter.seeds[profile]:
                 parts += ["--seeds", str(self.n_seeds)]
             if self.workers > 1:  # one thread per worker: the numbers of any number of workers, not of one process
@@ -356,8 +391,9 @@ class Run:
         return " ".join(parts)
 
 
-def _undecided_if_diverged(claims: list[Claim], caught: list[warnings.WarningMessage],
-                           theory: tuple[str, ...]) -> list[Claim]:
+def _undecided_if_diverged(
+    claims: list[Claim], caught: list[warnings.WarningMessage], theory: tuple[str, ...]
+) -> list[Claim]:
     """The section's claims, each but its ``theory`` rows undecided if some training diverged; the other warnings
     caught while the section ran are passed on. A diverged run decides nothing, and its NaN can make a row hold as
     easily as fail (a count of runs above a bound leaves it out)."""

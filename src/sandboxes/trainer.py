@@ -96,8 +96,13 @@ class TrainConfig:
 
 # vmap runs PyTorch's fused attention member by member (forward and backward) and says so each time; on a CPU the
 # model's own kernel (sandboxes.attention) folds the members into the batch instead
-warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the "
-                        "batching rule for aten::_scaled_dot_product", category=UserWarning)
+warnings.filterwarnings(
+    "ignore",
+    message="There is a performance drop because we have not yet implemented the "
+    "batching rule for aten::_scaled_dot_product",
+    category=UserWarning,
+)
+
 
 @dataclass
 class TrainResult:
@@ -196,18 +201,23 @@ def _optimizer(runner: nn.Module, config: TrainConfig, batched: bool) -> torch.o
     """AdamW with GPT-2's decay groups, or plain gradient descent: each member's parameters get their own steps."""
     if config.optimizer == "sgd":
         return torch.optim.SGD(runner.parameters(), lr=config.lr)
-    return torch.optim.AdamW(_decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr,
-                             betas=config.betas)
+    return torch.optim.AdamW(
+        _decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr, betas=config.betas
+    )
 
 
 def _repeated(part: TrainResult, seeds: list[int]) -> TrainResult:
     """The first group's models (copied) and curves repeated to a row per seed: what a calibration hands on in
     place of the groups it did not train, so that what follows sees every member."""
     have, rows = len(part.models), np.arange(len(seeds)) % len(part.models)
-    return replace(part, seeds=list(seeds),
-                   models=part.models + [copy.deepcopy(part.models[i % have]) for i in range(have, len(seeds))],
-                   train_loss=part.train_loss[rows], eval_loss=part.eval_loss[rows],
-                   probes=None if part.probes is None else part.probes[rows])
+    return replace(
+        part,
+        seeds=list(seeds),
+        models=part.models + [copy.deepcopy(part.models[i % have]) for i in range(have, len(seeds))],
+        train_loss=part.train_loss[rows],
+        eval_loss=part.eval_loss[rows],
+        probes=None if part.probes is None else part.probes[rows],
+    )
 
 
 def _scored(targets: Tensor) -> Tensor:
@@ -243,7 +253,9 @@ def _check_finite(losses: Tensor, first_step: int, seeds: list[int], lr: float, 
         diverged.update(members)
         warnings.warn(
             f"training loss became NaN/inf at step {first_step + step} for seed(s) {[seeds[k] for k in members]} "
-            f"(lr={lr})", TrainingDiverged, stacklevel=3,
+            f"(lr={lr})",
+            TrainingDiverged,
+            stacklevel=3,
         )
 
 
@@ -263,8 +275,12 @@ class _Call:
 
     def only(self, rows: Sequence[int]) -> _Call:
         """The same call for the members at ``rows``."""
-        return replace(self, makers=[self.makers[i] for i in rows], tasks=[self.tasks[i] for i in rows],
-                       seeds=[self.seeds[i] for i in rows])
+        return replace(
+            self,
+            makers=[self.makers[i] for i in rows],
+            tasks=[self.tasks[i] for i in rows],
+            seeds=[self.seeds[i] for i in rows],
+        )
 
 
 def _check_again(train_loss: list[np.ndarray], eval_steps: np.ndarray, seeds: list[int], lr: float) -> None:
@@ -284,8 +300,14 @@ def warn_diverged(result: TrainResult) -> None:
 def _fit(call: _Call, eval_chunk: int) -> TrainResult:
     """Train the members of ``call`` at once (vmapped, or one plain model)."""
     began = time.perf_counter()
-    seeds, tasks, config, device, batched, probe = (call.seeds, call.tasks, call.config, call.device, call.vmapped,
-                                                    call.probe)
+    seeds, tasks, config, device, batched, probe = (
+        call.seeds,
+        call.tasks,
+        call.config,
+        call.device,
+        call.vmapped,
+        call.probe,
+    )
     models = []
     for seed, make_model in zip(seeds, call.makers):
         seed_everything(seed)
@@ -383,8 +405,17 @@ def train(
     device = torch.device(device)
     keep_freed_memory()
     progress = sys.stderr.isatty() if progress is None else progress
-    call = _Call(makers, tasks, seeds, config, device, batched and len(seeds) > 1,  # one member: a plain model
-                 progress, budget, probe)
+    call = _Call(
+        makers,
+        tasks,
+        seeds,
+        config,
+        device,
+        batched and len(seeds) > 1,  # one member: a plain model
+        progress,
+        budget,
+        probe,
+    )
     shared = members.active()
     if shared is not None and not calibration.is_calibrating():
         return _train_shared(shared, call)
@@ -403,17 +434,21 @@ def _train_all(call: _Call) -> TrainResult:
     if planning is not None:
         config = replace(config, steps=min(config.steps, planning.steps))
         planning.timing = Timing()
-    size, eval_chunk = memory.plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget,
-                                   call.device)
+    size, eval_chunk = memory.plan(makers[0], tasks[0], config, len(seeds) if call.vmapped else 1, budget, call.device)
     groups = [list(range(i, min(i + size, len(seeds)))) for i in range(0, len(seeds), size)]
     start = time.perf_counter()
     # a calibration trains the first group alone: the others have its shapes, and its time is scaled to them
-    parts = [_fit(replace(call.only(group), config=config), eval_chunk)
-             for group in (groups[:1] if planning is not None else groups)]
+    parts = [
+        _fit(replace(call.only(group), config=config), eval_chunk)
+        for group in (groups[:1] if planning is not None else groups)
+    ]
     if planning is not None:
         step_bytes = memory.step_bytes(makers[0], tasks[0], config, size, call.device)
-        planning.calls.append(TrainCall(planned_steps, config.eval_every, time.perf_counter() - start,
-                                        planning.timing, step_bytes, len(groups)))
+        planning.calls.append(
+            TrainCall(
+                planned_steps, config.eval_every, time.perf_counter() - start, planning.timing, step_bytes, len(groups)
+            )
+        )
         return replace(_repeated(parts[0], seeds), wall_time=time.perf_counter() - start)
     return joined(parts, time.perf_counter() - start)
 
@@ -427,18 +462,27 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
         seed_everything(seed)  # as _fit seeds before it builds a member, so the key sees its initial weights
         models.append(make())
         keys.append(members.key(config, task, seed, models[-1], call.vmapped, call.device))
-    found = {i: stored for i, name in enumerate(keys) if (stored := members.load(shared, name)) is not None
-             and (call.probe is None or stored.probes is not None)}  # a member stored unprobed cannot serve a probe
+    found = {
+        i: stored
+        for i, name in enumerate(keys)
+        if (stored := members.load(shared, name)) is not None and (call.probe is None or stored.probes is not None)
+    }  # a member stored unprobed cannot serve a probe
     todo = [i for i in range(len(seeds)) if i not in found]
     served = [i for i in range(len(seeds)) if i in found]
     if served:  # the divergence warnings its training gave, which decide whether a failed row is undecided
-        _check_again([found[i].train_loss for i in served], found[served[0]].eval_steps, [seeds[i] for i in served],
-                     config.lr)
+        _check_again(
+            [found[i].train_loss for i in served], found[served[0]].eval_steps, [seeds[i] for i in served], config.lr
+        )
     if todo:
         fresh = _train_all(call.only(todo))
         for row, i in enumerate(todo):
-            found[i] = members.Stored(fresh.models[row].state_dict(), fresh.train_loss[row], fresh.eval_steps,
-                                      fresh.eval_loss[row], None if fresh.probes is None else fresh.probes[row])
+            found[i] = members.Stored(
+                fresh.models[row].state_dict(),
+                fresh.train_loss[row],
+                fresh.eval_steps,
+                fresh.eval_loss[row],
+                None if fresh.probes is None else fresh.probes[row],
+            )
             members.save(shared, keys[i], found[i])
     shared.served, shared.trained = shared.served + len(seeds) - len(todo), shared.trained + len(todo)
     for i, model in enumerate(models):

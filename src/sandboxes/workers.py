@@ -45,15 +45,19 @@ class TrainRequest:
 
     def run(self, progress: bool | None) -> TrainResult:
         """The call, in this process."""
-        return train(self.make_model, self.task, self.config, self.seeds, self.device, batched=self.batched,
-                     progress=progress)
+        return train(
+            self.make_model, self.task, self.config, self.seeds, self.device, batched=self.batched, progress=progress
+        )
 
     def only(self, rows: Sequence[int]) -> TrainRequest:
         """The same call for the members at ``rows``."""
+
         def pick(one_or_each: Any) -> Any:
             return [one_or_each[i] for i in rows] if isinstance(one_or_each, Sequence) else one_or_each
-        return replace(self, make_model=pick(self.make_model), task=pick(self.task),
-                       seeds=[self.seeds[i] for i in rows])
+
+        return replace(
+            self, make_model=pick(self.make_model), task=pick(self.task), seeds=[self.seeds[i] for i in rows]
+        )
 
     def cost(self) -> float:
         """Parameters times members times sequences seen: an estimate that orders the work, never a number."""
@@ -88,8 +92,13 @@ def in_workers(requests: Sequence[TrainRequest], workers: int) -> bool:
     """Whether :func:`train_each` would spread ``requests`` over worker processes: more than one worker and one
     request, all on the CPU, and no planning (:func:`calibration.calibrating`) or member store that lives in this
     process."""
-    return (workers > 1 and len(requests) > 1 and all(r.device.type == "cpu" for r in requests)
-            and not calibration.is_calibrating() and members.active() is None)
+    return (
+        workers > 1
+        and len(requests) > 1
+        and all(r.device.type == "cpu" for r in requests)
+        and not calibration.is_calibrating()
+        and members.active() is None
+    )
 
 
 def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: bool | None = None) -> list[TrainResult]:
@@ -109,8 +118,14 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
     context = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's OpenMP threads
     with ProcessPoolExecutor(min(workers, len(requests)), mp_context=context, initializer=_start_worker) as pool:
         futures = {pool.submit(_run_packed, _packed(requests[i])): i for i in order}
-        for future in tqdm(as_completed(futures), total=len(futures), desc=f"trainings in {workers} workers",
-                           disable=not show, leave=False, file=sys.stderr):
+        for future in tqdm(
+            as_completed(futures),
+            total=len(futures),
+            desc=f"trainings in {workers} workers",
+            disable=not show,
+            leave=False,
+            file=sys.stderr,
+        ):
             results[futures[future]] = _unpacked(future.result())
     for result in results:
         trainer.warn_diverged(result)

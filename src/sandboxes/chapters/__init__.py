@@ -12,8 +12,10 @@ from ..sections import Chapter
 def _registry() -> dict[str, Chapter]:
     from . import dilution, hmm, induction, markov, shortcuts
 
-    return {chapter.name: chapter for chapter in (markov.CHAPTER, shortcuts.CHAPTER, dilution.CHAPTER, hmm.CHAPTER,
-                                                     induction.CHAPTER)}
+    return {
+        chapter.name: chapter
+        for chapter in (markov.CHAPTER, shortcuts.CHAPTER, dilution.CHAPTER, hmm.CHAPTER, induction.CHAPTER)
+    }
 
 
 def get_chapter(name: str) -> Chapter:

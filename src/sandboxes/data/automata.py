@@ -309,8 +309,9 @@ def gridworld(n: int) -> Semiautomaton:
     if n < 2:
         raise ValueError(f"Grid_n needs n >= 2, got {n}")
     q = np.arange(n)
-    return Semiautomaton(f"Grid{n}", np.stack([np.maximum(q - 1, 0), np.minimum(q + 1, n - 1)]),
-                         ("L", "R"), tuple(map(str, q)))
+    return Semiautomaton(
+        f"Grid{n}", np.stack([np.maximum(q - 1, 0), np.minimum(q + 1, n - 1)]), ("L", "R"), tuple(map(str, q))
+    )
 
 
 def dyck(depth: int = 4, kinds: int = 2) -> Semiautomaton:
@@ -348,8 +349,12 @@ def memory(m: int) -> Semiautomaton:
 
 
 _FACTORIES: dict[str, Callable[[int], Semiautomaton]] = {
-    "C": cyclic, "D": lambda order: dihedral(order // 2), "A": alternating, "S": symmetric,
-    "Grid": gridworld, "memory": memory,
+    "C": cyclic,
+    "D": lambda order: dihedral(order // 2),
+    "A": alternating,
+    "S": symmetric,
+    "Grid": gridworld,
+    "memory": memory,
 }
 MAX_STATES = 720  # S6: larger automata make the checks and the output layers slow on a CPU
 EXAMPLES = ("C2", "C3", "C2xC2xC2", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop", "memory3")
@@ -525,8 +530,9 @@ def derived_series_from_generators(generators: Sequence[Perm]) -> list[int]:
     gens = _generators_of(list(generators)) or [identity]
     orders = [len(generated_group(gens))]
     while orders[-1] > 1:
-        commutators = sorted({compose(inverse(a), compose(inverse(b), compose(a, b))) for a in gens for b in gens}
-                             - {identity})
+        commutators = sorted(
+            {compose(inverse(a), compose(inverse(b), compose(a, b))) for a in gens for b in gens} - {identity}
+        )
         group = _normal_closure(commutators, gens) if commutators else [identity]
         if len(group) == orders[-1]:
             break

@@ -127,8 +127,10 @@ class Sharpened:
 
     def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
         logits, attention = outputs
-        return next_token_loss(logits, targets) + self.weight * torch.stack(
-            [attention_entropy(a).mean() for a in attention]).mean()
+        return (
+            next_token_loss(logits, targets)
+            + self.weight * torch.stack([attention_entropy(a).mean() for a in attention]).mean()
+        )
 
 
 def all_strings(length: int) -> Tensor:

@@ -100,9 +100,10 @@ class InContextMarkov:
         """``n`` kernels, shape ``(n, n_states ** order, n_states)``, drawn from the prior and mixed with the floor."""
         k = self.n_states
         if self.rows == "dirichlet":
-            shape = (n, k ** self.order, k)
-            gamma = torch._standard_gamma(torch.full(shape, float(self.alpha), dtype=torch.float64),
-                                          generator=generator)
+            shape = (n, k**self.order, k)
+            gamma = torch._standard_gamma(
+                torch.full(shape, float(self.alpha), dtype=torch.float64), generator=generator
+            )
             rows = (gamma / gamma.sum(dim=-1, keepdim=True)).numpy()
         else:
             sigma = torch.argsort(torch.rand(n, k, generator=generator), dim=-1).numpy()

@@ -39,8 +39,10 @@ class TriggerTask:
         if self.scored not in ("every", "recall"):
             raise ValueError(f"the scored targets are 'every' or 'recall', got {self.scored!r}")
         if not 1 <= self.n_triggers <= self.n_tokens - 2:
-            raise ValueError(f"the triggers leave at least two tokens for outputs: 1 <= n_triggers <= n_tokens - 2, "
-                             f"got {self.n_triggers} triggers of {self.n_tokens} tokens")
+            raise ValueError(
+                f"the triggers leave at least two tokens for outputs: 1 <= n_triggers <= n_tokens - 2, "
+                f"got {self.n_triggers} triggers of {self.n_tokens} tokens"
+            )
         if self.length < 2:
             raise ValueError(f"a sequence reads at least 2 tokens, got length {self.length}")
         if not self.concentration > 0:

@@ -21,8 +21,13 @@ if TYPE_CHECKING:
         TrainingData,
     )
 
-KINDS = {"transformer": COLORS["untied"], "plain": COLORS["theory"], "sharpened": COLORS["full"],
-         "rare": COLORS["depth2"], "lstm": COLORS["lstm"]}
+KINDS = {
+    "transformer": COLORS["untied"],
+    "plain": COLORS["theory"],
+    "sharpened": COLORS["full"],
+    "rare": COLORS["depth2"],
+    "lstm": COLORS["lstm"],
+}
 SETS = {"0.98": "sparse, p_i = 0.98", "0.8": "p_i = 0.8", "0.1": "dense, p_i = 0.1"}
 
 
@@ -36,8 +41,12 @@ def bound_curves(data: BoundData) -> Figure:
         ax.plot(fine, theory.max_weight_bound(fine, sigma), color=color, lw=1.5, label=f"σ = {sigma:g}")
         ax.plot(lengths, np.asarray(data["random_max"])[k], "x", color=color, ms=5)
     ax.plot([], [], "x", color="black", label="largest of 64 random inputs")
-    ax.set(xscale="log", xlabel="sequence length T", ylabel="largest attention weight",
-           title="Proposition 4 bound (lines; the extremal input attains it)")
+    ax.set(
+        xscale="log",
+        xlabel="sequence length T",
+        ylabel="largest attention weight",
+        title="Proposition 4 bound (lines; the extremal input attains it)",
+    )
     ax.legend(fontsize=7, ncol=2)
     return fig
 
@@ -47,10 +56,18 @@ def dilution_length(data: BoundData) -> Figure:
     sigma = np.asarray(data["sigma_grid"])
     fig, ax = plt.subplots()
     for k, threshold in enumerate(data["thresholds"]):
-        ax.plot(sigma, data["dilution_length"][str(threshold)], color=plt.cm.magma(0.2 + 0.25 * k),
-                label=f"largest weight ≤ {threshold:g}")
-    ax.set(yscale="log", xlabel="σ_max = ‖W_Kᵀ W_Q‖₂ (unit-norm latents)", ylabel="dilution length T*",
-           title="T* = 1 + exp(2σ)(1 − t)/t: beyond it no input gets more than t")
+        ax.plot(
+            sigma,
+            data["dilution_length"][str(threshold)],
+            color=plt.cm.magma(0.2 + 0.25 * k),
+            label=f"largest weight ≤ {threshold:g}",
+        )
+    ax.set(
+        yscale="log",
+        xlabel="σ_max = ‖W_Kᵀ W_Q‖₂ (unit-norm latents)",
+        ylabel="dilution length T*",
+        title="T* = 1 + exp(2σ)(1 − t)/t: beyond it no input gets more than t",
+    )
     ax.legend()
     return fig
 
@@ -68,8 +85,9 @@ def construction_sweep(data: ConstructionData) -> Figure:
         ax.axvline(data["onset"], color=COLORS["tied"], ls="--", lw=1, label="'w 1 i 0 r' fails (closed form)")
         ax.set_xlabel(f"block size = sequence length (weights built for {data['base']})")
     axes[0].set(ylabel="wrong reads", yscale="symlog", ylim=(0, None), title="wrong reads on random strings")
-    axes[1].set(ylabel="smallest weight on itself", ylim=(0, 1.05),
-                title="layer 1: an unwritten bit must select itself")
+    axes[1].set(
+        ylabel="smallest weight on itself", ylim=(0, 1.05), title="layer 1: an unwritten bit must select itself"
+    )
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
@@ -90,8 +108,11 @@ def simulator_attention(data: SimulatorData) -> Figure:
     axes[0].axvline(data["case1_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
     axes[1].axvline(data["case2_switch"], color=COLORS["theory"], ls="--", lw=1, label="predicted switch")
     axes[0].set(xlabel="query t", ylabel="key with the top score", title="case 1: write at 0, then noops")
-    axes[1].set(xlabel="query t (second write at t − 1)", ylabel="distance of top key behind the latest write",
-                title="case 2: write at 0 and at t − 1")
+    axes[1].set(
+        xlabel="query t (second write at t − 1)",
+        ylabel="distance of top key behind the latest write",
+        title="case 2: write at 0 and at t − 1",
+    )
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -155,8 +176,14 @@ def _sharpness(sharp: dict[str, list[Sharpness]], bound_of: str) -> Figure:
             for row, key in enumerate(("max_weight", "entropy")):
                 axes[row, layer].plot(centre, seed_mean(runs, layer, key), "o-", color=KINDS[kind], label=kind)
         sigma = seed_mean(sharp[bound_of], layer, "sigma")
-        axes[0, layer].plot(centre, theory.max_weight_bound(centre + 1, sigma), "--", color=COLORS["theory"], lw=1,
-                            label=f"Prop 4 bound ({bound_of}'s σ)")
+        axes[0, layer].plot(
+            centre,
+            theory.max_weight_bound(centre + 1, sigma),
+            "--",
+            color=COLORS["theory"],
+            lw=1,
+            label=f"Prop 4 bound ({bound_of}'s σ)",
+        )
         axes[0, layer].set(title=f"layer {layer + 1}", ylim=(0, 1.05), ylabel="largest weight")
         axes[1, layer].set(xlabel="position of the read (keys = position + 1)", ylabel="entropy (nats)", ylim=(0, None))
     axes[0, 0].legend(fontsize=7)

@@ -27,13 +27,22 @@ def rotation_sweep(data: PaperExampleData) -> Figure:
     """Pairwise and two-token predictor differences as the printed HMM is rotated about (1, 1, 1)."""
     angles = np.asarray(data["sweep_angles"])
     fig, ax = plt.subplots()
-    ax.semilogy(angles, np.maximum(data["sweep_pairwise_gap"], FLOOR), color=COLORS["untied"],
-                label="pairwise predictors (max difference)")
-    ax.semilogy(angles, np.maximum(data["sweep_two_token_gap"], FLOOR), color=COLORS["tied"],
-                label="two-token predictor x2 (x) x3 | x1")
+    ax.semilogy(
+        angles,
+        np.maximum(data["sweep_pairwise_gap"], FLOOR),
+        color=COLORS["untied"],
+        label="pairwise predictors (max difference)",
+    )
+    ax.semilogy(
+        angles,
+        np.maximum(data["sweep_two_token_gap"], FLOOR),
+        color=COLORS["tied"],
+        label="two-token predictor x2 (x) x3 | x1",
+    )
     valid = np.asarray(data["sweep_admissible"], dtype=bool)
-    ax.fill_between(angles, 1e-18, 1, where=valid, color="0.85",
-                    label=f"valid HMM ({valid.sum()} of {len(valid)} angles)")
+    ax.fill_between(
+        angles, 1e-18, 1, where=valid, color="0.85", label=f"valid HMM ({valid.sum()} of {len(valid)} angles)"
+    )
     ax.axvline(data["angle"], color=COLORS["theory"], linestyle=":", linewidth=1)
     ax.annotate("printed example", (data["angle"], 1e-3), xytext=(5, 0), textcoords="offset points", fontsize=8)
     ax.set(xlabel="rotation angle about (1, 1, 1) (rad)", ylabel="largest entry difference", ylim=(1e-18, 1))
@@ -57,8 +66,12 @@ def exact_recovery(data: RecoveryData) -> Figure:
     errors, tolerance = data["errors"], data["tolerance"]
     fig, ax = plt.subplots()
     for i, errs in enumerate(errors.values()):
-        ax.semilogy(np.full(len(errs), i) + np.linspace(-0.2, 0.2, len(errs)), np.maximum(errs, FLOOR), ".",
-                    color=COLORS["untied"])
+        ax.semilogy(
+            np.full(len(errs), i) + np.linspace(-0.2, 0.2, len(errs)),
+            np.maximum(errs, FLOOR),
+            ".",
+            color=COLORS["untied"],
+        )
     reference_line(ax, tolerance, "tolerance")
     ax.set_xticks(range(len(errors)), [f"d x k = {s}" for s in errors])
     ax.set(ylabel="max entry error after relabelling", title="exact two-token predictor -> (O, T)")
@@ -73,8 +86,9 @@ def learned_distance(data: LearningData) -> Figure:
         part = data[name]
         ax.fill_between(samples, 0, np.asarray(part["within"]), color="0.85", label="seed-to-seed distance (noise)")
         ax.plot(samples, part["excess"], "o-", color=COLORS["tied"], label="between the HMMs, beyond noise")
-        ax.axhline(part["exact_gap"], color=COLORS["theory"], linestyle="--", linewidth=1,
-                   label="optimal predictors' distance")
+        ax.axhline(
+            part["exact_gap"], color=COLORS["theory"], linestyle="--", linewidth=1, label="optimal predictors' distance"
+        )
         ax.set(xscale="log", xlabel="samples N", title=title)
     axes[0].set_ylabel("weighted RMS distance")
     axes[1].legend(fontsize=8)
@@ -90,8 +104,13 @@ def predictor_error(data: LearningData) -> Figure:
         part = data[name]
         for per_hmm in np.asarray(part["error"]):
             ax.loglog(np.repeat(samples, per_hmm.shape[1]), per_hmm.ravel(), ".", color=color, alpha=0.6)
-        ax.loglog(samples, part["sampling_error"], "--", color=color,
-                  label=f"{'x2 | x1' if name == 'pairwise' else 'x2 (x) x3 | x1'}: sqrt(sum_j (1 - |f_j|^2) / N)")
+        ax.loglog(
+            samples,
+            part["sampling_error"],
+            "--",
+            color=color,
+            label=f"{'x2 | x1' if name == 'pairwise' else 'x2 (x) x3 | x1'}: sqrt(sum_j (1 - |f_j|^2) / N)",
+        )
     ax.set(xlabel="samples N", ylabel="distance to the optimal predictor")
     ax.legend(fontsize=8)
     return fig
@@ -102,8 +121,10 @@ def learned_recovery(data: LearningData) -> Figure:
     samples = np.asarray(data["samples"])
     own, other = np.asarray(data["recovery"]["own"]), np.asarray(data["recovery"]["other"])
     fig, ax = plt.subplots()
-    for values, color, label in ((own, COLORS["tied"], "distance to its own HMM"),
-                                 (other, COLORS["untied"], "distance to the other HMM")):
+    for values, color, label in (
+        (own, COLORS["tied"], "distance to its own HMM"),
+        (other, COLORS["untied"], "distance to the other HMM"),
+    ):
         per_size = values.transpose(1, 0, 2).reshape(len(samples), -1)
         ax.loglog(np.repeat(samples, per_size.shape[1]), per_size.ravel(), ".", color=color, alpha=0.5)
         ax.loglog(samples, np.median(per_size, axis=1), "-", color=color, linewidth=2, label=label)
@@ -121,8 +142,13 @@ def ghmm_fits(data: GhmmData) -> Figure:
     fig, ax = plt.subplots()
     width = 0.38
     for i, (mode, color) in enumerate(zip(outcomes, (COLORS["untied"], COLORS["tied"]))):
-        ax.bar(np.arange(len(kinds)) + (i - 0.5) * width, [outcomes[mode][kind] for kind in kinds], width,
-               color=color, label=mode)
+        ax.bar(
+            np.arange(len(kinds)) + (i - 0.5) * width,
+            [outcomes[mode][kind] for kind in kinds],
+            width,
+            color=color,
+            label=mode,
+        )
     ax.set_xticks(range(len(kinds)), kinds, fontsize=8)
     ax.set(ylabel="random starts", title="least-squares fits of the G-HMM pairwise predictor")
     ax.legend(fontsize=8)
@@ -134,14 +160,20 @@ def ghmm_tensor(data: GhmmTensorData) -> Figure:
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 3.3))
     errors = data["errors"]
     for i, errs in enumerate(errors.values()):
-        left.semilogy(np.full(len(errs), i) + np.linspace(-0.15, 0.15, len(errs)), np.maximum(errs, FLOOR), ".",
-                      color=COLORS["untied"])
+        left.semilogy(
+            np.full(len(errs), i) + np.linspace(-0.15, 0.15, len(errs)),
+            np.maximum(errs, FLOOR),
+            ".",
+            color=COLORS["untied"],
+        )
     reference_line(left, data["tolerance"], "tolerance")
     left.set_xticks(range(len(errors)), list(errors), fontsize=7, rotation=35, ha="right")
     left.set(ylabel="max entry error after relabelling", title="Thm 8: two-token predictor -> (M, T)")
     line = np.asarray(data["line"])
-    for ax, key, title in ((middle, "line_mean", "conditional mean: the same"),
-                           (right, "line_density", "conditional density: not the same")):
+    for ax, key, title in (
+        (middle, "line_mean", "conditional mean: the same"),
+        (right, "line_density", "conditional density: not the same"),
+    ):
         ours, partner = np.asarray(data[key])
         ax.plot(line, ours, color=COLORS["tied"], linewidth=3, alpha=0.6, label="G-HMM (M, T)")
         ax.plot(line, partner, "--", color=COLORS["untied"], label="partner (HM, T~)")

@@ -29,32 +29,60 @@ if TYPE_CHECKING:
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
 
 
-def _draw_position_map(ax: plt.Axes, table: np.ndarray, parents: list[int], title: str, cmap: str, mark: str,
-                       vmin: float | None, vmax: float | None) -> AxesImage:
+def _draw_position_map(
+    ax: plt.Axes,
+    table: np.ndarray,
+    parents: list[int],
+    title: str,
+    cmap: str,
+    mark: str,
+    vmin: float | None,
+    vmax: float | None,
+) -> AxesImage:
     """Draw a position-by-position table (rows: the later position i, columns: j), each position's parent circled."""
     image = ax.imshow(table, cmap=cmap, vmin=vmin, vmax=vmax)
     rows = [i for i in range(1, len(table)) if parents[i] >= 0]
-    ax.plot([parents[i] for i in rows], rows, "o", markerfacecolor="none", markeredgecolor=mark, markersize=5,
-            label="the parent")
+    ax.plot(
+        [parents[i] for i in rows],
+        rows,
+        "o",
+        markerfacecolor="none",
+        markeredgecolor=mark,
+        markersize=5,
+        label="the parent",
+    )
     ax.set(xlabel="earlier position j", ylabel="position i", title=title)
     ax.grid(False)
     ax.legend(loc="lower left", fontsize=8)
     return image
 
 
-def _position_map(table: np.ndarray, parents: list[int], title: str, cmap: str, label: str, mark: str,
-                  vmin: float | None = None, vmax: float | None = None) -> Figure:
+def _position_map(
+    table: np.ndarray,
+    parents: list[int],
+    title: str,
+    cmap: str,
+    label: str,
+    mark: str,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> Figure:
     """One position-by-position table with its colour bar."""
     fig, ax = plt.subplots(figsize=(4.6, 4.0))
-    fig.colorbar(_draw_position_map(ax, table, parents, title, cmap, mark, vmin, vmax), ax=ax, shrink=0.8,
-                 label=label)
+    fig.colorbar(_draw_position_map(ax, table, parents, title, cmap, mark, vmin, vmax), ax=ax, shrink=0.8, label=label)
     return fig
 
 
 def information(data: LevelsData) -> Figure:
     """The chi-square information between each position and every earlier one, the parents circled."""
-    return _position_map(np.asarray(data["information"], dtype=float), data["parents"],
-                         "chi-square information under the prior", "viridis", "E I_chi2(s_i; s_j)", "white")
+    return _position_map(
+        np.asarray(data["information"], dtype=float),
+        data["parents"],
+        "chi-square information under the prior",
+        "viridis",
+        "E I_chi2(s_i; s_j)",
+        "white",
+    )
 
 
 def gradient(data: GradientData) -> Figure:
@@ -63,8 +91,16 @@ def gradient(data: GradientData) -> Figure:
     table = -np.asarray(data["gradient"], dtype=float)
     table[np.triu_indices_from(table)] = np.nan  # j >= i: masked, or the position itself
     table /= np.nanmax(np.abs(table), axis=1, keepdims=True, initial=0.0, where=~np.isnan(table))
-    return _position_map(table, data["parents"], "the first gradient step on layer 1's scores", "coolwarm",
-                         "-dL/dA[i, j] / its row's largest", "black", -1.0, 1.0)
+    return _position_map(
+        table,
+        data["parents"],
+        "the first gradient step on layer 1's scores",
+        "coolwarm",
+        "-dL/dA[i, j] / its row's largest",
+        "black",
+        -1.0,
+        1.0,
+    )
 
 
 def construction(data: ConstructionData) -> Figure:
@@ -76,8 +112,10 @@ def higher_order(data: HigherOrderData) -> Figure:
     """The order-m construction's three attention patterns on one sequence: the last m tokens, weighted; the
     position before; the positions whose m tokens before match the last m."""
     m = data["order"]
-    return _attention_panels(data, (f"layer 1: the last {m} tokens", "layer 2: the position before",
-                                    f"layer 3: earlier matches of {m} tokens"))
+    return _attention_panels(
+        data,
+        (f"layer 1: the last {m} tokens", "layer 2: the position before", f"layer 3: earlier matches of {m} tokens"),
+    )
 
 
 def _attention_panels(data: ConstructionData | HigherOrderData, titles: tuple[str, ...]) -> Figure:
@@ -86,8 +124,15 @@ def _attention_panels(data: ConstructionData | HigherOrderData, titles: tuple[st
     tokens = [str(s) for s in data["example"]]
     for ax, table, title in zip(axes, data["attention"], titles):
         ax.imshow(np.asarray(table), cmap="Greys", vmin=0, vmax=1)
-        ax.set(title=title, xlabel="key (token)", ylabel="query (token)",
-               xticks=range(len(tokens)), yticks=range(len(tokens)), xticklabels=tokens, yticklabels=tokens)
+        ax.set(
+            title=title,
+            xlabel="key (token)",
+            ylabel="query (token)",
+            xticks=range(len(tokens)),
+            yticks=range(len(tokens)),
+            xticklabels=tokens,
+            yticklabels=tokens,
+        )
         ax.grid(False)
     fig.tight_layout()
     return fig
@@ -98,8 +143,10 @@ def training(data: TrainingData) -> Figure:
     losses on the held-out set the levels are computed on."""
     fig, ax = plt.subplots()
     steps = np.asarray(data["eval_steps"])
-    for kind, color, label in (("one_layer", COLORS["tied"], "one layer"),
-                               ("two_layers", COLORS["untied"], "two layers")):
+    for kind, color, label in (
+        ("one_layer", COLORS["tied"], "one layer"),
+        ("two_layers", COLORS["untied"], "two layers"),
+    ):
         curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
         final = data["in_distribution"]["loss"][kind]
         ax.plot(np.full(len(final), steps[-1]), final, "o", color=color, markersize=4)
@@ -115,8 +162,9 @@ def attention(data: TrainingData) -> Figure:
     tables = np.asarray(data["attention"], dtype=float)
     fig, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables), 4.0), squeeze=False)
     for head, (ax, table) in enumerate(zip(axes[0], tables)):
-        image = _draw_position_map(ax, table, data["parents"], f"trained layer 1, head {head + 1}", "Greys",
-                                   COLORS["tied"], 0.0, 1.0)
+        image = _draw_position_map(
+            ax, table, data["parents"], f"trained layer 1, head {head + 1}", "Greys", COLORS["tied"], 0.0, 1.0
+        )
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight, mean over held-out sequences")
     return fig
 
@@ -130,27 +178,49 @@ def _final_losses(parts: list[tuple[HeldOut, str]], names: dict[str, str]) -> Fi
         kinds = [kind for kind in ("one_layer", "two_layers") if kind in part["loss"]]
         for x, kind in enumerate(kinds):
             losses = part["loss"][kind]
-            ax.plot(np.full(len(losses), x) + np.linspace(-0.1, 0.1, len(losses)), losses, "o",
-                    color=COLORS["tied" if kind == "one_layer" else "untied"])
-        ax.set(xticks=range(len(kinds)), xticklabels=[kind.replace("_", " ") for kind in kinds],
-               xlim=(-0.5, len(kinds) - 0.5), title=title, ylabel="final loss (nats per token)")
+            ax.plot(
+                np.full(len(losses), x) + np.linspace(-0.1, 0.1, len(losses)),
+                losses,
+                "o",
+                color=COLORS["tied" if kind == "one_layer" else "untied"],
+            )
+        ax.set(
+            xticks=range(len(kinds)),
+            xticklabels=[kind.replace("_", " ") for kind in kinds],
+            xlim=(-0.5, len(kinds) - 0.5),
+            title=title,
+            ylabel="final loss (nats per token)",
+        )
     fig.tight_layout()
     return fig
 
 
 def out_of_distribution(data: TrainingData) -> Figure:
     """Each model's final loss in and out of distribution, beside the estimators' levels on the same sequences."""
-    return _final_losses([(data["in_distribution"], "kernels from the prior"),
-                          (data["out_of_distribution"], "kernels outside the prior")], LEVEL_NAMES)
+    return _final_losses(
+        [
+            (data["in_distribution"], "kernels from the prior"),
+            (data["out_of_distribution"], "kernels outside the prior"),
+        ],
+        LEVEL_NAMES,
+    )
 
 
 def support(data: SupportData) -> Figure:
     """Two layers trained on noisy permutations: final loss on them and on Dirichlet kernels outside their support,
     beside the unigram and count estimators on the same sequences."""
-    names = {**LEVEL_NAMES, "bayes": "count estimator (smoothed by alpha)",
-             "prior_bayes": "Bayes for noisy permutations"}
-    return _final_losses([(data["inside"], "noisy permutations (training)"),
-                          (data["outside"], "Dirichlet kernels (outside the support)")], names)
+    names = {
+        **LEVEL_NAMES,
+        "bayes": "count estimator (smoothed by alpha)",
+        "prior_bayes": "Bayes for noisy permutations",
+    }
+    return _final_losses(
+        [
+            (data["inside"], "noisy permutations (training)"),
+            (data["outside"], "Dirichlet kernels (outside the support)"),
+        ],
+        names,
+    )
 
 
 def trigger(data: TriggerData) -> Figure:
@@ -158,14 +228,20 @@ def trigger(data: TriggerData) -> Figure:
     layers, against chance and the paper's reported accuracies."""
     fig, ax = plt.subplots()
     for x, name in enumerate(("first", "recall")):
-        for offset, (kind, color, label) in zip((-0.12, 0.12), (("one_layer", COLORS["tied"], "one layer"),
-                                                                ("two_layers", COLORS["untied"], "two layers"))):
+        for offset, (kind, color, label) in zip(
+            (-0.12, 0.12), (("one_layer", COLORS["tied"], "one layer"), ("two_layers", COLORS["untied"], "two layers"))
+        ):
             values = data["accuracy"][name][kind]
             ax.plot(np.full(len(values), x + offset), values, "o", color=color, label=label if x == 0 else None)
     reference_line(ax, data["chance"], "chance (ignores the context)", ":")
     reference_line(ax, 1.0, "an induction head", "--")
-    ax.set(xticks=(0, 1), xticklabels=("first occurrence", "trigger seen before"), xlim=(-0.5, 1.5), ylim=(0, 1.05),
-           ylabel="accuracy on the trigger's output (held-out)")
+    ax.set(
+        xticks=(0, 1),
+        xticklabels=("first occurrence", "trigger seen before"),
+        xlim=(-0.5, 1.5),
+        ylim=(0, 1.05),
+        ylabel="accuracy on the trigger's output (held-out)",
+    )
     ax.legend(loc="center left", fontsize=8)
     return fig
 
@@ -195,8 +271,14 @@ def simplified_memories(data: MemoriesData) -> Figure:
     return fig
 
 
-def _draw_parent_lines(ax: plt.Axes, weights: np.ndarray | list, parents: list[int], ylabel: str,
-                       bound_label: str = "the row's bound", span_label: str = "judged positions") -> None:
+def _draw_parent_lines(
+    ax: plt.Axes,
+    weights: np.ndarray | list,
+    parents: list[int],
+    ylabel: str,
+    bound_label: str = "the row's bound",
+    span_label: str = "judged positions",
+) -> None:
     """Each seed's weight on the parent per position (best head), the judged positions shaded, the bound dashed."""
     carried = np.nanmax(np.asarray(weights, dtype=float), axis=1)  # seed x head x position t >= 1
     positions = np.arange(1, carried.shape[1] + 1)
@@ -213,8 +295,14 @@ def parent_weight(data: TrainingData) -> Figure:
     """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
     seed; the judged positions shaded, the bound of the first stage's row dashed."""
     fig, ax = plt.subplots()
-    _draw_parent_lines(ax, data["parent_weight"]["two_layers"], data["parents"], "weight on the parent (best head)",
-                       "the first stage's bound (no row here)", "positions the first stage judges")
+    _draw_parent_lines(
+        ax,
+        data["parent_weight"]["two_layers"],
+        data["parents"],
+        "weight on the parent (best head)",
+        "the first stage's bound (no row here)",
+        "positions the first stage judges",
+    )
     return fig
 
 
@@ -222,8 +310,16 @@ def staged(data: StagedData) -> Figure:
     """The first stage: layer 1's attention after it (first seed; it is the same for every input), and every
     seed's weight on the parent by position."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
-    image = _draw_position_map(left, np.asarray(data["attention"], dtype=float), data["parents"],
-                               "layer 1 after the first stage", "Greys", COLORS["tied"], 0.0, 1.0)
+    image = _draw_position_map(
+        left,
+        np.asarray(data["attention"], dtype=float),
+        data["parents"],
+        "layer 1 after the first stage",
+        "Greys",
+        COLORS["tied"],
+        0.0,
+        1.0,
+    )
     fig.colorbar(image, ax=left, shrink=0.8, label="attention weight")
     _draw_parent_lines(right, data["parent_weight"], data["parents"], "weight on the parent")
     fig.tight_layout()

@@ -42,8 +42,12 @@ def loss_curves(data: TrainingData) -> Figure:
         H, H_pi = _lines(p, q)
         reference_line(ax, H, "entropy rate")
         reference_line(ax, H_pi, "H(π) unigram", ":")
-        ax.set(title=f"p = {p}, q = {q} (p+q {'>' if p + q > 1 else '<'} 1)", xlabel="step",
-               ylabel="held-out loss (nats)", ylim=(H - 0.3 * (H_pi - H) - 0.01, H_pi + 0.6 * (H_pi - H) + 0.01))
+        ax.set(
+            title=f"p = {p}, q = {q} (p+q {'>' if p + q > 1 else '<'} 1)",
+            xlabel="step",
+            ylabel="held-out loss (nats)",
+            ylim=(H - 0.3 * (H_pi - H) - 0.01, H_pi + 0.6 * (H_pi - H) + 0.01),
+        )
         ax.legend(loc="upper right")
     fig.tight_layout()
     return fig
@@ -63,8 +67,12 @@ def predictions(data: TrainingData) -> Figure:
             ax.plot(zeros, prob[zeros], "o", ms=3, color=COLORS[name], label=name)
         reference_line(ax, p, "p = P(1 | 0)")
         reference_line(ax, stationary_law(binary_kernel(p, q))[1], "π₁", ":")
-        ax.set(title=f"p = {p}, q = {q}: prediction where x_n = 0", xlabel="position n",
-               ylabel="predicted P(x_n+1 = 1)", ylim=(0, 1))
+        ax.set(
+            title=f"p = {p}, q = {q}: prediction where x_n = 0",
+            xlabel="position n",
+            ylabel="predicted P(x_n+1 = 1)",
+            ylim=(0, 1),
+        )
         ax.legend(loc="upper right")
     fig.tight_layout()
     return fig
@@ -77,8 +85,13 @@ def hessian_sweep(data: SweepData) -> Figure:
     ax.plot(sweep, data["tied_min_eig"], "o-", color=COLORS["tied"], label="tied (autograd)")
     ax.plot(sweep, data["untied_min_eig"], "s-", color=COLORS["untied"], label="untied (autograd)")
     fine = np.linspace(sweep.min(), sweep.max(), 200)
-    ax.plot(fine, [2 * theory.curvature(s / 2, s / 2) for s in fine], color=COLORS["theory"], lw=1,
-            label="2c = 2pq(p+q-1)/(p+q)² (closed form)")
+    ax.plot(
+        fine,
+        [2 * theory.curvature(s / 2, s / 2) for s in fine],
+        color=COLORS["theory"],
+        lw=1,
+        label="2c = 2pq(p+q-1)/(p+q)² (closed form)",
+    )
     ax.axhline(0, color="black", lw=0.6)
     ax.axvline(1, color="black", lw=0.6, ls=":")
     ax.set(xlabel="switching factor p + q  (p = q)", ylabel="smallest eigenvalue")
@@ -103,15 +116,20 @@ def phase_portrait(data: FlowData) -> Figure:
         ax.axhline(-1 / np.sqrt(2), color=COLORS["theory"], ls=":", lw=1, label="w = -1/√2")
         starts = np.asarray(flow_data["starts"])
         reached = np.asarray(flow_data["reached_global"], dtype=bool)
-        ax.plot(starts[reached, 0], starts[reached, 1], "o", ms=4, color=COLORS["untied"],
-                label="start → global min")
-        ax.plot(starts[~reached, 0], starts[~reached, 1], "x", ms=5, color=COLORS["tied"],
-                label="start → e = 0 (unigram)")
+        ax.plot(starts[reached, 0], starts[reached, 1], "o", ms=4, color=COLORS["untied"], label="start → global min")
+        ax.plot(
+            starts[~reached, 0], starts[~reached, 1], "x", ms=5, color=COLORS["tied"], label="start → e = 0 (unigram)"
+        )
         for tr in flow_data["trajectories"]:
             tr = np.asarray(tr)
             ax.plot(tr[:, 0], tr[:, 1], color="black", lw=0.8, alpha=0.7)
-        ax.set(xlim=(0, 2), ylim=(-2, 1.5), xlabel="e", ylabel="w",
-               title=f"p = {flow_data['p']}, q = {flow_data['q']} (p+q {'>' if flow.p + flow.q > 1 else '<'} 1)")
+        ax.set(
+            xlim=(0, 2),
+            ylim=(-2, 1.5),
+            xlabel="e",
+            ylabel="w",
+            title=f"p = {flow_data['p']}, q = {flow_data['q']} (p+q {'>' if flow.p + flow.q > 1 else '<'} 1)",
+        )
     axes[0].legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     return fig
@@ -124,12 +142,12 @@ def phase_diagram(data: PhaseData) -> Figure:
     extent = (values[0] - step / 2, values[-1] + step / 2)
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.8), sharey=True)
     for ax, name in zip(axes, ("tied", "untied")):
-        ratio = np.where(np.asarray(data["resolvable"], dtype=bool), np.asarray(data["ratio"][name], dtype=float),
-                         np.nan)
+        ratio = np.where(
+            np.asarray(data["resolvable"], dtype=bool), np.asarray(data["ratio"][name], dtype=float), np.nan
+        )
         image = ax.imshow(ratio.T, origin="lower", cmap="coolwarm", vmin=0, vmax=1, extent=extent + extent)
         ax.plot([0, 1], [1, 0], color="black", lw=1, ls="--")
-        ax.set(xlim=extent, ylim=extent, xlabel="p", ylabel="q" if name == "tied" else None,
-               title=name)
+        ax.set(xlim=extent, ylim=extent, xlabel="p", ylabel="q" if name == "tied" else None, title=name)
     fig.colorbar(image, ax=axes, label="excess loss / (H(π) − H) at the end\n0 bigram … 1 unigram; blank: gap < 0.01")
     return fig
 
@@ -146,8 +164,7 @@ def basin(data: BasinData) -> Figure:
             ax.bar(np.arange(len(scales)), share, bottom=bottom, color=color, label=kind)
             bottom += share
         ax.set_xticks(np.arange(len(scales)), [f"{s:g}" for s in scales])
-        ax.set(title=f"{name}, p = {data['p']}, q = {data['q']}", xlabel="init std",
-               ylabel="fraction of seeds")
+        ax.set(title=f"{name}, p = {data['p']}, q = {data['q']}", xlabel="init std", ylabel="fraction of seeds")
     axes[1].legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8)
     fig.tight_layout()
     return fig
@@ -161,12 +178,20 @@ def depth(data: DepthData) -> Figure:
     shades = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
     for ax, tied in zip(axes, (True, False)):
         for run in (r for r in data["runs"] if r["tied"] == tied):
-            curves_with_band(ax, np.asarray(run["eval_steps"]), np.asarray(run["eval_loss"]),
-                             shades[depths.index(run["depth"])], f"depth {run['depth']}")
+            curves_with_band(
+                ax,
+                np.asarray(run["eval_steps"]),
+                np.asarray(run["eval_loss"]),
+                shades[depths.index(run["depth"])],
+                f"depth {run['depth']}",
+            )
         reference_line(ax, H, "entropy rate")
         reference_line(ax, H_pi, "H(π) unigram", ":")
-        ax.set(xlabel="step", title=f"{'tied' if tied else 'untied'}, p = {data['p']}, q = {data['q']}",
-               ylim=(H - 0.02, H_pi + 0.04))
+        ax.set(
+            xlabel="step",
+            title=f"{'tied' if tied else 'untied'}, p = {data['p']}, q = {data['q']}",
+            ylim=(H - 0.02, H_pi + 0.04),
+        )
     axes[0].set_ylabel("held-out loss (nats)")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
@@ -180,16 +205,21 @@ def multistate(data: MultistateData) -> Figure:
     n = data["states"]
     hess.plot(fine, 2 / n * (n * fine / (n - 1) - 1), color=COLORS["theory"], lw=1, label="(2/n)(np/(n-1) − 1)")
     hess.plot(data["hessian_probs"], data["hessian_eigenvalue"], "o", color=COLORS["tied"], label="tied (autograd)")
-    hess.set(xlabel="switching probability p", ylabel="embedding Hessian eigenvalue",
-             title=f"{n}-state tied unigram point")
+    hess.set(
+        xlabel="switching probability p", ylabel="embedding Hessian eigenvalue", title=f"{n}-state tied unigram point"
+    )
     probs = np.asarray(data["switch_probs"])
     for offset, name in ((-0.01, "tied"), (0.01, "untied")):
         ratio = np.asarray(data[name], dtype=float)
         for p, row in zip(probs, ratio):
             runs.plot(np.full(len(row), p + offset), row, "o", color=COLORS[name], alpha=0.6)
         runs.plot(probs + offset, np.median(ratio, axis=1), "-", color=COLORS[name], label=name)
-    runs.set(xlabel="switching probability p", ylabel="excess loss / (H(π) − H)", ylim=(-0.05, 1.15),
-             title="where training ends")
+    runs.set(
+        xlabel="switching probability p",
+        ylabel="excess loss / (H(π) − H)",
+        ylim=(-0.05, 1.15),
+        title="where training ends",
+    )
     runs.axhline(1, color=COLORS["theory"], ls=":", lw=1)
     runs.axhline(0, color=COLORS["theory"], ls="--", lw=1)
     for ax in (hess, runs):

@@ -13,8 +13,11 @@ from ..plotting import COLORS
 if TYPE_CHECKING:
     from ..chapters.shortcuts.measure import BrittlenessData, ConstructionData, HardData, SweepData
 
-SERIES = {"gpt": ("GPT (shortcut)", COLORS["tied"]), "lstm": ("LSTM", COLORS["lstm"]),
-          "scratchpad": ("scratchpad + recency", COLORS["depth2"])}
+SERIES = {
+    "gpt": ("GPT (shortcut)", COLORS["tied"]),
+    "lstm": ("LSTM", COLORS["lstm"]),
+    "scratchpad": ("scratchpad + recency", COLORS["depth2"]),
+}
 
 
 def depth_vs_length(data: ConstructionData) -> Figure:
@@ -26,8 +29,14 @@ def depth_vs_length(data: ConstructionData) -> Figure:
     ax.step(T, curve["transformer"], where="post", color=COLORS["tied"], label="Theorem 10: ⌈log₂ T⌉ layers")
     checks = data["checks"]
     exact = [c for c in checks if c["errors"] == 0]
-    ax.scatter([c["T"] for c in exact], [c["depth"] for c in exact], color="black", s=14, zorder=3,
-               label="built and run: exact")
+    ax.scatter(
+        [c["T"] for c in exact],
+        [c["depth"] for c in exact],
+        color="black",
+        s=14,
+        zorder=3,
+        label="built and run: exact",
+    )
     ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel="sequential depth")
     ax.legend(loc="upper left")
     fig.tight_layout()
@@ -40,10 +49,12 @@ def temperature(data: ConstructionData) -> Figure:
     fig, ax = plt.subplots(figsize=(5.6, 3.2))
     ax.plot(sweep["scales"], sweep["accuracy"], "o-", color=COLORS["tied"])
     ax.axvline(1.0, color=COLORS["theory"], linestyle="--", linewidth=1)
-    ax.annotate("Lemma 13 suffices", (1.0, 0.5), xytext=(4, 0), textcoords="offset points", fontsize=8,
-                color=COLORS["theory"])
-    ax.set(xlabel="γ / sufficient γ", ylabel="accuracy", ylim=(0, 1.05),
-           title=f"{sweep['automaton']} at T = {sweep['T']}")
+    ax.annotate(
+        "Lemma 13 suffices", (1.0, 0.5), xytext=(4, 0), textcoords="offset points", fontsize=8, color=COLORS["theory"]
+    )
+    ax.set(
+        xlabel="γ / sufficient γ", ylabel="accuracy", ylim=(0, 1.05), title=f"{sweep['automaton']} at T = {sweep['T']}"
+    )
     fig.tight_layout()
     return fig
 
@@ -62,12 +73,23 @@ def depth_sweep(data: SweepData) -> Figure:
             row = data[key].get(name)
             if row:
                 x = [d for d in range(1, len(row) + 1) if row[d - 1] is not None and d <= depths.max()]
-                ax.plot(x, [row[d - 1] / 100 for d in x], style, color=COLORS["full"], alpha=0.7, markersize=3,
-                        label="paper, " + key.split("_")[1] + " (T=100)")
+                ax.plot(
+                    x,
+                    [row[d - 1] / 100 for d in x],
+                    style,
+                    color=COLORS["full"],
+                    alpha=0.7,
+                    markersize=3,
+                    label="paper, " + key.split("_")[1] + " (T=100)",
+                )
         ax.axhline(chance, color=COLORS["theory"], linewidth=0.8, linestyle="--")
-        ax.set(title=f"{name} ({'solvable' if solvable else 'non-solvable'})", xlabel="depth", ylim=(0, 1.03),
-               xticks=depths)
-    for ax in axes.flat[len(names):]:
+        ax.set(
+            title=f"{name} ({'solvable' if solvable else 'non-solvable'})",
+            xlabel="depth",
+            ylim=(0, 1.03),
+            xticks=depths,
+        )
+    for ax in axes.flat[len(names) :]:
         ax.axis("off")
     axes[0, 0].set_ylabel("accuracy")
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -99,11 +121,23 @@ def hard_runs(data: HardData) -> Figure:
         paper = data["paper_best"].get(name)
         if paper:
             x = [d for d in depths if d <= len(paper) and paper[d - 1] is not None]
-            right.plot(x, [paper[d - 1] / 100 for d in x], "s-", color=COLORS["full"], alpha=0.7, markersize=3,
-                       label="paper, best (T=100)")
+            right.plot(
+                x,
+                [paper[d - 1] / 100 for d in x],
+                "s-",
+                color=COLORS["full"],
+                alpha=0.7,
+                markersize=3,
+                label="paper, best (T=100)",
+            )
         right.axhline(chance, color=COLORS["theory"], linewidth=0.8, linestyle="--", label="chance")
-        right.set(title=f"{name}: accuracy after {data['steps']} steps (T={data['T']})", xlabel="depth",
-                  ylabel="accuracy", ylim=(0, 1.03), xticks=depths)
+        right.set(
+            title=f"{name}: accuracy after {data['steps']} steps (T={data['T']})",
+            xlabel="depth",
+            ylabel="accuracy",
+            ylim=(0, 1.03),
+            xticks=depths,
+        )
         right.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -129,10 +163,14 @@ def boundary_attention(data: SweepData) -> Figure:
         for t, q in enumerate(states):
             if q in (low, high):
                 ax.axvline(t, color="white" if q == low else "grey", linewidth=0.8, alpha=0.8)
-        ax.set(title=f"head {h}: {att['boundary_mass'][h]:.2f} on walls", xlabel="key position",
-               ylabel="query position" if h == 0 else None)
-    fig.suptitle("white: state 0, grey: last state; uniform attention would put "
-                 f"{att['boundary_rate']:.2f} on walls", fontsize=9)
+        ax.set(
+            title=f"head {h}: {att['boundary_mass'][h]:.2f} on walls",
+            xlabel="key position",
+            ylabel="query position" if h == 0 else None,
+        )
+    fig.suptitle(
+        f"white: state 0, grey: last state; uniform attention would put {att['boundary_rate']:.2f} on walls", fontsize=9
+    )
     fig.tight_layout()
     return fig
 
@@ -140,9 +178,11 @@ def boundary_attention(data: SweepData) -> Figure:
 def brittleness(data: BrittlenessData) -> Figure:
     """Parity: accuracy against the input law, the count of ones and the length (the paper's Figs. 3.8, 3.9)."""
     fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.2), sharey=True)
-    panels = (("by_prob", data["probs"], "test Pr[σ = 1] (trained at 0.5)"),
-              ("by_count", data["counts"], f"number of ones in {data['T']} inputs"),
-              ("by_length", data["lengths"], f"test length (trained at {data['T']})"))
+    panels = (
+        ("by_prob", data["probs"], "test Pr[σ = 1] (trained at 0.5)"),
+        ("by_count", data["counts"], f"number of ones in {data['T']} inputs"),
+        ("by_length", data["lengths"], f"test length (trained at {data['T']})"),
+    )
     for ax, (key, x, label) in zip(axes, panels):
         for name, (legend, color) in SERIES.items():
             if key in data[name]:

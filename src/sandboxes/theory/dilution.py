@@ -90,8 +90,17 @@ def extremal_attention(sigma: float, T: int) -> tuple[GPT, Tensor]:
     ``M = -sigma I`` in two dimensions; the query and ``T - 2`` keys are ``e_1`` (score ``-sigma``),
     the target key is ``-e_1`` (score ``+sigma``): every score sits at an end of its range.
     """
-    config = GPTConfig(vocab_size=2, block_size=T, n_layer=1, n_head=1, d_model=2, positional="none",
-                       mlp=False, tied=False, head_bias=False)
+    config = GPTConfig(
+        vocab_size=2,
+        block_size=T,
+        n_layer=1,
+        n_head=1,
+        d_model=2,
+        positional="none",
+        mlp=False,
+        tied=False,
+        head_bias=False,
+    )
     model = zero_gpt(config)
     a = math.sqrt(sigma * math.sqrt(2))
     with torch.no_grad():
@@ -157,9 +166,20 @@ def flipflop_construction(weights: FlipFlopWeights, block_size: int | None = Non
     head with the same norms on a longer sequence.
     """
     d = 9
-    config = GPTConfig(vocab_size=5, block_size=block_size or weights.base, n_layer=2, n_head=1, d_model=d,
-                       d_mlp=4, tied=False, positional="linear", layer_norm=False, mlp=True, bias=False,
-                       head_bias=True)
+    config = GPTConfig(
+        vocab_size=5,
+        block_size=block_size or weights.base,
+        n_layer=2,
+        n_head=1,
+        d_model=d,
+        d_mlp=4,
+        tied=False,
+        positional="linear",
+        layer_norm=False,
+        mlp=True,
+        bias=False,
+        head_bias=True,
+    )
     model = zero_gpt(config)
     root, C, k = math.sqrt(d), weights.base, weights.rounding
     with torch.no_grad():
@@ -289,8 +309,17 @@ def simulator(weights: SimulatorWeights, max_length: int = 1 << 20) -> GPT:
     """
     d = 5
     is_write, sign, const, pos, out = range(d)
-    config = GPTConfig(vocab_size=3, block_size=max_length, n_layer=1, n_head=1, d_model=d, positional="linear",
-                       mlp=False, tied=False, head_bias=True)
+    config = GPTConfig(
+        vocab_size=3,
+        block_size=max_length,
+        n_layer=1,
+        n_head=1,
+        d_model=d,
+        positional="linear",
+        mlp=False,
+        tied=False,
+        head_bias=True,
+    )
     model = zero_gpt(config)
     root = math.sqrt(d)
     with torch.no_grad():
@@ -375,4 +404,3 @@ def latest_write_position(seq: Tensor) -> Tensor:
     """Position of the latest write at or before each query."""
     slot = torch.arange(seq.shape[1]).expand_as(seq)
     return torch.where(seq != NOOP, slot, torch.full_like(slot, -1)).cummax(dim=1).values
-

@@ -30,14 +30,28 @@ from scipy.special import softmax
 from ..data.hmm import ROUND_OFF, check_ghmm, check_hmm
 
 # ---------------------------------------------------------------- the paper's explicit example (Theorem 6)
-PAPER_O = np.array([[0.23016003, 0.3549092, 0.16493077], [0.30716059, 0.06962305, 0.37321636],
-                   [0.2580854, 0.26965425, 0.22226035], [0.20459398, 0.3058135, 0.23959252]])
-PAPER_O_TILDE = np.array([[0.24120928, 0.35062535, 0.15816537], [0.28937626, 0.07433156, 0.38629218],
-                         [0.26077674, 0.26749114, 0.22173212], [0.20863772, 0.30755194, 0.23381033]])
-PAPER_T = np.array([[0.56893146, 0.35811118, 0.07295736], [0.35811118, 0.10805638, 0.53383243],
-                   [0.07295736, 0.53383243, 0.39321021]])
-PAPER_T_TILDE = np.array([[0.59740926, 0.30452087, 0.09806987], [0.30452087, 0.1331689, 0.56231024],
-                         [0.09806987, 0.56231024, 0.33961989]])
+PAPER_O = np.array(
+    [
+        [0.23016003, 0.3549092, 0.16493077],
+        [0.30716059, 0.06962305, 0.37321636],
+        [0.2580854, 0.26965425, 0.22226035],
+        [0.20459398, 0.3058135, 0.23959252],
+    ]
+)
+PAPER_O_TILDE = np.array(
+    [
+        [0.24120928, 0.35062535, 0.15816537],
+        [0.28937626, 0.07433156, 0.38629218],
+        [0.26077674, 0.26749114, 0.22173212],
+        [0.20863772, 0.30755194, 0.23381033],
+    ]
+)
+PAPER_T = np.array(
+    [[0.56893146, 0.35811118, 0.07295736], [0.35811118, 0.10805638, 0.53383243], [0.07295736, 0.53383243, 0.39321021]]
+)
+PAPER_T_TILDE = np.array(
+    [[0.59740926, 0.30452087, 0.09806987], [0.30452087, 0.1331689, 0.56231024], [0.09806987, 0.56231024, 0.33961989]]
+)
 PAPER_DIGITS = 8  # the paper prints its example to 8 decimals
 PAPER_DETERMINANTS = {"O": 0.0110, "T": -0.1611}  # printed to 4 decimals; det O: product of singular values
 
@@ -74,8 +88,9 @@ def _check_triple(given: int, targets: tuple[int, int]) -> None:
         raise ValueError(f"a two-token task uses the positions 1, 2, 3 once each, got given={given}, targets={targets}")
 
 
-def cp_factors(emission: np.ndarray, transition: np.ndarray, given: int,
-               targets: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cp_factors(
+    emission: np.ndarray, transition: np.ndarray, given: int, targets: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rank-one factors ``(A, B, C)`` of the two-token predictor's 3-tensor (proof of Theorem 7).
 
     Given ``h_2`` the three tokens are independent, so ``F[j, a, b] = sum_i A[j, i] B[a, i] C[b, i]``
@@ -88,8 +103,9 @@ def cp_factors(emission: np.ndarray, transition: np.ndarray, given: int,
     return (posterior, *(_token_given_middle(emission, transition, t) for t in targets))
 
 
-def two_token_predictor(emission: np.ndarray, transition: np.ndarray, given: int,
-                        targets: tuple[int, int]) -> np.ndarray:
+def two_token_predictor(
+    emission: np.ndarray, transition: np.ndarray, given: int, targets: tuple[int, int]
+) -> np.ndarray:
     """``F[j, a, b] = E[x_t2 (x) x_t3 | x_given = e_j]_{ab}``, a ``d x d x d`` array."""
     A, B, C = cp_factors(emission, transition, given, targets)
     return np.einsum("ji,ai,bi->jab", A, B, C)
@@ -125,8 +141,11 @@ def rotation_about_ones(k: int, angle: float, plane: np.ndarray | None = None) -
     if k < 3:
         raise ValueError(f"a rotation about (1, ..., 1) other than the identity needs k >= 3, got k = {k}")
     u, w = (ones_complement_basis(k)[:, :2] if plane is None else plane).T
-    return (np.eye(k) + (np.cos(angle) - 1) * (np.outer(u, u) + np.outer(w, w))
-            + np.sin(angle) * (np.outer(w, u) - np.outer(u, w)))
+    return (
+        np.eye(k)
+        + (np.cos(angle) - 1) * (np.outer(u, u) + np.outer(w, w))
+        + np.sin(angle) * (np.outer(w, u) - np.outer(u, w))
+    )
 
 
 def rotated(emission: np.ndarray, transition: np.ndarray, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,8 +211,9 @@ def random_hmm(d: int, k: int, rng: np.random.Generator, max_condition: float = 
             return check_hmm(emission, transition)
 
 
-def parameter_distance(emission: np.ndarray, transition: np.ndarray, other_emission: np.ndarray,
-                       other_transition: np.ndarray) -> float:
+def parameter_distance(
+    emission: np.ndarray, transition: np.ndarray, other_emission: np.ndarray, other_transition: np.ndarray
+) -> float:
     """``min over permutations P of max(|O~ - O P|, |T~ - P^T T P|)``, entrywise: 0 iff equal up to relabelling."""
     k = emission.shape[1]
     if k > 8:
@@ -216,12 +236,14 @@ def counterexample_angles(coarse: int = 36, halvings: int = 12) -> np.ndarray:
     Any strictly positive ``(O, T)`` stays non-negative under small enough rotations, so the small
     angles make the search succeed for every size; the large ones give the most distinguishable pairs.
     """  # noqa: E501
-    return np.concatenate([np.linspace(np.pi / coarse, np.pi, coarse),
-                           np.pi / coarse / 2.0 ** np.arange(1, halvings + 1)])
+    return np.concatenate(
+        [np.linspace(np.pi / coarse, np.pi, coarse), np.pi / coarse / 2.0 ** np.arange(1, halvings + 1)]
+    )
 
 
-def counterexample(d: int, k: int, rng: np.random.Generator, candidates: int = 200,
-                   max_condition: float = 5.0) -> dict[str, np.ndarray | float]:
+def counterexample(
+    d: int, k: int, rng: np.random.Generator, candidates: int = 200, max_condition: float = 5.0
+) -> dict[str, np.ndarray | float]:
     """A pair ``(O, T)``, ``(O R, R^T T R)`` of valid HMMs whose two-token predictors differ the most.
 
     Among ``candidates`` random HMMs, random rotation planes and the angles of
@@ -242,15 +264,24 @@ def counterexample(d: int, k: int, rng: np.random.Generator, candidates: int = 2
             other_emission, other_transition = rotated(emission, transition, rotation_about_ones(k, angle, plane))
             if min(other_emission.min(), other_transition.min()) < 0:
                 continue
-            gap = predictor_distance(exact, two_token_predictor(other_emission, other_transition, 1, (2, 3)),
-                                     symbol_law(emission))
+            gap = predictor_distance(
+                exact, two_token_predictor(other_emission, other_transition, 1, (2, 3)), symbol_law(emission)
+            )
             condition = max(factor_condition(emission, transition), factor_condition(other_emission, other_transition))
             rank = (condition <= max_condition, gap)
             if (not best or rank > best["rank"]) and parameter_distance(
-                    emission, transition, other_emission, other_transition) >= RELABELLING:
-                best = {"emission": emission, "transition": transition, "other_emission": other_emission,
-                        "other_transition": other_transition, "angle": float(angle), "two_token_gap": gap,
-                        "factor_condition": condition, "rank": rank}
+                emission, transition, other_emission, other_transition
+            ) >= RELABELLING:
+                best = {
+                    "emission": emission,
+                    "transition": transition,
+                    "other_emission": other_emission,
+                    "other_transition": other_transition,
+                    "angle": float(angle),
+                    "two_token_gap": gap,
+                    "factor_condition": condition,
+                    "rank": rank,
+                }
     if not best:  # unreachable for strictly positive HMMs: the smallest angle is admissible
         raise ValueError(f"no admissible rotation found for d={d}, k={k}")
     best.pop("rank")
@@ -270,8 +301,9 @@ def kruskal_rank(matrix: np.ndarray, rtol: float = 1e-9) -> int:
     return matrix.shape[1]
 
 
-def _jennrich_once(tensor: np.ndarray, rank: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _jennrich_once(
+    tensor: np.ndarray, rank: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One simultaneous diagonalisation with a random pair ``(u, v)``; see :func:`jennrich`."""
     d1, d2, d3 = tensor.shape
     basis_b = np.linalg.svd(tensor.transpose(1, 0, 2).reshape(d2, -1), full_matrices=False)[0][:, :rank]
@@ -295,8 +327,9 @@ def cp_residual(tensor: np.ndarray, factors: tuple[np.ndarray, np.ndarray, np.nd
     return float(np.linalg.norm(tensor - np.einsum("ji,ai,bi->jab", *factors)))
 
 
-def jennrich(tensor: np.ndarray, rank: int, rng: np.random.Generator,
-             tries: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def jennrich(
+    tensor: np.ndarray, rank: int, rng: np.random.Generator, tries: int = 10
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Factors ``(A, B, C)`` with ``W = sum_i A_i (x) B_i (x) C_i``, unique up to permutation and scale.
 
     Simultaneous diagonalisation: project modes 2 and 3 on their top-``rank`` singular subspaces,
@@ -310,8 +343,9 @@ def jennrich(tensor: np.ndarray, rank: int, rng: np.random.Generator,
     return min((_jennrich_once(tensor, rank, rng) for _ in range(tries)), key=lambda f: cp_residual(tensor, f))
 
 
-def refine(tensor: np.ndarray, factors: tuple[np.ndarray, np.ndarray, np.ndarray],
-           iterations: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def refine(
+    tensor: np.ndarray, factors: tuple[np.ndarray, np.ndarray, np.ndarray], iterations: int = 100
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Alternating least squares from ``factors``: each step solves exactly for one factor given the other two.
 
     Jennrich uses two slices of the tensor; these steps use all of it, which matters when the
@@ -328,8 +362,9 @@ def refine(tensor: np.ndarray, factors: tuple[np.ndarray, np.ndarray, np.ndarray
 TWO_TOKEN = (1, (2, 3))  # x_2 (x) x_3 | x_1: the task whose tensor Theorem 7 decomposes
 
 
-def recover(predictor: np.ndarray, given: int, targets: tuple[int, int], k: int,
-            rng: np.random.Generator, als_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def recover(
+    predictor: np.ndarray, given: int, targets: tuple[int, int], k: int, rng: np.random.Generator, als_steps: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """``(O, T)`` up to a relabelling from a two-token predictor ``F[j, a, b]`` (Theorem 7 made constructive).
 
     Decompose ``F`` into ``(A, B, C)``; the columns of ``B`` and ``C`` are laws, so dividing by their
@@ -347,9 +382,9 @@ def recover(predictor: np.ndarray, given: int, targets: tuple[int, int], k: int,
     return emission, np.linalg.lstsq(emission, laws[3], rcond=None)[0]
 
 
-
-def empirical_two_token_predictor(emission: np.ndarray, transition: np.ndarray, n: int,
-                                  rng: np.random.Generator) -> np.ndarray:
+def empirical_two_token_predictor(
+    emission: np.ndarray, transition: np.ndarray, n: int, rng: np.random.Generator
+) -> np.ndarray:
     """The best fit of ``x_2 (x) x_3 | x_1`` to ``n`` sampled triples, their conditional frequencies: what an ideal
     learner hands to :func:`recover` (uniform rows for a symbol never drawn)."""
     joint = symbol_law(emission)[:, None, None] * two_token_predictor(emission, transition, *TWO_TOKEN)
@@ -358,14 +393,28 @@ def empirical_two_token_predictor(emission: np.ndarray, transition: np.ndarray, 
     return np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / counts[0].size)
 
 
-def ideal_recovery_errors(emission: np.ndarray, transition: np.ndarray, sizes: list[int], draws: int,
-                          rng: np.random.Generator) -> np.ndarray:
+def ideal_recovery_errors(
+    emission: np.ndarray, transition: np.ndarray, sizes: list[int], draws: int, rng: np.random.Generator
+) -> np.ndarray:
     """``(len(sizes), draws)`` parameter errors of ``(O, T)`` recovered from an ideal learner's predictor at each
     sample size: how much the recovery amplifies sampling noise, with no optimiser in the way."""
     k = emission.shape[1]
-    return np.array([[parameter_distance(emission, transition, *recover(
-        empirical_two_token_predictor(emission, transition, n, rng), *TWO_TOKEN, k, rng, als_steps=100))
-        for _ in range(draws)] for n in sizes])
+    return np.array(
+        [
+            [
+                parameter_distance(
+                    emission,
+                    transition,
+                    *recover(
+                        empirical_two_token_predictor(emission, transition, n, rng), *TWO_TOKEN, k, rng, als_steps=100
+                    ),
+                )
+                for _ in range(draws)
+            ]
+            for n in sizes
+        ]
+    )
+
 
 # ---------------------------------------------------------------- G-HMM: Theorem 5 and Lemma 7
 def ghmm_posterior(means: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -379,8 +428,9 @@ def ghmm_pairwise_predictor(means: np.ndarray, transition: np.ndarray, points: n
     return ghmm_posterior(means, points) @ transition.T @ means.T
 
 
-def random_ghmm(d: int, k: int, rng: np.random.Generator,
-                max_condition: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+def random_ghmm(
+    d: int, k: int, rng: np.random.Generator, max_condition: float = 100.0
+) -> tuple[np.ndarray, np.ndarray]:
     """``(M, T)`` with Gaussian-direction unit means and a random doubly stochastic ``T``, both well conditioned."""
     while True:
         means = rng.normal(size=(d, k))
@@ -406,8 +456,14 @@ def partner_transition(means: np.ndarray, transition: np.ndarray, other_means: n
     return np.linalg.pinv(other_means) @ means @ transition
 
 
-def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bool,
-             rng: np.random.Generator, unit_norm: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
+def fit_ghmm(
+    points: np.ndarray,
+    values: np.ndarray,
+    k: int,
+    column_sums_one: bool,
+    rng: np.random.Generator,
+    unit_norm: bool = True,
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Fit ``(M, T)`` with unit-norm means to predictor values ``M T phi(x)`` from one random start.
 
     With ``column_sums_one`` the last row of ``T`` is ``1 - (sum of the others)``, the part of
@@ -420,7 +476,7 @@ def fit_ghmm(points: np.ndarray, values: np.ndarray, k: int, column_sums_one: bo
 
     def unpack(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raw = theta[: d * k].reshape(d, k)
-        rows = theta[d * k:].reshape(free_rows, k)
+        rows = theta[d * k :].reshape(free_rows, k)
         transition = np.vstack([rows, 1 - rows.sum(axis=0)]) if column_sums_one else rows
         return (raw / np.linalg.norm(raw, axis=0) if unit_norm else raw), transition
 
@@ -454,23 +510,24 @@ def _ghmm_given_middle(means: np.ndarray, transition: np.ndarray, position: int)
     return {1: means @ transition.T, 2: means, 3: means @ transition}[position]
 
 
-def ghmm_middle_posterior(means: np.ndarray, transition: np.ndarray, given: int,
-                          points: np.ndarray) -> np.ndarray:
+def ghmm_middle_posterior(means: np.ndarray, transition: np.ndarray, given: int, points: np.ndarray) -> np.ndarray:
     """``P(h_2 = i | x_given = x)`` for each row of ``points``: ``T phi``, ``phi``, ``T^T phi`` at positions 1, 2, 3."""
     phi = ghmm_posterior(means, points)
     return {1: phi @ transition.T, 2: phi, 3: phi @ transition}[given]
 
 
-def ghmm_two_token_predictor(means: np.ndarray, transition: np.ndarray, given: int, targets: tuple[int, int],
-                             points: np.ndarray) -> np.ndarray:
+def ghmm_two_token_predictor(
+    means: np.ndarray, transition: np.ndarray, given: int, targets: tuple[int, int], points: np.ndarray
+) -> np.ndarray:
     """``E[x_t2 (x) x_t3 | x_given = x]`` for each row of ``points``: an ``n x d x d`` array (Theorem 8)."""
     _check_triple(given, targets)
     B, C = (_ghmm_given_middle(means, transition, t) for t in targets)
     return np.einsum("ni,ai,bi->nab", ghmm_middle_posterior(means, transition, given, points), B, C)
 
 
-def ghmm_recover(values: np.ndarray, points: np.ndarray, given: int, targets: tuple[int, int], k: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def ghmm_recover(
+    values: np.ndarray, points: np.ndarray, given: int, targets: tuple[int, int], k: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``(M, T)`` up to relabelling from two-token predictor values at ``points``, for ``x_2`` among the targets.
 
     The proof of Theorem 8 (case 1, and case 3 by symmetry): ``W = sum_j x_j (x) F(x_j)`` has the rank-one
@@ -507,8 +564,9 @@ def ghmm_transition_from_density(means: np.ndarray, density: np.ndarray, points:
     return np.linalg.solve(psi.T, density) @ np.linalg.inv(phi)
 
 
-def ghmm_density_matrix(means: np.ndarray, transition: np.ndarray, targets: np.ndarray,
-                        given: np.ndarray) -> np.ndarray:
+def ghmm_density_matrix(
+    means: np.ndarray, transition: np.ndarray, targets: np.ndarray, given: np.ndarray
+) -> np.ndarray:
     """``D[a, b] = psi(x_a)^T T phi(x_b) = (2 pi)^(d/2) p(x_2 = targets_a | x_1 = given_b)``, the mixture formula."""
     return ghmm_scaled_likelihood(means, targets) @ transition @ ghmm_posterior(means, given).T
 
@@ -544,8 +602,9 @@ def unit_norm_candidates(differences: np.ndarray, basis: np.ndarray) -> list[np.
     return [(basis @ (base + sign * height * along))[:, None] + offsets for sign in (1.0, -1.0)]
 
 
-def ghmm_recover_middle(values: np.ndarray, points: np.ndarray, targets: tuple[int, int], k: int,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def ghmm_recover_middle(
+    values: np.ndarray, points: np.ndarray, targets: tuple[int, int], k: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``(M, T)`` up to relabelling from values of the predictor ``x_1 (x) x_3 | x_2`` (Theorem 8, case 2).
 
     ``F(x) = sum_i phi_i(x) E[x_1 | h_2 = i] (x) E[x_3 | h_2 = i]``, so the values stacked over the points
@@ -576,8 +635,14 @@ def ghmm_recover_middle(values: np.ndarray, points: np.ndarray, targets: tuple[i
     return _gauss_newton(means, transition, ordered, points)
 
 
-def _gauss_newton(means: np.ndarray, transition: np.ndarray, values: np.ndarray, points: np.ndarray,
-                  steps: int = 2, step: float = 1e-7) -> tuple[np.ndarray, np.ndarray]:
+def _gauss_newton(
+    means: np.ndarray,
+    transition: np.ndarray,
+    values: np.ndarray,
+    points: np.ndarray,
+    steps: int = 2,
+    step: float = 1e-7,
+) -> tuple[np.ndarray, np.ndarray]:
     """``steps`` Gauss-Newton steps on every entry of ``(M, T)`` against the values of ``x_1 (x) x_3 | x_2``.
 
     Fixing ``v^T mu_1`` by a unit norm loses digits when ``H M`` lies near ``M`` (a square root near a
@@ -587,7 +652,7 @@ def _gauss_newton(means: np.ndarray, transition: np.ndarray, values: np.ndarray,
     d, k = means.shape
 
     def residual(theta: np.ndarray) -> np.ndarray:
-        model = theta[:d * k].reshape(d, k), theta[d * k:].reshape(k, k)
+        model = theta[: d * k].reshape(d, k), theta[d * k :].reshape(k, k)
         return (ghmm_two_token_predictor(*model, 2, (1, 3), points) - values).ravel()
 
     theta = np.concatenate([means.ravel(), transition.ravel()])
@@ -595,7 +660,7 @@ def _gauss_newton(means: np.ndarray, transition: np.ndarray, values: np.ndarray,
         base = residual(theta)
         jacobian = np.column_stack([(residual(theta + step * e) - base) / step for e in np.eye(len(theta))])
         theta = theta - np.linalg.lstsq(jacobian, base, rcond=None)[0]
-    return theta[:d * k].reshape(d, k), theta[d * k:].reshape(k, k)
+    return theta[: d * k].reshape(d, k), theta[d * k :].reshape(k, k)
 
 
 def middle_partner(means: np.ndarray, transition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -611,8 +676,9 @@ def middle_partner(means: np.ndarray, transition: np.ndarray) -> tuple[np.ndarra
     return householder_partner(means), np.outer(u, np.ones(len(u))) - transition
 
 
-def symmetric_ghmm(d: int, k: int, rng: np.random.Generator,
-                   max_condition: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+def symmetric_ghmm(
+    d: int, k: int, rng: np.random.Generator, max_condition: float = 100.0
+) -> tuple[np.ndarray, np.ndarray]:
     """A G-HMM whose :func:`middle_partner` is a G-HMM too: equiangular unit means and ``T <= 2/k`` entrywise.
 
     The means have Gram matrix ``(1 - r) I + r 1 1^T`` (equal row sums), and ``T`` mixes the uniform matrix
@@ -632,8 +698,9 @@ def symmetric_ghmm(d: int, k: int, rng: np.random.Generator,
 HERMITE_NODES = 40  # Gauss-Hermite nodes per axis: exact for degree 79, and e^(mu y) is resolved to round-off
 
 
-def ghmm_conditional_marginal(means: np.ndarray, transition: np.ndarray,
-                              given: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def ghmm_conditional_marginal(
+    means: np.ndarray, transition: np.ndarray, given: np.ndarray
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The law of ``x_2`` given ``x_1 = given`` as its marginal densities: ``(Q, y) -> p(Q^T x_2 = y_j)`` per row.
 
     ``Q`` is ``d x j`` with orthonormal columns and ``y`` is ``n x j``: ``Q^T x_2`` is the mixture
@@ -671,29 +738,33 @@ def prony(moments: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     pencil whose eigenvalues are the nodes, the roots of the polynomial that annihilates the sequence;
     the weights then solve the Vandermonde system.
     """
-    low, high = hankel(moments[:k], moments[k - 1:2 * k - 1]), hankel(moments[1:k + 1], moments[k:2 * k])
+    low, high = hankel(moments[:k], moments[k - 1 : 2 * k - 1]), hankel(moments[1 : k + 1], moments[k : 2 * k])
     nodes = np.sort(np.linalg.eigvals(np.linalg.solve(low, high)).real)
     return nodes, np.linalg.solve(np.vander(nodes, k, increasing=True).T, moments[:k])
 
 
-def _direction_moments(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], direction: np.ndarray, k: int,
-                       hermite: bool) -> np.ndarray:
+def _direction_moments(
+    marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], direction: np.ndarray, k: int, hermite: bool
+) -> np.ndarray:
     """``E[He_n(u^T X)]`` for ``n < 2k`` by quadrature of the 1-D marginal along the unit vector ``u``."""
     grid, weights = _quadrature(1)
     return _powers(grid[:, 0], 2 * k - 1, hermite).T @ (weights * marginal(direction[:, None], grid))
 
 
-def _mixed_moments(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int,
-                   hermite: bool) -> np.ndarray:
+def _mixed_moments(
+    marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int, hermite: bool
+) -> np.ndarray:
     """``E[He_n(Y_0) Y_m]`` for ``n < k`` and ``m = 1 .. d-1``, ``Y = Q^T X``, from the 2-D marginals: ``(d-1) x k``."""
     grid, weights = _quadrature(2)
     basis = _powers(grid[:, 0], k - 1, hermite)
-    return np.array([basis.T @ (weights * marginal(frame[:, [0, m]], grid) * grid[:, 1])
-                     for m in range(1, frame.shape[1])])
+    return np.array(
+        [basis.T @ (weights * marginal(frame[:, [0, m]], grid) * grid[:, 1]) for m in range(1, frame.shape[1])]
+    )
 
 
-def _prony_along(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int,
-                 hermite: bool) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+def _prony_along(
+    marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame: np.ndarray, k: int, hermite: bool
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Prony along the first column of ``frame``: ``cond(V) / min |w|``, the frame, the nodes and the weights.
 
     The first is how much the Vandermonde solve for the other coordinates amplifies round-off.
@@ -703,9 +774,14 @@ def _prony_along(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], frame
     return float(amplification), frame, nodes, weights
 
 
-def ghmm_mixture_from_law(marginal: Callable[[np.ndarray, np.ndarray], np.ndarray], d: int, k: int,
-                          rng: np.random.Generator, hermite: bool = True,
-                          tries: int = 50) -> tuple[np.ndarray, np.ndarray]:
+def ghmm_mixture_from_law(
+    marginal: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    d: int,
+    k: int,
+    rng: np.random.Generator,
+    hermite: bool = True,
+    tries: int = 50,
+) -> tuple[np.ndarray, np.ndarray]:
     """Means (``d x k``) and weights of a unit-covariance Gaussian mixture from its moments (Lemma 9, constructive).
 
     Given only the marginal densities of the law (:func:`ghmm_conditional_marginal`), integrated by
@@ -722,7 +798,8 @@ def ghmm_mixture_from_law(marginal: Callable[[np.ndarray, np.ndarray], np.ndarra
     return frame @ np.vstack([nodes, others.T]), weights
 
 
-def mixture_distance(means: np.ndarray, weights: np.ndarray, other_means: np.ndarray,
-                     other_weights: np.ndarray) -> float:
+def mixture_distance(
+    means: np.ndarray, weights: np.ndarray, other_means: np.ndarray, other_weights: np.ndarray
+) -> float:
     """``min over relabellings of max(|M~ - M P|, |w~ - P^T w|)``: :func:`parameter_distance` with ``T = diag(w)``."""
     return parameter_distance(means, np.diag(weights), other_means, np.diag(other_weights))

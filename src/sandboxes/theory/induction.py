@@ -35,13 +35,14 @@ class Level(NamedTuple):
     std_error: float
 
 
-def _predict_online(task: InContextMarkov, seq: np.ndarray, predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                    unseen: float) -> np.ndarray:
+def _predict_online(
+    task: InContextMarkov, seq: np.ndarray, predict: Callable[[np.ndarray, np.ndarray], np.ndarray], unseen: float
+) -> np.ndarray:
     """Each position's prediction of the next symbol, ``(n, length, k)``, from the transitions counted before it:
     ``predict(seen, context)`` gets each sequence's counts in the current context (``(n, k)``) and the context;
     positions without a full set of parents get ``unseen``."""
     n, k = seq.shape[0], task.n_states
-    counts = np.zeros((n, k ** task.order, k))
+    counts = np.zeros((n, k**task.order, k))
     rows = np.arange(n)
     out = np.full((n, task.length, k), unseen)
     for i in range(1, task.length + 1):
@@ -92,9 +93,11 @@ def predictor_loss(probs: np.ndarray, seq: np.ndarray) -> Level:
 def loss_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:
     """Uniform (exact), in-context unigram and Bayes levels on ``n`` sequences drawn with ``seed``."""
     seq = task.sequences(n, torch.Generator().manual_seed(seed)).numpy()
-    return {"uniform": Level(float(np.log(task.n_states)), 0.0),
-            "unigram": predictor_loss(unigram_predictive(task, seq), seq),
-            "bayes": predictor_loss(bayes_predictive(task, seq), seq)}
+    return {
+        "uniform": Level(float(np.log(task.n_states)), 0.0),
+        "unigram": predictor_loss(unigram_predictive(task, seq), seq),
+        "bayes": predictor_loss(bayes_predictive(task, seq), seq),
+    }
 
 
 def single_parents(task: InContextMarkov) -> list[int | None]:
@@ -125,8 +128,9 @@ def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray
     marginal = [np.full((m, k), 1.0 / k)]
     for position in range(1, i + 1):
         above = parent[position]
-        marginal.append(np.full((m, k), 1.0 / k) if above is None else
-                        np.einsum("ma,mab->mb", marginal[above], kernels))
+        marginal.append(
+            np.full((m, k), 1.0 / k) if above is None else np.einsum("ma,mab->mb", marginal[above], kernels)
+        )
     powers = [np.broadcast_to(np.eye(k), (m, k, k))]
     for _ in range(i):
         powers.append(np.einsum("mab,mbc->mac", powers[-1], kernels))
@@ -148,7 +152,7 @@ def chi2_information(task: InContextMarkov, i: int, n_kernels: int, seed: int) -
     kernels = task.kernels(n_kernels, torch.Generator().manual_seed(seed))
     laws = joint_laws(task, kernels, i)[:, :i]
     rows, cols = laws.sum(axis=3, keepdims=True), laws.sum(axis=2, keepdims=True)
-    per_kernel = (laws ** 2 / (rows * cols)).sum(axis=(2, 3)) - 1.0
+    per_kernel = (laws**2 / (rows * cols)).sum(axis=(2, 3)) - 1.0
     return per_kernel.mean(axis=0), per_kernel.std(axis=0, ddof=1) / np.sqrt(n_kernels)
 
 
@@ -248,8 +252,17 @@ def induction_head(k: int, T: int, beta: float) -> GPT:
     """
     slots = induction_slots(k, T)
     d = slots.position.stop
-    config = GPTConfig(vocab_size=k, block_size=T, n_layer=2, n_head=1, d_model=d, tied=False,
-                       positional="learned", mlp=False, head_bias=False)
+    config = GPTConfig(
+        vocab_size=k,
+        block_size=T,
+        n_layer=2,
+        n_head=1,
+        d_model=d,
+        tied=False,
+        positional="learned",
+        mlp=False,
+        head_bias=False,
+    )
     model = zero_gpt(config)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
     token, previous, successors = (np.arange(s.start, s.stop) for s in (slots.token, slots.previous, slots.successors))
@@ -259,12 +272,12 @@ def induction_head(k: int, T: int, beta: float) -> GPT:
         model.wpe[np.arange(T), position] = 1.0
         model.wpe[:, slots.one] = 1.0
         first, second = (block.attn for block in model.blocks)
-        query, key, value = (first.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[position[:-1], position[1:]] = beta * root  # from position t to t - 1
         key[position, position] = 1.0
         value[token, token] = 1.0
         first.proj.weight[previous, token] = 1.0
-        query, key, value = (second.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query, key, value = (second.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[previous, token] = beta * root  # the current token, against each key's previous one
         key[previous, previous] = 1.0
         query[slots.one, slots.one] = -2 * beta * root
@@ -302,10 +315,9 @@ def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor
         logits = model(part[:, :-1])[:, scored]
         targets = part[:, 1:][:, scored]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        grad, = torch.autograd.grad(loss, model.first)
+        (grad,) = torch.autograd.grad(loss, model.first)
         parts.append(grad.numpy())
     return np.stack(parts)
-
 
 
 class HigherOrderSlots(NamedTuple):
@@ -322,8 +334,15 @@ class HigherOrderSlots(NamedTuple):
 
 def higher_order_slots(k: int, T: int) -> HigherOrderSlots:
     """The residual layout of :func:`higher_order_head` for ``k`` symbols and ``T`` positions."""
-    return HigherOrderSlots(slice(0, k), slice(k, 2 * k), slice(2 * k, 3 * k), 3 * k, slice(3 * k + 1, 4 * k + 1),
-                            4 * k + 1, slice(4 * k + 2, 4 * k + 2 + T))
+    return HigherOrderSlots(
+        slice(0, k),
+        slice(k, 2 * k),
+        slice(2 * k, 3 * k),
+        3 * k,
+        slice(3 * k + 1, 4 * k + 1),
+        4 * k + 1,
+        slice(4 * k + 2, 4 * k + 2 + T),
+    )
 
 
 def window_weights(m: int) -> np.ndarray:
@@ -352,8 +371,9 @@ def _half_square_knots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sums[:-1], np.diff(slopes, prepend=0.0)
 
 
-def higher_order_head(k: int, m: int, T: int, beta: float, weights: np.ndarray | None = None,
-                      squares: bool = True) -> GPT:
+def higher_order_head(
+    k: int, m: int, T: int, beta: float, weights: np.ndarray | None = None, squares: bool = True
+) -> GPT:
     """A three-layer GPT with one head per layer (float64) whose last layer writes the order-``m`` count estimator.
 
     Layer 1 attends from each position to itself and the ``m - 1`` before it with scores ``beta + ln w_j`` (0
@@ -373,25 +393,36 @@ def higher_order_head(k: int, m: int, T: int, beta: float, weights: np.ndarray |
     slots = higher_order_slots(k, T)
     d = slots.position.stop
     knots, changes = _half_square_knots(w)
-    config = GPTConfig(vocab_size=k, block_size=T, n_layer=3, n_head=1, d_model=d, d_mlp=k * len(knots),
-                       tied=False, positional="learned", mlp=True, head_bias=False)
+    config = GPTConfig(
+        vocab_size=k,
+        block_size=T,
+        n_layer=3,
+        n_head=1,
+        d_model=d,
+        d_mlp=k * len(knots),
+        tied=False,
+        positional="learned",
+        mlp=True,
+        head_bias=False,
+    )
     model = zero_gpt(config)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
-    token, recent, before, successors, position = (np.arange(s.start, s.stop) for s in (
-        slots.token, slots.recent, slots.before, slots.successors, slots.position))
+    token, recent, before, successors, position = (
+        np.arange(s.start, s.stop) for s in (slots.token, slots.recent, slots.before, slots.successors, slots.position)
+    )
     beta_3 = beta / window_gap(w)
     with torch.no_grad():
         model.wte.weight[token, token] = 1.0
         model.wpe[np.arange(T), position] = 1.0
         model.wpe[:, slots.one] = 1.0
         first, second, third = (block.attn for block in model.blocks)
-        query, key, value = (first.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         for lag in range(min(m, T)):
-            query[position[:T - lag], position[lag:]] = (beta + math.log(w[lag])) * root  # from t to t - lag
+            query[position[: T - lag], position[lag:]] = (beta + math.log(w[lag])) * root  # from t to t - lag
         key[position, position] = 1.0
         value[token, token] = 1.0
         first.proj.weight[recent, token] = 1.0
-        query, key, value = (second.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query, key, value = (second.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[position[:-1], position[1:]] = beta * root  # from n to n - 1
         key[position, position] = 1.0
         value[recent, recent] = 1.0
@@ -403,7 +434,7 @@ def higher_order_head(k: int, m: int, T: int, beta: float, weights: np.ndarray |
                 mlp.fc.weight[units, before[s]] = 1.0
                 mlp.fc.weight[units, slots.one] = torch.from_numpy(-knots)
                 mlp.proj.weight[slots.half_square, units] = torch.from_numpy(changes)
-        query, key, value = (third.qkv.weight[part * d:(part + 1) * d] for part in range(3))
+        query, key, value = (third.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[before, recent] = beta_3 * root  # u_t against each key's v_n
         key[before, before] = 1.0
         query[slots.half_square, slots.one] = beta_3 * root
@@ -421,7 +452,7 @@ def higher_order_average(model: GPT, idx: Tensor) -> Tensor:
     return _last_residual(model, idx)[..., slots.successors]
 
 
-LEVEL_CHUNK_FLOATS = 2 ** 24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64
+LEVEL_CHUNK_FLOATS = 2**24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64
 
 
 def order_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:

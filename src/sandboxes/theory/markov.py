@@ -56,8 +56,18 @@ def kernel_log_odds_gap(p: float, q: float) -> float:
 def binary_config(d_model: int, length: int, tied: bool, d_mlp: int | None = None) -> GPTConfig:
     """The paper's architecture: one layer, one head, ReLU MLP, no layer norm, no inner biases."""
     return GPTConfig(
-        vocab_size=2, block_size=length, n_layer=1, n_head=1, d_model=d_model, d_mlp=d_mlp,
-        tied=tied, positional="learned", layer_norm=False, activation="relu", bias=False, head_bias=True,
+        vocab_size=2,
+        block_size=length,
+        n_layer=1,
+        n_head=1,
+        d_model=d_model,
+        d_mlp=d_mlp,
+        tied=tied,
+        positional="learned",
+        layer_norm=False,
+        activation="relu",
+        bias=False,
+        head_bias=True,
     )
 
 

@@ -87,8 +87,10 @@ class ReducedFlow:
         """Exact population cross-entropy of the predictor ``sigma(u x_n + b)``."""
         p, q, pi1 = self.p, self.q, self.pi1
         f0, f1 = _sigmoid(b), _sigmoid(u + b)
-        return -((1 - pi1) * (p * math.log(f0) + (1 - p) * math.log(1 - f0))
-                 + pi1 * ((1 - q) * math.log(f1) + q * math.log(1 - f1)))
+        return -(
+            (1 - pi1) * (p * math.log(f0) + (1 - p) * math.log(1 - f0))
+            + pi1 * ((1 - q) * math.log(f1) + q * math.log(1 - f1))
+        )
 
     def loss(self, e: float, w: float) -> float:
         u = self.slope(e, w)
@@ -111,8 +113,14 @@ class ReducedFlow:
         self, e0: float, w0: float, t_max: float = 400.0, n_points: int = 200, rtol: float = 1e-10
     ) -> np.ndarray:
         """Integrate the flow from ``(e0, w0)``; rows are ``(t, e, w)``."""
-        sol = solve_ivp(lambda t, y: self.velocity(y[0], y[1]), (0.0, t_max), [e0, w0],
-                        t_eval=np.linspace(0.0, t_max, n_points), rtol=rtol, atol=rtol * 1e-2)
+        sol = solve_ivp(
+            lambda t, y: self.velocity(y[0], y[1]),
+            (0.0, t_max),
+            [e0, w0],
+            t_eval=np.linspace(0.0, t_max, n_points),
+            rtol=rtol,
+            atol=rtol * 1e-2,
+        )
         return np.column_stack([sol.t, sol.y.T])
 
     def reaches_global_minimum(self, e0: float, w0: float, t_max: float = 400.0) -> bool:

@@ -87,9 +87,18 @@ def prefix_composition_gpt(automaton: Semiautomaton, T: int, gamma: float | None
     d = 2 * n + 2
     gamma = sufficient_gamma(T, n) if gamma is None else gamma
     config = GPTConfig(
-        vocab_size=max(automaton.n_symbols + 1, n), block_size=T + 1, n_layer=shortcut_depth(T),
-        n_head=1, d_model=d, d_mlp=4 * n * n + 2 * n, tied=False, positional="learned",
-        layer_norm=False, activation="relu", bias=True, head_bias=True,
+        vocab_size=max(automaton.n_symbols + 1, n),
+        block_size=T + 1,
+        n_layer=shortcut_depth(T),
+        n_head=1,
+        d_model=d,
+        d_mlp=4 * n * n + 2 * n,
+        tied=False,
+        positional="learned",
+        layer_norm=False,
+        activation="relu",
+        bias=True,
+        head_bias=True,
     )
     model = zero_gpt(config)
     angles = math.pi * torch.arange(T + 1, dtype=torch.float64) / (T + 1)
@@ -101,8 +110,9 @@ def prefix_composition_gpt(automaton: Semiautomaton, T: int, gamma: float | None
         model.wpe[:, P + 1] = torch.sin(angles)
         for layer, block in enumerate(model.blocks):
             shift = -math.pi * 2**layer / (T + 1)
-            rotation = torch.tensor([[math.cos(shift), -math.sin(shift)], [math.sin(shift), math.cos(shift)]],
-                                    dtype=torch.float64)
+            rotation = torch.tensor(
+                [[math.cos(shift), -math.sin(shift)], [math.sin(shift), math.cos(shift)]], dtype=torch.float64
+            )
             qkv = block.attn.qkv.weight  # rows: query 0..d-1, key d..2d-1, value 2d..3d-1
             qkv[0:2, P : P + 2] = gamma * math.sqrt(d) * rotation
             qkv[d : d + 2, P : P + 2] = torch.eye(2, dtype=torch.float64)
@@ -171,8 +181,18 @@ def counter_gpt(n: int, T: int, q0: int = 0) -> GPT:
     counts = np.arange((n - 1) * T + 1)
     d = 4
     config = GPTConfig(
-        vocab_size=n + 1, block_size=T + 1, n_layer=1, n_head=1, d_model=d, d_mlp=4 * len(counts) + 1,
-        tied=False, positional="learned", layer_norm=False, activation="relu", bias=True, head_bias=True,
+        vocab_size=n + 1,
+        block_size=T + 1,
+        n_layer=1,
+        n_head=1,
+        d_model=d,
+        d_mlp=4 * len(counts) + 1,
+        tied=False,
+        positional="learned",
+        layer_norm=False,
+        activation="relu",
+        bias=True,
+        head_bias=True,
     )
     model = zero_gpt(config)
     with torch.no_grad():
@@ -200,8 +220,18 @@ def memory_gpt(m: int, T: int, q0: int = 0) -> GPT:
     d = 5
     c = T * memory_gap(T, m)  # Lemma 13 keeps the read within PLATEAU
     config = GPTConfig(
-        vocab_size=m + 1, block_size=T, n_layer=1, n_head=1, d_model=d, d_mlp=4 * m + 1,
-        tied=False, positional="learned", layer_norm=False, activation="relu", bias=True, head_bias=True,
+        vocab_size=m + 1,
+        block_size=T,
+        n_layer=1,
+        n_head=1,
+        d_model=d,
+        d_mlp=4 * m + 1,
+        tied=False,
+        positional="learned",
+        layer_norm=False,
+        activation="relu",
+        bias=True,
+        head_bias=True,
     )
     model = zero_gpt(config)
     with torch.no_grad():

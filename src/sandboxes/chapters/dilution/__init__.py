@@ -32,11 +32,14 @@ __all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "against_paper", "
 
 def _even_at_least(low: int, why: str) -> Custom:
     """Even integers of at least ``low``: a flip-flop string has pairs of tokens."""
+
     def check(value: int) -> None:
         if value < low or value % 2:
             raise ValueError(f"must be an even number of at least {low}, got {value}")
-    return Custom(check, f"an even integer >= {low} ({why})",
-                  lambda rng, near: 2 * int(rng.integers(low // 2, near + 1)))
+
+    return Custom(
+        check, f"an even integer >= {low} ({why})", lambda rng, near: 2 * int(rng.integers(low // 2, near + 1))
+    )
 
 
 EVEN_AT_LEAST_4 = _even_at_least(4, "a flip-flop string has pairs of tokens")
@@ -45,53 +48,116 @@ BLOCK_SIZE = _even_at_least(6, "the witness string 'w 1 i 0 r' needs five positi
 
 PARAMS = (
     Param("T", int, 32, 512, "training length in tokens (instruction/bit pairs times 2)", EVEN_AT_LEAST_4),
-    Param("p_i", float, 0.8, 0.8, "probability of an ignore instruction in training (p_w = p_r = (1 - p_i)/2)",
-          in_open_unit_interval),
+    Param(
+        "p_i",
+        float,
+        0.8,
+        0.8,
+        "probability of an ignore instruction in training (p_w = p_r = (1 - p_i)/2)",
+        in_open_unit_interval,
+    ),
     Param("sparse_p_i", float, 0.98, 0.98, "p_i of the sparse (long-range) test set", probability),
     Param("dense_p_i", float, 0.1, 0.1, "p_i of the dense (many writes) test set", probability),
     # quick: about 1.2 x 10^5 dense and as many in-distribution reads at T = 32, where the quick models' tail is thin
     # (2 to 6 wrong reads in 3 x 10^4 dense ones per seed, at one thread): with fewer, the exact test lacks errors
     Param("n_sparse", int, 4000, 100_000, "sequences in the sparse test set", at_least(1)),
     Param("n_dense", int, 16_000, 10_000, "sequences in the dense test set", at_least(1)),
-    Param("n_in_distribution", int, 50_000, 50_000, "sequences in the in-distribution test set (about as many reads "
-          "as the sparse and dense sets together, so their error rates are compared at equal power)", at_least(1)),
+    Param(
+        "n_in_distribution",
+        int,
+        50_000,
+        50_000,
+        "sequences in the in-distribution test set (about as many reads "
+        "as the sparse and dense sets together, so their error rates are compared at equal power)",
+        at_least(1),
+    ),
     Param("n_layer", int, 2, 6, "transformer layers", at_least(1)),
     Param("d_model", int, 32, 512, "transformer width", at_least(1)),
     Param("n_head", int, 1, 8, "attention heads per layer", at_least(1)),
     Param("layer_norm", bool, False, True, "layer norm in the transformer", FLAG),
     Param("steps", int, 1000, 10_000, "training steps of the transformers the training section counts", at_least(1)),
-    Param("start_steps", int, 1000, 10_000, "first-phase steps of the transformers the second phases start from",
-          at_least(1)),
+    Param(
+        "start_steps",
+        int,
+        1000,
+        10_000,
+        "first-phase steps of the transformers the second phases start from",
+        at_least(1),
+    ),
     Param("batch_size", int, 32, 16, "sequences per step", at_least(1)),
     Param("lr", float, 1e-2, 3e-4, "peak AdamW learning rate (linear warm-up and decay)", positive),
     Param("weight_decay", float, 0.1, 0.1, "AdamW weight decay", non_negative),
-    Param("warmup", int, 20, 50, "linear warm-up steps of each transformer phase (a second phase starts a fresh AdamW, "
-          "whose first step moves every weight by the full rate)", at_least(0)),
+    Param(
+        "warmup",
+        int,
+        20,
+        50,
+        "linear warm-up steps of each transformer phase (a second phase starts a fresh AdamW, "
+        "whose first step moves every weight by the full rate)",
+        at_least(0),
+    ),
     Param("finetune_steps", int, 300, 2000, "steps of each second phase (plain, sharpened, rare)", at_least(1)),
     Param("finetune_lr", float, 3e-3, 1e-4, "peak learning rate of the second phase", positive),
     # quick: 0.3, in the thesis's grid (Sec. 3.5.6.4); why not 0.03 or 0.1: results/README.md, "Sizing notes"
-    Param("sharpen", float, 0.3, 0.03, "weight of the attention-entropy penalty in the second phase (0: skip)",
-          non_negative),
-    Param("rare_mix", str, "0.9,0.98,0.1", "0.9,0.98,0.1", "p_i values of the mixture a third second phase trains on "
-          "(the thesis's R4: rare strings in training)", each(probability)),
+    Param(
+        "sharpen",
+        float,
+        0.3,
+        0.03,
+        "weight of the attention-entropy penalty in the second phase (0: skip)",
+        non_negative,
+    ),
+    Param(
+        "rare_mix",
+        str,
+        "0.9,0.98,0.1",
+        "0.9,0.98,0.1",
+        "p_i values of the mixture a third second phase trains on (the thesis's R4: rare strings in training)",
+        each(probability),
+    ),
     Param("lstm_hidden", int, 128, 128, "LSTM hidden size", at_least(1)),
     Param("lstm_steps", int, 100, 500, "LSTM training steps", at_least(1)),
     Param("lstm_lr", float, 1e-2, 3e-3, "LSTM learning rate", positive),
-    Param("batched_seeds", bool, True, True, "train the seeds as vmapped ensembles (on a GPU, in groups that fit "
-          "half its free memory)", FLAG),
-    Param("threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position",
-          in_open_unit_interval),
+    Param(
+        "batched_seeds",
+        bool,
+        True,
+        True,
+        "train the seeds as vmapped ensembles (on a GPU, in groups that fit half its free memory)",
+        FLAG,
+    ),
+    Param(
+        "threshold", float, 0.5, 0.5, "weight below which a head no longer selects one position", in_open_unit_interval
+    ),
     Param("base", int, 64, 64, "block size the Proposition 3 construction is built for", BLOCK_SIZE),
     Param("n_construction", int, 200, 2000, "random strings per test set of the construction", at_least(1)),
 )
 
 
 # Reference sizes: step and counting times, pilots (results/README.md, "Sizing notes").
-PARAMS = with_reference(PARAMS, {
-    "T": 128, "n_layer": 2, "d_model": 64, "n_head": 2, "layer_norm": False, "steps": 8000, "start_steps": 3000,
-    "batch_size": 32, "lr": 3e-3, "warmup": 50, "finetune_steps": 500, "finetune_lr": 1e-3, "lstm_steps": 500,
-    "lstm_lr": 3e-3, "n_sparse": 64_000, "n_dense": 3_600, "n_in_distribution": 29_000, "sharpen": 0.03,
-})
+PARAMS = with_reference(
+    PARAMS,
+    {
+        "T": 128,
+        "n_layer": 2,
+        "d_model": 64,
+        "n_head": 2,
+        "layer_norm": False,
+        "steps": 8000,
+        "start_steps": 3000,
+        "batch_size": 32,
+        "lr": 3e-3,
+        "warmup": 50,
+        "finetune_steps": 500,
+        "finetune_lr": 1e-3,
+        "lstm_steps": 500,
+        "lstm_lr": 3e-3,
+        "n_sparse": 64_000,
+        "n_dense": 3_600,
+        "n_in_distribution": 29_000,
+        "sharpen": 0.03,
+    },
+)
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
@@ -102,26 +168,72 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
 # quick: four seeds, since each CPU draws afresh which seeds glitch (results/README.md, "Sizing notes").
 
 # the unit tests' scale: every section end to end in seconds
-UNIT_SCALE = {"T": 8, "n_sparse": 8, "n_dense": 8, "n_in_distribution": 8, "steps": 2, "start_steps": 2,
-              "finetune_steps": 2, "lstm_steps": 2, "d_model": 8, "n_construction": 4}
+UNIT_SCALE = {
+    "T": 8,
+    "n_sparse": 8,
+    "n_dense": 8,
+    "n_in_distribution": 8,
+    "steps": 2,
+    "start_steps": 2,
+    "finetune_steps": 2,
+    "lstm_steps": 2,
+    "d_model": 8,
+    "n_construction": 4,
+}
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
-FULL_SHRUNK = {"T": 16, "steps": 2, "start_steps": 2, "finetune_steps": 2, "lstm_steps": 2, "n_sparse": 8, "n_dense": 8,
-               "n_in_distribution": 8, "n_construction": 4, "d_model": 16}
+FULL_SHRUNK = {
+    "T": 16,
+    "steps": 2,
+    "start_steps": 2,
+    "finetune_steps": 2,
+    "lstm_steps": 2,
+    "n_sparse": 8,
+    "n_dense": 8,
+    "n_in_distribution": 8,
+    "n_construction": 4,
+    "d_model": 16,
+}
 
-CHAPTER = Chapter("dilution", "Attention dilution and flip-flop glitches", PARAMS,
-                  seeds={"quick": 4, "reference": 8, "full": 10},
-                  sections=(
-                      Section("bound", "Proposition 4: the dilution bound", bound,
-                              figures=("bound_curves", "dilution_length")),
-                      Section("construction", "Proposition 3: a two-layer construction, then its weights held fixed",
-                              construction, figures=("construction_sweep",)),
-                      Section("simulator", "Proposition 5: linear positions and the wrong write", simulator,
-                              figures=("simulator_attention",)),
-                      Section("training", "Training: a tail of errors on rare strings", training, trains=True,
-                              rows=training_rows, exact_rows=r"obeys Prop 4",
-                              figures=("training_curves", "error_violins", "sharpness_by_position")),
-                      Section("second_phases", "Second phases: sharpening the attention, training on rare strings",
-                              second_phases, trains=True, rows=second_phase_rows, exact_rows=r"obeys Prop 4",
-                              figures=("second_phase_curves", "second_phase_violins", "sharpening_by_position")),
-                  ), check=check, reference_sections=("training", "second_phases"),
-                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)
+CHAPTER = Chapter(
+    "dilution",
+    "Attention dilution and flip-flop glitches",
+    PARAMS,
+    seeds={"quick": 4, "reference": 8, "full": 10},
+    sections=(
+        Section("bound", "Proposition 4: the dilution bound", bound, figures=("bound_curves", "dilution_length")),
+        Section(
+            "construction",
+            "Proposition 3: a two-layer construction, then its weights held fixed",
+            construction,
+            figures=("construction_sweep",),
+        ),
+        Section(
+            "simulator",
+            "Proposition 5: linear positions and the wrong write",
+            simulator,
+            figures=("simulator_attention",),
+        ),
+        Section(
+            "training",
+            "Training: a tail of errors on rare strings",
+            training,
+            trains=True,
+            rows=training_rows,
+            exact_rows=r"obeys Prop 4",
+            figures=("training_curves", "error_violins", "sharpness_by_position"),
+        ),
+        Section(
+            "second_phases",
+            "Second phases: sharpening the attention, training on rare strings",
+            second_phases,
+            trains=True,
+            rows=second_phase_rows,
+            exact_rows=r"obeys Prop 4",
+            figures=("second_phase_curves", "second_phase_violins", "sharpening_by_position"),
+        ),
+    ),
+    check=check,
+    reference_sections=("training", "second_phases"),
+    unit_scale=UNIT_SCALE,
+    full_shrunk=FULL_SHRUNK,
+)

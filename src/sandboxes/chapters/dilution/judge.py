@@ -31,29 +31,48 @@ def construction_claims(data: ConstructionData, n: int) -> list[Claim]:
     errors_at = {size: sum(v[k] for v in data["errors"].values()) for k, size in enumerate(data["sizes"])}
     margin = "the per-position score margin kappa base / C of the fixed linear positions"
     claims = [
-        Claim.exact(f"Prop 3 construction: wrong reads over every string of length 4..{data['exhaustive_up_to']}",
-                    "0", str(wrong),
-                    f"exhaustive: {total} reads"),
-        Claim.exact(f"Prop 3 construction at T = {data['base']}: wrong reads on sparse to all-write strings",
-                    "0", str(base_wrong), f"{base_total} reads, p_i in 0.98, 0.8, 0.1, 0"),
-        Claim.exact(f"fixed weights: wrong reads at every block size up to the safe length {safe}",
-                    "0", str(sum(e for size, e in errors_at.items() if size <= safe)),
-                    f"the closed-form sufficient conditions hold there; {n} strings per p_i and size"),
-        Claim.exact("fixed weights, positional margin: first block size at which the GPT answers 'w 1 i 0 r' with 0",
-                    str(onset), str(data["witness_scan"]),
-                    f"closed form: {margin} shrinks until the w three tokens back outweighs the bit "
-                    "(5 keys: not Prop 4's dilution, whose bound is 1 here)"),
+        Claim.exact(
+            f"Prop 3 construction: wrong reads over every string of length 4..{data['exhaustive_up_to']}",
+            "0",
+            str(wrong),
+            f"exhaustive: {total} reads",
+        ),
+        Claim.exact(
+            f"Prop 3 construction at T = {data['base']}: wrong reads on sparse to all-write strings",
+            "0",
+            str(base_wrong),
+            f"{base_total} reads, p_i in 0.98, 0.8, 0.1, 0",
+        ),
+        Claim.exact(
+            f"fixed weights: wrong reads at every block size up to the safe length {safe}",
+            "0",
+            str(sum(e for size, e in errors_at.items() if size <= safe)),
+            f"the closed-form sufficient conditions hold there; {n} strings per p_i and size",
+        ),
+        Claim.exact(
+            "fixed weights, positional margin: first block size at which the GPT answers 'w 1 i 0 r' with 0",
+            str(onset),
+            str(data["witness_scan"]),
+            f"closed form: {margin} shrinks until the w three tokens back outweighs the bit "
+            "(5 keys: not Prop 4's dilution, whose bound is 1 here)",
+        ),
     ]
     if data["witness_at_onset"]:  # strings without the pattern need not be misread there: no row
-        claims.append(Claim.at_least(
-            f"fixed weights, positional margin: wrong reads on random strings at block size {onset}", 1,
-            errors_at[onset], f"the witness pattern occurs {data['witness_at_onset']} times in them; {n} strings per "
-            "p_i", digits=8))
+        claims.append(
+            Claim.at_least(
+                f"fixed weights, positional margin: wrong reads on random strings at block size {onset}",
+                1,
+                errors_at[onset],
+                f"the witness pattern occurs {data['witness_at_onset']} times in them; {n} strings per p_i",
+                digits=8,
+            )
+        )
     return claims
 
 
 def simulator_claims(data: SimulatorData) -> list[Claim]:
     """The simulators' rows: measured switches against the closed forms; none for delta = 0."""
+
     def first(ts: list[int]) -> str:
         return str(ts[0] if ts else None)
 
@@ -64,30 +83,50 @@ def simulator_claims(data: SimulatorData) -> list[Claim]:
         return [t for t, v in enumerate(run[key], start=2) if v != right(t)]  # type: ignore[literal-required]
 
     one, two, zero = data["case 1"], data["case 2"], data["orthogonal"]
-    misses = (len(case1_wrong(zero)) + len(case2_wrong(zero, "case2_top", lambda t: t - 1))
-              + (zero["random_misses"] or 0))
+    misses = (
+        len(case1_wrong(zero)) + len(case2_wrong(zero, "case2_top", lambda t: t - 1)) + (zero["random_misses"] or 0)
+    )
     return [
-        Claim.exact("Prop 5 case 1 (delta > 0): first query whose top key is a noop, not the write",
-                    str(data["case1_switch"]), first(case1_wrong(one)), "root of delta p^2 + (beta - gamma) p - big"),
-        Claim.exact("Prop 5 case 2 (delta < 0): first length whose top key is the stale write",
-                    str(data["case2_switch"]), first(case2_wrong(two, "case2_top", lambda t: t - 1)),
-                    "p_t = beta / |delta|"),
-        Claim.exact("Prop 5 case 2: first length whose output is the stale bit",
-                    str(data["case2_switch"]), first(case2_wrong(two, "case2_out", lambda t: theory.WRITE0)),
-                    "the output's sign is that of the higher-scored write"),
-        Claim.exact("converse in our simulators, delta = 0: queries whose top key is not the latest write",
-                    "0", str(misses), "not Prop 5's statement: delta = 0, big > 0, gamma >= beta > 0 suffice "
-                    "(proved on the page); both proof inputs to 240 and 4 random strings of 2048"),
-        Claim.exact("converse in our simulators, delta = 0: wrong states on 4 random strings of 2048",
-                    "0", str(zero["random_wrong"]), "beta / scale > ln 2: the latest write outweighs all earlier ones"),
+        Claim.exact(
+            "Prop 5 case 1 (delta > 0): first query whose top key is a noop, not the write",
+            str(data["case1_switch"]),
+            first(case1_wrong(one)),
+            "root of delta p^2 + (beta - gamma) p - big",
+        ),
+        Claim.exact(
+            "Prop 5 case 2 (delta < 0): first length whose top key is the stale write",
+            str(data["case2_switch"]),
+            first(case2_wrong(two, "case2_top", lambda t: t - 1)),
+            "p_t = beta / |delta|",
+        ),
+        Claim.exact(
+            "Prop 5 case 2: first length whose output is the stale bit",
+            str(data["case2_switch"]),
+            first(case2_wrong(two, "case2_out", lambda t: theory.WRITE0)),
+            "the output's sign is that of the higher-scored write",
+        ),
+        Claim.exact(
+            "converse in our simulators, delta = 0: queries whose top key is not the latest write",
+            "0",
+            str(misses),
+            "not Prop 5's statement: delta = 0, big > 0, gamma >= beta > 0 suffice "
+            "(proved on the page); both proof inputs to 240 and 4 random strings of 2048",
+        ),
+        Claim.exact(
+            "converse in our simulators, delta = 0: wrong states on 4 random strings of 2048",
+            "0",
+            str(zero["random_wrong"]),
+            "beta / scale > ln 2: the latest write outweighs all earlier ones",
+        ),
     ]
 
 
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
     """The training section's rows from its data alone (as run, or as read back from a result file, where the
     reference check recomputes them); it leaves no row out."""
-    return _training_claims(data["counts"], data["still_descending"]) + _bound_claims(data["sharpness"],
-                                                                                       "trained attention"), ()
+    return _training_claims(data["counts"], data["still_descending"]) + _bound_claims(
+        data["sharpness"], "trained attention"
+    ), ()
 
 
 def second_phase_rows(config: dict[str, Any], data: SecondPhaseData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -95,9 +134,12 @@ def second_phase_rows(config: dict[str, Any], data: SecondPhaseData) -> tuple[li
     read back from a result file, where the reference check recomputes them)."""
     counts, moving, sharpness = data["counts"], data["still_descending"], data["sharpness"]
     rare_rows, silent = _rare_training_claims(counts, moving)
-    claims = (_sharpened_claims(counts, moving) + rare_rows
-              + _bound_claims(sharpness, "second-phase attention, plain and sharpened,")
-              + _sharpening_claims(sharpness, moving.get("sharpened", 0)))
+    claims = (
+        _sharpened_claims(counts, moving)
+        + rare_rows
+        + _bound_claims(sharpness, "second-phase attention, plain and sharpened,")
+        + _sharpening_claims(sharpness, moving.get("sharpened", 0))
+    )
     return claims, silent
 
 
@@ -144,10 +186,15 @@ def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving
     """Rows about trained models: undecided where a model of the kind was still descending at the end."""
     lstm_wrong = sum(w for name in ("sparse", "dense") for w, _ in counts["lstm"][name])
     reads = sum(t for name in ("sparse", "dense") for _, t in counts["lstm"][name])
-    return [Claim.exact("LSTM: wrong reads on the sparse and dense sets, all seeds", "0", str(lstm_wrong),
-                        f"reported (R2): 0 errors in 100/100 runs; {reads} reads here"
-                        ).eventually(*_unsettled(moving, "lstm")),
-            _glitch_claim(counts, moving, "transformer", "reported (R1): a long tail of errors on rare strings")]
+    return [
+        Claim.exact(
+            "LSTM: wrong reads on the sparse and dense sets, all seeds",
+            "0",
+            str(lstm_wrong),
+            f"reported (R2): 0 errors in 100/100 runs; {reads} reads here",
+        ).eventually(*_unsettled(moving, "lstm")),
+        _glitch_claim(counts, moving, "transformer", "reported (R1): a long tail of errors on rare strings"),
+    ]
 
 
 def _sharpened_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]) -> list[Claim]:
@@ -157,16 +204,23 @@ def _sharpened_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], movin
     return [_glitch_claim(counts, moving, "sharpened", "reported (R7, R8): sharpening does not remove the tail")]
 
 
-def _glitch_claim(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], kind: str,
-                  reported: str) -> Claim:
+def _glitch_claim(
+    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], kind: str, reported: str
+) -> Claim:
     """At least one ``kind`` seed errs at a higher rate on sparse and dense strings than in distribution."""
     runs = counts[kind]
-    test = (f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
-            f"{runs['in-distribution'][0][1]} in-distribution reads, "
-            f"{runs['sparse'][0][1] + runs['dense'][0][1]} rare ones per seed")
-    return Claim.at_least(f"{kind} seeds whose error rate on sparse and dense strings exceeds the in-distribution rate",
-                          1, glitching_seeds(runs), f"{reported}; {test}", digits=8
-                          ).eventually(*_unsettled(moving, kind))
+    test = (
+        f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
+        f"{runs['in-distribution'][0][1]} in-distribution reads, "
+        f"{runs['sparse'][0][1] + runs['dense'][0][1]} rare ones per seed"
+    )
+    return Claim.at_least(
+        f"{kind} seeds whose error rate on sparse and dense strings exceeds the in-distribution rate",
+        1,
+        glitching_seeds(runs),
+        f"{reported}; {test}",
+        digits=8,
+    ).eventually(*_unsettled(moving, kind))
 
 
 MIN_ERRORS = 7  # below 7 wrong reads in all, no split between two runs reaches p < 0.01 (2^-7 < 0.01 < 2^-6)
@@ -178,27 +232,37 @@ def rare_training_pvalue(plain: dict[str, list[tuple[int, int]]], rare: dict[str
     Both kinds read the same test strings, so under equal error rates each of the ``k`` wrong reads of the two
     together is the rare-trained model's with probability 1/2: the p-value is ``P(Binomial(k, 1/2) <= its count)``.
     """
-    wrong = {kind: sum(w for name in ("sparse", "dense") for w, _ in runs[name]) for kind, runs in
-             (("plain", plain), ("rare", rare))}
+    wrong = {
+        kind: sum(w for name in ("sparse", "dense") for w, _ in runs[name])
+        for kind, runs in (("plain", plain), ("rare", rare))
+    }
     return float(binom.cdf(wrong["rare"], wrong["plain"] + wrong["rare"], 0.5))
 
 
-def _rare_training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]],
-                          moving: Mapping[str, int]) -> tuple[list[Claim], tuple[str, ...]]:
+def _rare_training_claims(
+    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]
+) -> tuple[list[Claim], tuple[str, ...]]:
     """R4: the second phase on the rare-string mixture against the plain one, over all seeds; no row with too few
     errors to test (and the reason why in ``silent``)."""
     total = sum(w for kind in ("plain", "rare") for name in ("sparse", "dense") for w, _ in counts[kind][name])
     if total < MIN_ERRORS:
-        return [], (f"training on rare strings (R4): {total} wrong sparse and dense reads in all, plain and rare "
-                    f"together; below {MIN_ERRORS} no split of them is significant at p < {GLITCH_LEVEL:g}",)
-    return [Claim.at_most("second phase on rare strings against the plain one: fewer wrong sparse and dense reads "
-                          "(one-sided exact p-value, all seeds)", GLITCH_LEVEL,
-                          rare_training_pvalue(counts["plain"], counts["rare"]),
-                          f"reported (R4): training on a mixture of FFL(p_i) over rare p_i cuts the errors by a wide "
-                          f"margin (there from the start of training; here a second phase, from the same model as "
-                          f"the plain one, tested on the same strings); {total} wrong reads in all, pooled over "
-                          f"the seeds: a test of these models, not of how the effect varies from seed to seed",
-                          digits=4).eventually(*_unsettled(moving, "rare"))], ()
+        return [], (
+            f"training on rare strings (R4): {total} wrong sparse and dense reads in all, plain and rare "
+            f"together; below {MIN_ERRORS} no split of them is significant at p < {GLITCH_LEVEL:g}",
+        )
+    return [
+        Claim.at_most(
+            "second phase on rare strings against the plain one: fewer wrong sparse and dense reads "
+            "(one-sided exact p-value, all seeds)",
+            GLITCH_LEVEL,
+            rare_training_pvalue(counts["plain"], counts["rare"]),
+            f"reported (R4): training on a mixture of FFL(p_i) over rare p_i cuts the errors by a wide "
+            f"margin (there from the start of training; here a second phase, from the same model as "
+            f"the plain one, tested on the same strings); {total} wrong reads in all, pooled over "
+            f"the seeds: a test of these models, not of how the effect varies from seed to seed",
+            digits=4,
+        ).eventually(*_unsettled(moving, "rare"))
+    ], ()
 
 
 SHARPENING_RATIO = 0.9  # a sharpened run's read entropy over its plain twin's, at most
@@ -215,11 +279,15 @@ def _bound_claims(sharpness: dict[str, list[Sharpness]], what: str) -> list[Clai
     if not runs:
         return []
     tested = sum(s["tested"] for s in runs)
-    return [Claim.at_most(
-        f"{what} obeys Prop 4 wherever its bound is below 1 (max excess over queries, heads, layers)",
-        BOUND_TOL, max(s["excess"] for s in runs),  # type: ignore[type-var]
-        f"a theorem, with sigma = sigma_max |x_i| max_j |x_j| (the latents' norms); {BOUND_TOL:g} for float32; "
-        f"{tested} (query, head, layer) triples; the rest, the first query among them, have bound 1")]
+    return [
+        Claim.at_most(
+            f"{what} obeys Prop 4 wherever its bound is below 1 (max excess over queries, heads, layers)",
+            BOUND_TOL,
+            max(s["excess"] for s in runs),  # type: ignore[type-var]
+            f"a theorem, with sigma = sigma_max |x_i| max_j |x_j| (the latents' norms); {BOUND_TOL:g} for float32; "
+            f"{tested} (query, head, layer) triples; the rest, the first query among them, have bound 1",
+        )
+    ]
 
 
 def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: int) -> list[Claim]:
@@ -230,11 +298,16 @@ def _sharpening_claims(sharpness: dict[str, list[Sharpness]], sharpened_moving: 
     plain = [_read_entropy(p) for p in sharpness["plain"]]
     ratios = [_read_entropy(s) / max(p, 1e-12) for s, p in zip(sharpness["sharpened"], plain)]
     ratio = float(np.max(ratios))  # a seed without a finite ratio makes the row fail, not vanish from it
-    return [Claim.at_most(
-        "sharpening lowers the last layer's read entropy by at least a tenth, every seed (largest sharpened / "
-        "plain ratio)", SHARPENING_RATIO, ratio,
-        "the penalty's direct effect on paired runs (same start, same batches): without the penalty the ratio is "
-        "exactly 1; a tenth below it asks the penalty for an effect of some size, not only a sign, while the spread "
-        "between unsharpened seeds varies too much between machines to be the bound"
-    ).eventually(*_unsettled({"sharpened": sharpened_moving}, "sharpened")
-                 ).held_to_spread(SHARPENING_RATIO, ratios)]
+    return [
+        Claim.at_most(
+            "sharpening lowers the last layer's read entropy by at least a tenth, every seed (largest sharpened / "
+            "plain ratio)",
+            SHARPENING_RATIO,
+            ratio,
+            "the penalty's direct effect on paired runs (same start, same batches): without the penalty the ratio "
+            "is exactly 1; a tenth below it asks the penalty for an effect of some size, not only a sign, while the "
+            "spread between unsharpened seeds varies too much between machines to be the bound",
+        )
+        .eventually(*_unsettled({"sharpened": sharpened_moving}, "sharpened"))
+        .held_to_spread(SHARPENING_RATIO, ratios)
+    ]

@@ -61,11 +61,15 @@ def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
     return Outcome(claims, data)
 
 
-def bound_rows(threshold: float, bound_fn: Callable[..., Any] = theory.max_weight_bound,
-               extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention,
-               length_fn: Callable[[float, float], int] = theory.dilution_length,
-               sigmas: tuple[float, ...] = SIGMAS, lengths: tuple[int, ...] = LENGTHS,
-               latent_radius: float = 1.0) -> tuple[list[Claim], BoundData]:
+def bound_rows(
+    threshold: float,
+    bound_fn: Callable[..., Any] = theory.max_weight_bound,
+    extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention,
+    length_fn: Callable[[float, float], int] = theory.dilution_length,
+    sigmas: tuple[float, ...] = SIGMAS,
+    lengths: tuple[int, ...] = LENGTHS,
+    latent_radius: float = 1.0,
+) -> tuple[list[Claim], BoundData]:
     """The rows and data of the bound section for a given bound, extremal input and dilution length.
 
     The chapter passes the theory's three functions and unit-ball latents; a test passes a wrong one
@@ -90,31 +94,55 @@ def bound_rows(threshold: float, bound_fn: Callable[..., Any] = theory.max_weigh
     for sigma in sigmas:
         T_star = length_fn(sigma, threshold)
         if 2 < T_star <= max(lengths):  # the extremal input is a full T x T attention: keep T small
-            crossings.append(_extremal_weight(sigma, T_star - 1, extremal) > threshold
-                             >= _extremal_weight(sigma, T_star, extremal))
+            crossings.append(
+                _extremal_weight(sigma, T_star - 1, extremal) > threshold >= _extremal_weight(sigma, T_star, extremal)
+            )
     sigma_grid = np.linspace(0.0, 6.0, 61)
     claims = [
-        Claim.close("Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
-                    0.0, float(max(attained)), EXACT, EXACT_REASON),
-        Claim.at_most("Prop 4: random unit-ball inputs and forms never exceed it (max excess)", EXACT,
-                      float(max(random_excess)), BOUND_REASON),
-        Claim.at_most("Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)", EXACT,
-                      float(max(worst_excess)), BOUND_REASON),
+        Claim.close(
+            "Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
+            0.0,
+            float(max(attained)),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_most(
+            "Prop 4: random unit-ball inputs and forms never exceed it (max excess)",
+            EXACT,
+            float(max(random_excess)),
+            BOUND_REASON,
+        ),
+        Claim.at_most(
+            "Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)",
+            EXACT,
+            float(max(worst_excess)),
+            BOUND_REASON,
+        ),
     ]
     if crossings:  # no sigma of the grid has its T* inside the lengths: the inverse is not tested, no row
-        claims.append(Claim.exact(
-            f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
-            f"{len(crossings)} of {len(crossings)}", f"{sum(crossings)} of {len(crossings)}",
-            f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(lengths)})"))
+        claims.append(
+            Claim.exact(
+                f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
+                f"{len(crossings)} of {len(crossings)}",
+                f"{sum(crossings)} of {len(crossings)}",
+                f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(lengths)})",
+            )
+        )
     data: BoundData = {
-        "sigmas": list(sigmas), "lengths": list(lengths), "random_max": random_max, "worst_ratio": worst_ratio,
-        "sigma_grid": sigma_grid, "thresholds": list(THRESHOLDS),
-        "dilution_length": {str(t): [length_fn(s, t) for s in sigma_grid] for t in THRESHOLDS}}
+        "sigmas": list(sigmas),
+        "lengths": list(lengths),
+        "random_max": random_max,
+        "worst_ratio": worst_ratio,
+        "sigma_grid": sigma_grid,
+        "thresholds": list(THRESHOLDS),
+        "dilution_length": {str(t): [length_fn(s, t) for s in sigma_grid] for t in THRESHOLDS},
+    }
     return claims, data
 
 
-def _extremal_weight(sigma: float, T: int,
-                     extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention) -> float:
+def _extremal_weight(
+    sigma: float, T: int, extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention
+) -> float:
     model, idx = extremal(sigma, T)
     with torch.no_grad():
         return float(model(idx, return_attention=True)[1][0][0, 0, -1, 0])
@@ -125,8 +153,9 @@ def _random_form(rng: np.random.Generator, sigma: float, d: int) -> np.ndarray:
     return sigma * M / np.linalg.norm(M, 2)
 
 
-def _random_max_weights(rng: np.random.Generator, sigma: float, T: int, n: int, d: int = 8,
-                        radius: float = 1.0) -> np.ndarray:
+def _random_max_weights(
+    rng: np.random.Generator, sigma: float, T: int, n: int, d: int = 8, radius: float = 1.0
+) -> np.ndarray:
     """Largest attention weight of the last query, for ``n`` random forms and latents in the ball of ``radius``."""
     out = np.empty(n)
     for k in range(n):
@@ -161,10 +190,15 @@ Build = Callable[[theory.FlipFlopWeights, int | None], GPT]
 def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
     """The 2-layer construction: exact on every short string and on random ones; then held fixed as T grows."""
     data = construction_data(theory.FlipFlopWeights(base=config["base"]), config["n_construction"])
-    silent = () if data["witness_at_onset"] else (
-        f"wrong reads on random strings at block size {data['onset']}: none of the {config['n_construction']} strings "
-        "per p_i there contains the witness pattern 'w b i (1-b) r'; more strings (--set n_construction=...) make "
-        "the row",)
+    silent = (
+        ()
+        if data["witness_at_onset"]
+        else (
+            f"wrong reads on random strings at block size {data['onset']}: none of the {config['n_construction']} "
+            "strings per p_i there contains the witness pattern 'w b i (1-b) r'; more strings (--set "
+            "n_construction=...) make the row",
+        )
+    )
     return Outcome(construction_claims(data, config["n_construction"]), data, silent)
 
 
@@ -173,8 +207,9 @@ def exhaustive_lengths(base: int) -> range:
     return range(4, min(16, base) + 1, 2)
 
 
-def construction_data(weights: theory.FlipFlopWeights, n: int,
-                      build: Build = theory.flipflop_construction) -> ConstructionData:
+def construction_data(
+    weights: theory.FlipFlopWeights, n: int, build: Build = theory.flipflop_construction
+) -> ConstructionData:
     """Wrong reads of ``build(weights, block_size)`` (the construction, or a broken one in a test) and the closed forms."""  # noqa: E501
     model = build(weights, None)
     exhaustive = [_errors(model, all_strings(length)) for length in exhaustive_lengths(weights.base)]
@@ -195,14 +230,22 @@ def construction_data(weights: theory.FlipFlopWeights, n: int,
             witnesses += witness_count(seq) if size == onset else 0
         selection.append(_self_selection(fixed, seq[:64]))
     return {
-        "sizes": sizes, "safe_length": safe, "onset": onset, "base": weights.base,
+        "sizes": sizes,
+        "safe_length": safe,
+        "onset": onset,
+        "base": weights.base,
         "exhaustive": (sum(e for e, _ in exhaustive), sum(t for _, t in exhaustive)),
         "exhaustive_up_to": exhaustive_lengths(weights.base)[-1],
         "at_base": (sum(e for e, _ in at_base), sum(t for _, t in at_base)),
         "witness_scan": _witness_scan(weights, build),
-        "errors": {str(p): v for p, v in sweep.items()}, "self_selection": selection, "witness_at_onset": witnesses,
-        "conditions": {k: [theory.construction_conditions(weights, s)[k] for s in sizes]
-                       for k in ("written", "not_written", "latest_wins")}}
+        "errors": {str(p): v for p, v in sweep.items()},
+        "self_selection": selection,
+        "witness_at_onset": witnesses,
+        "conditions": {
+            k: [theory.construction_conditions(weights, s)[k] for s in sizes]
+            for k in ("written", "not_written", "latest_wins")
+        },
+    }
 
 
 def witness_count(seq: Tensor) -> int:
@@ -226,6 +269,7 @@ def _witness_scan(weights: theory.FlipFlopWeights, build: Build = theory.flipflo
 
 def _errors(model: nn.Module, seq: Tensor, chunk: int = 256) -> tuple[int, int]:
     """Wrong and total reads of ``model`` on full strings (the input drops the last bit)."""
+
     def read(part: Tensor) -> tuple[int, int]:
         x = part[:, :-1]
         return read_errors(model(x.to(_device(model))).cpu(), x)
@@ -262,13 +306,16 @@ class SimulatorRun(TypedDict):
 
 
 # three simulators (keys with spaces, so the functional form) and the two closed-form switches
-SimulatorData = TypedDict("SimulatorData", {
-    "case 1": SimulatorRun,  # delta > 0
-    "case 2": SimulatorRun,  # delta < 0
-    "orthogonal": SimulatorRun,  # delta = 0
-    "case1_switch": int,  # first query of case 1 whose top key is a noop
-    "case2_switch": int,  # first query of case 2 whose top key is the stale write
-})
+SimulatorData = TypedDict(
+    "SimulatorData",
+    {
+        "case 1": SimulatorRun,  # delta > 0
+        "case 2": SimulatorRun,  # delta < 0
+        "orthogonal": SimulatorRun,  # delta = 0
+        "case1_switch": int,  # first query of case 1 whose top key is a noop
+        "case2_switch": int,  # first query of case 2 whose top key is the stale write
+    },
+)
 
 
 def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]:
@@ -277,8 +324,9 @@ def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]
     return Outcome(simulator_claims(data), data)
 
 
-def simulator_data(build: Callable[[theory.SimulatorWeights], GPT] = theory.simulator,
-                   length: int = 240, random_length: int = 2048) -> SimulatorData:
+def simulator_data(
+    build: Callable[[theory.SimulatorWeights], GPT] = theory.simulator, length: int = 240, random_length: int = 2048
+) -> SimulatorData:
     """Top keys and outputs of ``build(weights)`` (the simulator, or a broken one in a test) on the proof's inputs."""
     data: dict[str, Any] = {}
     for name, delta in (("case 1", CASE1_DELTA), ("case 2", CASE2_DELTA), ("orthogonal", 0.0)):
@@ -287,9 +335,14 @@ def simulator_data(build: Callable[[theory.SimulatorWeights], GPT] = theory.simu
         rows = torch.arange(2, length)
         with torch.no_grad():
             case2_out = model(case2_seq).argmax(-1)[rows, rows]
-        run: dict[str, Any] = {"delta": delta, "case1_top": _top_key(model, theory.case1_sequence(length))[0].tolist(),
-                               "case2_top": _top_key(model, case2_seq)[rows, rows].tolist(),
-                               "case2_out": case2_out.tolist(), "random_misses": None, "random_wrong": None}
+        run: dict[str, Any] = {
+            "delta": delta,
+            "case1_top": _top_key(model, theory.case1_sequence(length))[0].tolist(),
+            "case2_top": _top_key(model, case2_seq)[rows, rows].tolist(),
+            "case2_out": case2_out.tolist(),
+            "random_misses": None,
+            "random_wrong": None,
+        }
         if delta == 0:
             long = _random_simulator_strings(random_length, 4)
             run["random_misses"] = int((_top_key(model, long) != theory.latest_write_position(long)).sum())
@@ -354,14 +407,30 @@ class SecondPhaseData(TypedDict):
 
 
 def _gpt_config(config: dict[str, Any]) -> GPTConfig:
-    return GPTConfig(vocab_size=5, block_size=config["T"], n_layer=config["n_layer"], n_head=config["n_head"],
-                     d_model=config["d_model"], tied=False, positional="learned", layer_norm=config["layer_norm"])
+    return GPTConfig(
+        vocab_size=5,
+        block_size=config["T"],
+        n_layer=config["n_layer"],
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        tied=False,
+        positional="learned",
+        layer_norm=config["layer_norm"],
+    )
 
 
 def _schedule(steps: int, batch: int, lr: float, weight_decay: float, warmup: int) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=batch, lr=lr, weight_decay=weight_decay,
-                       warmup=warmup, schedule="linear", final_lr_fraction=0.0, eval_every=max(1, steps // 20),
-                       eval_size=256)
+    return TrainConfig(
+        steps=steps,
+        batch_size=batch,
+        lr=lr,
+        weight_decay=weight_decay,
+        warmup=warmup,
+        schedule="linear",
+        final_lr_fraction=0.0,
+        eval_every=max(1, steps // 20),
+        eval_size=256,
+    )
 
 
 def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainResult:
@@ -370,28 +439,44 @@ def _first_phase(config: dict[str, Any], ctx: RunContext, steps: int) -> TrainRe
     section's models are those the second phases start from)."""
     schedule = _schedule(steps, config["batch_size"], config["lr"], config["weight_decay"], config["warmup"])
     task = FlipFlop.with_ignore(config["T"], config["p_i"])
-    request = TrainRequest(partial(GPT, _gpt_config(config)), task, schedule, ctx.seeds, ctx.device,
-                           config["batched_seeds"])
+    request = TrainRequest(
+        partial(GPT, _gpt_config(config)), task, schedule, ctx.seeds, ctx.device, config["batched_seeds"]
+    )
     return ctx.train_once(("first phase", steps), lambda: train_spread(request, ctx.workers, ctx.progress))
 
 
 def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     """Transformers and LSTMs on FFL(p_i), counted on in-distribution, sparse and dense strings."""
     first = _first_phase(config, ctx, config["steps"])
-    lstm = train(lambda: LSTM(5, config["lstm_hidden"]), FlipFlop.with_ignore(config["T"], config["p_i"]),
-                 _schedule(config["lstm_steps"], config["batch_size"], config["lstm_lr"], 0.0, 0), batched=False,
-                 seeds=ctx.seeds, device=ctx.device, progress=ctx.progress)
-    moving = {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in (("transformer", first),
-                                                                                  ("lstm", lstm))}
+    lstm = train(
+        lambda: LSTM(5, config["lstm_hidden"]),
+        FlipFlop.with_ignore(config["T"], config["p_i"]),
+        _schedule(config["lstm_steps"], config["batch_size"], config["lstm_lr"], 0.0, 0),
+        batched=False,
+        seeds=ctx.seeds,
+        device=ctx.device,
+        progress=ctx.progress,
+    )
+    moving = {
+        kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in (("transformer", first), ("lstm", lstm))
+    }
     tests = _test_sets(config)
-    counts = {kind: _count(run.models, tests, ctx.device, kind, ctx.progress)
-              for kind, run in (("transformer", first), ("lstm", lstm))}
-    sharpness = {"transformer": calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
-                                               first.models)}
+    counts = {
+        kind: _count(run.models, tests, ctx.device, kind, ctx.progress)
+        for kind, run in (("transformer", first), ("lstm", lstm))
+    }
+    sharpness = {
+        "transformer": calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device), first.models)
+    }
     data: TrainingData = {
-        "counts": counts, "eval_steps": first.eval_steps, "eval_loss": first.eval_loss,
-        "lstm_eval_steps": lstm.eval_steps, "lstm_eval_loss": lstm.eval_loss, "sharpness": sharpness,
-        "still_descending": moving}
+        "counts": counts,
+        "eval_steps": first.eval_steps,
+        "eval_loss": first.eval_loss,
+        "lstm_eval_steps": lstm.eval_steps,
+        "lstm_eval_loss": lstm.eval_loss,
+        "sharpness": sharpness,
+        "still_descending": moving,
+    }
     return data
 
 
@@ -400,33 +485,47 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> SecondPhaseData:
     penalty, and on the rare-string mixture; counted on the same strings."""
     task = FlipFlop.with_ignore(config["T"], config["p_i"])
     first = _first_phase(config, ctx, config["start_steps"])
-    second = _schedule(config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"],
-                       config["warmup"])
+    second = _schedule(
+        config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"], config["warmup"]
+    )
     run = dict(seeds=ctx.seeds, device=ctx.device, progress=ctx.progress, batched=config["batched_seeds"])
     phases = {"plain": train([_copier(m) for m in first.models], task, second, **run)}
     if config["sharpen"] > 0:
-        phases["sharpened"] = train([_copier(m, WithAttention) for m in first.models],
-                                    Sharpened(task, config["sharpen"]), second, **run)
+        phases["sharpened"] = train(
+            [_copier(m, WithAttention) for m in first.models], Sharpened(task, config["sharpen"]), second, **run
+        )
     mixture = Mixture(config["T"], tuple(float_list(config["rare_mix"])))
     phases["rare"] = train([_copier(m) for m in first.models], mixture, second, **run)
     models = {kind: [getattr(m, "gpt", m) for m in phase.models] for kind, phase in phases.items()}
     moving = {kind: int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for kind, phase in phases.items()}
     tests = _test_sets(config)
     counts = {kind: _count(ms, tests, ctx.device, kind, ctx.progress) for kind, ms in models.items()}
-    sharpness = {kind: calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device),
-                                      models[kind]) for kind in ("plain", "sharpened") if kind in models}
+    sharpness = {
+        kind: calibrated_map(lambda m: _sharpness(m, tests["in-distribution"][:64], ctx.device), models[kind])
+        for kind in ("plain", "sharpened")
+        if kind in models
+    }
     start = int(first.eval_steps[-1] + 1)
     data: SecondPhaseData = {
-        "counts": counts, "eval_steps": np.concatenate([first.eval_steps, start + phases["plain"].eval_steps]),
+        "counts": counts,
+        "eval_steps": np.concatenate([first.eval_steps, start + phases["plain"].eval_steps]),
         "second_phase_start": start,
-        "eval_loss": {kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1)
-                      for kind, phase in phases.items()},
-        "sharpness": sharpness, "still_descending": moving}
+        "eval_loss": {
+            kind: np.concatenate([first.eval_loss, phase.eval_loss], axis=1) for kind, phase in phases.items()
+        },
+        "sharpness": sharpness,
+        "still_descending": moving,
+    }
     return data
 
 
-def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.device, label: str = "",
-           progress: bool | None = None) -> dict[str, list[tuple[int, int]]]:
+def _count(
+    models: list[nn.Module],
+    tests: dict[str, Tensor],
+    device: torch.device,
+    label: str = "",
+    progress: bool | None = None,
+) -> dict[str, list[tuple[int, int]]]:
     """Wrong and total reads of every model on every test set (evaluated on ``device``, returned to the CPU)."""
     bar = tqdm(total=len(models), desc=f"counting {label} reads", disable=not progress, leave=False, file=sys.stderr)
 
@@ -444,23 +543,35 @@ def _count(models: list[nn.Module], tests: dict[str, Tensor], device: torch.devi
 
 def _copier(model: nn.Module, wrap: type[nn.Module] | None = None):
     """A factory that hands the trainer a fresh copy of a trained model (optionally wrapped)."""
+
     def make() -> nn.Module:
         fresh = copy.deepcopy(model)
         return wrap(fresh) if wrap is not None else fresh
+
     return make
 
 
 def _test_sets(config: dict[str, Any]) -> dict[str, Tensor]:
     """Held-out strings from fixed seeds that no training stream uses."""
     T = config["T"]
-    spec = {"in-distribution": (config["p_i"], config["n_in_distribution"]),
-            "sparse": (config["sparse_p_i"], config["n_sparse"]), "dense": (config["dense_p_i"], config["n_dense"])}
-    return {name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
-            for k, (name, (p, n)) in enumerate(spec.items())}
+    spec = {
+        "in-distribution": (config["p_i"], config["n_in_distribution"]),
+        "sparse": (config["sparse_p_i"], config["n_sparse"]),
+        "dense": (config["dense_p_i"], config["n_dense"]),
+    }
+    return {
+        name: FlipFlop.with_ignore(T, p).sequences(n, heldout.generator(heldout.FLIPFLOP_TEST_SETS + k))
+        for k, (name, (p, n)) in enumerate(spec.items())
+    }
 
 
-def _sharpness(model: GPT, seq: Tensor, device: torch.device, bins: int = 8,
-               sigmas_of: Callable[[GPT, Tensor], list[Tensor]] = theory.effective_sigmas) -> Sharpness:
+def _sharpness(
+    model: GPT,
+    seq: Tensor,
+    device: torch.device,
+    bins: int = 8,
+    sigmas_of: Callable[[GPT, Tensor], list[Tensor]] = theory.effective_sigmas,
+) -> Sharpness:
     """Sharpest head of each layer at read queries, binned by the read's position.
 
     Per bin: mean largest weight, mean entropy and median Proposition 4 ``sigma`` of the head

@@ -18,21 +18,26 @@ def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
 
 REPORTED = {
     "transformer": "a long, irregular tail of errors on sparse and dense strings, varying between seeds "
-                   "(R1; 6 layers, T = 512)",
+    "(R1; 6 layers, T = 512)",
     "lstm": "0 errors in 100 of 100 runs (R2)",
     "plain": "no counterpart: a second phase without penalty, the paired control of the sharpened and rare ones "
-             "(same start, batches and schedule)",
+    "(same start, batches and schedule)",
     "sharpened": "among the strongest cuts of sparse-string errors, orders of magnitude (R6), but errors persist "
-                 "(R7, R8)",
+    "(R7, R8)",
     "rare": "the fewest errors by a wide margin; none detected in 6 of 25 runs (R4)",
 }
 
 
 def _per_kind(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> list[tuple[str, str, str]]:
     """Each kind's wrong reads per seed on the three test sets, beside what the thesis reports for it."""
-    return [(f"{kind}: wrong reads per seed ({len(runs['sparse'])} seeds), in distribution; sparse; dense",
-             REPORTED[kind], "; ".join(_per_seed(runs, name) for name in ("in-distribution", "sparse", "dense")))
-            for kind, runs in counts.items()]
+    return [
+        (
+            f"{kind}: wrong reads per seed ({len(runs['sparse'])} seeds), in distribution; sparse; dense",
+            REPORTED[kind],
+            "; ".join(_per_seed(runs, name) for name in ("in-distribution", "sparse", "dense")),
+        )
+        for kind, runs in counts.items()
+    ]
 
 
 def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
@@ -42,32 +47,38 @@ def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
     seeds = len(inside)
     erring = sorted(errors for errors, _ in inside if errors)
     others = f", the others {erring[0]} to {erring[-1]} wrong in {inside[0][1]} reads" if erring else ""
-    trained_to_zero = ("transformer seeds with no wrong read on the held-out in-distribution strings (the premise "
-                       "this reference asks of its models; the thesis filters no run)",
-                       "Transformers \"can appear to learn flip-flop languages perfectly on held-out samples from the "
-                       "training distribution\" (Section 3.2.2)",
-                       f"{seeds - len(erring)} of {seeds} seeds{others}; {data['still_descending']['transformer']} "
-                       f"of {seeds} runs still descending when their steps ended")
+    trained_to_zero = (
+        "transformer seeds with no wrong read on the held-out in-distribution strings (the premise "
+        "this reference asks of its models; the thesis filters no run)",
+        'Transformers "can appear to learn flip-flop languages perfectly on held-out samples from the '
+        'training distribution" (Section 3.2.2)',
+        f"{seeds - len(erring)} of {seeds} seeds{others}; {data['still_descending']['transformer']} "
+        f"of {seeds} runs still descending when their steps ended",
+    )
     clean = [i for i, (errors, _) in enumerate(inside) if errors == 0]
     rare_errors = [runs["sparse"][i][0] + runs["dense"][i][0] for i in clean]
-    both = ("transformer seeds with a wrong read on each rare test set",
-            "errors \"on both sparse and dense sequences\", varying between seeds (R1)",
-            "; ".join(f"{name}: {sum(errors > 0 for errors, _ in runs[name])} of {seeds}"
-                      for name in ("sparse", "dense"))
-            + f"; of the {len(clean)} seeds with no wrong in-distribution read, {sum(e > 0 for e in rare_errors)} "
-              "err on a rare set")
+    both = (
+        "transformer seeds with a wrong read on each rare test set",
+        'errors "on both sparse and dense sequences", varying between seeds (R1)',
+        "; ".join(f"{name}: {sum(errors > 0 for errors, _ in runs[name])} of {seeds}" for name in ("sparse", "dense"))
+        + f"; of the {len(clean)} seeds with no wrong in-distribution read, {sum(e > 0 for e in rare_errors)} "
+        "err on a rare set",
+    )
     return [trained_to_zero, both] + _per_kind(data["counts"])
 
 
 def _against_twin(counts: dict[str, dict[str, list[tuple[int, int]]]], kind: str) -> str:
     """Per test set: the seeds at which ``kind`` made more wrong reads than its plain twin, and both kinds' wrong
     reads summed over the seeds."""
+
     def pooled(name: str, of: str) -> int:
         return sum(errors for errors, _ in counts[of][name])
+
     return "; ".join(
         f"{name}: more in {sum(a[0] > b[0] for a, b in zip(counts[kind][name], counts['plain'][name]))} of "
         f"{len(counts[kind][name])} seeds, {pooled(name, 'plain')} wrong reads in all -> {pooled(name, kind)}"
-        for name in ("in-distribution", "sparse", "dense"))
+        for name in ("in-distribution", "sparse", "dense")
+    )
 
 
 def _second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
@@ -76,12 +87,20 @@ def _second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]
 
     def without_error(runs: dict[str, list[tuple[int, int]]]) -> int:
         return sum(all(errors == 0 for errors, _ in seed) for seed in zip(*runs.values()))
+
     flawless = "; ".join(f"{kind}: {without_error(runs)} of {len(runs['sparse'])}" for kind, runs in counts.items())
     return _per_kind(counts) + [
-        ("sharpened against its plain twin, per test set", "attention sharpening cuts reasoning errors by an order of "
-         "magnitude, never to exactly 0 (Section 3.2.2; R6 to R8)", _against_twin(counts, "sharpened")),
-        ("rare strings against the plain twin, per test set", "significantly fewer errors on each of the three "
-         "distributions (R4)", _against_twin(counts, "rare")),
+        (
+            "sharpened against its plain twin, per test set",
+            "attention sharpening cuts reasoning errors by an order of "
+            "magnitude, never to exactly 0 (Section 3.2.2; R6 to R8)",
+            _against_twin(counts, "sharpened"),
+        ),
+        (
+            "rare strings against the plain twin, per test set",
+            "significantly fewer errors on each of the three distributions (R4)",
+            _against_twin(counts, "rare"),
+        ),
         ("runs with no wrong read on any of the three test sets", "6 of 25 runs trained on the mixture (R4)", flawless),
     ]
 
@@ -95,10 +114,15 @@ def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
 def premise_attempts(reference: Result, attempts: Sequence[Result]) -> list[tuple[str, str, str]]:
     """The reference's training section and each attempt to bring every seed to no wrong in-distribution read:
     what it changed, its seeds, and their wrong in-distribution reads."""
+
     def row(result: Result, changed: str) -> tuple[str, str, str]:
         inside = result.data["training"]["counts"]["transformer"]["in-distribution"]
-        return (changed, ", ".join(str(seed) for seed in result.seeds),
-                f"{', '.join(str(errors) for errors, _ in inside)} of {inside[0][1]} reads")
+        return (
+            changed,
+            ", ".join(str(seed) for seed in result.seeds),
+            f"{', '.join(str(errors) for errors, _ in inside)} of {inside[0][1]} reads",
+        )
+
     base = reference.sections["training"]["values"]
     rows = [row(reference, "the reference run")]
     for result in attempts:

@@ -58,8 +58,11 @@ def _rng(config: dict[str, Any], part: int) -> np.random.Generator:
 
 def _pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, gaps: range) -> float:
     """Largest entry difference of the predictors ``x_{1+g} | x_1`` and ``x_1 | x_{1+g}`` over ``gaps``."""
-    return max(float(np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max())
-               for g in gaps for s, t in ((1, 1 + g), (1 + g, 1)))
+    return max(
+        float(np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max())
+        for g in gaps
+        for s, t in ((1, 1 + g), (1 + g, 1))
+    )
 
 
 def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray) -> float:
@@ -80,37 +83,73 @@ class PaperExampleData(TypedDict):
 def rotation_sweep(O: np.ndarray, T: np.ndarray, plane: np.ndarray, angles: np.ndarray) -> dict[str, list]:
     """Rotate ``(O, T)`` by each angle in ``plane``: admissibility and the pairwise and two-token predictor gaps."""
     sweep = [theory.rotated(O, T, theory.rotation_about_ones(3, a, plane)) for a in angles]
-    return {"sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
-            "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
-            "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep]}
+    return {
+        "sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
+        "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
+        "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep],
+    }
 
 
-def paper_example_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray,
-                        sweep_pairwise_gap: list[float]) -> list[Claim]:
+def paper_example_claims(
+    O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, sweep_pairwise_gap: list[float]
+) -> list[Claim]:
     """The rows of the printed example, from the four matrices and the sweep's pairwise gaps."""
     plane = theory.ones_complement_basis(3)
     angle = theory.rotation_angle(theory.implied_rotation(O, O2), plane)
     R_O, R_T = theory.rotated(O, T, theory.rotation_about_ones(3, round(angle, 3), plane))
     return [
-        Claim.close("the paper's example: det O (product of singular values), printed",
-                    theory.PAPER_DETERMINANTS["O"], float(np.prod(np.linalg.svd(O, compute_uv=False))), 5e-5,
-                    "printed to 4 decimals"),
-        Claim.close("the paper's example: det T, printed", theory.PAPER_DETERMINANTS["T"], float(np.linalg.det(T)),
-                    5e-5, "printed to 4 decimals"),
-        Claim.close("the paper's example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
-                    0.0, float(np.abs(R_O - O2).max()), 3 * PRINTED, PRINTED_REASON),
-        Claim.close("the paper's example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED,
-                    PRINTED_REASON),
-        Claim.close("Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
-                    0.0, _pairwise_gap(O, T, O2, T2, range(1, 3)), 3 * PRINTED, PRINTED_REASON),
-        Claim.at_least("Thm 6, the paper's example: parameters differ under every relabelling (max entry)", DIFFERENT,
-                       theory.parameter_distance(O, T, O2, T2), "far above the printing precision"),
-        Claim.at_least("Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
-                       _two_token_gap(O, T, O2, T2), "far above the printing precision"),
-        Claim.close("Thm 6 (the identity behind it): rotating the paper's example about 1 by any angle keeps all "
-                    f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
-                    "valid HMMs or not)", 0.0,
-                    max(sweep_pairwise_gap), EXACT, EXACT_REASON),
+        Claim.close(
+            "the paper's example: det O (product of singular values), printed",
+            theory.PAPER_DETERMINANTS["O"],
+            float(np.prod(np.linalg.svd(O, compute_uv=False))),
+            5e-5,
+            "printed to 4 decimals",
+        ),
+        Claim.close(
+            "the paper's example: det T, printed",
+            theory.PAPER_DETERMINANTS["T"],
+            float(np.linalg.det(T)),
+            5e-5,
+            "printed to 4 decimals",
+        ),
+        Claim.close(
+            "the paper's example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
+            0.0,
+            float(np.abs(R_O - O2).max()),
+            3 * PRINTED,
+            PRINTED_REASON,
+        ),
+        Claim.close(
+            "the paper's example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED, PRINTED_REASON
+        ),
+        Claim.close(
+            "Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
+            0.0,
+            _pairwise_gap(O, T, O2, T2, range(1, 3)),
+            3 * PRINTED,
+            PRINTED_REASON,
+        ),
+        Claim.at_least(
+            "Thm 6, the paper's example: parameters differ under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(O, T, O2, T2),
+            "far above the printing precision",
+        ),
+        Claim.at_least(
+            "Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)",
+            DIFFERENT,
+            _two_token_gap(O, T, O2, T2),
+            "far above the printing precision",
+        ),
+        Claim.close(
+            "Thm 6 (the identity behind it): rotating the paper's example about 1 by any angle keeps all "
+            f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
+            "valid HMMs or not)",
+            0.0,
+            max(sweep_pairwise_gap),
+            EXACT,
+            EXACT_REASON,
+        ),
     ]
 
 
@@ -121,8 +160,12 @@ def paper_example(config: dict[str, Any], ctx: RunContext) -> Outcome[PaperExamp
     implied = theory.implied_rotation(O, O2)
     angles = np.linspace(-np.pi, np.pi, 181)
     sweep = rotation_sweep(O, T, plane, angles)
-    data: PaperExampleData = {"angle": theory.rotation_angle(implied, plane), "implied_rotation": implied,
-                             "sweep_angles": angles, **sweep}  # type: ignore[typeddict-item]
+    data: PaperExampleData = {
+        "angle": theory.rotation_angle(implied, plane),
+        "implied_rotation": implied,
+        "sweep_angles": angles,
+        **sweep,
+    }  # type: ignore[typeddict-item]
     return Outcome(paper_example_claims(O, T, O2, T2, data["sweep_pairwise_gap"]), data)
 
 
@@ -139,7 +182,8 @@ class CounterexampleData(TypedDict):
 
 
 def _validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
-    """"yes" if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else "no: " why."""
+    """``"yes"`` if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else
+    ``"no: "`` and why."""
     try:
         for model in models:
             check(*model)
@@ -154,18 +198,40 @@ def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.n
     d, k = O.shape
     pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
     return [
-        Claim.exact(f"Thm 4 (d={d}, k={k}): both HMMs meet Assumptions 5-7", "yes", valid,
-                    "checked by sandboxes.data.hmm.check_hmm"),
-        Claim.close(f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
-                    "x_t|x_1 and x_1|x_t agree for t = 2..5", 0.0, _pairwise_gap(O, T, O2, T2, range(1, 5)),
-                    EXACT, EXACT_REASON),
-        Claim.close("Remark 2: the joint law P(x_1, x_t) of the pair is the same for t = 2..5 (max entry "
-                    "difference), so no loss on x_t|x_1, squared or cross-entropy, can tell the two HMMs apart",
-                    0.0, pair_gap, EXACT, EXACT_REASON),
-        Claim.at_least("Thm 4: parameters differ under every relabelling (max entry)", DIFFERENT,
-                       theory.parameter_distance(O, T, O2, T2), "far above round-off"),
-        Claim.at_least("Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)", DIFFERENT,
-                       _two_token_gap(O, T, O2, T2), "far above round-off"),
+        Claim.exact(
+            f"Thm 4 (d={d}, k={k}): both HMMs meet Assumptions 5-7",
+            "yes",
+            valid,
+            "checked by sandboxes.data.hmm.check_hmm",
+        ),
+        Claim.close(
+            f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
+            "x_t|x_1 and x_1|x_t agree for t = 2..5",
+            0.0,
+            _pairwise_gap(O, T, O2, T2, range(1, 5)),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Remark 2: the joint law P(x_1, x_t) of the pair is the same for t = 2..5 (max entry "
+            "difference), so no loss on x_t|x_1, squared or cross-entropy, can tell the two HMMs apart",
+            0.0,
+            pair_gap,
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Thm 4: parameters differ under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(O, T, O2, T2),
+            "far above round-off",
+        ),
+        Claim.at_least(
+            "Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)",
+            DIFFERENT,
+            _two_token_gap(O, T, O2, T2),
+            "far above round-off",
+        ),
     ]
 
 
@@ -174,10 +240,15 @@ def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[Counterex
     pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
     O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
     data: CounterexampleData = {
-        "emission": O, "transition": T, "other_emission": O2, "other_transition": T2,
-        "angle": pair["angle"], "two_token_distance": pair["two_token_gap"],
+        "emission": O,
+        "transition": T,
+        "other_emission": O2,
+        "other_transition": T2,
+        "angle": pair["angle"],
+        "two_token_distance": pair["two_token_gap"],
         "factor_condition": pair["factor_condition"],
-        "kruskal_ranks": [theory.kruskal_rank(f) for f in theory.cp_factors(O, T, *TWO_TOKEN)]}
+        "kruskal_ranks": [theory.kruskal_rank(f) for f in theory.cp_factors(O, T, *TWO_TOKEN)],
+    }
     return Outcome(counterexample_claims(O, T, O2, T2, pair["angle"]), data)
 
 
@@ -191,8 +262,9 @@ class PowersData(TypedDict):
 def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list[Claim], PowersData]:
     """Rows and data of Claim 1 from the pairs ``(t, T, T~)``."""
     exponents = [t for t, *_ in pairs]
-    same_power = [float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max())
-                  for t, T, T2 in pairs]
+    same_power = [
+        float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max()) for t, T, T2 in pairs
+    ]
     differ = [float(np.abs(T - T2).max()) for _, T, T2 in pairs]
     valid = 0
     for _, _, T2 in pairs:
@@ -202,12 +274,22 @@ def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list
         except ValueError:
             pass
     claims = [
-        Claim.exact(f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
-                    str(len(exponents)), str(valid), "checked by sandboxes.data.hmm.check_transition"),
-        Claim.close(f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)", 0.0, max(same_power),
-                    EXACT, EXACT_REASON),
-        Claim.at_least("Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ),
-                       "far above round-off"),
+        Claim.exact(
+            f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
+            str(len(exponents)),
+            str(valid),
+            "checked by sandboxes.data.hmm.check_transition",
+        ),
+        Claim.close(
+            f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)",
+            0.0,
+            max(same_power),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ), "far above round-off"
+        ),
     ]
     return claims, {"powers": exponents, "difference": differ, "power_difference": same_power}
 
@@ -224,8 +306,9 @@ class RecoveryData(TypedDict):
     tolerance: float  # the tolerance of the recovery claim
 
 
-def recovery_errors(shapes: list[tuple[int, int]], n_hmms: int, rng: np.random.Generator,
-                    told: tuple | None = None) -> dict[str, list[float]]:
+def recovery_errors(
+    shapes: list[tuple[int, int]], n_hmms: int, rng: np.random.Generator, told: tuple | None = None
+) -> dict[str, list[float]]:
     """Per size, the error of (O, T) recovered from each random HMM's exact predictor, for each task order.
 
     ``told`` are the task orders that recovery is told, one per order of ``TASK_ORDERS`` (default: the true
@@ -256,14 +339,28 @@ def _train_predictors(config: dict[str, Any], ctx: RunContext, hmms: list[HMM], 
     sizes = int_list(config["samples"])
     members = list(itertools.product(range(2), range(len(sizes)), ctx.seeds))
     given, targets = task
-    tasks = [FiniteSample(MaskedPrediction(hmms[h], given, targets), sizes[i], member_seed("samples", h, sizes[i], s))
-             for h, i, s in members]
+    tasks = [
+        FiniteSample(MaskedPrediction(hmms[h], given, targets), sizes[i], member_seed("samples", h, sizes[i], s))
+        for h, i, s in members
+    ]
     d = hmms[0].d
     width = (d, config["hidden"], d ** len(targets))
-    schedule = TrainConfig(steps=config["steps"], batch_size=config["batch_size"], lr=config["lr"],
-                           weight_decay=0.0, final_lr_fraction=1e-3, eval_every=max(1, config["steps"] // 20))
-    trained = train(lambda: MultiLayerPerceptron(width), tasks, schedule, [s for *_, s in members], ctx.device,
-                    progress=ctx.progress)
+    schedule = TrainConfig(
+        steps=config["steps"],
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        weight_decay=0.0,
+        final_lr_fraction=1e-3,
+        eval_every=max(1, config["steps"] // 20),
+    )
+    trained = train(
+        lambda: MultiLayerPerceptron(width),
+        tasks,
+        schedule,
+        [s for *_, s in members],
+        ctx.device,
+        progress=ctx.progress,
+    )
     with torch.no_grad():
         outputs = [model(torch.eye(d)).double().numpy() for model in trained.models]
     moving = int(still_descending(trained, LOSS_NOISE).sum())
@@ -277,8 +374,16 @@ def _distances(learned: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
         seed_pairs = list(itertools.combinations(range(per_size.shape[1]), 2))
         pairs = [(per_size[h, a], per_size[h, b]) for h in range(2) for a, b in seed_pairs]
         within.append(np.sqrt(np.mean([theory.predictor_distance(f, g, weights) ** 2 for f, g in pairs])))
-        cross.append(np.sqrt(np.mean([theory.predictor_distance(f, g, weights) ** 2
-                                      for f, g in itertools.product(per_size[0], per_size[1])])))
+        cross.append(
+            np.sqrt(
+                np.mean(
+                    [
+                        theory.predictor_distance(f, g, weights) ** 2
+                        for f, g in itertools.product(per_size[0], per_size[1])
+                    ]
+                )
+            )
+        )
     return np.array(within), np.array(cross)
 
 
@@ -307,8 +412,12 @@ class LearningData(TypedDict):
 def exact_predictors(hmms: list[HMM], task: tuple) -> list[np.ndarray]:
     """The optimal predictors of ``task`` for each HMM, as ``d x output`` arrays."""
     given, targets = task
-    return [theory.pairwise_predictor(h.emission, h.transition, given, targets[0]) if len(targets) == 1
-            else theory.two_token_predictor(h.emission, h.transition, given, targets).reshape(h.d, -1) for h in hmms]
+    return [
+        theory.pairwise_predictor(h.emission, h.transition, given, targets[0])
+        if len(targets) == 1
+        else theory.two_token_predictor(h.emission, h.transition, given, targets).reshape(h.d, -1)
+        for h in hmms
+    ]
 
 
 def learned_task(learned: np.ndarray, exact: list[np.ndarray], weights: np.ndarray, sizes: np.ndarray) -> LearnedTask:
@@ -318,10 +427,20 @@ def learned_task(learned: np.ndarray, exact: list[np.ndarray], weights: np.ndarr
     gap = round(theory.predictor_distance(exact[0], exact[1], weights), 12)
     # the best fit to N samples, the empirical conditional mean, has E||f_N - f||_w^2 = sum_j (1 - ||f_j||^2) / N
     sampling = np.sqrt((1 - (exact[0] ** 2).sum(axis=1)).sum() / sizes)
-    error = np.array([[[theory.predictor_distance(f, exact[h], weights) for f in per_size] for per_size in per_hmm]
-                      for h, per_hmm in enumerate(learned)])
-    return {"within": within, "cross": cross, "excess": np.sqrt(np.maximum(cross**2 - within**2, 0.0)),
-            "exact_gap": gap, "sampling_error": sampling, "error": error}  # type: ignore[typeddict-item]
+    error = np.array(
+        [
+            [[theory.predictor_distance(f, exact[h], weights) for f in per_size] for per_size in per_hmm]
+            for h, per_hmm in enumerate(learned)
+        ]
+    )
+    return {
+        "within": within,
+        "cross": cross,
+        "excess": np.sqrt(np.maximum(cross**2 - within**2, 0.0)),
+        "exact_gap": gap,
+        "sampling_error": sampling,
+        "error": error,
+    }  # type: ignore[typeddict-item]
 
 
 def learned_recovery(learned: np.ndarray, hmms: list[HMM]) -> LearnedRecovery:
@@ -346,15 +465,18 @@ def learning(config: dict[str, Any], ctx: RunContext, counterexample: Counterexa
     hmms = [HMM(pair["emission"], pair["transition"]), HMM(pair["other_emission"], pair["other_transition"])]
     sizes = np.array(int_list(config["samples"]), dtype=float)
     weights = theory.symbol_law(hmms[0].emission)
-    trained = {name: _train_predictors(config, ctx, hmms, task) for name, task in (("pairwise", PAIRWISE),
-                                                                                    ("two_token", TWO_TOKEN))}
+    trained = {
+        name: _train_predictors(config, ctx, hmms, task)
+        for name, task in (("pairwise", PAIRWISE), ("two_token", TWO_TOKEN))
+    }
     learned = {name: outputs for name, (outputs, _) in trained.items()}
     data: LearningData = {
         "still_descending": sum(moving for _, moving in trained.values()),
         "samples": sizes,  # type: ignore[typeddict-item]
         "pairwise": learned_task(learned["pairwise"], exact_predictors(hmms, PAIRWISE), weights, sizes),
         "two_token": learned_task(learned["two_token"], exact_predictors(hmms, TWO_TOKEN), weights, sizes),
-        "recovery": learned_recovery(learned["two_token"], hmms)}
+        "recovery": learned_recovery(learned["two_token"], hmms),
+    }
     return data
 
 
@@ -374,8 +496,12 @@ def ideal_recovery(config: dict[str, Any]) -> IdealRecovery:
     pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
     sizes = int_list(config["samples"])
     errors = theory.ideal_recovery_errors(pair["emission"], pair["transition"], sizes, IDEAL_DRAWS, _rng(config, 9))
-    return {"label": f"d = {config['d']}, k = {config['k']}", "factor_condition": float(pair["factor_condition"]),
-            "samples": sizes, "errors": errors.tolist()}
+    return {
+        "label": f"d = {config['d']}, k = {config['k']}",
+        "factor_condition": float(pair["factor_condition"]),
+        "samples": sizes,
+        "errors": errors.tolist(),
+    }
 
 
 def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
@@ -384,8 +510,10 @@ def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
     for run in runs:
         sizes, median = np.asarray(run["samples"], dtype=float), np.median(np.asarray(run["errors"]), axis=1)
         slope = float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
-        parts.append(f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
-                     f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {slope:.2f}")
+        parts.append(
+            f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
+            f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {slope:.2f}"
+        )
     return "Recovered from the best fit to N samples: " + "; ".join(parts) + "."
 
 
@@ -398,8 +526,17 @@ class GhmmData(TypedDict):
     outcomes: dict[str, dict[str, int]]  # per fit mode ("free T", "columns of T sum to 1"): random starts per end
 
 
-def ghmm_fit_outcomes(M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray, points: np.ndarray, starts: int,
-                      constrained: bool, rng: np.random.Generator, **fit: Any) -> dict[str, int]:
+def ghmm_fit_outcomes(
+    M: np.ndarray,
+    T: np.ndarray,
+    HM: np.ndarray,
+    HT: np.ndarray,
+    points: np.ndarray,
+    starts: int,
+    constrained: bool,
+    rng: np.random.Generator,
+    **fit: Any,
+) -> dict[str, int]:
     """Fit the pairwise predictor of ``(M, T)`` from ``starts`` random starts, and more (at most ``EXTRA_STARTS``)
     while none has converged, so that the rows always judge at least one fit; count where the fits end."""
     values = theory.ghmm_pairwise_predictor(M, T, points)
@@ -422,29 +559,62 @@ def ghmm_fit_outcomes(M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarr
 def _all_converged_fits(name: str, good: int, counts: dict[str, int], reason: str) -> Claim:
     """``good`` of the zero-residual fits, which must be all of them and at least one."""
     converged = sum(v for key, v in counts.items() if key != "not converged")
-    return Claim(name, "all, and ≥ 1", f"{good} of {converged}", "exact", reason,
-                 bool(converged >= 1 and good == converged))
+    return Claim(
+        name, "all, and ≥ 1", f"{good} of {converged}", "exact", reason, bool(converged >= 1 and good == converged)
+    )
 
 
-def ghmm_claims(M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray, points: np.ndarray,
-                outcomes: dict[str, dict[str, int]]) -> list[Claim]:
+def ghmm_claims(
+    M: np.ndarray,
+    T: np.ndarray,
+    HM: np.ndarray,
+    HT: np.ndarray,
+    points: np.ndarray,
+    outcomes: dict[str, dict[str, int]],
+) -> list[Claim]:
     """The rows of the G-HMM section, from the parameters, the partner, the points and the fit outcomes."""
     values = theory.ghmm_pairwise_predictor(M, T, points)
     free, fixed = outcomes["free T"], outcomes["columns of T sum to 1"]
     return [
-        Claim.close("Lemma 7: H M has the posterior of M (max difference at random x)", 0.0,
-                    float(np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max()),
-                    EXACT, EXACT_REASON),
-        Claim.close("Lemma 7: with T~ = (HM)^+ M T the pairwise predictor is unchanged too", 0.0,
-                    float(np.abs(theory.ghmm_pairwise_predictor(HM, HT, points) - values).max()), EXACT, EXACT_REASON),
-        Claim.close("Thm 5: the column sums of T~ are -1, so T~ is not stochastic (max deviation from -1)", 0.0,
-                    float(np.abs(HT.sum(axis=0) + 1).max()), EXACT, EXACT_REASON),
-        Claim.at_least("Lemma 7: yet H M differs from M under every relabelling (max entry)", DIFFERENT,
-                       theory.parameter_distance(M, T, HM, HT), "far above round-off"),
-        _all_converged_fits("Thm 5, T free: zero-residual fits that are (M, T) or (HM, T~)",
-                            free["(M, T)"] + free["(HM, T~)"], free, "Lemmas 7 and 8: these are the only solutions"),
-        _all_converged_fits("Thm 5, columns of T sum to 1: zero-residual fits that are (M, T)", fixed["(M, T)"], fixed,
-                            "Thm 5: the constraint removes HM"),
+        Claim.close(
+            "Lemma 7: H M has the posterior of M (max difference at random x)",
+            0.0,
+            float(np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Lemma 7: with T~ = (HM)^+ M T the pairwise predictor is unchanged too",
+            0.0,
+            float(np.abs(theory.ghmm_pairwise_predictor(HM, HT, points) - values).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Thm 5: the column sums of T~ are -1, so T~ is not stochastic (max deviation from -1)",
+            0.0,
+            float(np.abs(HT.sum(axis=0) + 1).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Lemma 7: yet H M differs from M under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(M, T, HM, HT),
+            "far above round-off",
+        ),
+        _all_converged_fits(
+            "Thm 5, T free: zero-residual fits that are (M, T) or (HM, T~)",
+            free["(M, T)"] + free["(HM, T~)"],
+            free,
+            "Lemmas 7 and 8: these are the only solutions",
+        ),
+        _all_converged_fits(
+            "Thm 5, columns of T sum to 1: zero-residual fits that are (M, T)",
+            fixed["(M, T)"],
+            fixed,
+            "Thm 5: the constraint removes HM",
+        ),
     ]
 
 
@@ -456,10 +626,14 @@ def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
     HM = theory.householder_partner(M)
     HT = theory.partner_transition(M, T, HM)
     points = 1.5 * rng.normal(size=(config["ghmm_points"], d))
-    outcomes = {name: ghmm_fit_outcomes(M, T, HM, HT, points, config["ghmm_starts"], constrained, rng)
-                for name, constrained in (("free T", False), ("columns of T sum to 1", True))}
-    return Outcome(ghmm_claims(M, T, HM, HT, points, outcomes),
-                   {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT, "outcomes": outcomes})
+    outcomes = {
+        name: ghmm_fit_outcomes(M, T, HM, HT, points, config["ghmm_starts"], constrained, rng)
+        for name, constrained in (("free T", False), ("columns of T sum to 1", True))
+    }
+    return Outcome(
+        ghmm_claims(M, T, HM, HT, points, outcomes),
+        {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT, "outcomes": outcomes},
+    )
 
 
 # ---------------------------------------------------------------- G-HMM: Theorems 8 and 9
@@ -486,8 +660,9 @@ class GhmmTensorData(TypedDict):
     line_density: list[list[float]]  # G-HMM, partner: (2 pi)^(d/2) p(x_2 = mu_1 | x_1 = s u)
 
 
-def _ghmm_recover(values: np.ndarray, points: np.ndarray, order: tuple, k: int,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _ghmm_recover(
+    values: np.ndarray, points: np.ndarray, order: tuple, k: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``(M, T)`` from the predictor values of task ``order``: case 2 (``x_2`` given) or cases 1 and 3."""
     given, targets = order
     if given == 2:
@@ -495,16 +670,20 @@ def _ghmm_recover(values: np.ndarray, points: np.ndarray, order: tuple, k: int,
     return theory.ghmm_recover(values, points, given, targets, k, rng)
 
 
-def middle_counterexample(M: np.ndarray, T: np.ndarray, M2: np.ndarray, T2: np.ndarray,
-                          points: np.ndarray) -> tuple[float, float]:
+def middle_counterexample(
+    M: np.ndarray, T: np.ndarray, M2: np.ndarray, T2: np.ndarray, points: np.ndarray
+) -> tuple[float, float]:
     """Max difference of two G-HMMs' ``x_1 (x) x_3 | x_2`` predictors at ``points``, and their parameter distance."""
-    gap = np.abs(theory.ghmm_two_token_predictor(M, T, *MIDDLE_ORDERS[0], points)
-                 - theory.ghmm_two_token_predictor(M2, T2, *MIDDLE_ORDERS[0], points)).max()
+    gap = np.abs(
+        theory.ghmm_two_token_predictor(M, T, *MIDDLE_ORDERS[0], points)
+        - theory.ghmm_two_token_predictor(M2, T2, *MIDDLE_ORDERS[0], points)
+    ).max()
     return float(gap), theory.parameter_distance(M, T, M2, T2)
 
 
-def law_recovery(M: np.ndarray, T: np.ndarray, given: np.ndarray, rng: np.random.Generator,
-                 hermite: bool = True) -> tuple[float, float]:
+def law_recovery(
+    M: np.ndarray, T: np.ndarray, given: np.ndarray, rng: np.random.Generator, hermite: bool = True
+) -> tuple[float, float]:
     """Errors of Lemma 9's (means, weights) of ``p(x_2 | x_1 = given)``, and of ``(M, T)`` with eq. 2.79 after it.
 
     The recovery sees only the law's marginal densities; eq. 2.79 then reads its densities at ``k`` points
@@ -519,8 +698,15 @@ def law_recovery(M: np.ndarray, T: np.ndarray, given: np.ndarray, rng: np.random
     return theory.mixture_distance(M, weights, M_hat, w_hat), theory.parameter_distance(M, T, M_hat, T_hat)
 
 
-def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: np.ndarray, HT: np.ndarray,
-                     rng: np.random.Generator, told: tuple | None = None) -> GhmmTensorData:
+def ghmm_tensor_data(
+    config: dict[str, Any],
+    M: np.ndarray,
+    T: np.ndarray,
+    HM: np.ndarray,
+    HT: np.ndarray,
+    rng: np.random.Generator,
+    told: tuple | None = None,
+) -> GhmmTensorData:
     """Recover from the section's G-HMM and ``random_hmms - 1`` random ones; compare the partner's predictors and laws.
 
     ``told`` are the task orders that recovery is told (default: the true ones, cases 1 and 3 then case 2);
@@ -549,15 +735,27 @@ def ghmm_tensor_data(config: dict[str, Any], M: np.ndarray, T: np.ndarray, HM: n
     line = np.linspace(-LINE, LINE, 101)
     along = line[:, None] * (u / np.linalg.norm(u))
     return {
-        "orders": list(errors), "errors": errors, "tolerance": RECOVERY_TOL,
-        "symmetric_gap": gap, "symmetric_distance": distance, "symmetric_partner_valid": _validity(check_ghmm, partner),
+        "orders": list(errors),
+        "errors": errors,
+        "tolerance": RECOVERY_TOL,
+        "symmetric_gap": gap,
+        "symmetric_distance": distance,
+        "symmetric_partner_valid": _validity(check_ghmm, partner),
         "two_state_gap": two_state_gap,
         "transition_error": float(np.abs(theory.ghmm_transition_from_density(M, density, anchors) - T).max()),
-        "mixture_errors": [e for e, _ in law], "law_errors": [e for _, e in law],
-        "partner_two_token_gap": float(np.abs(theory.ghmm_two_token_predictor(M, T, *TWO_TOKEN, points)
-                                              - theory.ghmm_two_token_predictor(HM, HT, *TWO_TOKEN, points)).max()),
-        "partner_density_gap": float(np.abs(theory.ghmm_density_matrix(M, T, points, points)
-                                            - theory.ghmm_density_matrix(HM, HT, points, points)).max()),
+        "mixture_errors": [e for e, _ in law],
+        "law_errors": [e for _, e in law],
+        "partner_two_token_gap": float(
+            np.abs(
+                theory.ghmm_two_token_predictor(M, T, *TWO_TOKEN, points)
+                - theory.ghmm_two_token_predictor(HM, HT, *TWO_TOKEN, points)
+            ).max()
+        ),
+        "partner_density_gap": float(
+            np.abs(
+                theory.ghmm_density_matrix(M, T, points, points) - theory.ghmm_density_matrix(HM, HT, points, points)
+            ).max()
+        ),
         "line": line,
         "line_mean": [theory.ghmm_pairwise_predictor(m, t, along)[:, 0] for m, t in ((M, T), (HM, HT))],
         "line_density": [theory.ghmm_density_matrix(m, t, M.T[:1], along)[0] for m, t in ((M, T), (HM, HT))],

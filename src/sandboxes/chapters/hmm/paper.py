@@ -23,12 +23,20 @@ def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         return f"{part['excess'][-1]:.3g} (seed-to-seed distance {part['within'][-1]:.3g})"
 
     return [
-        (f"x2|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise",
-         f"their optimal pairwise predictors are equal (Thm 4): distance {pair['exact_gap']:.3g}, computed here",
-         measured(pair)),
-        (f"x2(x)x3|x1 learned at N = {n}: the same distance",
-         f"that of their optimal predictors, not 0 (Thm 7): {two['exact_gap']:.3g}, computed here", measured(two)),
-        ("parameters recovered from the learned x2(x)x3|x1: log-log slope of the error against N",
-         "nothing: the paper proves identifiability and gives no algorithm, sample bound or learning experiment; "
-         "-1/2 is what a smooth map of an N^-1/2 estimate gives", f"{recovery_slope(learning):.2f}"),
+        (
+            f"x2|x1 learned at N = {n}: distance between the two HMMs' predictors beyond seed noise",
+            f"their optimal pairwise predictors are equal (Thm 4): distance {pair['exact_gap']:.3g}, computed here",
+            measured(pair),
+        ),
+        (
+            f"x2(x)x3|x1 learned at N = {n}: the same distance",
+            f"that of their optimal predictors, not 0 (Thm 7): {two['exact_gap']:.3g}, computed here",
+            measured(two),
+        ),
+        (
+            "parameters recovered from the learned x2(x)x3|x1: log-log slope of the error against N",
+            "nothing: the paper proves identifiability and gives no algorithm, sample bound or learning experiment; "
+            "-1/2 is what a smooth map of an N^-1/2 estimate gives",
+            f"{recovery_slope(learning):.2f}",
+        ),
     ]

@@ -39,8 +39,11 @@ def _check_graph(name: str) -> None:
         raise ValueError(f"the causal graph is one of {', '.join(GRAPHS)}, got {name!r}")
 
 
-GRAPH = Custom(_check_graph, "chain (the parent is the token before) or tree (a fixed random parent)",
-               lambda rng, near: GRAPHS[int(rng.integers(len(GRAPHS)))])
+GRAPH = Custom(
+    _check_graph,
+    "chain (the parent is the token before) or tree (a fixed random parent)",
+    lambda rng, near: GRAPHS[int(rng.integers(len(GRAPHS)))],
+)
 
 PARAMS = (
     Param("k", int, 3, 3, "states of the in-context chains", in_range(2, 8)),
@@ -51,18 +54,23 @@ PARAMS = (
     Param("T", int, 32, 128, "tokens a model reads", in_range(4, 512)),
     Param("level_samples", int, 20000, 100000, "sequences of the Monte Carlo loss levels", at_least(2)),
     Param("chi2_kernels", int, 2000, 10000, "prior draws averaged in the chi-square information", at_least(2)),
-    Param("chi2_positions", int, 32, 64, "positions i (from the start) whose chi-square information is tabulated",
-          at_least(2)),
+    Param(
+        "chi2_positions",
+        int,
+        32,
+        64,
+        "positions i (from the start) whose chi-square information is tabulated",
+        at_least(2),
+    ),
     Param("construct_k", int, 3, 3, "states of the induction-head construction's check", in_range(2, 4)),
-    Param("construct_T", int, 7, 8, "tokens of the construction's check (every sequence is enumerated)",
-          in_range(2, 12)),
+    Param(
+        "construct_T", int, 7, 8, "tokens of the construction's check (every sequence is enumerated)", in_range(2, 12)
+    ),
     Param("beta", float, 30.0, 30.0, "attention score scale of the constructions", Interval(5.0, 60.0)),
-    Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for",
-          in_range(1, 4)),
+    Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for", in_range(1, 4)),
     Param("grad_samples", int, 16000, 64000, "sequences of the gradient at the staged initialisation", at_least(2)),
     Param("grad_beta", float, 3.0, 3.0, "layer 2's score scale at the staged initialisation", Interval(0.1, 30.0)),
-    Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)",
-          at_least(1)),
+    Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)", at_least(1)),
     Param("stage_lr", float, 60.0, 60.0, "step size of those plain gradient steps", positive),
     Param("d_model", int, 32, 64, "width of the trained transformers", at_least(1)),
     Param("n_head", int, 1, 2, "attention heads per layer (a tree needs two)", at_least(1)),
@@ -70,29 +78,70 @@ PARAMS = (
     Param("batch_size", int, 64, 64, "sequences per step", at_least(1)),
     Param("lr", float, 2e-2, 3e-3, "AdamW learning rate (cosine schedule after warm-up)", positive),
     Param("warmup", int, 50, 200, "linear warm-up steps", at_least(0)),
-    Param("ood_alpha", float, 0.3, 0.3, "Dirichlet concentration of a second prior whose kernels test the models",
-          Interval(0.05, 20.0)),
-    Param("eval_size", int, 2048, 8192, "held-out sequences for the final losses, the attention and the OOD test",
-          at_least(2)),
-    Param("gamma", float, 0.2, 0.2, "floor of the support section's kernels: every entry at least gamma / k",
-          Interval(0.01, 0.99)),
+    Param(
+        "ood_alpha",
+        float,
+        0.3,
+        0.3,
+        "Dirichlet concentration of a second prior whose kernels test the models",
+        Interval(0.05, 20.0),
+    ),
+    Param(
+        "eval_size",
+        int,
+        2048,
+        8192,
+        "held-out sequences for the final losses, the attention and the OOD test",
+        at_least(2),
+    ),
+    Param(
+        "gamma",
+        float,
+        0.2,
+        0.2,
+        "floor of the support section's kernels: every entry at least gamma / k",
+        Interval(0.01, 0.99),
+    ),
     Param("trigger_tokens", int, 16, 64, "tokens of the trigger task (Bietti et al.: 65 characters)", in_range(4, 256)),
     Param("triggers", int, 3, 5, "trigger tokens, each followed by its sequence's own output", at_least(1)),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
     Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),
-    Param("memory_T", int, 64, 256, "tokens Bietti et al.'s simplified model reads (of the trigger task)",
-          in_range(4, 512)),
+    Param(
+        "memory_T",
+        int,
+        64,
+        256,
+        "tokens Bietti et al.'s simplified model reads (of the trigger task)",
+        in_range(4, 512),
+    ),
     Param("memory_d", int, 64, 256, "width of the simplified model (its random embeddings)", at_least(1)),
-    Param("memory_steps", int, 250, 10000, "gradient steps of the simplified model's three memories together",
-          at_least(1)),
+    Param(
+        "memory_steps", int, 250, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
+    ),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
 )
 # Reference sizes: one-seed pilots and step times (results/README.md, "Sizing notes").
-PARAMS = with_reference(PARAMS, {"graph": "tree", "T": 64, "n_head": 2, "d_model": 64, "steps": 10000, "lr": 1e-2,
-                                 "stage_steps": 3000,
-                                 "eval_size": 8192, "trigger_tokens": 65, "triggers": 5, "trigger_T": 256,
-                                 "trigger_steps": 2400, "memory_T": 128, "memory_d": 128, "memory_steps": 3000,
-                                 "memory_lr": 30.0})
+PARAMS = with_reference(
+    PARAMS,
+    {
+        "graph": "tree",
+        "T": 64,
+        "n_head": 2,
+        "d_model": 64,
+        "steps": 10000,
+        "lr": 1e-2,
+        "stage_steps": 3000,
+        "eval_size": 8192,
+        "trigger_tokens": 65,
+        "triggers": 5,
+        "trigger_T": 256,
+        "trigger_steps": 2400,
+        "memory_T": 128,
+        "memory_d": 128,
+        "memory_steps": 3000,
+        "memory_lr": 30.0,
+    },
+)
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
@@ -100,55 +149,132 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     enough gradient samples for its error; before any section runs."""
     check_heads(config["d_model"], config["n_head"])
     if config["graph"] == "tree" and config["n_head"] < 2:
-        raise ValueError("a tree needs n_head >= 2: layer 1 copies the parent of each token (for the keys) and the "
-                         "parent of the next one (for the query), which differ in a tree")
+        raise ValueError(
+            "a tree needs n_head >= 2: layer 1 copies the parent of each token (for the keys) and the "
+            "parent of the next one (for the query), which differ in a tree"
+        )
     if config["triggers"] > config["trigger_tokens"] - 2:
-        raise ValueError(f"the triggers leave at least two tokens for outputs: triggers <= trigger_tokens - 2, got "
-                         f"{config['triggers']} of {config['trigger_tokens']}")
+        raise ValueError(
+            f"the triggers leave at least two tokens for outputs: triggers <= trigger_tokens - 2, got "
+            f"{config['triggers']} of {config['trigger_tokens']}"
+        )
     if config["grad_samples"] < 2 * GRADIENT_CHUNKS:
-        raise ValueError(f"the gradient's error needs grad_samples >= {2 * GRADIENT_CHUNKS}, "
-                         f"got {config['grad_samples']}")
+        raise ValueError(
+            f"the gradient's error needs grad_samples >= {2 * GRADIENT_CHUNKS}, got {config['grad_samples']}"
+        )
     if config["order"] >= config["construct_T"]:
-        raise ValueError(f"an order-{config['order']} context is seen twice only in sequences longer than the "
-                         f"order: construct_T > order, got construct_T = {config['construct_T']}")
+        raise ValueError(
+            f"an order-{config['order']} context is seen twice only in sequences longer than the "
+            f"order: construct_T > order, got construct_T = {config['construct_T']}"
+        )
     count = config["construct_k"] ** (config["construct_T"] + 1)
     if count > MAX_ENUMERATED:
-        raise ValueError(f"the construction is checked on all construct_k^(construct_T+1) = {count} sequences; "
-                         f"choose sizes with at most {MAX_ENUMERATED}")
+        raise ValueError(
+            f"the construction is checked on all construct_k^(construct_T+1) = {count} sequences; "
+            f"choose sizes with at most {MAX_ENUMERATED}"
+        )
 
 
 # quick sizes: three seeds, 1500 steps (results/README.md, "Sizing notes").
 
 # the unit tests' scale: every section end to end in seconds
-UNIT_SCALE = {"T": 8, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 8, "construct_T": 4, "construct_k": 2,
-              "grad_samples": 64, "d_model": 8, "steps": 3, "batch_size": 8, "eval_size": 16, "trigger_T": 8,
-              "trigger_steps": 3, "stage_steps": 3, "memory_T": 16, "memory_d": 16, "memory_steps": 3}
+UNIT_SCALE = {
+    "T": 8,
+    "level_samples": 64,
+    "chi2_kernels": 16,
+    "chi2_positions": 8,
+    "construct_T": 4,
+    "construct_k": 2,
+    "grad_samples": 64,
+    "d_model": 8,
+    "steps": 3,
+    "batch_size": 8,
+    "eval_size": 16,
+    "trigger_T": 8,
+    "trigger_steps": 3,
+    "stage_steps": 3,
+    "memory_T": 16,
+    "memory_d": 16,
+    "memory_steps": 3,
+}
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
-FULL_SHRUNK = {"T": 16, "level_samples": 64, "chi2_kernels": 16, "chi2_positions": 16, "grad_samples": 64, "steps": 2,
-               "batch_size": 8, "eval_size": 16, "d_model": 16, "trigger_T": 16, "trigger_steps": 2, "stage_steps": 2,
-               "memory_T": 16, "memory_d": 64, "memory_steps": 2}
+FULL_SHRUNK = {
+    "T": 16,
+    "level_samples": 64,
+    "chi2_kernels": 16,
+    "chi2_positions": 16,
+    "grad_samples": 64,
+    "steps": 2,
+    "batch_size": 8,
+    "eval_size": 16,
+    "d_model": 16,
+    "trigger_T": 16,
+    "trigger_steps": 2,
+    "stage_steps": 2,
+    "memory_T": 16,
+    "memory_d": 64,
+    "memory_steps": 2,
+}
 
-CHAPTER = Chapter("induction", "Induction heads on in-context Markov chains", PARAMS,
-                  seeds={"quick": 3, "reference": 5, "full": 10},
-                  sections=(
-                      Section("levels", "The loss levels and the chi-square information", levels,
-                              figures=("information",)),
-                      Section("construction", "An induction head written by hand", construction,
-                              figures=("construction",)),
-                      Section("higher_order", "Order m in three layers of one head", higher_order,
-                              figures=("higher_order",)),
-                      Section("gradient", "The first gradient points layer 1 at the parents", gradient,
-                              figures=("gradient",), sampled_rows=r"key lemma"),
-                      Section("staged", "The first stage trained: layer 1 finds the graph", staged, trains=True,
-                              rows=staged_rows, figures=("staged",)),
-                      Section("training", "Training one and two layers", training, trains=True,
-                              rows=training_rows,
-                              figures=("training", "attention", "parent_weight", "out_of_distribution")),
-                      Section("support", "Trained on a restricted prior, tested outside it", support, trains=True,
-                              rows=support_rows, figures=("support",)),
-                      Section("trigger", "The trigger task: recall from context", trigger, trains=True,
-                              rows=trigger_rows, figures=("trigger", "memories")),
-                      Section("memories", "Three associative memories, in order", memories, trains=True,
-                              rows=memories_rows, figures=("simplified_memories",)),
-                  ), check=check, reference_sections=("staged", "training", "support", "trigger", "memories"),
-                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)
+CHAPTER = Chapter(
+    "induction",
+    "Induction heads on in-context Markov chains",
+    PARAMS,
+    seeds={"quick": 3, "reference": 5, "full": 10},
+    sections=(
+        Section("levels", "The loss levels and the chi-square information", levels, figures=("information",)),
+        Section("construction", "An induction head written by hand", construction, figures=("construction",)),
+        Section("higher_order", "Order m in three layers of one head", higher_order, figures=("higher_order",)),
+        Section(
+            "gradient",
+            "The first gradient points layer 1 at the parents",
+            gradient,
+            figures=("gradient",),
+            sampled_rows=r"key lemma",
+        ),
+        Section(
+            "staged",
+            "The first stage trained: layer 1 finds the graph",
+            staged,
+            trains=True,
+            rows=staged_rows,
+            figures=("staged",),
+        ),
+        Section(
+            "training",
+            "Training one and two layers",
+            training,
+            trains=True,
+            rows=training_rows,
+            figures=("training", "attention", "parent_weight", "out_of_distribution"),
+        ),
+        Section(
+            "support",
+            "Trained on a restricted prior, tested outside it",
+            support,
+            trains=True,
+            rows=support_rows,
+            figures=("support",),
+        ),
+        Section(
+            "trigger",
+            "The trigger task: recall from context",
+            trigger,
+            trains=True,
+            rows=trigger_rows,
+            figures=("trigger", "memories"),
+        ),
+        Section(
+            "memories",
+            "Three associative memories, in order",
+            memories,
+            trains=True,
+            rows=memories_rows,
+            figures=("simplified_memories",),
+        ),
+    ),
+    check=check,
+    reference_sections=("staged", "training", "support", "trigger", "memories"),
+    unit_scale=UNIT_SCALE,
+    full_shrunk=FULL_SHRUNK,
+)

@@ -34,35 +34,59 @@ def levels_claims(rivals: dict[str, list[float]], information: np.ndarray, paren
     wrong = [i for i in ranked if int(np.argmax(information[i, :i])) != parents[i]]
     margins = [information[i, parents[i]] - np.delete(information[i, :i], parents[i]).max() for i in ranked]
     return [
-        Claim.at_least("Bayes optimality: the loss of the count estimators smoothed by alpha/2 and by 2 alpha minus "
-                       "the posterior predictive's, on the same sequences (the smaller, in standard errors)",
-                       -MC_SIGMAS, min(diff / max(error, 1e-300) for diff, error in rivals.values()),
-                       "no predictor beats the posterior predictive in expectation; three standard errors of the "
-                       "paired Monte Carlo difference", digits=3),
-        Claim.exact(f"data processing: the parent has the largest chi-square information with s_i, at each of the "
-                    f"{len(ranked)} positions with a parent and another earlier position", "0 positions wrong",
-                    f"{len(wrong)} positions wrong", "exact per kernel, so exact on average; "
-                    f"smallest margin {min(margins, default=np.nan):.3g}"),
+        Claim.at_least(
+            "Bayes optimality: the loss of the count estimators smoothed by alpha/2 and by 2 alpha minus "
+            "the posterior predictive's, on the same sequences (the smaller, in standard errors)",
+            -MC_SIGMAS,
+            min(diff / max(error, 1e-300) for diff, error in rivals.values()),
+            "no predictor beats the posterior predictive in expectation; three standard errors of the "
+            "paired Monte Carlo difference",
+            digits=3,
+        ),
+        Claim.exact(
+            f"data processing: the parent has the largest chi-square information with s_i, at each of the "
+            f"{len(ranked)} positions with a parent and another earlier position",
+            "0 positions wrong",
+            f"{len(wrong)} positions wrong",
+            f"exact per kernel, so exact on average; smallest margin {min(margins, default=np.nan):.3g}",
+        ),
     ]
 
 
 def construction_claims(max_error: float, bound: float, sequences: int) -> list[Claim]:
-    return [Claim.at_most(f"the two-layer construction writes the in-context count estimator (max error over all "
-                          f"{sequences} sequences, positions whose token was seen before)", bound, max_error,
-                          "softmax leakage T e^-beta (1 + 2 beta), derived; float64 round-off", digits=3)]
+    return [
+        Claim.at_most(
+            f"the two-layer construction writes the in-context count estimator (max error over all "
+            f"{sequences} sequences, positions whose token was seen before)",
+            bound,
+            max_error,
+            "softmax leakage T e^-beta (1 + 2 beta), derived; float64 round-off",
+            digits=3,
+        )
+    ]
 
 
-def higher_order_claims(max_error: float, bound: float, sequences: int,
-                        order: int) -> tuple[list[Claim], tuple[str, ...]]:
+def higher_order_claims(
+    max_error: float, bound: float, sequences: int, order: int
+) -> tuple[list[Claim], tuple[str, ...]]:
     """The construction's row, or no row (with the reason) where the leakage bound is vacuous: two probability
     vectors are never more than 1 apart, so a bound of 1 or more cannot fail."""
     if not bound < 1:
-        return [], (f"no row for the order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
-                    f"which two probability vectors never exceed; raise beta",)
-    return [Claim.at_most(f"the three-layer construction writes the in-context order-{order} count estimator (max "
-                          f"error over all {sequences} sequences, positions whose last {order} tokens were seen "
-                          f"before)", bound, max_error, "softmax leakage of the three layers, derived "
-                          "(higher_order_leakage); float64 round-off", digits=3)], ()
+        return [], (
+            f"no row for the order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
+            f"which two probability vectors never exceed; raise beta",
+        )
+    return [
+        Claim.at_most(
+            f"the three-layer construction writes the in-context order-{order} count estimator (max "
+            f"error over all {sequences} sequences, positions whose last {order} tokens were seen "
+            f"before)",
+            bound,
+            max_error,
+            "softmax leakage of the three layers, derived (higher_order_leakage); float64 round-off",
+            digits=3,
+        )
+    ], ()
 
 
 def significance(comparisons: int) -> float:
@@ -92,15 +116,24 @@ def gradient_claims(parts: np.ndarray, parents: list[int], scored: np.ndarray) -
         mean, error = margins.mean(axis=0), margins.std(axis=0, ddof=1) / np.sqrt(len(parts))
         wrong += bool((mean < -sigmas * error).any())
         resolved += bool((mean > sigmas * error).all())
-    claim = Claim.exact(f"key lemma: at the staged initialisation the gradient on layer 1's score from t to its "
-                        f"parent is the most negative, at each of the {len(ranked)} positions",
-                        f"{len(ranked)} positions", f"{resolved} positions",
-                        f"autograd on a fixed sample; a difference counts at {sigmas:.2f} of its errors over "
-                        f"{len(parts)} parts (level {FAMILY_LEVEL:g} for all comparisons together: Bonferroni, "
-                        f"Student's t); another position significantly more negative at {wrong}")
-    return [claim if resolved == len(ranked) or wrong else
-            replace(claim, holds=None, reason=f"{claim.reason}; undecided at this sample size: "
-                                              f"more sequences (--set grad_samples=...) decide it")]
+    claim = Claim.exact(
+        f"key lemma: at the staged initialisation the gradient on layer 1's score from t to its "
+        f"parent is the most negative, at each of the {len(ranked)} positions",
+        f"{len(ranked)} positions",
+        f"{resolved} positions",
+        f"autograd on a fixed sample; a difference counts at {sigmas:.2f} of its errors over "
+        f"{len(parts)} parts (level {FAMILY_LEVEL:g} for all comparisons together: Bonferroni, "
+        f"Student's t); another position significantly more negative at {wrong}",
+    )
+    return [
+        claim
+        if resolved == len(ranked) or wrong
+        else replace(
+            claim,
+            holds=None,
+            reason=f"{claim.reason}; undecided at this sample size: more sequences (--set grad_samples=...) decide it",
+        )
+    ]
 
 
 def staged_rows(config: dict[str, Any], data: StagedData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -110,15 +143,22 @@ def staged_rows(config: dict[str, Any], data: StagedData) -> tuple[list[Claim], 
 
 def staged_claims(data: StagedData) -> list[Claim]:
     """After the first stage, layer 1 puts more than half its weight on the parent at every judged position."""
-    settled = budget_ran_out(data["still_descending"], "runs were still moving (loss or worst weight)",
-                             "stage_steps")
+    settled = budget_ran_out(data["still_descending"], "runs were still moving (loss or worst weight)", "stage_steps")
     judged = judged_positions(data["parents"])
     per_seed = [float(carried_weight(w, data["parents"]).min()) for w in data["parent_weight"]]
-    return [Claim.at_least(f"layer 1 trained alone by gradient descent (the first stage), every seed: its weight "
-                           f"on the causal parent, worst of the first {len(judged)} positions", PARENT_MASS,
-                           min(per_seed), "Thm (2): the first attention tends to the graph's adjacency, ‖A - G‖∞ ≲ "
-                           "1/T; more weight on the parent than on all other positions together", digits=3
-                           ).eventually(*settled).held_to_spread(PARENT_MASS, per_seed, upper=False)]
+    return [
+        Claim.at_least(
+            f"layer 1 trained alone by gradient descent (the first stage), every seed: its weight "
+            f"on the causal parent, worst of the first {len(judged)} positions",
+            PARENT_MASS,
+            min(per_seed),
+            "Thm (2): the first attention tends to the graph's adjacency, ‖A - G‖∞ ≲ "
+            "1/T; more weight on the parent than on all other positions together",
+            digits=3,
+        )
+        .eventually(*settled)
+        .held_to_spread(PARENT_MASS, per_seed, upper=False)
+    ]
 
 
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -132,9 +172,11 @@ def support_rows(config: dict[str, Any], data: SupportData) -> tuple[list[Claim]
     check recomputes them)."""
     if config["k"] <= theory.MAX_PERMUTED_STATES:
         return support_claims(data), ()
-    return support_claims(data), (f"support: the training prior's Bayes predictor sums over k! permutations and is "
-                                  f"computed for k <= {theory.MAX_PERMUTED_STATES}; at k = {config['k']} the row "
-                                  "that compares the models with it is not made",)
+    return support_claims(data), (
+        f"support: the training prior's Bayes predictor sums over k! permutations and is "
+        f"computed for k <= {theory.MAX_PERMUTED_STATES}; at k = {config['k']} the row "
+        "that compares the models with it is not made",
+    )
 
 
 def support_claims(data: SupportData) -> list[Claim]:
@@ -142,14 +184,20 @@ def support_claims(data: SupportData) -> list[Claim]:
     if not data["advantage"]:
         return []
     settled = budget_ran_out(data["still_descending"], "runs were still descending", "steps")
-    return [Claim.at_least("two layers trained on noisy permutations only, every seed, on Dirichlet kernels "
-                           "outside that support (same floor): the training prior's Bayes loss minus the model's, on "
-                           "the same sequences (the smallest, in standard errors)", MC_SIGMAS,
-                           min(mean / max(error, 1e-300) for mean, error in data["advantage"]),
-                           "corollary: the learned head tracks the kernel it reads, in the prior's support or not; a "
-                           "model that only fit its training prior would be that prior's Bayes predictor, which leans "
-                           "on permutations (exact over the k! permutations and 64 strengths); three standard "
-                           "errors of the paired difference", digits=3).eventually(*settled)]
+    return [
+        Claim.at_least(
+            "two layers trained on noisy permutations only, every seed, on Dirichlet kernels "
+            "outside that support (same floor): the training prior's Bayes loss minus the model's, on "
+            "the same sequences (the smallest, in standard errors)",
+            MC_SIGMAS,
+            min(mean / max(error, 1e-300) for mean, error in data["advantage"]),
+            "corollary: the learned head tracks the kernel it reads, in the prior's support or not; a "
+            "model that only fit its training prior would be that prior's Bayes predictor, which leans "
+            "on permutations (exact over the k! permutations and 64 strengths); three standard "
+            "errors of the paired difference",
+            digits=3,
+        ).eventually(*settled)
+    ]
 
 
 def trigger_rows(config: dict[str, Any], data: TriggerData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -157,9 +205,11 @@ def trigger_rows(config: dict[str, Any], data: TriggerData) -> tuple[list[Claim]
     read back from a result file, where the reference check recomputes them)."""
     silent = (one_layer_silence({**config, "T": config["trigger_T"]}), MEMORY_SILENCE)
     if not data["positions"]["recall"]:
-        silent += ("trigger task: no held-out sequence has a trigger twice, so no accuracy is judged where the "
-                   "output was seen before; more tokens or sequences (--set trigger_T=... or eval_size=...) give "
-                   "some",)
+        silent += (
+            "trigger task: no held-out sequence has a trigger twice, so no accuracy is judged where the "
+            "output was seen before; more tokens or sequences (--set trigger_T=... or eval_size=...) give "
+            "some",
+        )
     return trigger_claims(data), silent
 
 
@@ -175,36 +225,57 @@ def trigger_claims(data: TriggerData) -> list[Claim]:
     held-out trigger comes twice)."""
     if not data["positions"]["recall"]:
         return []
-    settled = budget_ran_out(data["still_descending"]["two_layers"], "two-layer runs were still descending",
-                             "trigger_steps")
+    settled = budget_ran_out(
+        data["still_descending"]["two_layers"], "two-layer runs were still descending", "trigger_steps"
+    )
     halfway, per_seed = (1.0 + data["chance"]) / 2, data["accuracy"]["recall"]["two_layers"]
-    return [Claim.at_least("trigger task, two layers, every seed: accuracy on a trigger's output where the trigger "
-                           "came earlier in the sequence", halfway, min(per_seed),
-                           "induction head (Bietti et al.; the construction above): the output read in context is "
-                           "certain, so an induction head is always right; a guess that ignores the earlier "
-                           "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
-                           digits=3).eventually(*settled).held_to_spread(halfway, per_seed, upper=False)]
+    return [
+        Claim.at_least(
+            "trigger task, two layers, every seed: accuracy on a trigger's output where the trigger "
+            "came earlier in the sequence",
+            halfway,
+            min(per_seed),
+            "induction head (Bietti et al.; the construction above): the output read in context is "
+            "certain, so an induction head is always right; a guess that ignores the earlier "
+            "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
+            digits=3,
+        )
+        .eventually(*settled)
+        .held_to_spread(halfway, per_seed, upper=False)
+    ]
 
 
 def memories_rows(config: dict[str, Any], data: MemoriesData) -> tuple[list[Claim], tuple[str, ...]]:
     """The memories section's rows and the reasons for the rows it does not make, from its data alone (as run, or
     as read back from a result file, where the reference check recomputes them)."""
     chance = probe_chance(config)
-    order_silent = [note for silent, note in (
-        (config["memory_d"] < max(config["trigger_tokens"], config["memory_T"]), NARROW_SILENCE),
-        (chance >= FORMED / 2, f"memory order. A random matrix recalls {chance:.2f} of some memory's associations "
-                               f"by chance, so reaching {FORMED} says little; more tokens or positions (--set "
-                               f"trigger_tokens=... or memory_T=...) make the row"),
-        (not np.any(data["eval_loss"]), "memory order. No held-out sequence had a trigger twice, so the loss that "
-                                        "decides whether a run had settled was never measured; more tokens (--set "
-                                        "memory_T=...) give some"),
-    ) if silent]
+    order_silent = [
+        note
+        for silent, note in (
+            (config["memory_d"] < max(config["trigger_tokens"], config["memory_T"]), NARROW_SILENCE),
+            (
+                chance >= FORMED / 2,
+                f"memory order. A random matrix recalls {chance:.2f} of some memory's associations "
+                f"by chance, so reaching {FORMED} says little; more tokens or positions (--set "
+                f"trigger_tokens=... or memory_T=...) make the row",
+            ),
+            (
+                not np.any(data["eval_loss"]),
+                "memory order. No held-out sequence had a trigger twice, so the loss that "
+                "decides whether a run had settled was never measured; more tokens (--set "
+                "memory_T=...) give some",
+            ),
+        )
+        if silent
+    ]
     return [] if order_silent else memories_claims(data), (SEQUENTIAL_SILENCE, *order_silent)
 
 
-NARROW_SILENCE = ("memory order. Bietti et al. observe it with embeddings at least as wide as there are tokens and "
-                  "positions (d = T = 256), where random embeddings are nearly orthonormal; memory_d is below "
-                  "that regime, so the probes are shown as measured")
+NARROW_SILENCE = (
+    "memory order. Bietti et al. observe it with embeddings at least as wide as there are tokens and "
+    "positions (d = T = 256), where random embeddings are nearly orthonormal; memory_d is below "
+    "that regime, so the probes are shown as measured"
+)
 
 
 def probe_chance(config: dict[str, Any]) -> float:
@@ -214,9 +285,11 @@ def probe_chance(config: dict[str, Any]) -> float:
     return max(1.0 / config["trigger_tokens"], positional)
 
 
-SEQUENTIAL_SILENCE = ("the three sequential gradient steps. Bietti et al.'s theorem recovers the memories with one "
-                      "step each, top down, in a simplified setting; this chapter has not yet restored its "
-                      "hypotheses from the paper, so it makes no row of it")
+SEQUENTIAL_SILENCE = (
+    "the three sequential gradient steps. Bietti et al.'s theorem recovers the memories with one "
+    "step each, top down, in a simplified setting; this chapter has not yet restored its "
+    "hypotheses from the paper, so it makes no row of it"
+)
 
 
 IN_ORDER = "in order in every seed"
@@ -226,8 +299,11 @@ def out_of_order(data: MemoriesData) -> tuple[list[int], list[int]]:
     """The seeds that formed a memory before one the order puts before it (which may never have formed), and the
     others that have not formed every memory."""
     formed = formation_steps(data)
-    swapped = [k for k, seed in enumerate(formed) if any(seed[j] < seed[i] for i, j in itertools.combinations(
-        range(len(seed)), 2))]
+    swapped = [
+        k
+        for k, seed in enumerate(formed)
+        if any(seed[j] < seed[i] for i, j in itertools.combinations(range(len(seed)), 2))
+    ]
     return swapped, [k for k, seed in enumerate(formed) if k not in swapped and not np.all(np.isfinite(seed))]
 
 
@@ -236,25 +312,39 @@ def memories_claims(data: MemoriesData) -> list[Claim]:
     layer 1. A memory that has not formed yet makes the row undecided while the loss still falls; one formed out
     of order fails it whatever the budget."""
     swapped, never = out_of_order(data)
-    measured = "; ".join([f"out of order in seed {', '.join(map(str, swapped))}"] * bool(swapped)
-                         + [f"a memory never formed in seed {', '.join(map(str, never))}"] * bool(never)) or IN_ORDER
+    measured = (
+        "; ".join(
+            [f"out of order in seed {', '.join(map(str, swapped))}"] * bool(swapped)
+            + [f"a memory never formed in seed {', '.join(map(str, never))}"] * bool(never)
+        )
+        or IN_ORDER
+    )
     settled, unsettled = budget_ran_out(data["still_descending"], "runs were still descending", "memory_steps")
-    return [Claim.exact("simplified model trained by gradient descent: the step at which each memory's recall first "
-                        "reaches 1/2, W_OV of layer 2 no later than W_KQ of layer 2, no later than W_KQ of layer 1",
-                        IN_ORDER, measured,
-                        "Bietti et al. (the slides' natural learning order): W_OV2 first, W_KQ2 next, W_KQ1 last; "
-                        "a memory that never formed breaks the order").eventually(settled or bool(swapped), unsettled)]
+    return [
+        Claim.exact(
+            "simplified model trained by gradient descent: the step at which each memory's recall first "
+            "reaches 1/2, W_OV of layer 2 no later than W_KQ of layer 2, no later than W_KQ of layer 1",
+            IN_ORDER,
+            measured,
+            "Bietti et al. (the slides' natural learning order): W_OV2 first, W_KQ2 next, W_KQ1 last; "
+            "a memory that never formed breaks the order",
+        ).eventually(settled or bool(swapped), unsettled)
+    ]
 
 
-GPT_ATTENTION_SILENCE = ("layer 1's attention. Thm (2) concerns the disentangled transformer trained in stages, whose "
-                         "first stage the section above runs and judges; for the GPT trained end to end by AdamW it "
-                         "says nothing, so the GPT's weight on the parent is shown as a measurement")
+GPT_ATTENTION_SILENCE = (
+    "layer 1's attention. Thm (2) concerns the disentangled transformer trained in stages, whose "
+    "first stage the section above runs and judges; for the GPT trained end to end by AdamW it "
+    "says nothing, so the GPT's weight on the parent is shown as a measurement"
+)
 
 
-MEMORY_SILENCE = ("memory order. Bietti et al. see it in a simplified model with random embeddings held fixed, in "
-                  "which only the three memories train, and the next section judges it there; here every weight "
-                  "trains, and layer 1 may find a trigger by its content instead of storing the positional "
-                  "previous-token memory, so the order is shown as a measurement")
+MEMORY_SILENCE = (
+    "memory order. Bietti et al. see it in a simplified model with random embeddings held fixed, in "
+    "which only the three memories train, and the next section judges it there; here every weight "
+    "trains, and layer 1 may find a trigger by its content instead of storing the positional "
+    "previous-token memory, so the order is shown as a measurement"
+)
 
 
 PRECISION_BITS = 32  # float32 weights and activations
@@ -263,9 +353,11 @@ PRECISION_BITS = 32  # float32 weights and activations
 def one_layer_silence(config: dict[str, Any]) -> str:
     """Why no row judges one layer: the lower bound H m p = Omega(T) has no stated constant."""
     size = config["n_head"] * config["d_model"] * PRECISION_BITS
-    return (f"one layer. Sanford et al. show that a one-layer transformer solving induction needs heads x width x "
-            f"precision H m p = Omega(T), with no constant stated; here H m p = {size} bits against T = "
-            f"{config['T']}, so the bound does not rule one layer out, and its loss is shown as a measurement")
+    return (
+        f"one layer. Sanford et al. show that a one-layer transformer solving induction needs heads x width x "
+        f"precision H m p = Omega(T), with no constant stated; here H m p = {size} bits against T = "
+        f"{config['T']}, so the bound does not rule one layer out, and its loss is shown as a measurement"
+    )
 
 
 def training_claims(data: TrainingData) -> list[Claim]:
@@ -273,18 +365,28 @@ def training_claims(data: TrainingData) -> list[Claim]:
     settled = budget_ran_out(data["still_descending"]["two_layers"], "two-layer runs were still descending", "steps")
     inside, outside = data["in_distribution"], data["out_of_distribution"]
     return [
-        Claim.at_least("two layers, every seed: share of the unigram-to-Bayes gap closed on held-out sequences",
-                       GAP_CLOSED, min(inside["gap_closed"]["two_layers"]),
-                       "Thm (1) proves L - OPT -> 0 for the disentangled model trained in stages; this row asks "
-                       "the same of the GPT trained end to end, which the theorem does not cover. Nearer the Bayes "
-                       "level than the unigram one means counting transitions in context", digits=3
-                       ).eventually(*settled).held_to_spread(GAP_CLOSED, inside["gap_closed"]["two_layers"],
-                                                             upper=False),
-        Claim.at_least("two layers, every seed, on kernels from another prior (Dirichlet(ood_alpha), the same "
-                       "support): share of the gap between the unigram and the training prior's Bayes estimator "
-                       "closed", GAP_CLOSED, min(outside["gap_closed"]["two_layers"]),
-                       "corollary (for kernels in or out of the prior's support): the learned head estimates in "
-                       "context whatever the kernel. The corollary assumes every entry at least gamma / k, a floor "
-                       "Dirichlet(ood_alpha) kernels lack", digits=3).eventually(*settled).held_to_spread(
-                           GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
+        Claim.at_least(
+            "two layers, every seed: share of the unigram-to-Bayes gap closed on held-out sequences",
+            GAP_CLOSED,
+            min(inside["gap_closed"]["two_layers"]),
+            "Thm (1) proves L - OPT -> 0 for the disentangled model trained in stages; this row asks "
+            "the same of the GPT trained end to end, which the theorem does not cover. Nearer the Bayes "
+            "level than the unigram one means counting transitions in context",
+            digits=3,
+        )
+        .eventually(*settled)
+        .held_to_spread(GAP_CLOSED, inside["gap_closed"]["two_layers"], upper=False),
+        Claim.at_least(
+            "two layers, every seed, on kernels from another prior (Dirichlet(ood_alpha), the same "
+            "support): share of the gap between the unigram and the training prior's Bayes estimator "
+            "closed",
+            GAP_CLOSED,
+            min(outside["gap_closed"]["two_layers"]),
+            "corollary (for kernels in or out of the prior's support): the learned head estimates in "
+            "context whatever the kernel. The corollary assumes every entry at least gamma / k, a floor "
+            "Dirichlet(ood_alpha) kernels lack",
+            digits=3,
+        )
+        .eventually(*settled)
+        .held_to_spread(GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
     ]

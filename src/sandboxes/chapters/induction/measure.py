@@ -63,8 +63,9 @@ class LevelsData(TypedDict):
     information_error: list[list[float]]  # their standard errors over the prior draws
 
 
-def information_table(task: InContextMarkov, n_kernels: int, seed: int,
-                      positions: int) -> tuple[np.ndarray, np.ndarray]:
+def information_table(
+    task: InContextMarkov, n_kernels: int, seed: int, positions: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``E_pi I_chi2(s_i; s_j)`` and its standard error for every pair ``j < i <= positions``, as square tables."""
     size = min(len(task.parents), positions + 1)
     mean, error = np.full((size, size), np.nan), np.full((size, size), np.nan)
@@ -79,16 +80,30 @@ def levels(config: dict[str, Any], ctx: RunContext) -> Outcome[LevelsData]:
     seq = task.sequences(config["level_samples"], _generator(config, "levels")).numpy()
     unigram = theory.sequence_losses(theory.unigram_predictive(task, seq), seq)
     bayes = theory.sequence_losses(theory.bayes_predictive(task, seq), seq)
-    rivals = {name: list(_mean_and_error(theory.sequence_losses(theory.bayes_predictive(
-        replace(task, alpha=factor * task.alpha), seq), seq) - bayes)) for name, factor in RIVALS.items()}
-    information, error = information_table(task, config["chi2_kernels"], member_seed("chi2", config["seed"]),
-                                            config["chi2_positions"])
+    rivals = {
+        name: list(
+            _mean_and_error(
+                theory.sequence_losses(theory.bayes_predictive(replace(task, alpha=factor * task.alpha), seq), seq)
+                - bayes
+            )
+        )
+        for name, factor in RIVALS.items()
+    }
+    information, error = information_table(
+        task, config["chi2_kernels"], member_seed("chi2", config["seed"]), config["chi2_positions"]
+    )
     parents = parent_positions(task)
     data: LevelsData = {
-        "levels": {"uniform": [float(np.log(task.n_states)), 0.0], "unigram": list(_mean_and_error(unigram)),
-                   "bayes": list(_mean_and_error(bayes))},
-        "rivals": rivals, "parents": parents, "information": information,
-        "information_error": error}  # type: ignore[typeddict-item]
+        "levels": {
+            "uniform": [float(np.log(task.n_states)), 0.0],
+            "unigram": list(_mean_and_error(unigram)),
+            "bayes": list(_mean_and_error(bayes)),
+        },
+        "rivals": rivals,
+        "parents": parents,
+        "information": information,
+        "information_error": error,
+    }  # type: ignore[typeddict-item]
     return Outcome(levels_claims(rivals, information, parents), data)
 
 
@@ -126,10 +141,15 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
         _, attention = model(example, return_attention=True)
     seen = ~np.isnan(want[..., 0])
     data: ConstructionData = {
-        "k": k, "T": T, "beta": beta, "sequences": len(every),
-        "max_error": float(np.abs(got - want)[seen].max()), "bound": leakage_bound(T, beta),
+        "k": k,
+        "T": T,
+        "beta": beta,
+        "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()),
+        "bound": leakage_bound(T, beta),
         "example": example[0].tolist(),
-        "attention": [a[0, 0].numpy() for a in attention]}  # type: ignore[typeddict-item]
+        "attention": [a[0, 0].numpy() for a in attention],
+    }  # type: ignore[typeddict-item]
     return Outcome(construction_claims(data["max_error"], data["bound"], data["sequences"]), data)
 
 
@@ -173,10 +193,18 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrder
     chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
     levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
     data: HigherOrderData = {
-        "order": m, "k": k, "T": T, "beta": beta, "sequences": len(every),
-        "max_error": float(np.abs(got - want)[seen].max()), "bound": theory.higher_order_leakage(T, beta, m),
-        "example": example[0].tolist(), "attention": [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
-        "levels": {name: list(level) for name, level in levels.items()}, "levels_T": config["T"]}
+        "order": m,
+        "k": k,
+        "T": T,
+        "beta": beta,
+        "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()),
+        "bound": theory.higher_order_leakage(T, beta, m),
+        "example": example[0].tolist(),
+        "attention": [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
+        "levels": {name: list(level) for name, level in levels.items()},
+        "levels_T": config["T"],
+    }
     claims, silent = higher_order_claims(data["max_error"], data["bound"], data["sequences"], m)
     return Outcome(claims, data, silent)
 
@@ -196,9 +224,16 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
     parents = parent_positions(task, config["T"])
     data: GradientData = {"gradient": parts.mean(axis=0), "parents": parents}  # type: ignore[typeddict-item]
     claims = gradient_claims(parts, parents, task.parent_queries().numpy())
-    return Outcome(claims, data, () if claims else (
-        "key lemma: no position after the first two has a parent and is read by a scored query, so no gradient "
-        "ranks a parent; a longer T gives some",))
+    return Outcome(
+        claims,
+        data,
+        ()
+        if claims
+        else (
+            "key lemma: no position after the first two has a parent and is read by a scored query, so no gradient "
+            "ranks a parent; a longer T gives some",
+        ),
+    )
 
 
 # ---------------------------------------------------------------- the first stage, trained
@@ -217,8 +252,15 @@ WEIGHT_NOISE = 0.01  # a worst weight on the parent that rose less than this ove
 def staged_schedule(config: dict[str, Any]) -> TrainConfig:
     """Plain gradient steps of constant size on fresh sequences, as the theorem's first stage takes them."""
     steps = config["stage_steps"]
-    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["stage_lr"], schedule="constant",
-                       optimizer="sgd", eval_every=max(1, steps // 40), eval_size=256)
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["stage_lr"],
+        schedule="constant",
+        optimizer="sgd",
+        eval_every=max(1, steps // 40),
+        eval_size=256,
+    )
 
 
 def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
@@ -233,12 +275,21 @@ def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
     def worst(model: Disentangled) -> list[float]:
         return [float(carried_weight(parent_weight(attention(model)[None], parents), parents).min())]
 
-    run = train(lambda: Disentangled(config["k"], config["T"], config["grad_beta"]), task, staged_schedule(config),
-                ctx.seeds, ctx.device, progress=ctx.progress, probe=worst)
+    run = train(
+        lambda: Disentangled(config["k"], config["T"], config["grad_beta"]),
+        task,
+        staged_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+        probe=worst,
+    )
     tables = [attention(m) for m in run.models]
     moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
     data: StagedData = {
-        "eval_steps": run.eval_steps, "eval_loss": run.eval_loss, "parents": parents,
+        "eval_steps": run.eval_steps,
+        "eval_loss": run.eval_loss,
+        "parents": parents,
         "parent_weight": [parent_weight(table[None], parents) for table in tables],
         "attention": tables[0],
         "still_descending": int(moving.sum()),
@@ -270,16 +321,30 @@ class TrainingData(TypedDict):
 
 def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "T") -> GPTConfig:
     """The chapter's attention-only GPT, reading ``config[vocab]`` tokens over ``config[length]`` positions."""
-    return GPTConfig(vocab_size=config[vocab], block_size=config[length], n_layer=n_layer, n_head=config["n_head"],
-                     d_model=config["d_model"], tied=False, positional="learned", mlp=False)
+    return GPTConfig(
+        vocab_size=config[vocab],
+        block_size=config[length],
+        n_layer=n_layer,
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        tied=False,
+        positional="learned",
+        mlp=False,
+    )
 
 
 def _schedule(config: dict[str, Any], steps_key: str = "steps") -> TrainConfig:
     """Online training for ``config[steps_key]`` steps with a cosine schedule; 40 evaluations on a small held-out
     set along the way."""
     steps = config[steps_key]
-    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"],
-                       warmup=min(config["warmup"], steps - 1), eval_every=max(1, steps // 40), eval_size=256)
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        warmup=min(config["warmup"], steps - 1),
+        eval_every=max(1, steps // 40),
+        eval_size=256,
+    )
 
 
 EVAL_CHUNK = 512  # held-out sequences per forward pass: with the attention weights of (chunk, heads, T, T) kept
@@ -296,41 +361,52 @@ def _loss_per_sequence(model: nn.Module, seq: Tensor) -> np.ndarray:
     def read(part: Tensor) -> np.ndarray:
         logits = model(part[:, :-1]).double()
         return -torch.log_softmax(logits, -1).gather(-1, part[:, 1:, None])[..., 0].mean(dim=1).numpy()
+
     return _chunked(read, seq)
 
 
 def held_out(task: InContextMarkov, seq: Tensor, models: dict[str, list[nn.Module]]) -> HeldOut:
     """The levels of ``task``'s estimators and each model's loss on the sequences ``seq``."""
     array = seq.numpy()
-    levels = {"uniform": float(np.log(task.n_states)),
-              "unigram": float(theory.sequence_losses(theory.unigram_predictive(task, array), array).mean()),
-              "bayes": float(theory.sequence_losses(theory.bayes_predictive(task, array), array).mean())}
+    levels = {
+        "uniform": float(np.log(task.n_states)),
+        "unigram": float(theory.sequence_losses(theory.unigram_predictive(task, array), array).mean()),
+        "bayes": float(theory.sequence_losses(theory.bayes_predictive(task, array), array).mean()),
+    }
     loss = {kind: [float(_loss_per_sequence(m, seq).mean()) for m in ms] for kind, ms in models.items()}
     gap = levels["unigram"] - levels["bayes"]
-    return {"levels": levels, "loss": loss,
-            "gap_closed": {kind: [(levels["unigram"] - x) / gap for x in xs] for kind, xs in loss.items()}}
+    return {
+        "levels": levels,
+        "loss": loss,
+        "gap_closed": {kind: [(levels["unigram"] - x) / gap for x in xs] for kind, xs in loss.items()},
+    }
 
 
 def layer_one_attention(model: GPT, seq: Tensor) -> np.ndarray:
     """Layer 1's attention averaged over ``seq``, one ``(T, T)`` table per head."""
+
     def read(part: Tensor) -> np.ndarray:
         return model(part[:, :-1], return_attention=True)[1][0].double().sum(dim=0, keepdim=True).numpy()
+
     return _chunked(read, seq).sum(axis=0) / len(seq)
 
 
 def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
     """Layer 1's weight from each position ``t >= 1`` onto its parent, one row per head (NaN at a root)."""
     rows = list(range(1, attention.shape[-1]))
-    return np.where(np.array([parents[t] >= 0 for t in rows]),
-                    attention[:, rows, [max(parents[t], 0) for t in rows]], np.nan)
+    return np.where(
+        np.array([parents[t] >= 0 for t in rows]), attention[:, rows, [max(parents[t], 0) for t in rows]], np.nan
+    )
 
 
 def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     """One- and two-layer transformers trained online; final losses, layer 1's attention, kernels off the prior."""
     task = task_of(config)
     schedule = _schedule(config)
-    runs = {kind: train(lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device,
-                        progress=ctx.progress) for kind, n in KINDS.items()}
+    runs = {
+        kind: train(lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress)
+        for kind, n in KINDS.items()
+    }
     models = {kind: [m.cpu() for m in run.models] for kind, run in runs.items()}
     seq = task.sequences(config["eval_size"], _generator(config, "held-out"))
     ood_task = replace(task, alpha=config["ood_alpha"])
@@ -384,30 +460,43 @@ def support(config: dict[str, Any], ctx: RunContext) -> SupportData:
     """Two layers trained on noisy permutations only, then read kernels from outside that support; beside them the
     count estimator and the training prior's own Bayes predictor."""
     inside_task, outside_task = support_tasks(config)
-    run = train(lambda: GPT(_gpt(config, 2)), inside_task, _schedule(config), ctx.seeds, ctx.device,
-                progress=ctx.progress)
+    run = train(
+        lambda: GPT(_gpt(config, 2)), inside_task, _schedule(config), ctx.seeds, ctx.device, progress=ctx.progress
+    )
     models = [m.cpu() for m in run.models]
     inside_seq = inside_task.sequences(config["eval_size"], _generator(config, "support-inside"))
-    outside_seq, kernels = outside_task.sequences_and_kernels(config["eval_size"],
-                                                              _generator(config, "support-outside"))
+    outside_seq, kernels = outside_task.sequences_and_kernels(
+        config["eval_size"], _generator(config, "support-outside")
+    )
     array = outside_seq.numpy()
-    inside, outside = (held_out(task, seq, {"two_layers": models})
-                       for task, seq in ((inside_task, inside_seq), (outside_task, outside_seq)))
+    inside, outside = (
+        held_out(task, seq, {"two_layers": models})
+        for task, seq in ((inside_task, inside_seq), (outside_task, outside_seq))
+    )
     model_probs = [_probabilities(m, outside_seq) for m in models]
-    distance = {"models": [float(last_row_distance(p, array, kernels, outside_task).mean()) for p in model_probs],
-                "count_estimator": [float(last_row_distance(theory.bayes_predictive(outside_task, array), array,
-                                                            kernels, outside_task).mean())]}
+    distance = {
+        "models": [float(last_row_distance(p, array, kernels, outside_task).mean()) for p in model_probs],
+        "count_estimator": [
+            float(last_row_distance(theory.bayes_predictive(outside_task, array), array, kernels, outside_task).mean())
+        ],
+    }
     advantage: list[list[float]] = []
     if config["k"] <= theory.MAX_PERMUTED_STATES:
         for part, seq in ((inside, inside_seq.numpy()), (outside, array)):
-            part["levels"]["prior_bayes"] = float(theory.sequence_losses(
-                theory.permutation_predictive(inside_task, seq), seq).mean())
+            part["levels"]["prior_bayes"] = float(
+                theory.sequence_losses(theory.permutation_predictive(inside_task, seq), seq).mean()
+            )
         rival = theory.permutation_predictive(inside_task, array)
         distance["prior_bayes"] = [float(last_row_distance(rival, array, kernels, outside_task).mean())]
         rival_loss = theory.sequence_losses(rival, array)
         advantage = [list(_mean_and_error(rival_loss - theory.sequence_losses(p, array))) for p in model_probs]
-    data: SupportData = {"inside": inside, "outside": outside, "advantage": advantage, "distance": distance,
-                         "still_descending": int(still_descending(run, LOSS_NOISE).sum())}
+    data: SupportData = {
+        "inside": inside,
+        "outside": outside,
+        "advantage": advantage,
+        "distance": distance,
+        "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
+    }
     return data
 
 
@@ -430,8 +519,9 @@ class TriggerData(TypedDict):
 
 def trigger_task(config: dict[str, Any]) -> TriggerTask:
     """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``."""
-    return TriggerTask(config["trigger_tokens"], config["triggers"], config["trigger_T"], BIGRAM_CONCENTRATION,
-                       config["seed"])
+    return TriggerTask(
+        config["trigger_tokens"], config["triggers"], config["trigger_T"], BIGRAM_CONCENTRATION, config["seed"]
+    )
 
 
 def output_positions(task: TriggerTask, seq: np.ndarray) -> dict[str, np.ndarray]:
@@ -470,11 +560,12 @@ def trigger_memories(model: GPT, task: TriggerTask) -> list[float]:
     triggers = torch.from_numpy(task.triggers)
     out_recall = probes.recall_share(probes.bilinear_scores(tokens[outputs], second[1].T, unembed), outputs)
     copied = tokens @ first[1].T  # layer 1's write for each token it attends to
-    match = max(probes.recall_share(probes.bilinear_scores(tokens[triggers], kq, copied), triggers)
-                for kq in second[0])
+    match = max(probes.recall_share(probes.bilinear_scores(tokens[triggers], kq, copied), triggers) for kq in second[0])
     later = torch.arange(1, len(positions))
-    previous = max(probes.recall_share(probes.causal(probes.bilinear_scores(positions, kq, positions))[later],
-                                       later - 1) for kq in first[0])
+    previous = max(
+        probes.recall_share(probes.causal(probes.bilinear_scores(positions, kq, positions))[later], later - 1)
+        for kq in first[0]
+    )
     return [out_recall, match, previous]
 
 
@@ -482,32 +573,45 @@ def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dic
     """Layer 1's weight from each position onto the one before, averaged where that token is a trigger and
     elsewhere, in the head that puts the most on a trigger: a positional previous-token head weighs both alike."""
     steps = np.arange(1, seq.shape[1] - 1)
-    weight = _chunked(lambda part: model(part[:, :-1], return_attention=True)[1][0].double().numpy()[
-        :, :, steps, steps - 1], torch.from_numpy(seq))  # (B, H, T - 1)
+    weight = _chunked(
+        lambda part: model(part[:, :-1], return_attention=True)[1][0].double().numpy()[:, :, steps, steps - 1],
+        torch.from_numpy(seq),
+    )  # (B, H, T - 1)
     trigger_before = np.isin(seq[:, :-2], task.triggers)[:, None].repeat(weight.shape[1], axis=1)
     if not trigger_before.any():
         return {"after_trigger": float("nan"), "elsewhere": float(weight.mean())}
     after = np.where(trigger_before, weight, np.nan)
     head = int(np.nanargmax(np.nanmean(after, axis=(0, 2))))
-    return {"after_trigger": float(weight[:, head][trigger_before[:, head]].mean()),
-            "elsewhere": float(weight[:, head][~trigger_before[:, head]].mean())}
+    return {
+        "after_trigger": float(weight[:, head][trigger_before[:, head]].mean()),
+        "elsewhere": float(weight[:, head][~trigger_before[:, head]].mean()),
+    }
 
 
 def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
     """One- and two-layer transformers trained on the trigger task; accuracy on the outputs of triggers."""
     task = trigger_task(config)
     schedule = _schedule(config, "trigger_steps")
-    runs = {kind: train(lambda n=n: GPT(_gpt(config, n, "trigger_tokens", "trigger_T")), task, schedule, ctx.seeds,
-                        ctx.device, progress=ctx.progress,
-                        probe=partial(trigger_memories, task=task) if n == 2 else None)
-            for kind, n in KINDS.items()}
+    runs = {
+        kind: train(
+            lambda n=n: GPT(_gpt(config, n, "trigger_tokens", "trigger_T")),
+            task,
+            schedule,
+            ctx.seeds,
+            ctx.device,
+            progress=ctx.progress,
+            probe=partial(trigger_memories, task=task) if n == 2 else None,
+        )
+        for kind, n in KINDS.items()
+    }
     seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
     masks = output_positions(task, seq)
     accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
     for kind, run in runs.items():
         for model in run.models:
-            predictions = _chunked(lambda part, model=model: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(),
-                                   torch.from_numpy(seq))
+            predictions = _chunked(
+                lambda part, model=model: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(), torch.from_numpy(seq)
+            )
             for name, value in accuracy_at(predictions, seq, masks).items():
                 accuracy[name].setdefault(kind, []).append(value)
     previous = [previous_token_weight(model, task, seq) for model in runs["two_layers"].models]
@@ -537,8 +641,14 @@ class MemoriesData(TypedDict):
 def memory_task(config: dict[str, Any]) -> TriggerTask:
     """The trigger task at ``memory_T`` tokens, scored only where the output is recalled, as Bietti et al. train the
     simplified model."""
-    return TriggerTask(config["trigger_tokens"], config["triggers"], config["memory_T"], BIGRAM_CONCENTRATION,
-                       config["seed"], scored="recall")
+    return TriggerTask(
+        config["trigger_tokens"],
+        config["triggers"],
+        config["memory_T"],
+        BIGRAM_CONCENTRATION,
+        config["seed"],
+        scored="recall",
+    )
 
 
 def memory_model(config: dict[str, Any]) -> AssociativeMemories:
@@ -565,17 +675,34 @@ def memory_schedule(config: dict[str, Any]) -> TrainConfig:
     """Plain gradient steps of constant size on fresh sequences, all three memories at once, evaluated and probed
     100 times: the first two memories form within a few dozen steps of each other."""
     steps = config["memory_steps"]
-    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["memory_lr"], schedule="constant",
-                       optimizer="sgd", eval_every=max(1, steps // 100), eval_size=256)
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["memory_lr"],
+        schedule="constant",
+        optimizer="sgd",
+        eval_every=max(1, steps // 100),
+        eval_size=256,
+    )
 
 
 def memories(config: dict[str, Any], ctx: RunContext) -> MemoriesData:
     """Bietti et al.'s simplified model: its three memories trained together, probed along the way."""
     task = memory_task(config)
-    run = train(lambda: memory_model(config), task, memory_schedule(config), ctx.seeds, ctx.device,
-                progress=ctx.progress, probe=partial(memory_probes, task=task))
+    run = train(
+        lambda: memory_model(config),
+        task,
+        memory_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+        probe=partial(memory_probes, task=task),
+    )
     data: MemoriesData = {
-        "memory_names": list(MEMORIES), "eval_steps": run.eval_steps, "eval_loss": run.eval_loss,
-        "memories": run.probes, "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
+        "memory_names": list(MEMORIES),
+        "eval_steps": run.eval_steps,
+        "eval_loss": run.eval_loss,
+        "memories": run.probes,
+        "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
     }  # type: ignore[typeddict-item]
     return data

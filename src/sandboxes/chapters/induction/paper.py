@@ -13,6 +13,7 @@ from .judge import formation_steps
 
 def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows for the page's paper-versus-measurement table."""
+
     def spread(values: list[float]) -> str:
         return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
@@ -20,50 +21,84 @@ def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     if "trigger" in data:
         run = data["trigger"]
         formed = [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
-        rows.append(("trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
-                     ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
-                     "per seed: " + "; ".join(formed) + "; layer 1's weight on the token before: "
-                     f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
-                     f"{spread(run['previous_weight']['elsewhere'])} elsewhere"))
-        rows.append(("trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
-                     "trigger's output seen earlier in the sequence", "one layer about 55 %, two layers about 99 %",
-                     f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
-                     f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})"))
+        rows.append(
+            (
+                "trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
+                ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
+                "per seed: " + "; ".join(formed) + "; layer 1's weight on the token before: "
+                f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
+                f"{spread(run['previous_weight']['elsewhere'])} elsewhere",
+            )
+        )
+        rows.append(
+            (
+                "trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
+                "trigger's output seen earlier in the sequence",
+                "one layer about 55 %, two layers about 99 %",
+                f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
+                f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
+            )
+        )
     if "memories" in data:
         run = data["memories"]
         formed = [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
-        rows.append(("simplified model (Bietti et al.: random embeddings fixed, three memories trained): the step "
-                     "at which each recall probe first reaches 1/2", ", then ".join(run["memory_names"]),
-                     "per seed: " + "; ".join(formed)))
+        rows.append(
+            (
+                "simplified model (Bietti et al.: random embeddings fixed, three memories trained): the step "
+                "at which each recall probe first reaches 1/2",
+                ", then ".join(run["memory_names"]),
+                "per seed: " + "; ".join(formed),
+            )
+        )
     if "support" in data:
         run = data["support"]
-        rows.append(("trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not be in "
-                     "the prior's support)", "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
-                     f"gap closed {spread(run['outside']['gap_closed']['two_layers'])}; last-position distance "
-                     f"to π̃ {spread(run['distance']['models'])} (count estimator "
-                     f"{spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
-                     f"{spread(run['distance'].get('prior_bayes', [float('nan')]))})"))
+        rows.append(
+            (
+                "trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not be in "
+                "the prior's support)",
+                "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
+                f"gap closed {spread(run['outside']['gap_closed']['two_layers'])}; last-position distance "
+                f"to π̃ {spread(run['distance']['models'])} (count estimator "
+                f"{spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
+                f"{spread(run['distance'].get('prior_bayes', [float('nan')]))})",
+            )
+        )
     staged: list[tuple[str, str, str]] = []
     if "staged" in data:
         run = data["staged"]
-        staged = [("layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T)",
-                   "the causal graph's adjacency", "weight on the parent, worst of the judged positions: "
-                   + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]]))]
+        staged = [
+            (
+                "layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T)",
+                "the causal graph's adjacency",
+                "weight on the parent, worst of the judged positions: "
+                + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]]),
+            )
+        ]
     if "training" not in data:
         return staged + rows
     run = data["training"]
     inside, outside = run["in_distribution"], run["out_of_distribution"]
     gpt = [
-        ("two layers reach the Bayes level (Nichani et al., Thm (1): L - OPT ≲ T^-cγ)",
-         "the gap to OPT vanishes as T grows", f"gap closed {spread(inside['gap_closed']['two_layers'])}"),
-        ("one layer (Sanford et al.; slides)", "needs heads x width x precision = Ω(T); so at a fixed size, "
-         "above the Bayes level",
-         f"gap closed {spread(inside['gap_closed']['one_layer'])}"),
-        ("the GPT's layer 1, trained end to end (no row: Thm (2) is about the staged disentangled model)",
-         "the causal graph's adjacency, for the theorem's model",
-         "weight on the parent in the head that reads it, worst of the judged positions: " + spread(
-             [float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]])),
-        ("another prior (corollary: any kernel)", "tracks the in-context estimator",
-         f"gap closed {spread(outside['gap_closed']['two_layers'])}"),
+        (
+            "two layers reach the Bayes level (Nichani et al., Thm (1): L - OPT ≲ T^-cγ)",
+            "the gap to OPT vanishes as T grows",
+            f"gap closed {spread(inside['gap_closed']['two_layers'])}",
+        ),
+        (
+            "one layer (Sanford et al.; slides)",
+            "needs heads x width x precision = Ω(T); so at a fixed size, above the Bayes level",
+            f"gap closed {spread(inside['gap_closed']['one_layer'])}",
+        ),
+        (
+            "the GPT's layer 1, trained end to end (no row: Thm (2) is about the staged disentangled model)",
+            "the causal graph's adjacency, for the theorem's model",
+            "weight on the parent in the head that reads it, worst of the judged positions: "
+            + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
+        ),
+        (
+            "another prior (corollary: any kernel)",
+            "tracks the in-context estimator",
+            f"gap closed {spread(outside['gap_closed']['two_layers'])}",
+        ),
     ] + rows
     return staged + gpt

@@ -28,8 +28,9 @@ EXACT_REASON = "float64 round-off: the construction is exact"
 GAP_FRACTION = 0.1
 
 
-GAP_REASON = ("a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the two minima, leaves room for finite "
-              "training")
+GAP_REASON = (
+    "a tenth of the unigram-bigram gap I(x_n; x_n+1): separates the two minima, leaves room for finite training"
+)
 
 
 MIN_GAP = 0.01  # below this mutual information the two minima are too close to tell apart
@@ -79,21 +80,26 @@ def _step(step: float) -> str:
     return "never came down to it" if np.isnan(step) else "not by the end" if np.isinf(step) else f"step {step:g}"
 
 
-ORDER_REASON = ("reported (the paper's Figs. 3a, 4 and 5: at its budget the tied runs are still at the unigram "
-                "loss, the untied ones are not); Thms 2 and 3 are why one expects it: at theta_pi the tied loss curves "
-                "upward in the embedding (a local minimum; for n states the embedding block above p*), the untied one "
-                "has a descent direction (a saddle). They are statements about the landscape, not about training. A "
-                "run has left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling "
-                "noise; while a run had not come down to H(pi) the row is undecided")
+ORDER_REASON = (
+    "reported (the paper's Figs. 3a, 4 and 5: at its budget the tied runs are still at the unigram "
+    "loss, the untied ones are not); Thms 2 and 3 are why one expects it: at theta_pi the tied loss curves "
+    "upward in the embedding (a local minimum; for n states the embedding block above p*), the untied one "
+    "has a descent direction (a saddle). They are statements about the landscape, not about training. A "
+    "run has left when its held-out loss is below H(pi) by a tenth of the gap plus 0.005 of sampling "
+    "noise; while a run had not come down to H(pi) the row is undecided"
+)
 
 
-NO_ORDER_ROW = ("which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the paper "
-                "reports it from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local "
-                "to theta_pi")
+NO_ORDER_ROW = (
+    "which of tied and untied runs leaves the unigram plateau first at init std {std:g}: the paper "
+    "reports it from small Gaussian initialisations (std up to 0.02, GPT-2's), and Thms 2 and 3 are local "
+    "to theta_pi"
+)
 
 
-def later_escape_row(name: str, tied: list[np.ndarray], untied: list[np.ndarray], steps_param: str,
-                     count: bool = True) -> Claim:
+def later_escape_row(
+    name: str, tied: list[np.ndarray], untied: list[np.ndarray], steps_param: str, count: bool = True
+) -> Claim:
     """The groups (cells, scales, switching probabilities) in which a tied run left the plateau no later than an untied
     one, predicted 0; with ``count=False`` (one group) the measured column gives the two steps instead.
 
@@ -103,20 +109,32 @@ def later_escape_row(name: str, tied: list[np.ndarray], untied: list[np.ndarray]
     holds, failed = all(v is True for v in verdicts), any(v is False for v in verdicts)
     if not count:
         first, last = float(np.min(tied[0])), float(np.max(untied[0]))  # nan if any run never came down
-        claim = Claim(name, "first tied after last untied", f"first tied {_step(first)}, last untied {_step(last)}",
-                      "order", ORDER_REASON, holds)
+        claim = Claim(
+            name,
+            "first tied after last untied",
+            f"first tied {_step(first)}, last untied {_step(last)}",
+            "order",
+            ORDER_REASON,
+            holds,
+        )
     else:
         claim = Claim(name, "0", str(sum(v is False for v in verdicts)), "exact", ORDER_REASON, holds)
-    return claim.eventually(failed or None not in verdicts, f"{sum(v is None for v in verdicts)} of {len(verdicts)} "
-                            f"groups had a run not yet down to the plateau, or neither tied nor untied runs off it, "
-                            f"when the budget ran out; more steps (--set {steps_param}=...) decide it")
+    return claim.eventually(
+        failed or None not in verdicts,
+        f"{sum(v is None for v in verdicts)} of {len(verdicts)} "
+        f"groups had a run not yet down to the plateau, or neither tied nor untied runs off it, "
+        f"when the budget ran out; more steps (--set {steps_param}=...) decide it",
+    )
 
 
 def too_close(chains: list[tuple[float, float]], rows: str) -> tuple[str, ...]:
     """Why ``rows`` are missing for the chains whose unigram-bigram gap is below ``MIN_GAP``."""
-    return tuple(f"{rows} at (p, q) = ({p:g}, {q:g}): the gap I(x_n; x_n+1) = {abs(information_gap(p, q)):.2g} is "
-                 f"below {MIN_GAP}, so the two minima cannot be told apart (p + q = 1 makes it 0)" for p, q in chains
-                 if information_gap(p, q) < MIN_GAP)
+    return tuple(
+        f"{rows} at (p, q) = ({p:g}, {q:g}): the gap I(x_n; x_n+1) = {abs(information_gap(p, q)):.2g} is "
+        f"below {MIN_GAP}, so the two minima cannot be told apart (p + q = 1 makes it 0)"
+        for p, q in chains
+        if information_gap(p, q) < MIN_GAP
+    )
 
 
 def information_gap(p: float, q: float) -> float:
@@ -132,23 +150,30 @@ def training_section_rows(config: dict[str, Any], data: TrainingData) -> tuple[l
     silent = too_close(chains, "where the runs end") + tuple(
         f"where tied runs at (p, q) = ({p:g}, {q:g}) end: Thm 2 makes theta_pi a local minimum, and says nothing of "
         "whether training converges to it; the steps at which the runs left the plateau are in the data"
-        for p, q in chains if p + q > 1 and information_gap(p, q) >= MIN_GAP)
+        for p, q in chains
+        if p + q > 1 and information_gap(p, q) >= MIN_GAP
+    )
     if config["init_std"] > GPT2_INIT_STD:
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
     return training_rows(data["runs"], config["init_std"]), silent
 
 
-def reaches_entropy_rate_row(name: str, excess: np.ndarray, gap: float, waiting: np.ndarray, reason: str,
-                             steps_param: str, seeds_param: str) -> Claim:
+def reaches_entropy_rate_row(
+    name: str, excess: np.ndarray, gap: float, waiting: np.ndarray, reason: str, steps_param: str, seeds_param: str
+) -> Claim:
     """Every run ends within a tenth of the gap of the entropy rate; undecided while a run that is not there
     ``waiting`` (on the unigram plateau, where no budget says it stays, or still descending), or while the seeds'
     spread leaves their mean within noise of the bound."""
     bound = GAP_FRACTION * gap
     claim = Claim.at_most(name, bound, float(np.max(excess)), f"{reason}; {GAP_REASON}")
     off = np.asarray(excess) > bound
-    return claim.eventually(*budget_ran_out(int((off & waiting).sum()), f"of {off.size} runs were on the unigram "
-                                            "plateau or still descending", steps_param)
-                            ).held_to_spread(bound, excess, seeds_param)
+    return claim.eventually(
+        *budget_ran_out(
+            int((off & waiting).sum()),
+            f"of {off.size} runs were on the unigram plateau or still descending",
+            steps_param,
+        )
+    ).held_to_spread(bound, excess, seeds_param)
 
 
 def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
@@ -163,15 +188,29 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
         if tied and p + q > 1:
             untied = [r for r in runs if (r["p"], r["q"]) == (p, q) and not r["tied"]]
             if untied and init_std <= GPT2_INIT_STD:
-                claims.append(later_escape_row(f"({p}, {q}): tied runs leave the unigram plateau after every untied "
-                                               "run (evaluated steps)", [np.asarray(run["escape_step"])],
-                                               [np.asarray(untied[0]["escape_step"])], "steps", count=False))
+                claims.append(
+                    later_escape_row(
+                        f"({p}, {q}): tied runs leave the unigram plateau after every untied run (evaluated steps)",
+                        [np.asarray(run["escape_step"])],
+                        [np.asarray(untied[0]["escape_step"])],
+                        "steps",
+                        count=False,
+                    )
+                )
             continue
         H_pi = theory.unigram_entropy(binary_kernel(p, q))
         waiting = np.asarray(run["still_descending"]) | on_plateau(run["eval_loss"], H_pi, gap)
-        claims.append(reaches_entropy_rate_row(f"{label}: every seed reaches the entropy rate (max excess loss)",
-                                               excess, gap, waiting, "reported (the paper's Fig. 3a/b) for untied "
-                                               "models or p+q<1", "steps", ""))
+        claims.append(
+            reaches_entropy_rate_row(
+                f"{label}: every seed reaches the entropy rate (max excess loss)",
+                excess,
+                gap,
+                waiting,
+                "reported (the paper's Fig. 3a/b) for untied models or p+q<1",
+                "steps",
+                "",
+            )
+        )
     return claims
 
 
@@ -185,15 +224,22 @@ def phase_section_rows(config: dict[str, Any], data: PhaseData) -> tuple[list[Cl
     read back from a result file, where the reference check recomputes them)."""
     cells = [(p, q) for p in data["values"] for q in data["values"]]
     gaps = np.array([information_gap(p, q) for p, q in cells])
-    excess, waiting, escape = (by_kind(data[key], dtype) for key, dtype in (("excess", float), ("waiting", bool),
-                                                                            ("escape_step", float)))
+    excess, waiting, escape = (
+        by_kind(data[key], dtype) for key, dtype in (("excess", float), ("waiting", bool), ("escape_step", float))
+    )
     claims = phase_rows([p + q for p, q in cells], excess, gaps, waiting, escape, config["init_std"])
     silent = () if config["init_std"] <= GPT2_INIT_STD else (NO_ORDER_ROW.format(std=config["init_std"]),)
     return claims, silent
 
 
-def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.ndarray, waiting: dict[str, np.ndarray],
-               escape: dict[str, np.ndarray], init_std: float) -> list[Claim]:
+def phase_rows(
+    switching: list[float],
+    excess: dict[str, np.ndarray],
+    gaps: np.ndarray,
+    waiting: dict[str, np.ndarray],
+    escape: dict[str, np.ndarray],
+    init_std: float,
+) -> list[Claim]:
     """Tied and untied runs below p+q = 1, and untied runs above it, reach the entropy rate; above it tied runs leave
     the unigram plateau after the untied ones of their cell. Arrays are cells x seeds, per ``tied`` / ``untied``.
 
@@ -207,48 +253,81 @@ def phase_rows(switching: list[float], excess: dict[str, np.ndarray], gaps: np.n
         if not where.any():
             return []
         trapped = (excess[kind] >= gaps[:, None] / 2) & where[:, None]
-        claim = Claim.exact(f"phase diagram: {kind} runs trapped where p+q{side}1 (count)", "0",
-                            str(int(trapped.sum())), reason)
-        return [claim.eventually(*budget_ran_out(int((trapped & waiting[kind]).sum()), f"of {trapped.size} runs "
-                                                 "contradicted the row and were on the plateau or still descending",
-                                                 "steps"))]
+        claim = Claim.exact(
+            f"phase diagram: {kind} runs trapped where p+q{side}1 (count)", "0", str(int(trapped.sum())), reason
+        )
+        return [
+            claim.eventually(
+                *budget_ran_out(
+                    int((trapped & waiting[kind]).sum()),
+                    f"of {trapped.size} runs contradicted the row and were on the plateau or still descending",
+                    "steps",
+                )
+            )
+        ]
 
-    reported = ("reported (the paper, Sec. 4.1): from the GPT-2 initialisation the models reach the global minimum "
-                "there; a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= "
-                "gap/2)")
-    claims = (trapped_row("tied", below, "<", reported) + trapped_row("untied", below, "<", reported)
-              + trapped_row("untied", above, ">", "Thm 3: without tying the unigram point is a saddle; "
-                            "reported (the paper's Fig. 4): untied models reach the global minimum; trapped: ended "
-                            "nearer the unigram loss than the entropy rate (excess >= gap/2)"))
+    reported = (
+        "reported (the paper, Sec. 4.1): from the GPT-2 initialisation the models reach the global minimum "
+        "there; a run counts as trapped when it ended nearer the unigram loss than the entropy rate (excess >= "
+        "gap/2)"
+    )
+    claims = (
+        trapped_row("tied", below, "<", reported)
+        + trapped_row("untied", below, "<", reported)
+        + trapped_row(
+            "untied",
+            above,
+            ">",
+            "Thm 3: without tying the unigram point is a saddle; "
+            "reported (the paper's Fig. 4): untied models reach the global minimum; trapped: ended "
+            "nearer the unigram loss than the entropy rate (excess >= gap/2)",
+        )
+    )
     if above.any() and init_std <= GPT2_INIT_STD:
         cells = np.flatnonzero(above)
-        claims.append(later_escape_row("phase diagram: cells with p+q>1 where a tied run left the unigram plateau no "
-                                       "later than an untied run (count)", [escape["tied"][i] for i in cells],
-                                       [escape["untied"][i] for i in cells], "steps"))
+        claims.append(
+            later_escape_row(
+                "phase diagram: cells with p+q>1 where a tied run left the unigram plateau no "
+                "later than an untied run (count)",
+                [escape["tied"][i] for i in cells],
+                [escape["untied"][i] for i in cells],
+                "steps",
+            )
+        )
     return claims
 
 
 def classify(excess: np.ndarray, gap: float) -> np.ndarray:
     """``bigram`` within a tenth of the gap of 0, ``unigram`` within a tenth of the gap, else ``neither``."""
-    return np.where(excess < GAP_FRACTION * gap, "bigram",
-                    np.where(np.abs(excess - gap) < GAP_FRACTION * gap, "unigram", "neither"))
+    return np.where(
+        excess < GAP_FRACTION * gap, "bigram", np.where(np.abs(excess - gap) < GAP_FRACTION * gap, "unigram", "neither")
+    )
 
 
 def basin_section_rows(config: dict[str, Any], data: BasinData) -> tuple[list[Claim], tuple[str, ...]]:
     """The basin's rows and the reasons for the rows it does not make, from its data alone (as run, or as read back
     from a result file, where the reference check recomputes them)."""
     p, q, scales = data["p"], data["q"], data["scales"]
-    ends, waiting, escape = (by_kind(data[key], dtype) for key, dtype in (("ends", str), ("waiting", bool),
-                                                                          ("escape_step", float)))
+    ends, waiting, escape = (
+        by_kind(data[key], dtype) for key, dtype in (("ends", str), ("waiting", bool), ("escape_step", float))
+    )
     silent = too_close([(p, q)], "the basin")
     if min(scales) > GPT2_INIT_STD:
-        silent += (f"the basin's rows: the paper reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
-                   "every scale here is larger; they are measured, not claimed",)
+        silent += (
+            f"the basin's rows: the paper reports outcomes from init std up to {GPT2_INIT_STD} (GPT-2's), and "
+            "every scale here is larger; they are measured, not claimed",
+        )
     return basin_rows(p, q, scales, ends, waiting, escape), silent
 
 
-def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarray], waiting: dict[str, np.ndarray],
-               escape: dict[str, np.ndarray]) -> list[Claim]:
+def basin_rows(
+    p: float,
+    q: float,
+    scales: list[float],
+    ends: dict[str, np.ndarray],
+    waiting: dict[str, np.ndarray],
+    escape: dict[str, np.ndarray],
+) -> list[Claim]:
     """From the paper's own scales (init std up to 0.02): untied seeds, and tied ones when p+q<1, reach the bigram; when
     p+q>1 tied seeds leave the unigram plateau after the untied ones. Arrays are scales x seeds, per tied / untied.
 
@@ -261,21 +340,45 @@ def basin_rows(p: float, q: float, scales: list[float], ends: dict[str, np.ndarr
 
     def bigram_row(kind: str, reason: str) -> Claim:
         off = (ends[kind] != "bigram") & small[:, None]
-        claim = Claim.at_most(f"basin ({p}, {q}): {kind} seeds from init std <= {GPT2_INIT_STD} that do not reach the "
-                              "bigram (fraction)", 0.0, float(off.sum() / (small.sum() * off.shape[1])), reason)
-        return claim.eventually(*budget_ran_out(int((off & waiting[kind]).sum()), f"of {off.size} seeds had not "
-                                                "reached it and were on the plateau or still descending", "steps"))
+        claim = Claim.at_most(
+            f"basin ({p}, {q}): {kind} seeds from init std <= {GPT2_INIT_STD} that do not reach the bigram (fraction)",
+            0.0,
+            float(off.sum() / (small.sum() * off.shape[1])),
+            reason,
+        )
+        return claim.eventually(
+            *budget_ran_out(
+                int((off & waiting[kind]).sum()),
+                f"of {off.size} seeds had not reached it and were on the plateau or still descending",
+                "steps",
+            )
+        )
 
-    claims = [bigram_row("untied", "Thm 3: without tying theta_pi is a saddle; reported (the paper, Sec. 4.2): untied "
-                         "models reach the bigram")]
+    claims = [
+        bigram_row(
+            "untied",
+            "Thm 3: without tying theta_pi is a saddle; reported (the paper, Sec. 4.2): untied models reach the bigram",
+        )
+    ]
     if p + q < 1:
-        claims.append(bigram_row("tied", "reported (the paper, Sec. 4.1): small Gaussian initialisations fall outside "
-                                 "the basins of other minima when p+q<1"))
+        claims.append(
+            bigram_row(
+                "tied",
+                "reported (the paper, Sec. 4.1): small Gaussian initialisations fall outside "
+                "the basins of other minima when p+q<1",
+            )
+        )
     else:
         at = np.flatnonzero(small)
-        claims.append(later_escape_row(f"basin ({p}, {q}): init stds <= {GPT2_INIT_STD} at which a tied seed left the "
-                                       "unigram plateau no later than an untied seed (count)",
-                                       [escape["tied"][i] for i in at], [escape["untied"][i] for i in at], "steps"))
+        claims.append(
+            later_escape_row(
+                f"basin ({p}, {q}): init stds <= {GPT2_INIT_STD} at which a tied seed left the "
+                "unigram plateau no later than an untied seed (count)",
+                [escape["tied"][i] for i in at],
+                [escape["untied"][i] for i in at],
+                "steps",
+            )
+        )
     return claims
 
 
@@ -289,11 +392,15 @@ def depth_rows(config: dict[str, Any], data: DepthData) -> tuple[list[Claim], tu
     if 1 in int_list(config["depths"]):
         silent += ("depth 1: drawn for comparison; the training section's rows judge one-layer runs",)
     if p + q < 1:
-        silent += ("a plateau before the escape: the paper reports it (Sec. 4.4) where one layer has the bad local "
-                   "minimum, p+q>1",)
+        silent += (
+            "a plateau before the escape: the paper reports it (Sec. 4.4) where one layer has the bad local "
+            "minimum, p+q>1",
+        )
     elif abs(np.log(2) - H_pi) < plateau_band(information_gap(p, q)):
-        silent += ("a plateau before the escape: here H(pi) is within the plateau band of ln 2, where training starts, "
-                   "so a rest there cannot be told from the start",)
+        silent += (
+            "a plateau before the escape: here H(pi) is within the plateau band of ln 2, where training starts, "
+            "so a rest there cannot be told from the start",
+        )
     return claims, silent
 
 
@@ -323,21 +430,39 @@ def depth_run_rows(p: float, q: float, run: DepthRun, unigram_entropy: float) ->
     label = f"depth {run['depth']} {'tied' if run['tied'] else 'untied'}"
     eval_loss, moving = np.asarray(run["eval_loss"]), np.asarray(run["still_descending"])
     waiting = moving | on_plateau(eval_loss, unigram_entropy, gap)
-    claims = [reaches_entropy_rate_row(f"{label} ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
-                                       np.asarray(run["excess"]), gap, waiting,
-                                       "reported (the paper's Fig. 1 and Sec. 4.4)", "depth_steps", "depth_seeds")]
+    claims = [
+        reaches_entropy_rate_row(
+            f"{label} ({p}, {q}): every seed reaches the entropy rate (max excess loss)",
+            np.asarray(run["excess"]),
+            gap,
+            waiting,
+            "reported (the paper's Fig. 1 and Sec. 4.4)",
+            "depth_steps",
+            "depth_seeds",
+        )
+    ]
     starts_on_it = abs(np.log(2) - unigram_entropy) < plateau_band(gap)  # nothing to fall from: no plateau to see
     if run["depth"] == 2 and run["tied"] and p + q > 1 and not starts_on_it:
         rest = plateau_rest(np.asarray(run["eval_steps"]), eval_loss, unigram_entropy, gap)
         spacing = int(run["eval_steps"][1] - run["eval_steps"][0])
-        claims.append(Claim.at_least(
-            "depth 2 tied: shortest rest on the unigram plateau, over the fall to it (steps / steps)", 1.0,
-            float(rest.min()), "reported (the paper, Sec. 4.4): a plateau at the unigram loss before the drop; a "
-            "plateau here: the held-out loss stays within a tenth of the gap (+0.005 of sampling noise) of H(pi) at "
-            f"least as long as it took to fall there from the start (evaluated every {spacing} steps)").eventually(
-            *budget_ran_out(int(((rest == 0) & moving).sum()), f"of {len(moving)} seeds had not come down to the "
-                            "plateau and were still descending", "depth_steps")
-        ).held_to_spread(1.0, rest, "depth_seeds", upper=False))
+        claims.append(
+            Claim.at_least(
+                "depth 2 tied: shortest rest on the unigram plateau, over the fall to it (steps / steps)",
+                1.0,
+                float(rest.min()),
+                "reported (the paper, Sec. 4.4): a plateau at the unigram loss before the drop; a plateau here: the "
+                "held-out loss stays within a tenth of the gap (+0.005 of sampling noise) of H(pi) at least as long "
+                f"as it took to fall there from the start (evaluated every {spacing} steps)",
+            )
+            .eventually(
+                *budget_ran_out(
+                    int(((rest == 0) & moving).sum()),
+                    f"of {len(moving)} seeds had not come down to the plateau and were still descending",
+                    "depth_steps",
+                )
+            )
+            .held_to_spread(1.0, rest, "depth_seeds", upper=False)
+        )
     return claims
 
 
@@ -345,13 +470,24 @@ def multistate_hessian_rows(data: MultistateData) -> list[Claim]:
     """The tied unigram point's embedding Hessian against its closed form, and where its sign changes."""
     n, threshold = data["states"], data["threshold"]
     signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in data["hessian_eigenvalue"])
-    expected = "".join("+" if p > threshold + 1e-9 else ("-" if p < threshold - 1e-9 else "0")
-                       for p in data["hessian_probs"])
+    expected = "".join(
+        "+" if p > threshold + 1e-9 else ("-" if p < threshold - 1e-9 else "0") for p in data["hessian_probs"]
+    )
     return [
-        Claim.close(f"{n}-state tied unigram point: embedding Hessian = (2/n)(np/(n-1) - 1) off the ones vector "
-                    "(max deviation over the p sweep)", 0.0, data["hessian_deviation"], EXACT, EXACT_REASON),
-        Claim.exact(f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
-                    expected, signs, "the closed form above; p* is where the chain's mutual information vanishes"),
+        Claim.close(
+            f"{n}-state tied unigram point: embedding Hessian = (2/n)(np/(n-1) - 1) off the ones vector "
+            "(max deviation over the p sweep)",
+            0.0,
+            data["hessian_deviation"],
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.exact(
+            f"{n}-state tied Hessian sign along the p sweep changes at p* = (n-1)/n = {threshold:.4g}",
+            expected,
+            signs,
+            "the closed form above; p* is where the chain's mutual information vanishes",
+        ),
     ]
 
 
@@ -364,19 +500,33 @@ def multistate_section_rows(config: dict[str, Any], data: MultistateData) -> tup
     """The multi-state section's rows and the reasons for the rows it does not make, from its data alone (as run,
     or as read back from a result file, where the reference check recomputes them)."""
     probs, gaps = data["switch_probs"], np.asarray(data["gaps"], dtype=float)
-    ratios, waiting, escape = (by_kind(source, dtype) for source, dtype in ((data, float), (data["waiting"], bool),
-                                                                            (data["escape_step"], float)))
-    claims = multistate_hessian_rows(data) + multistate_rows(data["states"], probs, gaps, ratios, waiting, escape,
-                                                             config["init_std"])
-    silent = tuple(f"p = {p:g}: the gap I(x_n; x_n+1) = {gap:.2g} is below {MIN_GAP}, so the two minima cannot be "
-                   "told apart (at p* = (n-1)/n it is 0)" for p, gap in zip(probs, gaps) if gap < MIN_GAP)
+    ratios, waiting, escape = (
+        by_kind(source, dtype)
+        for source, dtype in ((data, float), (data["waiting"], bool), (data["escape_step"], float))
+    )
+    claims = multistate_hessian_rows(data) + multistate_rows(
+        data["states"], probs, gaps, ratios, waiting, escape, config["init_std"]
+    )
+    silent = tuple(
+        f"p = {p:g}: the gap I(x_n; x_n+1) = {gap:.2g} is below {MIN_GAP}, so the two minima cannot be "
+        "told apart (at p* = (n-1)/n it is 0)"
+        for p, gap in zip(probs, gaps)
+        if gap < MIN_GAP
+    )
     if config["init_std"] > GPT2_INIT_STD:
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
     return claims, silent
 
 
-def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[str, np.ndarray],
-                    waiting: dict[str, np.ndarray], escape: dict[str, np.ndarray], init_std: float) -> list[Claim]:
+def multistate_rows(
+    n: int,
+    probs: list[float],
+    gaps: np.ndarray,
+    ratios: dict[str, np.ndarray],
+    waiting: dict[str, np.ndarray],
+    escape: dict[str, np.ndarray],
+    init_std: float,
+) -> list[Claim]:
     """Untied runs reach the bigram everywhere and tied ones below p*; above p* tied runs leave the unigram plateau
     after the untied ones. Arrays are switching probabilities x seeds, per tied / untied.
 
@@ -392,20 +542,42 @@ def multistate_rows(n: int, probs: list[float], gaps: np.ndarray, ratios: dict[s
         ratio = ratios[kind][cells]
         claim = Claim.at_most(name, 2 * GAP_FRACTION, float(np.max(ratio)), f"{reason}; {tolerance_reason}")
         off = ratio > 2 * GAP_FRACTION
-        return claim.eventually(*budget_ran_out(int((off & waiting[kind][cells]).sum()), f"of {off.size} runs had "
-                                                "not reached it and were on the plateau or still descending", "steps")
-                                ).held_to_spread(2 * GAP_FRACTION, ratio)
+        return claim.eventually(
+            *budget_ran_out(
+                int((off & waiting[kind][cells]).sum()),
+                f"of {off.size} runs had not reached it and were on the plateau or still descending",
+                "steps",
+            )
+        ).held_to_spread(2 * GAP_FRACTION, ratio)
 
     claims = []
     if resolvable.any():
-        claims.append(bigram_row(f"{n}-state chain, untied: worst excess loss / gap over p with a gap", "untied",
-                                 resolvable, "reported (the paper's Fig. 5): untied models reach the bigram"))
+        claims.append(
+            bigram_row(
+                f"{n}-state chain, untied: worst excess loss / gap over p with a gap",
+                "untied",
+                resolvable,
+                "reported (the paper's Fig. 5): untied models reach the bigram",
+            )
+        )
     if below.any():
-        claims.append(bigram_row(f"{n}-state chain, tied, p < p*: worst excess loss / gap", "tied", below,
-                                 "below p* the tied unigram point has a descent direction (the Hessian above)"))
+        claims.append(
+            bigram_row(
+                f"{n}-state chain, tied, p < p*: worst excess loss / gap",
+                "tied",
+                below,
+                "below p* the tied unigram point has a descent direction (the Hessian above)",
+            )
+        )
     if above.any() and init_std <= GPT2_INIT_STD:
         at = np.flatnonzero(above)
-        claims.append(later_escape_row(f"{n}-state chain, p > p*: switching probabilities at which a tied run left "
-                                       "the unigram plateau no later than an untied run (count)",
-                                       [escape["tied"][i] for i in at], [escape["untied"][i] for i in at], "steps"))
+        claims.append(
+            later_escape_row(
+                f"{n}-state chain, p > p*: switching probabilities at which a tied run left "
+                "the unigram plateau no later than an untied run (count)",
+                [escape["tied"][i] for i in at],
+                [escape["untied"][i] for i in at],
+                "steps",
+            )
+        )
     return claims

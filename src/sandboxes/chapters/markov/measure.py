@@ -35,18 +35,21 @@ from .judge import (
 def _train_config(config: dict[str, Any], steps: int | None = None, eval_every: int | None = None) -> TrainConfig:
     """AdamW at the chapter's batch and rate; held-out evaluations every ``eval_every`` steps (default: 30 per run)."""
     steps = steps or config["steps"]
-    return TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"],
-                       eval_every=eval_every or max(1, steps // 30))
+    return TrainConfig(
+        steps=steps, batch_size=config["batch_size"], lr=config["lr"], eval_every=eval_every or max(1, steps // 30)
+    )
 
 
 def _binary_model(config: dict[str, Any], tied: bool, length: int, init_std: float | None = None, n_layer: int = 1):
-    gpt_config = replace(theory.binary_config(config["d_model"], length, tied),
-                         n_layer=n_layer, init_std=init_std or config["init_std"])
+    gpt_config = replace(
+        theory.binary_config(config["d_model"], length, tied), n_layer=n_layer, init_std=init_std or config["init_std"]
+    )
     return lambda: GPT(gpt_config)
 
 
 def _excess(trained: TrainResult, tasks: list[MarkovChain]) -> np.ndarray:
     """Exact-expectation excess loss of every trained member on its own held-out sequences."""
+
     def excess(member: tuple[nn.Module, MarkovChain]) -> float:
         model, task = member
         x, _ = task.sample(256, heldout.generator(heldout.MARKOV_EXCESS))
@@ -76,13 +79,22 @@ def global_minimum(config: dict[str, Any], ctx: RunContext) -> Outcome[GlobalDat
     H = theory.entropy_rate(kernel)
     claims, loss = [], {}
     for label, tied in (("tied", True), ("untied", False)):
-        star = theory.PopulationLoss(theory.global_minimum_point(p, q, THEORY_WIDTH, THEORY_LENGTH, tied), kernel,
-                                     THEORY_LENGTH)
+        star = theory.PopulationLoss(
+            theory.global_minimum_point(p, q, THEORY_WIDTH, THEORY_LENGTH, tied), kernel, THEORY_LENGTH
+        )
         loss[label] = star.value()
-        claims.append(Claim.close(f"Thm 1 ({label}): loss of theta_* = entropy rate", H, loss[label], EXACT,
-                                  EXACT_REASON, 10))
-        claims.append(Claim.close(f"Thm 1 ({label}): gradient at theta_* vanishes", 0.0,
-                                  float(star.gradient().abs().max()), EXACT, EXACT_REASON))
+        claims.append(
+            Claim.close(f"Thm 1 ({label}): loss of theta_* = entropy rate", H, loss[label], EXACT, EXACT_REASON, 10)
+        )
+        claims.append(
+            Claim.close(
+                f"Thm 1 ({label}): gradient at theta_* vanishes",
+                0.0,
+                float(star.gradient().abs().max()),
+                EXACT,
+                EXACT_REASON,
+            )
+        )
     return Outcome(claims, {"entropy_rate": H, "loss": loss})
 
 
@@ -115,47 +127,93 @@ def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramDat
     for label, tied in (("tied", True), ("untied", False)):
         thm = "Thm 2" if tied else "Thm 3"
         uni = theory.PopulationLoss(theory.unigram_point(p, q, d, length, tied), kernel, length)
-        claims.append(Claim.close(f"{thm} ({label}): loss of theta_pi = H(pi)", H_pi, uni.value(), EXACT,
-                                  EXACT_REASON, 10))
-        claims.append(Claim.close(f"{thm} ({label}): gradient at theta_pi vanishes", 0.0,
-                                  float(uni.gradient().abs().max()), EXACT, EXACT_REASON))
+        claims.append(
+            Claim.close(f"{thm} ({label}): loss of theta_pi = H(pi)", H_pi, uni.value(), EXACT, EXACT_REASON, 10)
+        )
+        claims.append(
+            Claim.close(
+                f"{thm} ({label}): gradient at theta_pi vanishes",
+                0.0,
+                float(uni.gradient().abs().max()),
+                EXACT,
+                EXACT_REASON,
+            )
+        )
         spectra = theory.hessian_at_unigram_point(p, q, d, length, tied)
         predicted = theory.predicted_block_spectrum(p, q, d, tied)
         spectrum[label] = spectra["block"]
-        claims.append(Claim.close(f"{thm} ({label}): Hessian (e, a, b) block at theta_pi = closed form",
-                                  0.0, float(np.abs(spectra["block"] - predicted).max()), EXACT, EXACT_REASON))
+        claims.append(
+            Claim.close(
+                f"{thm} ({label}): Hessian (e, a, b) block at theta_pi = closed form",
+                0.0,
+                float(np.abs(spectra["block"] - predicted).max()),
+                EXACT,
+                EXACT_REASON,
+            )
+        )
         if abs(p + q - 1) < MIN_GAP:
             continue  # c = 0: the theorems are silent
-        directions = theory.random_directions(LOCAL_DIRECTIONS, uni.flat().numel(),
-                                              heldout.generator(heldout.MARKOV_DIRECTIONS))
+        directions = theory.random_directions(
+            LOCAL_DIRECTIONS, uni.flat().numel(), heldout.generator(heldout.MARKOV_DIRECTIONS)
+        )
         changes = theory.loss_changes(uni, directions, LOCAL_RADII)
         drops[label] = changes.min(axis=0)
         if tied and p + q > 1:
-            claims.append(Claim.exact(
-                f"Thm 2 (tied, p+q>1): random directions that lower the loss at theta_pi, radii {LOCAL_RADII} "
-                f"(count of {changes.size})", "0", str(int((changes < -EXACT).sum())),
-                "a local minimum: no small step in any of the sampled directions of all parameters lowers the loss"))
+            claims.append(
+                Claim.exact(
+                    f"Thm 2 (tied, p+q>1): random directions that lower the loss at theta_pi, radii {LOCAL_RADII} "
+                    f"(count of {changes.size})",
+                    "0",
+                    str(int((changes < -EXACT).sum())),
+                    "a local minimum: no small step in any of the sampled directions of all parameters lowers the loss",
+                )
+            )
             off = theory.PopulationLoss(ReducedFlow(p, q).gpt_weights(0.0, OFF_HYPOTHESIS_W, d, length), kernel, length)
             off_key = f"tied, MLP w = {OFF_HYPOTHESIS_W}"
             drops[off_key] = theory.loss_changes(off, directions, LOCAL_RADII).min(axis=0)
             moved = ReducedFlow(p, q).gpt_weights(LOCAL_RADII[1], OFF_HYPOTHESIS_W, d, length)
             drop = theory.PopulationLoss(moved, kernel, length).value() - off.value()
-            claims.append(Claim.at_most(
-                f"Thm 2 needs its hypothesis (other weights 0): e = 0 beside an MLP of w = {OFF_HYPOTHESIS_W} "
-                f"< -1/sqrt2 is no minimum (change along e at radius {LOCAL_RADII[1]})", -EXACT, drop,
-                "the MLP turns the curvature in e, c(1 + 2w|w|), negative: a drop of about "
-                f"{abs(1 + 2 * OFF_HYPOTHESIS_W * abs(OFF_HYPOTHESIS_W)):.2f} c r^2, far above round-off"))
+            claims.append(
+                Claim.at_most(
+                    f"Thm 2 needs its hypothesis (other weights 0): e = 0 beside an MLP of w = {OFF_HYPOTHESIS_W} "
+                    f"< -1/sqrt2 is no minimum (change along e at radius {LOCAL_RADII[1]})",
+                    -EXACT,
+                    drop,
+                    "the MLP turns the curvature in e, c(1 + 2w|w|), negative: a drop of about "
+                    f"{abs(1 + 2 * OFF_HYPOTHESIS_W * abs(OFF_HYPOTHESIS_W)):.2f} c r^2, far above round-off",
+                )
+            )
         elif not tied:
             e_dir = _embedding_direction(uni, tied=False, sign=-np.sign(c))
             drop = float(theory.loss_changes(uni, e_dir[None], (LOCAL_RADII[1],))[0, 0])
-            claims.append(Claim.at_most(f"Thm 3 (untied): theta_pi is a saddle: e = u, a = {'-' if c > 0 else '+'}u "
-                                        f"lowers the loss (change at radius {LOCAL_RADII[1]})", -EXACT, drop,
-                                        "the bilinear term c <a, e> x_n is negative along it"))
-    silent = () if abs(p + q - 1) >= MIN_GAP else (
-        f"Theorems 2 and 3 beyond the closed forms at (p, q) = ({p:g}, {q:g}): the curvature c vanishes with "
-        "p + q - 1, and with it what the theorems say about the loss near theta_pi",)
-    return Outcome(claims, {"unigram_entropy": H_pi, "curvature": c, "block_spectrum": spectrum,
-                            "radii": list(LOCAL_RADII), "largest_drop": drops}, silent)
+            claims.append(
+                Claim.at_most(
+                    f"Thm 3 (untied): theta_pi is a saddle: e = u, a = {'-' if c > 0 else '+'}u "
+                    f"lowers the loss (change at radius {LOCAL_RADII[1]})",
+                    -EXACT,
+                    drop,
+                    "the bilinear term c <a, e> x_n is negative along it",
+                )
+            )
+    silent = (
+        ()
+        if abs(p + q - 1) >= MIN_GAP
+        else (
+            f"Theorems 2 and 3 beyond the closed forms at (p, q) = ({p:g}, {q:g}): the curvature c vanishes with "
+            "p + q - 1, and with it what the theorems say about the loss near theta_pi",
+        )
+    )
+    return Outcome(
+        claims,
+        {
+            "unigram_entropy": H_pi,
+            "curvature": c,
+            "block_spectrum": spectrum,
+            "radii": list(LOCAL_RADII),
+            "largest_drop": drops,
+        },
+        silent,
+    )
 
 
 def _embedding_direction(loss: theory.PopulationLoss, tied: bool, sign: float) -> torch.Tensor:
@@ -183,11 +241,20 @@ def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]
     signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in tied_eig)
     expected = "".join("+" if s > 1 + 1e-9 else ("-" if s < 1 - 1e-9 else "0") for s in sweep)
     claims = [
-        Claim.close("Hessian sweep over p+q (p=q): tied block eigenvalue = min(2c, pi0 pi1)",
-                    0.0, float(np.abs(np.array(tied_eig) - predicted_tied).max()), EXACT, EXACT_REASON),
-        Claim.exact("tied Hessian sign along the sweep follows sign(p+q-1)", expected, signs,
-                    "Theorem 2 (positive for p+q>1); for p+q<1 the closed form is negative, so "
-                    "theta_pi is no minimum there (the paper leaves that case open)"),
+        Claim.close(
+            "Hessian sweep over p+q (p=q): tied block eigenvalue = min(2c, pi0 pi1)",
+            0.0,
+            float(np.abs(np.array(tied_eig) - predicted_tied).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.exact(
+            "tied Hessian sign along the sweep follows sign(p+q-1)",
+            expected,
+            signs,
+            "Theorem 2 (positive for p+q>1); for p+q<1 the closed form is negative, so "
+            "theta_pi is no minimum there (the paper leaves that case open)",
+        ),
     ]
     return Outcome(claims, {"sweep": sweep.tolist(), "tied_min_eig": tied_eig, "untied_min_eig": untied_eig})
 
@@ -211,16 +278,21 @@ AXIS_START, AXIS_OFFSET = 0.05, 0.1  # flows started this close to the axis e = 
 
 def axis_row(flow: ReducedFlow) -> Claim:
     """Flows started near the axis e = 0 just above and below w = -1/sqrt2 move as the sign of c(1 + 2w|w|) says."""
+
     def moves(w0: float) -> str:
         end = flow.trajectory(AXIS_START, w0, t_max=5.0, n_points=2)[-1, 1]
         return "toward" if end < AXIS_START else "away"
 
     predicted = "above: toward, below: away" if theory.curvature(flow.p, flow.q) > 0 else "above: away, below: toward"
     measured = f"above: {moves(-1 / np.sqrt(2) + AXIS_OFFSET)}, below: {moves(-1 / np.sqrt(2) - AXIS_OFFSET)}"
-    return Claim.exact(f"reduced model ({flow.p}, {flow.q}): flows from e = {AXIS_START} at w = -1/sqrt2 +- "
-                       f"{AXIS_OFFSET} move (above, below)", predicted, measured,
-                       "the axis e = 0 attracts where c(1 + 2w|w|) > 0: the sign of c and the switch at "
-                       "w = -1/sqrt2, against the integrated flow")
+    return Claim.exact(
+        f"reduced model ({flow.p}, {flow.q}): flows from e = {AXIS_START} at w = -1/sqrt2 +- "
+        f"{AXIS_OFFSET} move (above, below)",
+        predicted,
+        measured,
+        "the axis e = 0 attracts where c(1 + 2w|w|) > 0: the sign of c and the switch at "
+        "w = -1/sqrt2, against the integrated flow",
+    )
 
 
 def reduced_flow(config: dict[str, Any], ctx: RunContext) -> Outcome[FlowData]:
@@ -234,27 +306,53 @@ def reduced_flow(config: dict[str, Any], ctx: RunContext) -> Outcome[FlowData]:
     for name, (p, q) in (("featured", (config["p"], config["q"])), ("contrast", (config["p2"], config["q2"]))):
         flow = ReducedFlow(p, q)
         gpt = theory.PopulationLoss(flow.gpt_weights(0.8, -0.9, 3, 4), binary_kernel(p, q), 4)
-        claims.append(Claim.close(f"reduced model ({p}, {q}): two-scalar loss = population loss of its GPT weights",
-                                  gpt.value(), flow.loss(0.8, -0.9), EXACT, EXACT_REASON, 10))
+        claims.append(
+            Claim.close(
+                f"reduced model ({p}, {q}): two-scalar loss = population loss of its GPT weights",
+                gpt.value(),
+                flow.loss(0.8, -0.9),
+                EXACT,
+                EXACT_REASON,
+                10,
+            )
+        )
         trajectories = [flow.trajectory(e, w, n_points=100) for e, w in starts[:6]]
         drift = max(np.ptp([flow.energy(e, w) for _, e, w in tr]) for tr in trajectories)
-        claims.append(Claim.close(f"reduced model ({p}, {q}): E = e^2 - w^2 - sign(w) ln|w| conserved by its flow",
-                                  0.0, float(drift), 1e-6, "ODE solved at rtol 1e-10 over t = 400"))
+        claims.append(
+            Claim.close(
+                f"reduced model ({p}, {q}): E = e^2 - w^2 - sign(w) ln|w| conserved by its flow",
+                0.0,
+                float(drift),
+                1e-6,
+                "ODE solved at rtol 1e-10 over t = 400",
+            )
+        )
         reached = np.array([flow.reaches_global_minimum(e, w) for e, w in starts])
-        data[name] = {"p": p, "q": q, "starts": starts, "reached_global": reached,
-                      "trajectories": [tr[:, 1:] for tr in trajectories],
-                      "optimal_slope": flow.optimal_slope}
+        data[name] = {
+            "p": p,
+            "q": q,
+            "starts": starts,
+            "reached_global": reached,
+            "trajectories": [tr[:, 1:] for tr in trajectories],
+            "optimal_slope": flow.optimal_slope,
+        }
         if information_gap(p, q) < MIN_GAP:
-            silent += (f"where flows of ({p}, {q}) go: p+q is so close to 1 that the curvature c and the gap between "
-                       "the two minima vanish, and the slides' portraits say nothing there",)
+            silent += (
+                f"where flows of ({p}, {q}) go: p+q is so close to 1 that the curvature c and the gap between "
+                "the two minima vanish, and the slides' portraits say nothing there",
+            )
             continue
         claims.append(axis_row(flow))
         majority = "global minimum" if p + q < 1 else "unigram (e = 0)"
         measured = "global minimum" if reached.mean() > 0.5 else "unigram (e = 0)"
-        claims.append(Claim.exact(f"reduced model ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) "
-                                  "end at",
-                                  majority, measured, "the slides' phase portraits; measured fraction reaching the "
-                                  f"global minimum: {reached.mean():.2f}"))
+        claims.append(
+            Claim.exact(
+                f"reduced model ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) end at",
+                majority,
+                measured,
+                f"the slides' phase portraits; measured fraction reaching the global minimum: {reached.mean():.2f}",
+            )
+        )
     return Outcome(claims, data, silent)
 
 
@@ -288,19 +386,34 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
         members = [(p, q) for p, q, t in settings if t == tied]
         tasks = [MarkovChain.binary(p, q, config["length"]) for p, q in members for _ in ctx.seeds]
         seeds = [s for _ in members for s in ctx.seeds]
-        trained = train(_binary_model(config, tied, config["length"]), tasks, _train_config(config), seeds, ctx.device,
-                        progress=ctx.progress)
+        trained = train(
+            _binary_model(config, tied, config["length"]),
+            tasks,
+            _train_config(config),
+            seeds,
+            ctx.device,
+            progress=ctx.progress,
+        )
         excess, moving = _excess(trained, tasks), still_descending(trained)
         n = len(ctx.seeds)
         for i, (p, q) in enumerate(members):
             block = slice(i * n, (i + 1) * n)
             H_pi = theory.unigram_entropy(binary_kernel(p, q))
-            runs.append({"p": p, "q": q, "tied": tied, "eval_steps": trained.eval_steps,
-                         "eval_loss": trained.eval_loss[block], "excess": excess[block],
-                         "still_descending": moving[block],
-                         "escape_step": escape_steps(trained.eval_steps, trained.eval_loss[block], H_pi,
-                                                     information_gap(p, q)),
-                         "prediction": _predictions(trained.models[i * n], tasks[i * n])})
+            runs.append(
+                {
+                    "p": p,
+                    "q": q,
+                    "tied": tied,
+                    "eval_steps": trained.eval_steps,
+                    "eval_loss": trained.eval_loss[block],
+                    "excess": excess[block],
+                    "still_descending": moving[block],
+                    "escape_step": escape_steps(
+                        trained.eval_steps, trained.eval_loss[block], H_pi, information_gap(p, q)
+                    ),
+                    "prediction": _predictions(trained.models[i * n], tasks[i * n]),
+                }
+            )
     data: TrainingData = {"runs": runs}
     return data
 
@@ -334,20 +447,32 @@ def phase_diagram(config: dict[str, Any], ctx: RunContext) -> PhaseData:
     excess, waiting, escape, ratio = {}, {}, {}, {}
     for tied in (True, False):
         kind = "tied" if tied else "untied"
-        trained = train(_binary_model(config, tied, config["sweep_length"]), tasks, _train_config(config),
-                        [s for _ in cells for s in seeds],
-                        ctx.device, progress=ctx.progress)
+        trained = train(
+            _binary_model(config, tied, config["sweep_length"]),
+            tasks,
+            _train_config(config),
+            [s for _ in cells for s in seeds],
+            ctx.device,
+            progress=ctx.progress,
+        )
         excess[kind] = _excess(trained, tasks).reshape(len(cells), len(seeds))
         loss = np.asarray(trained.eval_loss).reshape(len(cells), len(seeds), -1)
         plateau = np.array([on_plateau(loss[i], unigram[i], gaps[i]) for i in range(len(cells))])
         waiting[kind] = np.reshape(still_descending(trained), (len(cells), len(seeds))) | plateau
-        escape[kind] = np.array([escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i])
-                                 for i in range(len(cells))])
-        ratio[kind] = np.where(gaps >= MIN_GAP, excess[kind].mean(axis=1) / np.maximum(gaps, MIN_GAP),
-                               np.nan).reshape(len(values), len(values))  # no ratio where the gap vanishes
-    data: PhaseData = {"values": values, "ratio": ratio, "escape_step": escape,
-                       "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values)), "excess": excess,
-                       "waiting": waiting}  # type: ignore[typeddict-item]
+        escape[kind] = np.array(
+            [escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i]) for i in range(len(cells))]
+        )
+        ratio[kind] = np.where(gaps >= MIN_GAP, excess[kind].mean(axis=1) / np.maximum(gaps, MIN_GAP), np.nan).reshape(
+            len(values), len(values)
+        )  # no ratio where the gap vanishes
+    data: PhaseData = {
+        "values": values,
+        "ratio": ratio,
+        "escape_step": escape,
+        "resolvable": (gaps >= MIN_GAP).reshape(len(values), len(values)),
+        "excess": excess,
+        "waiting": waiting,
+    }  # type: ignore[typeddict-item]
     return data
 
 
@@ -373,16 +498,29 @@ def basin(config: dict[str, Any], ctx: RunContext) -> BasinData:
     for tied in (True, False):
         kind = "tied" if tied else "untied"
         makers = [_binary_model(config, tied, config["sweep_length"], s) for s in scales for _ in ctx.seeds]
-        trained = train(makers, task, _train_config(config), [s for _ in scales for s in ctx.seeds],
-                        ctx.device, progress=ctx.progress)
+        trained = train(
+            makers,
+            task,
+            _train_config(config),
+            [s for _ in scales for s in ctx.seeds],
+            ctx.device,
+            progress=ctx.progress,
+        )
         ends[kind] = classify(_excess(trained, [task] * len(makers)), gap).reshape(shape)
         moving = np.reshape(still_descending(trained), shape)
         waiting[kind] = moving | on_plateau(trained.eval_loss, H_pi, gap).reshape(shape)
         escape[kind] = escape_steps(trained.eval_steps, trained.eval_loss, H_pi, gap).reshape(shape)
         outcome[kind] = {k: (ends[kind] == k).mean(axis=1) for k in ("bigram", "unigram", "neither")}
         outcome[kind]["still_descending"] = moving.mean(axis=1)
-    data: BasinData = {"p": p, "q": q, "scales": scales, "outcome": outcome, "escape_step": escape, "ends": ends,
-                       "waiting": waiting}  # type: ignore[typeddict-item]
+    data: BasinData = {
+        "p": p,
+        "q": q,
+        "scales": scales,
+        "outcome": outcome,
+        "escape_step": escape,
+        "ends": ends,
+        "waiting": waiting,
+    }  # type: ignore[typeddict-item]
     return data
 
 
@@ -410,12 +548,24 @@ def depth(config: dict[str, Any], ctx: RunContext) -> DepthData:
     runs: list[DepthRun] = []
     for n_layer in int_list(config["depths"]):
         for tied in (True, False):
-            trained = train(_binary_model(config, tied, config["depth_length"], n_layer=n_layer), task,
-                            _train_config(config, config["depth_steps"], _depth_eval_every(config["depth_steps"])),
-                            seeds, ctx.device, progress=ctx.progress)
-            runs.append({"depth": n_layer, "tied": tied, "eval_steps": trained.eval_steps,
-                         "eval_loss": trained.eval_loss, "excess": _excess(trained, [task] * len(seeds)),
-                         "still_descending": still_descending(trained)})
+            trained = train(
+                _binary_model(config, tied, config["depth_length"], n_layer=n_layer),
+                task,
+                _train_config(config, config["depth_steps"], _depth_eval_every(config["depth_steps"])),
+                seeds,
+                ctx.device,
+                progress=ctx.progress,
+            )
+            runs.append(
+                {
+                    "depth": n_layer,
+                    "tied": tied,
+                    "eval_steps": trained.eval_steps,
+                    "eval_loss": trained.eval_loss,
+                    "excess": _excess(trained, [task] * len(seeds)),
+                    "still_descending": still_descending(trained),
+                }
+            )
     data: DepthData = {"p": p, "q": q, "runs": runs}
     return data
 
@@ -456,20 +606,41 @@ def multistate(config: dict[str, Any], ctx: RunContext) -> MultistateData:
     ratios, waiting, escape = {}, {}, {}
     for tied in (True, False):
         kind = "tied" if tied else "untied"
-        gpt = GPTConfig(vocab_size=n, block_size=config["sweep_length"], d_model=config["d_model"], tied=tied,
-                        init_std=config["init_std"])
+        gpt = GPTConfig(
+            vocab_size=n,
+            block_size=config["sweep_length"],
+            d_model=config["d_model"],
+            tied=tied,
+            init_std=config["init_std"],
+        )
         members = [t for t in tasks for _ in ctx.seeds]
-        trained = train(lambda gpt=gpt: GPT(gpt), members, _train_config(config), [s for _ in tasks for s in ctx.seeds],
-                        ctx.device, progress=ctx.progress)
+        trained = train(
+            lambda gpt=gpt: GPT(gpt),
+            members,
+            _train_config(config),
+            [s for _ in tasks for s in ctx.seeds],
+            ctx.device,
+            progress=ctx.progress,
+        )
         excess = _excess(trained, members).reshape(len(tasks), len(ctx.seeds))
         loss = np.asarray(trained.eval_loss).reshape(len(tasks), len(ctx.seeds), -1)
         plateau = np.array([on_plateau(loss[i], unigram[i], gaps[i]) for i in range(len(tasks))])
         waiting[kind] = np.reshape(still_descending(trained), (len(tasks), len(ctx.seeds))) | plateau
-        escape[kind] = np.array([escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i])
-                                 for i in range(len(tasks))])
+        escape[kind] = np.array(
+            [escape_steps(trained.eval_steps, loss[i], unigram[i], gaps[i]) for i in range(len(tasks))]
+        )
         ratios[kind] = np.where(gaps[:, None] >= MIN_GAP, excess / np.maximum(gaps, MIN_GAP)[:, None], np.nan)
-    data: MultistateData = {"states": n, "threshold": threshold, "hessian_probs": list(HESSIAN_PROBS),
-                            "hessian_eigenvalue": eigenvalue, "hessian_deviation": deviation, "switch_probs": probs,
-                            "gaps": gaps, "tied": ratios["tied"], "untied": ratios["untied"], "escape_step": escape,
-                            "waiting": waiting}  # type: ignore[typeddict-item]
+    data: MultistateData = {
+        "states": n,
+        "threshold": threshold,
+        "hessian_probs": list(HESSIAN_PROBS),
+        "hessian_eigenvalue": eigenvalue,
+        "hessian_deviation": deviation,
+        "switch_probs": probs,
+        "gaps": gaps,
+        "tied": ratios["tied"],
+        "untied": ratios["untied"],
+        "escape_step": escape,
+        "waiting": waiting,
+    }  # type: ignore[typeddict-item]
     return data

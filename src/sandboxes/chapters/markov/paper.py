@@ -20,16 +20,25 @@ def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
     for run in data["runs"]:
         kernel = binary_kernel(run["p"], run["q"])
         stuck = run["tied"] and run["p"] + run["q"] > 1
-        target = (f"the unigram loss H(π) = {theory.unigram_entropy(kernel):.3f}" if stuck
-                  else f"the entropy rate {theory.entropy_rate(kernel):.3f}")
+        target = (
+            f"the unigram loss H(π) = {theory.unigram_entropy(kernel):.3f}"
+            if stuck
+            else f"the entropy rate {theory.entropy_rate(kernel):.3f}"
+        )
         final = np.asarray(run["eval_loss"])[:, -1]
         ours = f"{np.median(final):.3f} (median of {len(final)} seeds; {final.min():.3f} to {final.max():.3f})"
         if stuck:
             left = np.asarray(run["escape_step"], dtype=float)
-            ours += (f"; {int(np.isfinite(left).sum())} of {len(left)} had left the plateau by step "
-                     f"{run['eval_steps'][-1]}")
-        rows.append((f"({run['p']}, {run['q']}) {'tied' if run['tied'] else 'untied'}: held-out loss at the end",
-                     f"ends at {target} (Fig. 3)", ours))
+            ours += (
+                f"; {int(np.isfinite(left).sum())} of {len(left)} had left the plateau by step {run['eval_steps'][-1]}"
+            )
+        rows.append(
+            (
+                f"({run['p']}, {run['q']}) {'tied' if run['tied'] else 'untied'}: held-out loss at the end",
+                f"ends at {target} (Fig. 3)",
+                ours,
+            )
+        )
     return rows
 
 
@@ -50,12 +59,22 @@ def _phase_vs_paper(data: PhaseData) -> list[tuple[str, str, str]]:
         escape = np.asarray(data["escape_step"][kind], dtype=float)[cells]
         if above.any():
             seed = "the unigram loss (Fig. 4)" if kind == "tied" else "the entropy rate (Fig. 4)"
-            rows.append((f"phase diagram, {kind}, p+q>1: where runs end", seed,
-                         f"median excess / gap {np.median(ratio[above]):.2f} over {int(above.sum())} cells "
-                         f"(1: unigram, 0: entropy rate); {_left(escape)}"))
+            rows.append(
+                (
+                    f"phase diagram, {kind}, p+q>1: where runs end",
+                    seed,
+                    f"median excess / gap {np.median(ratio[above]):.2f} over {int(above.sum())} cells "
+                    f"(1: unigram, 0: entropy rate); {_left(escape)}",
+                )
+            )
         if below.any():
-            rows.append((f"phase diagram, {kind}, p+q<1: where runs end", "the entropy rate (Fig. 4)",
-                         f"largest cell's excess / gap {ratio[below].max():.2f} over {int(below.sum())} cells"))
+            rows.append(
+                (
+                    f"phase diagram, {kind}, p+q<1: where runs end",
+                    "the entropy rate (Fig. 4)",
+                    f"largest cell's excess / gap {ratio[below].max():.2f} over {int(below.sum())} cells",
+                )
+            )
     return rows
 
 
@@ -64,10 +83,14 @@ def _basin_vs_paper(data: BasinData) -> list[tuple[str, str, str]]:
     stuck = data["p"] + data["q"] > 1
     rows = []
     for kind in ("tied", "untied"):
-        seed = ("the unigram loss, from init std 0.02 (Fig. 3a)" if kind == "tied" and stuck
-                else "the entropy rate, from init std 0.02 (Figs. 3, 4)")
-        ours = ", ".join(f"{scale:g}: {fraction:.0%}" for scale, fraction
-                         in zip(data["scales"], data["outcome"][kind]["bigram"]))
+        seed = (
+            "the unigram loss, from init std 0.02 (Fig. 3a)"
+            if kind == "tied" and stuck
+            else "the entropy rate, from init std 0.02 (Figs. 3, 4)"
+        )
+        ours = ", ".join(
+            f"{scale:g}: {fraction:.0%}" for scale, fraction in zip(data["scales"], data["outcome"][kind]["bigram"])
+        )
         rows.append((f"basin ({data['p']}, {data['q']}), {kind}: seeds at the bigram, per init std", seed, ours))
     return rows
 
@@ -100,17 +123,34 @@ def _multistate_vs_paper(data: MultistateData) -> list[tuple[str, str, str]]:
     for kind in ("tied", "untied"):
         ratio = np.asarray(data[kind], dtype=float)
         escape = np.asarray(data["escape_step"][kind], dtype=float)
-        ours = "; ".join(f"p = {p:g}: {np.nanmedian(r):.2f}, {int(np.isfinite(e).sum())}/{e.size} left"
-                         for p, r, e in zip(data["switch_probs"], ratio, escape) if np.isfinite(r).any())
-        seed = ("the unigram loss for large p (Fig. 5); threshold not known in closed form" if kind == "tied"
-                else "the entropy rate (Fig. 5)")
-        rows.append((f"{data['states']}-state chain, {kind}: median excess / gap per p (1: unigram, 0: entropy "
-                     f"rate), runs that left the plateau; p* = {data['threshold']:.3g}", seed, ours))
+        ours = "; ".join(
+            f"p = {p:g}: {np.nanmedian(r):.2f}, {int(np.isfinite(e).sum())}/{e.size} left"
+            for p, r, e in zip(data["switch_probs"], ratio, escape)
+            if np.isfinite(r).any()
+        )
+        seed = (
+            "the unigram loss for large p (Fig. 5); threshold not known in closed form"
+            if kind == "tied"
+            else "the entropy rate (Fig. 5)"
+        )
+        rows.append(
+            (
+                f"{data['states']}-state chain, {kind}: median excess / gap per p (1: unigram, 0: entropy "
+                f"rate), runs that left the plateau; p* = {data['threshold']:.3g}",
+                seed,
+                ours,
+            )
+        )
     return rows
 
 
 def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows for the page's paper-versus-reference table, one group per section the run made."""
-    compare = {"training": _training_vs_paper, "phase_diagram": _phase_vs_paper, "basin": _basin_vs_paper,
-               "depth": _depth_vs_paper, "multistate": _multistate_vs_paper}
+    compare = {
+        "training": _training_vs_paper,
+        "phase_diagram": _phase_vs_paper,
+        "basin": _basin_vs_paper,
+        "depth": _depth_vs_paper,
+        "multistate": _multistate_vs_paper,
+    }
     return [row for name, rows_of in compare.items() if name in data for row in rows_of(data[name])]

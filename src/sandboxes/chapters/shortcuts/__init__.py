@@ -62,63 +62,139 @@ def _draw_names(rng: np.random.Generator, near: str) -> str:
     return ",".join(rng.choice(DRAWN, size=int(rng.integers(1, 4)), replace=False))
 
 
-AUTOMATON = Custom(check_automaton_name, f"an automaton name such as {', '.join(EXAMPLES)} "
-                   f"(at most {MAX_STATES} states)", lambda rng, near: str(rng.choice(DRAWN)))
+AUTOMATON = Custom(
+    check_automaton_name,
+    f"an automaton name such as {', '.join(EXAMPLES)} (at most {MAX_STATES} states)",
+    lambda rng, near: str(rng.choice(DRAWN)),
+)
 AUTOMATA = Custom(_check_names, "comma-separated automaton names", _draw_names)
 
 
 PARAMS = (
-    Param("automaton", str, "D8", "D8", "featured automaton (C3, D8, Q8, A5, S5, Grid9, Dyck, flipflop, "
-          "C2xC2xC2, ...): built by Theorem 10 at length T and trained at depth `depth`", AUTOMATON),
+    Param(
+        "automaton",
+        str,
+        "D8",
+        "D8",
+        "featured automaton (C3, D8, Q8, A5, S5, Grid9, Dyck, flipflop, "
+        "C2xC2xC2, ...): built by Theorem 10 at length T and trained at depth `depth`",
+        AUTOMATON,
+    ),
     Param("T", int, 8, 32, "sequence length of the featured construction and of all training", at_least(1)),
     Param("depth", int, 2, 4, "depth of the featured trained GPT (added to the sweep)", at_least(1)),
-    Param("sweep", str, "C2,C3,Grid4,D8,Q8,A5", "C2,C3,Grid9,D8,Q8,A4,A5,S5",
-          "automata of the depth sweep", AUTOMATA),
+    Param("sweep", str, "C2,C3,Grid4,D8,Q8,A5", "C2,C3,Grid9,D8,Q8,A4,A5,S5", "automata of the depth sweep", AUTOMATA),
     Param("depths", str, "1,2", "1,2,3,4,6,8", "depths of the sweep", positive_ints),
-    Param("easy", str, "Grid4", "C2,Grid9,D8", "automata claimed to reach `threshold` by `shallow_depth`, where the "
-          "paper's Fig. 3.15 reports them there (else no row)", AUTOMATA),
-    Param("hard", str, "A5", "A5,S5", "automata claimed to stay `gap` below it there, where the paper's Fig. 3.15 "
-          "reports them there and no construction of the chapter is that shallow at length T (else no row)",
-          AUTOMATA),
-    Param("threshold", float, 0.95, 0.98, "best-seed accuracy that counts as solved in the sweep",
-          Interval(0.5, 1.0, open_low=True, open_high=True)),
+    Param(
+        "easy",
+        str,
+        "Grid4",
+        "C2,Grid9,D8",
+        "automata claimed to reach `threshold` by `shallow_depth`, where the "
+        "paper's Fig. 3.15 reports them there (else no row)",
+        AUTOMATA,
+    ),
+    Param(
+        "hard",
+        str,
+        "A5",
+        "A5,S5",
+        "automata claimed to stay `gap` below it there, where the paper's Fig. 3.15 "
+        "reports them there and no construction of the chapter is that shallow at length T (else no row)",
+        AUTOMATA,
+    ),
+    Param(
+        "threshold",
+        float,
+        0.95,
+        0.98,
+        "best-seed accuracy that counts as solved in the sweep",
+        Interval(0.5, 1.0, open_low=True, open_high=True),
+    ),
     Param("shallow_depth", int, 2, 3, "depth at which the easy/hard contrast is claimed", at_least(1)),
     Param("d_model", int, 32, 128, "GPT width", at_least(1)),
     Param("n_head", int, 4, 8, "GPT heads", at_least(1)),
     Param("steps", int, 300, 10000, "training steps of the sweep", at_least(1)),
     # the hard runs must settle for their row: quick 1200, full 6x the sweep (results/README.md, "Sizing notes")
-    Param("hard_steps", int, 1200, 60000, "training steps of the `hard` automata at depths up to `shallow_depth` (a "
-          "row that they stay below holds only for runs that stopped moving)", at_least(1)),
+    Param(
+        "hard_steps",
+        int,
+        1200,
+        60000,
+        "training steps of the `hard` automata at depths up to `shallow_depth` (a "
+        "row that they stay below holds only for runs that stopped moving)",
+        at_least(1),
+    ),
     Param("batch_size", int, 32, 64, "sequences per step", at_least(1)),
     Param("lr", float, 3e-3, 5e-4, "AdamW learning rate (warm-up, cosine decay)", positive),
     Param("eval_size", int, 256, 2048, "held-out sequences per accuracy", at_least(1)),
-    Param("construct", str, "C2,C3,Grid4,D8,Q8,flipflop,A4", "C2,C3,Grid9,D8,Q8,flipflop,A4,Dyck,A5",
-          "automata built by Theorem 10 and checked exactly", AUTOMATA),
+    Param(
+        "construct",
+        str,
+        "C2,C3,Grid4,D8,Q8,flipflop,A4",
+        "C2,C3,Grid9,D8,Q8,flipflop,A4,Dyck,A5",
+        "automata built by Theorem 10 and checked exactly",
+        AUTOMATA,
+    ),
     Param("construct_lengths", str, "3,8,16", "3,8,16,33,64", "lengths of those checks", positive_ints),
     Param("construct_samples", int, 64, 256, "random input sequences per check", at_least(1)),
     Param("parity_length", int, 16, 40, "training length of the parity brittleness runs", at_least(2)),
     Param("parity_depth", int, 2, 8, "depth of the parity GPT", at_least(1)),
     Param("parity_steps", int, 3000, 10000, "training steps of the parity GPT", at_least(1)),
-    Param("parity_solved", float, 0.95, 0.99, "accuracy at the training law that counts as having learnt parity (the "
-          "precondition of the brittleness rows; from 0.9, far from chance's 1/2)", Interval(0.9, 1.0, open_high=True)),
+    Param(
+        "parity_solved",
+        float,
+        0.95,
+        0.99,
+        "accuracy at the training law that counts as having learnt parity (the "
+        "precondition of the brittleness rows; from 0.9, far from chance's 1/2)",
+        Interval(0.9, 1.0, open_high=True),
+    ),
     Param("scratchpad_steps", int, 300, 2000, "training steps of the scratchpad GPT", at_least(1)),
     Param("lstm_steps", int, 300, 2000, "training steps of the LSTM", at_least(1)),
-    Param("shift_probs", str, "0.1,0.3,0.5,0.7,0.9", "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
-          "test laws Pr[sigma = 1] of the distribution-shift test", each(in_open_unit_interval)),
+    Param(
+        "shift_probs",
+        str,
+        "0.1,0.3,0.5,0.7,0.9",
+        "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
+        "test laws Pr[sigma = 1] of the distribution-shift test",
+        each(in_open_unit_interval),
+    ),
     Param("recency", float, 1.0, 1.0, "slope of the recency bias -slope*(i-j) on attention scores", positive),
-    Param("gap", float, 0.05, 0.05, "accuracy drop that counts as a failure to generalise (below 1/2: parity's "
-          "chance accuracy is 1/2)", Interval(0.0, 0.5, open_low=True, open_high=True)),
+    Param(
+        "gap",
+        float,
+        0.05,
+        0.05,
+        "accuracy drop that counts as a failure to generalise (below 1/2: parity's chance accuracy is 1/2)",
+        Interval(0.0, 0.5, open_low=True, open_high=True),
+    ),
 )
 
 # Reference sizes: pilots and step times (results/README.md, "Sizing notes").
 REFERENCE_WORKERS = 2  # the sweep's processes, above
-PARAMS = with_reference(PARAMS, {
-    "T": 20, "sweep": "C2,Grid9,D8,Q8,A4,A5", "depths": "1,2,3,4,5", "depth": 3, "shallow_depth": 3,
-    "easy": "Grid9,D8", "hard": "A5", "d_model": 64, "batch_size": 64, "steps": 2000, "hard_steps": 12000,
-    "eval_size": 1024,
-    "parity_length": 40, "parity_steps": 10000, "scratchpad_steps": 2000, "lstm_steps": 6000,
-    "shift_probs": "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", "parity_solved": 0.99,
-})
+PARAMS = with_reference(
+    PARAMS,
+    {
+        "T": 20,
+        "sweep": "C2,Grid9,D8,Q8,A4,A5",
+        "depths": "1,2,3,4,5",
+        "depth": 3,
+        "shallow_depth": 3,
+        "easy": "Grid9,D8",
+        "hard": "A5",
+        "d_model": 64,
+        "batch_size": 64,
+        "steps": 2000,
+        "hard_steps": 12000,
+        "eval_size": 1024,
+        "parity_length": 40,
+        "parity_steps": 10000,
+        "scratchpad_steps": 2000,
+        "lstm_steps": 6000,
+        "shift_probs": "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
+        "parity_solved": 0.99,
+    },
+)
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
@@ -126,30 +202,85 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     check_heads(config["d_model"], config["n_head"])
 
 
-
 # the unit tests' scale: every section end to end in seconds
-UNIT_SCALE = {"sweep": "C2,A5", "easy": "C2", "hard": "A5", "depths": "1", "depth": 1, "shallow_depth": 1, "T": 4,
-              "steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2,
-              "parity_length": 4, "eval_size": 8, "construct": "C2", "construct_lengths": "3", "construct_samples": 4,
-              "d_model": 8, "n_head": 2, "shift_probs": "0.3,0.5"}
+UNIT_SCALE = {
+    "sweep": "C2,A5",
+    "easy": "C2",
+    "hard": "A5",
+    "depths": "1",
+    "depth": 1,
+    "shallow_depth": 1,
+    "T": 4,
+    "steps": 2,
+    "hard_steps": 2,
+    "parity_steps": 2,
+    "scratchpad_steps": 2,
+    "lstm_steps": 2,
+    "parity_length": 4,
+    "eval_size": 8,
+    "construct": "C2",
+    "construct_lengths": "3",
+    "construct_samples": 4,
+    "d_model": 8,
+    "n_head": 2,
+    "shift_probs": "0.3,0.5",
+}
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
-FULL_SHRUNK = {"steps": 2, "hard_steps": 2, "parity_steps": 2, "scratchpad_steps": 2, "lstm_steps": 2, "eval_size": 8,
-               "construct_samples": 2, "d_model": 16, "batch_size": 4}
+FULL_SHRUNK = {
+    "steps": 2,
+    "hard_steps": 2,
+    "parity_steps": 2,
+    "scratchpad_steps": 2,
+    "lstm_steps": 2,
+    "eval_size": 8,
+    "construct_samples": 2,
+    "d_model": 16,
+    "batch_size": 4,
+}
 
-CHAPTER = Chapter("shortcuts", "Shortcuts: transformers simulate automata in far fewer than T layers", PARAMS,
-                  seeds={"quick": 2, "reference": 3, "full": 10},
-                  sections=(
-                      Section("algebra", "Solvability of the automata", algebra, rows=algebra_section_rows),
-                      Section("construction", "Theorem 10: logarithmic depth, built and run", construction,
-                              rows=construction_section_rows, figures=("depth_vs_length", "temperature")),
-                      Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas,
-                              rows=lemmas_section_rows),
-                      Section("sweep", "Trained GPTs: accuracy against depth", sweep, trains=True, rows=sweep_rows,
-                              figures=("depth_sweep", "boundary_attention")),
-                      Section("hard", "Trained to a standstill: the hard automata at shallow depth", hard,
-                              trains=True, rows=hard_rows, figures=("hard_runs",)),
-                      Section("brittleness", "Shortcuts are brittle", brittleness, trains=True,
-                              rows=brittleness_rows, figures=("brittleness",)),
-                  ), check=check, reference_sections=("sweep", "hard", "brittleness"),
-                  reference_workers=REFERENCE_WORKERS,
-                  unit_scale=UNIT_SCALE, full_shrunk=FULL_SHRUNK)
+CHAPTER = Chapter(
+    "shortcuts",
+    "Shortcuts: transformers simulate automata in far fewer than T layers",
+    PARAMS,
+    seeds={"quick": 2, "reference": 3, "full": 10},
+    sections=(
+        Section("algebra", "Solvability of the automata", algebra, rows=algebra_section_rows),
+        Section(
+            "construction",
+            "Theorem 10: logarithmic depth, built and run",
+            construction,
+            rows=construction_section_rows,
+            figures=("depth_vs_length", "temperature"),
+        ),
+        Section("lemmas", "Lemmas 15, 16 and Algorithm 1: one and two layers", lemmas, rows=lemmas_section_rows),
+        Section(
+            "sweep",
+            "Trained GPTs: accuracy against depth",
+            sweep,
+            trains=True,
+            rows=sweep_rows,
+            figures=("depth_sweep", "boundary_attention"),
+        ),
+        Section(
+            "hard",
+            "Trained to a standstill: the hard automata at shallow depth",
+            hard,
+            trains=True,
+            rows=hard_rows,
+            figures=("hard_runs",),
+        ),
+        Section(
+            "brittleness",
+            "Shortcuts are brittle",
+            brittleness,
+            trains=True,
+            rows=brittleness_rows,
+            figures=("brittleness",),
+        ),
+    ),
+    check=check,
+    reference_sections=("sweep", "hard", "brittleness"),
+    reference_workers=REFERENCE_WORKERS,
+    unit_scale=UNIT_SCALE,
+    full_shrunk=FULL_SHRUNK,
+)

@@ -100,8 +100,14 @@ def _paper(name: str, depth: int) -> list[float | None]:
     return [] if row is None else row[:depth]
 
 
-def easy_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: list[bool],
-                config: dict[str, Any], moving: np.ndarray) -> list[Claim]:
+def easy_claims(
+    names: list[str],
+    depths: list[int],
+    acc: np.ndarray,
+    solvable: list[bool],
+    config: dict[str, Any],
+    moving: np.ndarray,
+) -> list[Claim]:
     """A row for each `easy` automaton whose best seed in the paper's Fig. 3.15 (T = 100) reaches `threshold` by
     depth `shallow_depth`: so does ours. Undecided while it fails with a run at those depths still descending
     (``moving``, like ``acc``: automaton x depth x seed). The labels are computed (``solvable``)."""
@@ -114,17 +120,26 @@ def easy_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
         if not reported or max(reported) < 100 * threshold:
             continue  # the paper reports no run of this automaton solved by depth d
         i = names.index(name)
-        claims.append(Claim.at_least(
-            f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
-            threshold, float(acc[i, shallow].max()),
-            f"the paper's best of 20 reaches {max(reported):g}% by depth {d} (Fig. 3.15, T = 100); "
-            f"threshold: the chapter's 'solved'").eventually(
-            *budget_ran_out(int(moving[i, shallow].sum()), "runs were still descending", "steps")))
+        claims.append(
+            Claim.at_least(
+                f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
+                threshold,
+                float(acc[i, shallow].max()),
+                f"the paper's best of 20 reaches {max(reported):g}% by depth {d} (Fig. 3.15, T = 100); "
+                f"threshold: the chapter's 'solved'",
+            ).eventually(*budget_ran_out(int(moving[i, shallow].sum()), "runs were still descending", "steps"))
+        )
     return claims
 
 
-def hard_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: list[bool],
-                config: dict[str, Any], moving: np.ndarray) -> list[Claim]:
+def hard_claims(
+    names: list[str],
+    depths: list[int],
+    acc: np.ndarray,
+    solvable: list[bool],
+    config: dict[str, Any],
+    moving: np.ndarray,
+) -> list[Claim]:
     """A row for each `hard` automaton that the paper's best seed leaves `gap` below `threshold` at every depth up
     to `shallow_depth`, where no construction of this chapter is that shallow at length T (at T = 8, Theorem 10
     builds every automaton, A5 included, in 3 layers): neither does ours. No row cites Theorem 11 or 13, which
@@ -140,37 +155,58 @@ def hard_claims(names: list[str], depths: list[int], acc: np.ndarray, solvable: 
         if len(reported) < d or None in reported or max(reported) >= 100 * (threshold - config["gap"]) or known <= d:
             continue  # the paper does not report it below by depth d, or a construction that shallow exists
         i = names.index(name)
-        claims.append(Claim.at_most(
-            f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
-            threshold - config["gap"], float(acc[i, shallow].max()),
-            f"the paper's best of 20 stays at or below {max(reported):g}% up to depth {d} (Fig. 3.15, T = 100); "
-            f"the shallowest construction here ({which}) needs {known} layers at T = {T}; an observation about "
-            f"training, not Thm 13; margin `gap` below solved").so_far(
-            *budget_ran_out(int(moving[i, shallow].sum()), "runs at those depths were still descending",
-                            "hard_steps")))
+        claims.append(
+            Claim.at_most(
+                f"{name} ({'solvable' if solvable[i] else 'non-solvable'}): best accuracy at depth <= {d}, T = {T}",
+                threshold - config["gap"],
+                float(acc[i, shallow].max()),
+                f"the paper's best of 20 stays at or below {max(reported):g}% up to depth {d} (Fig. 3.15, T = 100); "
+                f"the shallowest construction here ({which}) needs {known} layers at T = {T}; an observation about "
+                f"training, not Thm 13; margin `gap` below solved",
+            ).so_far(
+                *budget_ran_out(
+                    int(moving[i, shallow].sum()), "runs at those depths were still descending", "hard_steps"
+                )
+            )
+        )
     return claims
 
 
 def _unjudged(config: dict[str, Any], kind: str, claims: list[Claim]) -> tuple[str, ...]:
     """Why the automata named in ``config[kind]`` (easy or hard) that got no row got none."""
     judged = {claim.name.split(" (")[0] for claim in claims}
-    return tuple(f"{name} at depth <= {config['shallow_depth']}, T = {config['T']}: the paper's Fig. 3.15 reports "
-                 "no such outcome there, or a construction of the chapter is that shallow"
-                 for name in automaton_names(config[kind]) if name not in judged)
+    return tuple(
+        f"{name} at depth <= {config['shallow_depth']}, T = {config['T']}: the paper's Fig. 3.15 reports "
+        "no such outcome there, or a construction of the chapter is that shallow"
+        for name in automaton_names(config[kind])
+        if name not in judged
+    )
 
 
 def sweep_rows(config: dict[str, Any], data: SweepData) -> tuple[list[Claim], tuple[str, ...]]:
     """The sweep's rows (its `easy` automata) and the reasons for the rows it does not make, from its data alone
     (as run, or as read back from a result file, where the reference check recomputes them)."""
-    claims = easy_claims(list(data["names"]), list(data["depths"]), np.asarray(data["accuracy"], dtype=float),
-                         list(data["solvable"]), config, np.asarray(data["still_descending"], dtype=bool))
+    claims = easy_claims(
+        list(data["names"]),
+        list(data["depths"]),
+        np.asarray(data["accuracy"], dtype=float),
+        list(data["solvable"]),
+        config,
+        np.asarray(data["still_descending"], dtype=bool),
+    )
     return claims, _unjudged(config, "easy", claims)
 
 
 def hard_rows(config: dict[str, Any], data: HardData) -> tuple[list[Claim], tuple[str, ...]]:
     """The hard section's rows and the reasons for the rows it does not make, from its data alone."""
-    claims = hard_claims(list(data["names"]), list(data["depths"]), np.asarray(data["accuracy"], dtype=float),
-                         list(data["solvable"]), config, np.asarray(data["still_descending"], dtype=bool))
+    claims = hard_claims(
+        list(data["names"]),
+        list(data["depths"]),
+        np.asarray(data["accuracy"], dtype=float),
+        list(data["solvable"]),
+        config,
+        np.asarray(data["still_descending"], dtype=bool),
+    )
     return claims, _unjudged(config, "hard", claims)
 
 
@@ -178,11 +214,20 @@ def brittleness_rows(config: dict[str, Any], out: BrittlenessData) -> tuple[list
     """The brittleness rows and the reasons for the rows it does not make, from its data alone (as run, or as read
     back from a result file, where the reference check recomputes them)."""
     claims = brittleness_claims(out, config)
-    silent = ("parity GPT drops under shift and at 2T: the GPT had settled without solving its training law, and the "
-              "paper's drops are those of a GPT that does",) if claims[0].holds is False else () if resolves_gap(
-        config) else (f"parity GPT drops under shift and at 2T: a drop of gap = {config['gap']:g} is fewer than "
-                      f"{MIN_STRINGS_PER_GAP} of the eval_size = {config['eval_size']} strings per accuracy, too few "
-                      f"to measure it",)
+    silent = (
+        (
+            "parity GPT drops under shift and at 2T: the GPT had settled without solving its training law, and the "
+            "paper's drops are those of a GPT that does",
+        )
+        if claims[0].holds is False
+        else ()
+        if resolves_gap(config)
+        else (
+            f"parity GPT drops under shift and at 2T: a drop of gap = {config['gap']:g} is fewer than "
+            f"{MIN_STRINGS_PER_GAP} of the eval_size = {config['eval_size']} strings per accuracy, too few "
+            f"to measure it",
+        )
+    )
     return claims, silent
 
 
@@ -212,78 +257,131 @@ def brittleness_claims(out: dict[str, Any], config: dict[str, Any]) -> list[Clai
     def settled(kind: str, steps: str) -> tuple[bool, str]:
         return budget_ran_out(moving[kind], f"{kind} runs were still descending", steps)
 
-    solves = Claim.at_least(f"parity GPT (best seed): accuracy at the training law Pr[sigma=1] = {probs[centre]:g}, "
-                            f"length {T}", config["parity_solved"], float(gpt_p[best, centre]),
-                            "precondition of the two rows below: the paper's drops are those of models that solve the "
-                            "training distribution; `parity_solved`"
-                            ).eventually(*settled("gpt", "parity_steps"))
+    solves = Claim.at_least(
+        f"parity GPT (best seed): accuracy at the training law Pr[sigma=1] = {probs[centre]:g}, length {T}",
+        config["parity_solved"],
+        float(gpt_p[best, centre]),
+        "precondition of the two rows below: the paper's drops are those of models that solve the "
+        "training distribution; `parity_solved`",
+    ).eventually(*settled("gpt", "parity_steps"))
     who = "every seed that solves it, the least"
     under_shift = gpt_p[solving, centre] - gpt_p[solving].min(axis=1)
     at_length = gpt_l[:, lengths.index(T)] - gpt_l[:, long]
     drops = [
-        Claim.at_least(f"parity GPT ({who}): in-distribution minus worst shifted accuracy", config["gap"],
-                       float(np.min(under_shift)),
-                       "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training"
-                       ).held_to_spread(config["gap"], under_shift, upper=False),
-        Claim.at_least(f"parity GPT ({who}): accuracy at length {T} minus at {2 * T}", config["gap"],
-                       float(np.min(at_length)), "`gap`: positions and counts beyond T were never trained"
-                       ).held_to_spread(config["gap"], at_length, upper=False),
+        Claim.at_least(
+            f"parity GPT ({who}): in-distribution minus worst shifted accuracy",
+            config["gap"],
+            float(np.min(under_shift)),
+            "`gap`: the shortcut counts ones, and shifted laws bring counts unseen at training",
+        ).held_to_spread(config["gap"], under_shift, upper=False),
+        Claim.at_least(
+            f"parity GPT ({who}): accuracy at length {T} minus at {2 * T}",
+            config["gap"],
+            float(np.min(at_length)),
+            "`gap`: positions and counts beyond T were never trained",
+        ).held_to_spread(config["gap"], at_length, upper=False),
     ]
     if not solves.holds or not resolves_gap(config):  # the drops speak of a GPT that solves T, measured finely
         # enough to see a drop of `gap`: undecided while it may still solve it (a drop of one that does not yet
         # says nothing of the theorem, whatever its size), else no row
-        drops = [row.undecided("the GPT had not yet solved the training law") for row in drops
-                 ] if solves.holds is None and resolves_gap(config) else []
+        drops = (
+            [row.undecided("the GPT had not yet solved the training law") for row in drops]
+            if solves.holds is None and resolves_gap(config)
+            else []
+        )
     return [
-        solves, *drops,
-        Claim.at_least("parity LSTM: worst accuracy over shifted laws and lengths (median seed)", 0.99,
-                       float(np.median(np.minimum(np.array(out["lstm"]["by_prob"]).min(axis=1),
-                                                  np.array(out["lstm"]["by_length"]).min(axis=1)))),
-                       "a recurrent net runs the T-step recursion, which no shift affects; 1% for unconverged seeds"
-                       ).eventually(*settled("lstm", "lstm_steps")),
-        Claim.at_least("scratchpad + recency GPT: worst accuracy over shifted laws and lengths (median seed)", 0.99,
-                       float(np.median(np.minimum(np.array(out["scratchpad"]["by_prob"]).min(axis=1),
-                                                  np.array(out["scratchpad"]["by_length"]).min(axis=1)))),
-                       "recency-biased attention to the last state and input learns the recurrent step; 1% slack"
-                       ).eventually(*settled("scratchpad", "scratchpad_steps")),
+        solves,
+        *drops,
+        Claim.at_least(
+            "parity LSTM: worst accuracy over shifted laws and lengths (median seed)",
+            0.99,
+            float(
+                np.median(
+                    np.minimum(
+                        np.array(out["lstm"]["by_prob"]).min(axis=1), np.array(out["lstm"]["by_length"]).min(axis=1)
+                    )
+                )
+            ),
+            "a recurrent net runs the T-step recursion, which no shift affects; 1% for unconverged seeds",
+        ).eventually(*settled("lstm", "lstm_steps")),
+        Claim.at_least(
+            "scratchpad + recency GPT: worst accuracy over shifted laws and lengths (median seed)",
+            0.99,
+            float(
+                np.median(
+                    np.minimum(
+                        np.array(out["scratchpad"]["by_prob"]).min(axis=1),
+                        np.array(out["scratchpad"]["by_length"]).min(axis=1),
+                    )
+                )
+            ),
+            "recency-biased attention to the last state and input learns the recurrent step; 1% slack",
+        ).eventually(*settled("scratchpad", "scratchpad_steps")),
     ]
 
 
 def algebra_claims(rows: list[AlgebraRow], predicted: list[str]) -> list[Claim]:
     """The non-solvable automata found by ``is_solvable`` against ``predicted``, a list computed another way."""
     measured = [r["name"] for r in rows if not r["solvable"]]
-    return [Claim.exact("non-solvable automata: is_solvable (all-pairs commutators) against the derived series "
-                        "from generators (normal closure of their commutators)", ", ".join(predicted),
-                        ", ".join(measured), "two independent computations of every group of T(A) must name the "
-                        "same automata; no name pattern (A5xC2 is non-solvable)")]
+    return [
+        Claim.exact(
+            "non-solvable automata: is_solvable (all-pairs commutators) against the derived series "
+            "from generators (normal closure of their commutators)",
+            ", ".join(predicted),
+            ", ".join(measured),
+            "two independent computations of every group of T(A) must name the "
+            "same automata; no name pattern (A5xC2 is non-solvable)",
+        )
+    ]
 
 
 def construction_claims(checks: list[ConstructionCheck], temperature: TemperatureSweep, n: int) -> list[Claim]:
     """Theorem 10 exact, read-out at round-off, Lemma 13 respected; too soft an attention breaks the build."""
     soft = int(np.argmin(temperature["scales"]))
     return [
-        Claim.exact(f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs", "0",
-                    str(sum(c["errors"] for c in checks)), EXACT_REASON),
-        Claim.at_most("Thm 10: max |read-out value - (q_t + 1)|", ROUND_OFF, max(c["deviation"] for c in checks),
-                      ROUND_OFF_REASON),
-        Claim.at_most("Lemma 13: max over layers and positions of ||alpha - e_target||_1 / 2N e^-gap", 1.0,
-                      max(c["lemma13_ratio"] for c in checks), BOUND_REASON),
-        Claim.at_least(f"softened Thm 10 ({temperature['automaton']}, T = {temperature['T']}): wrong states at "
-                       f"gamma = {temperature['scales'][soft]:g} x Lemma 13's sufficient gamma", 1,
-                       temperature["errors"][soft],
-                       f"Lemma 13 only suffices; this says its gamma is not vacuous: a read error beyond the MLP's "
-                       f"plateau {theory.PLATEAU} must show as a wrong state over {temperature['samples']} inputs"),
+        Claim.exact(
+            f"Thm 10: wrong states over {len(checks)} (automaton, T) cases x {n} inputs",
+            "0",
+            str(sum(c["errors"] for c in checks)),
+            EXACT_REASON,
+        ),
+        Claim.at_most(
+            "Thm 10: max |read-out value - (q_t + 1)|", ROUND_OFF, max(c["deviation"] for c in checks), ROUND_OFF_REASON
+        ),
+        Claim.at_most(
+            "Lemma 13: max over layers and positions of ||alpha - e_target||_1 / 2N e^-gap",
+            1.0,
+            max(c["lemma13_ratio"] for c in checks),
+            BOUND_REASON,
+        ),
+        Claim.at_least(
+            f"softened Thm 10 ({temperature['automaton']}, T = {temperature['T']}): wrong states at "
+            f"gamma = {temperature['scales'][soft]:g} x Lemma 13's sufficient gamma",
+            1,
+            temperature["errors"][soft],
+            f"Lemma 13 only suffices; this says its gamma is not vacuous: a read error beyond the MLP's "
+            f"plateau {theory.PLATEAU} must show as a wrong state over {temperature['samples']} inputs",
+        ),
     ]
 
 
 def lemma_claims(rows: list[LemmaRow]) -> list[Claim]:
     """One exact row per construction: no wrong state."""
     claims = []
-    for lemma, what in (("15", "one layer simulates C_2, C_3, C_5"), ("16", "one layer simulates memory units"),
-                        ("Alg. 1", "boundary detection reproduces Grid_4, Grid_9")):
+    for lemma, what in (
+        ("15", "one layer simulates C_2, C_3, C_5"),
+        ("16", "one layer simulates memory units"),
+        ("Alg. 1", "boundary detection reproduces Grid_4, Grid_9"),
+    ):
         wrong = sum(r["errors"] for r in rows if r["lemma"] == lemma)
-        claims.append(Claim.exact(f"{'Lemma ' if lemma != 'Alg. 1' else 'Thm 12, '}{lemma}: {what} (wrong states)",
-                                  "0", str(wrong), EXACT_REASON))
+        claims.append(
+            Claim.exact(
+                f"{'Lemma ' if lemma != 'Alg. 1' else 'Thm 12, '}{lemma}: {what} (wrong states)",
+                "0",
+                str(wrong),
+                EXACT_REASON,
+            )
+        )
     return claims
 
 

@@ -50,8 +50,22 @@ LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a sma
 
 
 # ---------------------------------------------------------------- algebra
-ALGEBRA_EXAMPLES = ("C2", "C3", "C2xC2xC2", "D6", "D8", "Q8", "A4", "S4", "A5", "S5", "A5xC2", "Grid9", "Dyck",
-                    "flipflop")  # A5xC2: non-solvable, though its name is no A_n or S_n
+ALGEBRA_EXAMPLES = (
+    "C2",
+    "C3",
+    "C2xC2xC2",
+    "D6",
+    "D8",
+    "Q8",
+    "A4",
+    "S4",
+    "A5",
+    "S5",
+    "A5xC2",
+    "Grid9",
+    "Dyck",
+    "flipflop",
+)  # A5xC2: non-solvable, though its name is no A_n or S_n
 
 
 class AlgebraRow(TypedDict):
@@ -69,8 +83,9 @@ class AlgebraData(TypedDict):
     rows: list[AlgebraRow]  # one per automaton of the chapter
 
 
-def algebra_rows(names: list[str], second_route: Callable[[list[tuple[int, ...]]], list[int]] =
-                 derived_series_from_generators) -> list[AlgebraRow]:
+def algebra_rows(
+    names: list[str], second_route: Callable[[list[tuple[int, ...]]], list[int]] = derived_series_from_generators
+) -> list[AlgebraRow]:
     """Size, derived series and solvability of each automaton, solvability computed two ways."""
     rows: list[AlgebraRow] = []
     for name in names:
@@ -78,16 +93,26 @@ def algebra_rows(names: list[str], second_route: Callable[[list[tuple[int, ...]]
         group = a.is_permutation_automaton()
         size = len(transition_group(a)) if group else len(transformation_semigroup(a))
         series = derived_series_orders(transition_group(a)) if group else []
-        rows.append({"name": name, "states": a.n_states, "symbols": a.n_symbols, "group": group, "size": size,
-                     "derived_series": series, "solvable": is_solvable(a),
-                     "solvable_by_generators": all(second_route(g)[-1] == 1 for g in groups_of(a))})
+        rows.append(
+            {
+                "name": name,
+                "states": a.n_states,
+                "symbols": a.n_symbols,
+                "group": group,
+                "size": size,
+                "derived_series": series,
+                "solvable": is_solvable(a),
+                "solvable_by_generators": all(second_route(g)[-1] == 1 for g in groups_of(a)),
+            }
+        )
     return rows
 
 
 def algebra(config: dict[str, Any], ctx: RunContext) -> AlgebraData:
     """Solvability of every automaton of the chapter, from derived series of its groups, computed two ways."""
-    names = list(dict.fromkeys(automaton_names(config["sweep"]) + automaton_names(config["construct"])
-                               + list(ALGEBRA_EXAMPLES)))
+    names = list(
+        dict.fromkeys(automaton_names(config["sweep"]) + automaton_names(config["construct"]) + list(ALGEBRA_EXAMPLES))
+    )
     return {"rows": algebra_rows(names)}
 
 
@@ -126,8 +151,14 @@ class ConstructionData(TypedDict):
 Builder = Callable[[Semiautomaton, int, float], GPT]
 
 
-def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: torch.Generator,
-                        gamma_scale: float = 1.0, build: Builder = theory.prefix_composition_gpt) -> ConstructionCheck:
+def _check_construction(
+    automaton: Semiautomaton,
+    T: int,
+    n: int,
+    generator: torch.Generator,
+    gamma_scale: float = 1.0,
+    build: Builder = theory.prefix_composition_gpt,
+) -> ConstructionCheck:
     """Run the Theorem 10 GPT on ``n`` random inputs; errors, read-out deviation, Lemma 13 ratio.
 
     ``build(automaton, T, gamma)`` makes the network; the tests pass broken ones.
@@ -140,12 +171,17 @@ def _check_construction(automaton: Semiautomaton, T: int, n: int, generator: tor
     logits = logits[:, 1:]
     value = theory.read_out_value(logits, offset=1)
     bound = np.array([theory.lemma13_bound(t + 1, gamma * theory.lookback_gap(T)) for t in range(T + 1)])
-    ratio = max(float((theory.attention_errors(a, theory.lookback_targets(T, layer)).max(dim=0).values.numpy()
-                       / bound).max()) for layer, a in enumerate(attention))
+    ratio = max(
+        float((theory.attention_errors(a, theory.lookback_targets(T, layer)).max(dim=0).values.numpy() / bound).max())
+        for layer, a in enumerate(attention)
+    )
     return {
-        "name": automaton.name, "T": T, "depth": model.config.n_layer,
+        "name": automaton.name,
+        "T": T,
+        "depth": model.config.n_layer,
         "errors": int((logits.argmax(-1) != states).sum()),
-        "deviation": float((value - (states + 1)).abs().max()), "lemma13_ratio": ratio,
+        "deviation": float((value - (states + 1)).abs().max()),
+        "lemma13_ratio": ratio,
         "d_model": model.config.d_model,
         "d_mlp": model.config.mlp_width,
     }
@@ -163,11 +199,19 @@ def construction(config: dict[str, Any], ctx: RunContext) -> ConstructionData:
     n_sweep = min(n, 32)  # the sweep rebuilds the featured automaton 11 times; S5 is large
     softened = [_check_construction(featured, config["T"], n_sweep, generator, s) for s in scales]
     temperature: TemperatureSweep = {
-        "scales": scales, "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
-        "errors": [c["errors"] for c in softened], "samples": n_sweep, "automaton": featured.name, "T": config["T"]}
+        "scales": scales,
+        "accuracy": [1 - c["errors"] / (n_sweep * config["T"]) for c in softened],
+        "errors": [c["errors"] for c in softened],
+        "samples": n_sweep,
+        "automaton": featured.name,
+        "T": config["T"],
+    }
     lengths = np.unique(np.round(np.logspace(0, 4, 60)).astype(int))
-    return {"checks": checks, "temperature": temperature,
-            "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]}}
+    return {
+        "checks": checks,
+        "temperature": temperature,
+        "depth_vs_T": {"T": lengths.tolist(), "transformer": [theory.shortcut_depth(int(t)) for t in lengths]},
+    }
 
 
 # ---------------------------------------------------------------- Lemmas 15, 16 and Algorithm 1
@@ -183,9 +227,14 @@ class LemmasData(TypedDict):
     rows: list[LemmaRow]
 
 
-def lemma_rows(T: int, n: int, generator: torch.Generator, counter: Callable[[int, int], GPT] = theory.counter_gpt,
-               memory_unit: Callable[[int, int], GPT] = theory.memory_gpt,
-               grid: Callable[[np.ndarray, int], np.ndarray] = theory.gridworld_by_boundaries) -> list[LemmaRow]:
+def lemma_rows(
+    T: int,
+    n: int,
+    generator: torch.Generator,
+    counter: Callable[[int, int], GPT] = theory.counter_gpt,
+    memory_unit: Callable[[int, int], GPT] = theory.memory_gpt,
+    grid: Callable[[np.ndarray, int], np.ndarray] = theory.gridworld_by_boundaries,
+) -> list[LemmaRow]:
     """Wrong states of the one-layer counters (C_2, C_3, C_5), memory units (2, 4 states) and Algorithm 1
     (Grid_4, Grid_9 at length 4T) on ``n`` random inputs; the tests pass broken constructions."""
     rows: list[LemmaRow] = []
@@ -211,15 +260,25 @@ def lemma_rows(T: int, n: int, generator: torch.Generator, counter: Callable[[in
 
 def lemmas(config: dict[str, Any], ctx: RunContext) -> LemmasData:
     """One-layer counter and memory constructions, and Algorithm 1 of Theorem 12, checked exactly."""
-    return {"rows": lemma_rows(max(config["T"], 16), config["construct_samples"],
-                               heldout.generator(heldout.LEMMA_INPUTS))}
+    return {
+        "rows": lemma_rows(max(config["T"], 16), config["construct_samples"], heldout.generator(heldout.LEMMA_INPUTS))
+    }
 
 
 # ---------------------------------------------------------------- training
 def _gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Callable[[], GPT]:
     """GPT-2-like: layer norm, biases, sinusoidal positions, untied output over the states."""
-    gpt_config = GPTConfig(vocab_size=vocab, block_size=T, n_layer=depth, n_head=config["n_head"],
-                           d_model=config["d_model"], positional="sinusoidal", layer_norm=True, bias=True, tied=False)
+    gpt_config = GPTConfig(
+        vocab_size=vocab,
+        block_size=T,
+        n_layer=depth,
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        positional="sinusoidal",
+        layer_norm=True,
+        bias=True,
+        tied=False,
+    )
     return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
 
 
@@ -251,16 +310,22 @@ class SweepData(TypedDict):
     grid_attention: BoundaryAttention | None  # seed 0's depth-2 GPT on the first gridworld; None without one
 
 
-def _train_automata(names: list[str], depths: list[int], steps: int, config: dict[str, Any],
-                    ctx: RunContext) -> list[tuple[int, list[int], TrainResult, list[AutomatonTask]]]:
+def _train_automata(
+    names: list[str], depths: list[int], steps: int, config: dict[str, Any], ctx: RunContext
+) -> list[tuple[int, list[int], TrainResult, list[AutomatonTask]]]:
     """Every seed of the automata ``names`` trained at each of ``depths`` for ``steps`` steps (a tenth of them
     warm-up, twenty evaluations), spread over ``ctx.workers`` processes: per depth and vocabulary size, the depth's
     index, the indices of its automata, their vmapped ensemble (automaton-major) and its tasks. A member's vocabulary
     and seed come from its own automaton, so the others change none of its numbers."""
     automata = [make_automaton(n) for n in names]
     vocabs = [max(a.n_states, a.n_symbols) for a in automata]
-    train_config = TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"], warmup=steps // 10,
-                               eval_every=max(1, steps // 20))
+    train_config = TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        warmup=steps // 10,
+        eval_every=max(1, steps // 20),
+    )
     planned, requests = [], []
     for j, depth in enumerate(depths):
         for vocab in sorted(set(vocabs)):
@@ -268,24 +333,31 @@ def _train_automata(names: list[str], depths: list[int], steps: int, config: dic
             tasks = [AutomatonTask(automata[i], config["T"]) for i in group for _ in ctx.seeds]
             seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
             planned.append((j, group, tasks))
-            requests.append(TrainRequest(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds,
-                                         ctx.device))
+            requests.append(
+                TrainRequest(_gpt_factory(vocab, config["T"], depth, config), tasks, train_config, seeds, ctx.device)
+            )
     trained = train_each(requests, ctx.workers, ctx.progress)
     return [(j, group, result, tasks) for (j, group, tasks), result in zip(planned, trained)]
 
 
-def _scores(trained: TrainResult, tasks: list[AutomatonTask], config: dict[str, Any],
-            n_automata: int) -> tuple[np.ndarray, np.ndarray]:
+def _scores(
+    trained: TrainResult, tasks: list[AutomatonTask], config: dict[str, Any], n_automata: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Held-out accuracy and whether the loss had not settled, automaton x seed, of one ensemble."""
     scores = calibrated_map(lambda member: _accuracy(*member, config["eval_size"]), list(zip(trained.models, tasks)))
-    return (np.reshape(scores, (n_automata, -1)),
-            still_descending(trained, LOSS_NOISE).reshape(n_automata, -1))
+    return (np.reshape(scores, (n_automata, -1)), still_descending(trained, LOSS_NOISE).reshape(n_automata, -1))
 
 
 def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
-    names = list(dict.fromkeys(automaton_names(config["sweep"]) + [config["automaton"]]
-                               + automaton_names(config["easy"]) + automaton_names(config["hard"])))
+    names = list(
+        dict.fromkeys(
+            automaton_names(config["sweep"])
+            + [config["automaton"]]
+            + automaton_names(config["easy"])
+            + automaton_names(config["hard"])
+        )
+    )
     depths = sorted(set(int_list(config["depths"]) + [config["depth"], config["shallow_depth"]]))
     automata = [make_automaton(n) for n in names]
     acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
@@ -295,12 +367,19 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     for j, group, trained, tasks in _train_automata(names, depths, config["steps"], config, ctx):
         acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
         if grid in group and depths[j] == 2:
-            attention = _boundary_attention(trained.models[group.index(grid) * len(ctx.seeds)], automata[grid],
-                                            config["T"])
+            attention = _boundary_attention(
+                trained.models[group.index(grid) * len(ctx.seeds)], automata[grid], config["T"]
+            )
     data: SweepData = {
-        "names": names, "depths": depths, "accuracy": acc, "still_descending": moving, "T": config["T"],
-        "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
-        "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
+        "names": names,
+        "depths": depths,
+        "accuracy": acc,
+        "still_descending": moving,
+        "T": config["T"],
+        "chance": [1.0 / a.n_states for a in automata],
+        "solvable": [is_solvable(a) for a in automata],
+        "paper_best": {n: PAPER_BEST.get(n) for n in names},
+        "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
         "grid_attention": attention,
     }
     return data
@@ -324,8 +403,11 @@ class HardData(TypedDict):
 def hard(config: dict[str, Any], ctx: RunContext) -> HardData:
     """The `hard` automata at every depth up to `shallow_depth`, trained until their loss stops moving: a row that
     they stay below solved there needs runs that settled, and the sweep's budget leaves them descending."""
-    names, depths, steps = (automaton_names(config["hard"]), list(range(1, config["shallow_depth"] + 1)),
-                            config["hard_steps"])
+    names, depths, steps = (
+        automaton_names(config["hard"]),
+        list(range(1, config["shallow_depth"] + 1)),
+        config["hard_steps"],
+    )
     automata = [make_automaton(n) for n in names]
     acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
     moving = np.zeros_like(acc, dtype=bool)
@@ -337,10 +419,18 @@ def hard(config: dict[str, Any], ctx: RunContext) -> HardData:
             loss = np.zeros((*acc.shape, len(eval_steps)))
         loss[group, j] = np.reshape(trained.eval_loss, (len(group), len(ctx.seeds), -1))
     data: HardData = {
-        "names": names, "depths": depths, "steps": steps, "T": config["T"], "accuracy": acc,
-        "still_descending": moving, "eval_steps": eval_steps, "eval_loss": loss,
-        "chance": [1.0 / a.n_states for a in automata], "solvable": [is_solvable(a) for a in automata],
-        "paper_best": {n: PAPER_BEST.get(n) for n in names}, "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
+        "names": names,
+        "depths": depths,
+        "steps": steps,
+        "T": config["T"],
+        "accuracy": acc,
+        "still_descending": moving,
+        "eval_steps": eval_steps,
+        "eval_loss": loss,
+        "chance": [1.0 / a.n_states for a in automata],
+        "solvable": [is_solvable(a) for a in automata],
+        "paper_best": {n: PAPER_BEST.get(n) for n in names},
+        "paper_median": {n: PAPER_MEDIAN.get(n) for n in names},
     }
     return data
 
@@ -360,16 +450,30 @@ def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> Boundar
     mass = torch.einsum("bhij,bj->bhi", last.double(), wall).mean(dim=(0, 2))
     causal = torch.ones(T, T, dtype=torch.float64).tril()
     rate = (torch.einsum("ij,bj->bi", causal / causal.sum(1, keepdim=True), wall)).mean()
-    return {"weights": last[0].numpy(), "states": states[0].numpy(), "walls": [0, automaton.n_states - 1],
-            "boundary_mass": mass.numpy(), "boundary_rate": float(rate)}
+    return {
+        "weights": last[0].numpy(),
+        "states": states[0].numpy(),
+        "walls": [0, automaton.n_states - 1],
+        "boundary_mass": mass.numpy(),
+        "boundary_rate": float(rate),
+    }
 
 
 # ---------------------------------------------------------------- brittleness
 def _scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], GPT]:
     """A one-layer GPT without positions whose attention is recency-biased, for scratchpad parity."""
-    gpt_config = GPTConfig(vocab_size=4, block_size=block_size, n_layer=1, n_head=config["n_head"],
-                           d_model=config["d_model"], positional="none", layer_norm=True, bias=True, tied=False,
-                           recency_slope=config["recency"])
+    gpt_config = GPTConfig(
+        vocab_size=4,
+        block_size=block_size,
+        n_layer=1,
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        positional="none",
+        layer_norm=True,
+        bias=True,
+        tied=False,
+        recency_slope=config["recency"],
+    )
     return lambda: GPT(gpt_config)
 
 
@@ -414,27 +518,61 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
     parity = cyclic(2)
     task = AutomatonTask(parity, T)
     lengths = sorted({max(2, T // 2), T, (3 * T) // 2, 2 * T})
-    cfg = TrainConfig(steps=steps, batch_size=config["batch_size"], lr=config["lr"], warmup=steps // 10,
-                      eval_every=max(1, steps // 20))
-    gpt_config = GPTConfig(vocab_size=2, block_size=max(lengths), n_layer=config["parity_depth"],
-                           n_head=config["n_head"], d_model=config["d_model"], positional="sinusoidal",
-                           layer_norm=True, bias=True, tied=False)
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        warmup=steps // 10,
+        eval_every=max(1, steps // 20),
+    )
+    gpt_config = GPTConfig(
+        vocab_size=2,
+        block_size=max(lengths),
+        n_layer=config["parity_depth"],
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        positional="sinusoidal",
+        layer_norm=True,
+        bias=True,
+        tied=False,
+    )
     runs = {"gpt": train(lambda: GPT(gpt_config), task, cfg, ctx.seeds, ctx.device, progress=ctx.progress)}
-    lstm_cfg = TrainConfig(steps=config["lstm_steps"], batch_size=config["batch_size"], lr=1e-2,
-                           eval_every=max(1, config["lstm_steps"] // 20))
-    runs["lstm"] = train(lambda: LSTM(2, hidden=32), task, lstm_cfg, ctx.seeds, ctx.device, batched=False,
-                         progress=ctx.progress)
-    pad_cfg = TrainConfig(steps=config["scratchpad_steps"], batch_size=config["batch_size"], lr=config["lr"],
-                          warmup=config["scratchpad_steps"] // 10, eval_every=max(1, config["scratchpad_steps"] // 20))
-    runs["scratchpad"] = train(_scratchpad_factory(config, 2 * max(lengths)), ScratchpadParity(T), pad_cfg, ctx.seeds,
-                               ctx.device, progress=ctx.progress)
+    lstm_cfg = TrainConfig(
+        steps=config["lstm_steps"],
+        batch_size=config["batch_size"],
+        lr=1e-2,
+        eval_every=max(1, config["lstm_steps"] // 20),
+    )
+    runs["lstm"] = train(
+        lambda: LSTM(2, hidden=32), task, lstm_cfg, ctx.seeds, ctx.device, batched=False, progress=ctx.progress
+    )
+    pad_cfg = TrainConfig(
+        steps=config["scratchpad_steps"],
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        warmup=config["scratchpad_steps"] // 10,
+        eval_every=max(1, config["scratchpad_steps"] // 20),
+    )
+    runs["scratchpad"] = train(
+        _scratchpad_factory(config, 2 * max(lengths)),
+        ScratchpadParity(T),
+        pad_cfg,
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+    )
     gpt, lstm, pad = (runs[kind].models for kind in ("gpt", "lstm", "scratchpad"))
     n = config["eval_size"]
     probs = float_list(config["shift_probs"])
-    out: dict[str, Any] = {"T": T, "probs": probs, "lengths": lengths, "counts": list(range(T + 1)),
-                           "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum())
-                                                for kind, run in runs.items()}}
+    out: dict[str, Any] = {
+        "T": T,
+        "probs": probs,
+        "lengths": lengths,
+        "counts": list(range(T + 1)),
+        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }
     for name, models in (("gpt", gpt), ("lstm", lstm), ("scratchpad", pad)):
+
         def score(sigma: Tensor, model: nn.Module, name: str = name) -> float:
             if name == "scratchpad":
                 return _scratchpad_accuracy(model, sigma)
@@ -446,11 +584,15 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
             return AutomatonTask(parity, length, bernoulli_probs(p)).sample(n, generator)[0]
 
         def views(m: nn.Module, name: str = name) -> dict[str, list[float]]:
-            scores = {"by_prob": [score(draw(p, T), m) for p in probs],
-                      "by_length": [score(draw(0.5, L), m) for L in lengths]}
+            scores = {
+                "by_prob": [score(draw(p, T), m) for p in probs],
+                "by_length": [score(draw(0.5, L), m) for L in lengths],
+            }
             if name != "scratchpad":  # the recurrent solutions are flat in every view; one suffices for it
-                scores["by_count"] = [score(binary_with_count(n // 4, T, c, heldout.generator(
-                    heldout.AUTOMATON_EVAL)), m) for c in range(T + 1)]
+                scores["by_count"] = [
+                    score(binary_with_count(n // 4, T, c, heldout.generator(heldout.AUTOMATON_EVAL)), m)
+                    for c in range(T + 1)
+                ]
             return scores
 
         per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all

@@ -24,14 +24,23 @@ def _depths_vs_paper(data: SweepData | HardData, trained: str = "") -> list[tupl
     rows = []
     for name, per_depth, solvable in zip(data["names"], acc, data["solvable"]):
         best, median = data["paper_best"].get(name), data["paper_median"].get(name)
-        paper = ("no row for it" if best is None or median is None else
-                 _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
-                 + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)")
+        paper = (
+            "no row for it"
+            if best is None or median is None
+            else _percent_pairs([best[d - 1] for d in depths], [median[d - 1] for d in depths])
+            + " (Figs. 3.15 / 3.16, T = 100, 20 seeds)"
+        )
         ours = _percent_pairs([float(a.max()) for a in per_depth], [float(np.median(a)) for a in per_depth])
         moving = np.asarray(data["still_descending"][data["names"].index(name)])
         ours += f"; {int(moving.sum())} of {moving.size} runs still descending at the end"
-        rows.append((f"{name} ({'solvable' if solvable else 'non-solvable'}){trained}: best / median accuracy (%) at "
-                     f"depths {', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds", paper, ours))
+        rows.append(
+            (
+                f"{name} ({'solvable' if solvable else 'non-solvable'}){trained}: best / median accuracy (%) at "
+                f"depths {', '.join(map(str, depths))}; ours at T = {data['T']}, {seeds} seeds",
+                paper,
+                ours,
+            )
+        )
     return rows
 
 
@@ -48,32 +57,51 @@ def _brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     def percent(values: np.ndarray) -> str:
         return f"{100 * float(np.median(values)):.1f}%"
 
-    reports = {"gpt": "fits the training law, fails under a shifted Pr[sigma=1] (Fig. 3.20, left) and at longer "
-                      "lengths (Fig. 3.21): a shortcut; figures only, 8 layers of width 512",
-               "lstm": "generalises: no drop under shift (Fig. 3.20, left)",
-               "scratchpad": "with a scratchpad and recency bias, generalises like the recurrent net (Figs. 3.20, "
-                              "left, and 3.21)"}
+    reports = {
+        "gpt": "fits the training law, fails under a shifted Pr[sigma=1] (Fig. 3.20, left) and at longer "
+        "lengths (Fig. 3.21): a shortcut; figures only, 8 layers of width 512",
+        "lstm": "generalises: no drop under shift (Fig. 3.20, left)",
+        "scratchpad": "with a scratchpad and recency bias, generalises like the recurrent net (Figs. 3.20, "
+        "left, and 3.21)",
+    }
     rows = []
     for kind, report in reports.items():
         at_train, shifted, longest = views(kind)
-        rows.append((f"parity {kind} (T = {T}): accuracy at Pr[sigma=1] = {probs[centre]:g}; worst shifted law; "
-                     f"length {max(lengths)} (median seed)", report,
-                     f"{percent(at_train)}; {percent(shifted)}; {percent(longest)}"))
+        rows.append(
+            (
+                f"parity {kind} (T = {T}): accuracy at Pr[sigma=1] = {probs[centre]:g}; worst shifted law; "
+                f"length {max(lengths)} (median seed)",
+                report,
+                f"{percent(at_train)}; {percent(shifted)}; {percent(longest)}",
+            )
+        )
     at_train, shifted, longest = views("gpt")
     best = int(at_train.argmax())
-    rows.append(("parity gpt, the best seed at the training law: the same three", reports["gpt"],
-                 f"{100 * at_train[best]:.1f}%; {100 * shifted[best]:.1f}%; {100 * longest[best]:.1f}%"))
+    rows.append(
+        (
+            "parity gpt, the best seed at the training law: the same three",
+            reports["gpt"],
+            f"{100 * at_train[best]:.1f}%; {100 * shifted[best]:.1f}%; {100 * longest[best]:.1f}%",
+        )
+    )
     by_count, counts = np.median(np.array(out["gpt"]["by_count"]), axis=0), np.array(out["counts"])
     low, high = by_count[counts < T / 4], by_count[counts > 3 * T / 4]
-    rows.append((f"parity gpt at the training length by the number of ones (median seed): at T/2 = {T // 2}; worst "
-                 f"below T/4; worst above 3T/4", "accuracy degrades as the count moves away from the expected one, "
-                 "more at low counts than at high ones (Fig. 3.20, right; 25 replicates)",
-                 f"{100 * by_count[counts == T // 2][0]:.1f}%; {100 * low.min():.1f}%; {100 * high.min():.1f}%"))
+    rows.append(
+        (
+            f"parity gpt at the training length by the number of ones (median seed): at T/2 = {T // 2}; worst "
+            f"below T/4; worst above 3T/4",
+            "accuracy degrades as the count moves away from the expected one, "
+            "more at low counts than at high ones (Fig. 3.20, right; 25 replicates)",
+            f"{100 * by_count[counts == T // 2][0]:.1f}%; {100 * low.min():.1f}%; {100 * high.min():.1f}%",
+        )
+    )
     return rows
 
 
 def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows for the page's paper-versus-reference table, one group per section the run made."""
-    return ((_depths_vs_paper(data["sweep"]) if "sweep" in data else [])
-            + (_depths_vs_paper(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
-            + (_brittleness_vs_paper(data["brittleness"]) if "brittleness" in data else []))
+    return (
+        (_depths_vs_paper(data["sweep"]) if "sweep" in data else [])
+        + (_depths_vs_paper(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
+        + (_brittleness_vs_paper(data["brittleness"]) if "brittleness" in data else [])
+    )
