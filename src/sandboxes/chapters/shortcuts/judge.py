@@ -6,6 +6,7 @@ imports the trainer (``tests/test_layout.py``)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -186,20 +187,20 @@ def _unjudged(config: dict[str, Any], kind: str, claims: list[Claim]) -> tuple[s
 def sweep_rows(config: dict[str, Any], data: SweepData) -> tuple[list[Claim], tuple[str, ...]]:
     """The sweep's rows (its `easy` automata) and the reasons for the rows it does not make, from its data alone
     (as run, or as read back from a result file, where the reference check recomputes them)."""
-    claims = easy_claims(
-        list(data["names"]),
-        list(data["depths"]),
-        np.asarray(data["accuracy"], dtype=float),
-        list(data["solvable"]),
-        config,
-        np.asarray(data["still_descending"], dtype=bool),
-    )
-    return claims, _unjudged(config, "easy", claims)
+    return _table_rows(easy_claims, config, data, "easy")
 
 
 def hard_rows(config: dict[str, Any], data: HardData) -> tuple[list[Claim], tuple[str, ...]]:
     """The hard section's rows and the reasons for the rows it does not make, from its data alone."""
-    claims = hard_claims(
+    return _table_rows(hard_claims, config, data, "hard")
+
+
+def _table_rows(
+    claims_of: Callable[..., list[Claim]], config: dict[str, Any], data: SweepData | HardData, kind: str
+) -> tuple[list[Claim], tuple[str, ...]]:
+    """The rows ``claims_of`` makes from a depth table (automata x depths of accuracies), and the reasons for the
+    rows of ``kind`` (easy or hard) it does not make."""
+    claims = claims_of(
         list(data["names"]),
         list(data["depths"]),
         np.asarray(data["accuracy"], dtype=float),
@@ -207,7 +208,7 @@ def hard_rows(config: dict[str, Any], data: HardData) -> tuple[list[Claim], tupl
         config,
         np.asarray(data["still_descending"], dtype=bool),
     )
-    return claims, _unjudged(config, "hard", claims)
+    return claims, _unjudged(config, kind, claims)
 
 
 def brittleness_rows(config: dict[str, Any], out: BrittlenessData) -> tuple[list[Claim], tuple[str, ...]]:
