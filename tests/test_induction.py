@@ -11,7 +11,14 @@ import torch
 
 from sandboxes.chapters import induction as chapter
 from sandboxes.chapters.induction import judge, measure
-from sandboxes.data.incontext import InContextMarkov, chain_parents, tree_parents
+from sandboxes.data.incontext import (
+    InContextMarkov,
+    LastTokenTask,
+    chain_parents,
+    random_parents,
+    tree_parents,
+    with_test_token,
+)
 from sandboxes.data.trigger import TriggerTask
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
@@ -340,16 +347,27 @@ def _gradient_rows(change: str) -> list:
     )
 
 
-def _staged_rows(change: str) -> list:
-    tree = InContextMarkov(3, 1.0, tree_parents(16, 4, seed=0))
-    parents = measure.parent_positions(tree, 16)
-    model = Disentangled(3, 16, 3.0)
-    if change != "layer 1 as initialised":
-        with torch.no_grad():  # the graph's adjacency, as the theorem's first stage ends
-            model.first[torch.arange(1, 16), torch.tensor(parents[1:])] = 30.0
+def _stage_run(graph: str, body: tuple, adjacency: str) -> dict:
+    """A first-stage run on ``body`` whose layer 1 holds the ``adjacency`` ("graph", "chain" or "none")."""
+    parents = measure.parent_positions(InContextMarkov(10, 0.1, with_test_token(body)), 16)
+    model = Disentangled(10, 16, 1.0, output="probability", floor=0.001)
+    rows = torch.tensor([t for t in range(1, 16) if parents[t] >= 0])
+    if adjacency != "none":
+        with torch.no_grad():  # the graph's adjacency, as the theorem's first stage ends (or the chain's)
+            model.first[rows, rows - 1 if adjacency == "chain" else torch.tensor([parents[t] for t in rows])] = 30.0
     table = model.first_attention(16).detach().double().numpy()
-    data = {"parents": parents, "parent_weight": [measure.parent_weight(table[None], parents)], "still_descending": 0}
-    return judge.staged_claims(data)
+    weights = [measure.parent_weight(table[None], parents)]
+    return {"graph": graph, "loss": "last token", "parents": parents, "parent_weight": weights, "still_descending": 0}
+
+
+def _staged_rows(change: str) -> list:
+    wrong = change == "layer 1 on the chain while the data follow the random graph"
+    blank = change == "layer 1 as initialised"
+    runs = [
+        _stage_run("random", random_parents(14, seed=0), "none" if blank else "chain" if wrong else "graph"),
+        _stage_run("chain", chain_parents(14), "none" if blank else "graph"),
+    ]
+    return judge.staged_rows({}, {"runs": runs})[0]
 
 
 def _training_rows(change: str) -> list:
@@ -486,7 +504,12 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
         "two layers at the in-context unigram level",
         _training_rows,
     ),
-    (r"layer 1 trained alone by gradient descent", "layer 1 as initialised", _staged_rows),
+    (
+        r"first stage on the random, the last token's loss",
+        "layer 1 on the chain while the data follow the random graph",
+        _staged_rows,
+    ),
+    (r"first stage on the chain, the last token's loss", "layer 1 as initialised", _staged_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
@@ -594,18 +617,23 @@ def test_the_disentangled_model_with_layer_1_on_the_token_before_is_the_hand_bui
         torch.testing.assert_close(model(seq), successor_average(induction_head(3, 6, 30.0), seq), rtol=0, atol=1e-12)
 
 
-def test_the_first_stage_trains_layer_1_alone(tiny_result):
-    data = tiny_result("induction")["data"]["staged"]
-    assert np.allclose(np.asarray(data["attention"]).sum(axis=1), 1.0)
+def test_the_first_stage_trains_layer_1_alone_on_each_loss(tiny_result):
+    runs = tiny_result("induction")["data"]["staged"]["runs"]
+    assert [(run["graph"], run["loss"]) for run in runs] == [
+        ("random", "last token"),
+        ("chain", "last token"),
+        ("chain", "every position"),
+    ]
+    assert all(np.allclose(np.asarray(run["attention"]).sum(axis=1), 1.0) for run in runs)
     assert [name for name, _ in Disentangled(3, 32, 3.0).named_parameters()] == ["first"]
     assert [name for name, _ in Disentangled(3, 32, 3.0, train_match=True).named_parameters()] == ["first", "second"]
 
 
 def test_a_first_stage_cut_short_is_undecided_not_failed(tiny_result):
-    data = tiny_result("induction")["data"]["staged"]
-    assert data["still_descending"] > 0
-    (claim,) = judge.staged_claims(data)
-    assert claim.holds is None and "--set stage_steps=" in claim.reason
+    runs = tiny_result("induction")["data"]["staged"]["runs"]
+    assert all(run["still_descending"] > 0 for run in runs)
+    claims, _ = judge.staged_rows({}, {"runs": runs})
+    assert claims and all(c.holds is None and "--set stage_steps=" in c.reason for c in claims)
 
 
 def test_training_scores_only_the_targets_whose_parent_reads_them():
@@ -730,3 +758,38 @@ def test_the_memory_order_makes_no_row_where_the_observation_is_silent_or_unmeas
     settings = {"memory_T": 16, "memory_d": 16, "memory_steps": 3, "batch_size": 8, **change}
     done = chapter.CHAPTER.start("quick", settings, 1, "cpu").section("memories")
     assert done.verdict == [] and any(why in note for note in done.silent)
+
+
+def test_random_parents_draw_each_parent_or_none_uniformly_before():
+    graphs = [random_parents(12, seed) for seed in range(400)]
+    assert random_parents(12, 3) == graphs[3] and graphs[0][0] == ()
+    assert all(all(p < i for p in ps) and len(ps) <= 1 for g in graphs for i, ps in enumerate(g))
+    choices = [g[3][0] if g[3] else -1 for g in graphs]  # position 3: none, 0, 1 or 2, each a quarter
+    assert np.allclose(np.bincount(np.add(choices, 1), minlength=4) / 400, 0.25, atol=0.08)
+
+
+def test_test_token_task_scores_the_law_of_the_test_tokens_child():
+    chain = InContextMarkov(4, 0.5, with_test_token(chain_parents(6)), floor=0.2)
+    task = LastTokenTask(chain)
+    x, law = task.sample(5, _gen(1))
+    seq, kernels = chain.sequences_and_kernels(5, _gen(1))
+    assert torch.equal(x, seq[:, :-1]) and x.shape == (5, 8)
+    assert np.allclose(law.numpy(), kernels[np.arange(5), seq[:, -2].numpy()], atol=1e-6)
+    logits = torch.randn(5, 8, 4)
+    want = -(law * torch.log_softmax(logits[:, -1], -1)).sum(-1).mean()
+    assert torch.isclose(task.loss(logits, law), want)
+    with pytest.raises(ValueError, match="test token"):
+        LastTokenTask(InContextMarkov.chain(4, 0.5, 8))
+
+
+def test_the_reduced_models_probability_output_is_the_log_of_its_floored_average():
+    idx = torch.randint(0, 5, (3, 9), generator=_gen(2))
+    floored = Disentangled(5, 9, 2.0, output="probability", floor=0.01)
+    plain = Disentangled(5, 9, 2.0)
+    law = torch.exp(floored(idx))
+    assert torch.allclose(law.sum(-1), torch.ones(3, 9))
+    assert torch.allclose(law, 0.99 * plain(idx) + 0.01 / 5)
+    held = Disentangled(5, 9, 2.0, train_match=True, first=torch.ones(9, 9), train_first=False)
+    assert [name for name, _ in held.named_parameters()] == ["second"] and torch.equal(held.first, torch.ones(9, 9))
+    with pytest.raises(ValueError, match="floor"):
+        Disentangled(5, 9, 2.0, output="probability")

@@ -246,13 +246,36 @@ class Disentangled(nn.Module):
     ``2 match_scale`` at ``t = 0``, which has no token before it) and averages the tokens ``s_t``; that average is
     the logits. With ``first`` one on the previous position and large, it is the induction head of
     :func:`sandboxes.theory.induction.induction_head`. ``second`` trains only with ``train_match``: Nichani et
-    al.'s first stage trains ``first`` alone from zero, with ``second = match_scale I``.
+    al.'s first stage trains ``first`` alone from zero, with ``second = match_scale I``; their second stage trains
+    ``second`` with ``first`` held (``first`` given, ``train_first=False``).
+
+    ``output="probability"`` reads the average as Nichani et al.'s reduced model does, as the predicted law itself,
+    and returns its logarithm, mixed with ``floor`` of the uniform law so that a token absent from the sequence
+    costs ``ln(k / floor)`` and not infinity: a cross-entropy of these logits is ``-ln`` of that law.
     """
 
-    def __init__(self, vocab_size: int, block_size: int, match_scale: float, train_match: bool = False) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        match_scale: float,
+        train_match: bool = False,
+        output: str = "logits",
+        floor: float = 0.0,
+        first: Tensor | None = None,
+        train_first: bool = True,
+    ) -> None:
         super().__init__()
-        self.vocab_size, self.match_scale = vocab_size, match_scale
-        self.first = nn.Parameter(torch.zeros(block_size, block_size))
+        if output not in ("logits", "probability"):
+            raise ValueError(f"the output is 'logits' or 'probability', got {output!r}")
+        if output == "probability" and not 0.0 < floor < 1.0:
+            raise ValueError(f"a probability output needs a floor in (0, 1), got {floor}")
+        self.vocab_size, self.match_scale, self.output, self.floor = vocab_size, match_scale, output, floor
+        scores = torch.zeros(block_size, block_size) if first is None else first.detach().clone().float()
+        if train_first:
+            self.first = nn.Parameter(scores)
+        else:
+            self.register_buffer("first", scores)
         match = match_scale * torch.eye(vocab_size)
         if train_match:
             self.second = nn.Parameter(match)
@@ -275,6 +298,8 @@ class Disentangled(nn.Module):
         scores = scores - 2 * self.match_scale * (torch.arange(length, device=idx.device) == 0).to(scores.dtype)
         second = torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
         logits = second @ tokens
+        if self.output == "probability":
+            logits = torch.log((1 - self.floor) * logits + self.floor / self.vocab_size)
         if not return_attention:
             return logits
         return logits, [first.expand(idx.shape[0], 1, length, length), second[:, None]]

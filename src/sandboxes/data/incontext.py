@@ -39,6 +39,20 @@ def tree_parents(length: int, window: int, seed: int) -> tuple[tuple[int, ...], 
     return ((),) + tuple((int(rng.integers(max(0, i - window), i)),) for i in range(1, length + 1))
 
 
+def random_parents(length: int, seed: int) -> tuple[tuple[int, ...], ...]:
+    """Nichani et al.'s random graph on positions ``0..length``: position ``i >= 1`` has no parent (a root) or one
+    parent, drawn uniformly from the ``i + 1`` choices (none, or any position before it); position 0 is a root."""
+    rng = np.random.default_rng(seed)
+    drawn = (int(rng.integers(-1, i)) for i in range(1, length + 1))
+    return ((),) + tuple((p,) if p >= 0 else () for p in drawn)
+
+
+def with_test_token(body: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The graph ``body`` followed by Nichani et al.'s test token: a root drawn uniformly after the body, whose
+    child is the one target their loss scores."""
+    return body + ((), (len(body),))
+
+
 ROWS = ("dirichlet", "permutation")
 SCORED = ("every", "parent_query")
 
@@ -151,3 +165,25 @@ class InContextMarkov:
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+@dataclass(frozen=True)
+class LastTokenTask:
+    """Nichani et al.'s training task: read a sequence of ``chain`` that ends in a test token (a uniform root), and
+    predict the test token's child; the target is the law of that child, the kernel's row of the test token (a soft
+    label, as their code scores it), and the loss is the cross-entropy of the last position's output against it."""
+
+    chain: InContextMarkov
+
+    def __post_init__(self) -> None:
+        test = self.chain.length - 1  # the last position read; the symbol after it is the target
+        if self.chain.parents[test] != () or self.chain.parents[test + 1] != (test,):
+            raise ValueError("the chain must end in a test token: a root whose child is the last symbol")
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        seq, kernels = self.chain.sequences_and_kernels(n, generator)
+        law = kernels[np.arange(n), self.chain.contexts(seq.numpy(), self.chain.length)]
+        return seq[:, :-1], torch.from_numpy(law).float()
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return -(targets * torch.log_softmax(outputs[..., -1, :], dim=-1)).sum(dim=-1).mean()

@@ -293,34 +293,48 @@ def _draw_parent_lines(
 
 def parent_weight(data: TrainingData) -> Figure:
     """Layer 1's weight on each position's parent, in the head that puts the most there, one line per two-layer
-    seed; the judged positions shaded, the bound of the first stage's row dashed."""
+    seed; the first half of the positions (over which the tables summarise it) shaded, 1/2 dashed."""
     fig, ax = plt.subplots()
     _draw_parent_lines(
         ax,
         data["parent_weight"]["two_layers"],
         data["parents"],
         "weight on the parent (best head)",
-        "the first stage's bound (no row here)",
-        "positions the first stage judges",
+        "1/2 (no row here)",
+        "first half (the summary's positions)",
     )
     return fig
 
 
 def staged(data: StagedData) -> Figure:
-    """The first stage: layer 1's attention after it (first seed; it is the same for every input), and every
-    seed's weight on the parent by position."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
+    """The first stage: layer 1's attention after the theorem's loss (first seed of the first run; it is the same
+    for every input), and every seed's weight on the parent by position, on the theorem's loss and on the
+    ablation's."""
+    runs = data["runs"]
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.0))
+    first = runs[0]
     image = _draw_position_map(
-        left,
-        np.asarray(data["attention"], dtype=float),
-        data["parents"],
-        "layer 1 after the first stage",
+        axes[0],
+        np.asarray(first["attention"], dtype=float),
+        first["parents"],
+        f"layer 1, first stage ({first['graph']})",
         "Greys",
         COLORS["tied"],
         0.0,
         1.0,
     )
-    fig.colorbar(image, ax=left, shrink=0.8, label="attention weight")
-    _draw_parent_lines(right, data["parent_weight"], data["parents"], "weight on the parent")
+    fig.colorbar(image, ax=axes[0], shrink=0.8, label="attention weight")
+    for ax, loss, title in (
+        (axes[1], "last token", "the theorem's loss: the last token"),
+        (axes[2], "every position", "ablation: every position scored"),
+    ):
+        for run in (run for run in runs if run["loss"] == loss):
+            weights = np.asarray(run["parent_weight"], dtype=float)[:, 0]  # seed x position t >= 1
+            positions = np.arange(1, weights.shape[1] + 1)
+            for seed, row in enumerate(weights):
+                ax.plot(positions, row, ".-", linewidth=0.8, markersize=3, label=f"{run['graph']}, seed {seed}")
+        reference_line(ax, PARENT_MASS, "the row's bound" if loss == "last token" else "the bound (no row)", "--")
+        ax.set(xlabel="position t", ylabel="weight on the parent", ylim=(0, 1.05), title=title)
+        ax.legend(loc="lower left", fontsize=7, ncol=2)
     fig.tight_layout()
     return fig

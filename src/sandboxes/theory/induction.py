@@ -220,14 +220,16 @@ def induction_slots(k: int, T: int) -> InductionSlots:
 
 
 PARENT_MASS = 0.5  # A[i, p(i)] > 1/2: row i of the attention is nearer the graph's row than any other one-hot row
-JUDGED_KEYS = 0.5  # the attention row judges the positions t < JUDGED_KEYS * T, whose keys most later queries read
+JUDGED_KEYS = 0.5  # the GPT's weight on the parent is summarised over the positions t < JUDGED_KEYS * T
 
 
 def judged_positions(parents: list[int]) -> list[int]:
-    """The positions whose layer-1 attention the row judges: with a parent, before ``JUDGED_KEYS`` of the length.
+    """The positions over which the GPT's weight on the parent is summarised: with a parent, before ``JUDGED_KEYS``
+    of the length.
 
-    Every position is a target here, so the key at ``t`` is read only by the queries after it: the last keys
-    get little gradient and learn last (in Nichani et al. only the last token is scored, and it reads every key).
+    The GPT is scored at every position, so the key at ``t`` is read only by the queries after it: the last keys
+    get little gradient and learn last (the first stage's ablation shows it; with Nichani et al.'s last-token loss
+    every key is read, and the first stage's row judges every position).
     """
     return [t for t in range(1, max(2, int(JUDGED_KEYS * len(parents)))) if parents[t] >= 0]
 

@@ -45,6 +45,20 @@ GRAPH = Custom(
     lambda rng, near: GRAPHS[int(rng.integers(len(GRAPHS)))],
 )
 
+STAGE_GRAPHS = ("chain", "tree", "random")
+
+
+def _check_stage_graph(name: str) -> None:
+    if name not in STAGE_GRAPHS:
+        raise ValueError(f"the first stage's graph is one of {', '.join(STAGE_GRAPHS)}, got {name!r}")
+
+
+STAGE_GRAPH = Custom(
+    _check_stage_graph,
+    "chain, tree (a parent within the window) or random (Nichani et al.: a parent anywhere before, or none)",
+    lambda rng, near: STAGE_GRAPHS[int(rng.integers(len(STAGE_GRAPHS)))],
+)
+
 PARAMS = (
     Param("k", int, 3, 3, "states of the in-context chains", in_range(2, 8)),
     Param("alpha", float, 1.0, 1.0, "Dirichlet concentration of each kernel row (the prior)", Interval(0.05, 20.0)),
@@ -70,6 +84,34 @@ PARAMS = (
     Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for", in_range(1, 4)),
     Param("grad_samples", int, 16000, 64000, "sequences of the gradient at the staged initialisation", at_least(2)),
     Param("grad_beta", float, 3.0, 3.0, "layer 2's score scale at the staged initialisation", Interval(0.1, 30.0)),
+    Param("stage_k", int, 10, 10, "states of the first stage's chains (Nichani et al.: 10)", in_range(2, 16)),
+    Param(
+        "stage_alpha",
+        float,
+        0.1,
+        0.1,
+        "Dirichlet concentration of the first stage (Nichani et al.: 0.1)",
+        Interval(0.05, 20.0),
+    ),
+    Param(
+        "stage_T",
+        int,
+        20,
+        20,
+        "tokens the first stage reads, the test token last (Nichani et al.: 20)",
+        in_range(4, 256),
+    ),
+    Param(
+        "stage_graph", str, "random", "random", "causal graph of the first stage: chain, tree or random", STAGE_GRAPH
+    ),
+    Param(
+        "stage_beta",
+        float,
+        1.0,
+        1.0,
+        "layer 2's score scale, held during the first stage (its beta_0)",
+        Interval(0.1, 30.0),
+    ),
     Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)", at_least(1)),
     Param("stage_lr", float, 60.0, 60.0, "step size of those plain gradient steps", positive),
     Param("d_model", int, 32, 64, "width of the trained transformers", at_least(1)),
@@ -99,7 +141,7 @@ PARAMS = (
         float,
         0.2,
         0.2,
-        "floor of the support section's kernels: every entry at least gamma / k",
+        "floor of the kernels of the support section and the first stage: every entry at least gamma / k",
         Interval(0.01, 0.99),
     ),
     Param("trigger_tokens", int, 16, 64, "tokens of the trigger task (Bietti et al.: 65 characters)", in_range(4, 256)),
@@ -193,6 +235,7 @@ UNIT_SCALE = {
     "trigger_T": 8,
     "trigger_steps": 3,
     "stage_steps": 3,
+    "stage_T": 6,
     "memory_T": 16,
     "memory_d": 16,
     "memory_steps": 3,
@@ -211,6 +254,7 @@ FULL_SHRUNK = {
     "trigger_T": 16,
     "trigger_steps": 2,
     "stage_steps": 2,
+    "stage_T": 8,
     "memory_T": 16,
     "memory_d": 64,
     "memory_steps": 2,

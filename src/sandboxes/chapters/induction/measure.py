@@ -17,13 +17,19 @@ from torch import Tensor, nn
 from ... import probes
 from ...calibration import calibrated_map, count_chunks
 from ...curves import still_descending
-from ...data.incontext import InContextMarkov, chain_parents, tree_parents
+from ...data.incontext import (
+    InContextMarkov,
+    LastTokenTask,
+    chain_parents,
+    random_parents,
+    tree_parents,
+    with_test_token,
+)
 from ...data.trigger import TriggerTask
 from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from ...runtime import member_seed
 from ...sections import Outcome, RunContext
 from ...theory import induction as theory
-from ...theory.induction import carried_weight
 from ...trainer import TrainConfig, train
 from .judge import (
     GRADIENT_CHUNKS,
@@ -237,16 +243,25 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
 
 
 # ---------------------------------------------------------------- the first stage, trained
-class StagedData(TypedDict):
+class StageRun(TypedDict):
+    graph: str  # the causal graph of the sequences: chain, tree or random
+    loss: str  # which targets the loss scores: LAST_TOKEN (the theorem's) or EVERY_POSITION (the ablation)
+    parents: list[int]  # each input position's parent (-1 at a root; the test token is one)
     eval_steps: list[int]
-    eval_loss: list[list[float]]  # seed x evaluation, the scored targets of held-out sequences
-    parents: list[int]
+    eval_loss: list[list[float]]  # seed x evaluation, on held-out sequences
     parent_weight: list[list[list[float]]]  # seed -> head (one) -> per position t >= 1: softmax(A)[t, p(t)]
     attention: list[list[float]]  # softmax(A) of the first seed, T x T
-    still_descending: int  # runs whose loss or worst judged weight on the parent was still moving at the end
+    still_descending: int  # runs whose loss or worst weight on the parent was still moving at the end
 
 
+class StagedData(TypedDict):
+    runs: list[StageRun]  # the theorem's loss on stage_graph (and on the chain), then the ablation on the chain
+
+
+LAST_TOKEN, EVERY_POSITION = "last token", "every position"
 WEIGHT_NOISE = 0.01  # a worst weight on the parent that rose less than this over a run has hardly started
+OUTPUT_FLOOR = 1e-3  # the reduced model's law is mixed with this much of the uniform one: an absent token costs
+# ln(k / OUTPUT_FLOOR) nats, not infinity
 
 
 def staged_schedule(config: dict[str, Any]) -> TrainConfig:
@@ -263,38 +278,79 @@ def staged_schedule(config: dict[str, Any]) -> TrainConfig:
     )
 
 
-def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
-    """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held at the
-    staged initialisation; the attention it ends with, against the graph."""
-    task = replace(task_of(config), scored="parent_query")
-    parents = parent_positions(task, config["T"])
+def stage_body(config: dict[str, Any], graph: str) -> tuple[tuple[int, ...], ...]:
+    """The graph of the ``stage_T - 1`` positions before the test token: chain, tree (window) or random."""
+    last = config["stage_T"] - 2
+    if graph == "chain":
+        return chain_parents(last)
+    if graph == "tree":
+        return tree_parents(last, config["window"], config["seed"])
+    return random_parents(last, config["seed"])
 
-    def attention(model: Disentangled) -> np.ndarray:
-        return model.first_attention(config["T"]).detach().double().cpu().numpy()
 
-    def worst(model: Disentangled) -> list[float]:
-        return [float(carried_weight(parent_weight(attention(model)[None], parents), parents).min())]
+def stage_task(config: dict[str, Any], graph: str, loss: str) -> LastTokenTask | InContextMarkov:
+    """The first stage's task: Nichani et al.'s (the graph, then a test token whose child is scored), or the
+    ablation's (the chain of ``stage_T`` tokens, every target scored, each a child of the position that reads it)."""
+    k, alpha, floor = config["stage_k"], config["stage_alpha"], config["gamma"]
+    if loss == LAST_TOKEN:
+        return LastTokenTask(InContextMarkov(k, alpha, with_test_token(stage_body(config, graph)), floor=floor))
+    return InContextMarkov(k, alpha, chain_parents(config["stage_T"]), floor=floor, scored="parent_query")
 
-    run = train(
-        lambda: Disentangled(config["k"], config["T"], config["grad_beta"]),
-        task,
-        staged_schedule(config),
-        ctx.seeds,
-        ctx.device,
-        progress=ctx.progress,
-        probe=worst,
+
+def stage_runs(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(graph, loss) of each run: the theorem's loss on ``stage_graph`` and on the chain, and the ablation."""
+    graphs = dict.fromkeys((config["stage_graph"], "chain"))
+    return [(graph, LAST_TOKEN) for graph in graphs] + [("chain", EVERY_POSITION)]
+
+
+def stage_model(config: dict[str, Any]) -> Disentangled:
+    """The reduced model at the first stage's start: layer 1 blank, layer 2 at scale ``stage_beta``, its output read
+    as the predicted law (Nichani et al.'s reduced model)."""
+    return Disentangled(
+        config["stage_k"], config["stage_T"], config["stage_beta"], output="probability", floor=OUTPUT_FLOOR
     )
-    tables = [attention(m) for m in run.models]
-    moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
-    data: StagedData = {
-        "eval_steps": run.eval_steps,
-        "eval_loss": run.eval_loss,
-        "parents": parents,
-        "parent_weight": [parent_weight(table[None], parents) for table in tables],
-        "attention": tables[0],
-        "still_descending": int(moving.sum()),
-    }  # type: ignore[typeddict-item]
-    return data
+
+
+def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
+    """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held, on their
+    loss and on the ablation's; the attention each run ends with, against its graph."""
+    T = config["stage_T"]
+    runs: list[StageRun] = []
+    for graph, loss in stage_runs(config):
+        task = stage_task(config, graph, loss)
+        chain = task.chain if isinstance(task, LastTokenTask) else task
+        parents = parent_positions(chain, T)
+
+        def attention(model: Disentangled) -> np.ndarray:
+            return model.first_attention(T).detach().double().cpu().numpy()
+
+        def worst(model: Disentangled, parents: list[int] = parents) -> list[float]:
+            return [float(np.nanmin(parent_weight(attention(model)[None], parents)))]
+
+        run = train(
+            lambda: stage_model(config),
+            task,
+            staged_schedule(config),
+            ctx.seeds,
+            ctx.device,
+            progress=ctx.progress,
+            probe=worst,
+        )
+        tables = [attention(m) for m in run.models]
+        moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
+        runs.append(
+            {
+                "graph": graph,
+                "loss": loss,
+                "parents": parents,
+                "eval_steps": run.eval_steps,
+                "eval_loss": run.eval_loss,
+                "parent_weight": [parent_weight(table[None], parents) for table in tables],
+                "attention": tables[0],
+                "still_descending": int(moving.sum()),
+            }  # type: ignore[typeddict-item]
+        )
+    return {"runs": runs}
 
 
 # ---------------------------------------------------------------- training
