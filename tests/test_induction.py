@@ -19,7 +19,7 @@ from sandboxes.data.incontext import (
     tree_parents,
     with_test_token,
 )
-from sandboxes.data.trigger import TriggerTask
+from sandboxes.data.trigger import TriggerTask, stationary
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (
@@ -751,7 +751,10 @@ def test_a_memory_not_yet_formed_while_the_loss_falls_leaves_the_order_row_undec
     [
         ({"memory_T": 8}, "by chance"),  # a random positional score recalls 0.37 of the positions
         ({"memory_d": 8}, "below that regime"),
-        ({"trigger_tokens": 256, "triggers": 1, "memory_T": 8}, "No held-out sequence had a trigger"),
+        (
+            {"trigger_tokens": 256, "triggers": 1, "memory_T": 8, "trigger_choice": "uniform", "trigger_zipf": 0.0},
+            "No held-out sequence had a trigger",
+        ),
     ],
 )
 def test_the_memory_order_makes_no_row_where_the_observation_is_silent_or_unmeasured(change, why):
@@ -768,7 +771,7 @@ def test_random_parents_draw_each_parent_or_none_uniformly_before():
     assert np.allclose(np.bincount(np.add(choices, 1), minlength=4) / 400, 0.25, atol=0.08)
 
 
-def test_test_token_task_scores_the_law_of_the_test_tokens_child():
+def test_the_last_token_task_scores_the_law_of_the_test_tokens_child():
     chain = InContextMarkov(4, 0.5, with_test_token(chain_parents(6)), floor=0.2)
     task = LastTokenTask(chain)
     x, law = task.sample(5, _gen(1))
@@ -793,3 +796,13 @@ def test_the_reduced_models_probability_output_is_the_log_of_its_floored_average
     assert [name for name, _ in held.named_parameters()] == ["second"] and torch.equal(held.first, torch.ones(9, 9))
     with pytest.raises(ValueError, match="floor"):
         Disentangled(5, 9, 2.0, output="probability")
+
+
+def test_frequent_triggers_are_the_bigrams_most_frequent_tokens_and_zipf_zero_is_flat():
+    task = TriggerTask(65, 5, 64, 0.5, 0, zipf=1.0, choice="frequent")
+    law = stationary(task.bigram)
+    assert np.allclose(law @ task.bigram, law) and law[task.triggers].min() >= np.delete(law, task.triggers).max()
+    flat = TriggerTask(65, 5, 64, 0.5, 0)
+    assert stationary(flat.bigram).max() < 0.05 < law.max()  # Zipf: a few tokens carry much of the text
+    with pytest.raises(ValueError, match="chosen"):
+        TriggerTask(65, 5, 64, 0.5, 0, choice="most")

@@ -139,6 +139,23 @@ class ListOf:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """One of a few named options, each with a few words that say what it means."""
+
+    options: Mapping[str, str]  # name -> meaning
+
+    def check(self, value: str) -> None:
+        if value not in self.options:
+            raise ValueError(f"must be one of {', '.join(self.options)}, got {value!r}")
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} ({meaning})" for name, meaning in self.options.items())
+
+    def draw(self, rng: np.random.Generator, near: str) -> str:
+        return list(self.options)[int(rng.integers(len(self.options)))]
+
+
+@dataclass(frozen=True)
 class Custom:
     """A domain with its own check, words and draw (automaton names, HMM sizes)."""
 

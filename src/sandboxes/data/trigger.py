@@ -3,8 +3,10 @@ is always followed, within one sequence, by that sequence's own *output* token.
 
 Every sequence draws one output per trigger, uniformly among the tokens that are not triggers;
 then ``z_1`` is uniform and ``z_{t+1}`` is the output of ``z_t`` when ``z_t`` is a trigger, else a draw
-from the global bigram's row of ``z_t``. The bigram (Dirichlet rows) and the triggers are fixed by
-``seed``, the same for every sequence, as the paper's character-level bigram is. Where a trigger
+from the global bigram's row of ``z_t``. The bigram (Dirichlet rows, whose base measure may fall as a
+power of the rank, so that a few tokens are frequent) and the triggers (uniform tokens, or the bigram's
+most frequent ones, as Bietti et al. fix them) are fixed by ``seed``, the same for every sequence, as the
+paper's character-level bigram is. Where a trigger
 comes back, its output has been seen before in the sequence: predicting it is in-context recall. Training may
 score every target, or (``scored="recall"``, as Bietti et al. train their simplified model) only those recalls.
 """
@@ -21,6 +23,15 @@ from torch import Tensor
 from ..losses import IGNORE_INDEX, next_token_loss, scored_token_loss
 from .markov import inverse_cdf
 
+TRIGGER_CHOICES = ("uniform", "frequent")
+
+
+def stationary(kernel: np.ndarray) -> np.ndarray:
+    """The stationary law of a row-stochastic ``kernel``: its left eigenvector of eigenvalue 1, summing to 1."""
+    values, vectors = np.linalg.eig(kernel.T)
+    law = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+    return law / law.sum()
+
 
 @dataclass(frozen=True)
 class TriggerTask:
@@ -34,8 +45,15 @@ class TriggerTask:
     seed: int
     scored: str = "every"  # which targets training scores: "every" one, or "recall": a trigger's output where the
     # trigger came earlier in the sequence
+    zipf: float = 0.0  # the bigram rows' Dirichlet base measure falls as rank^-zipf (0: flat), so that a few tokens
+    # are frequent, as a language's characters are
+    choice: str = "uniform"  # the triggers: "uniform" tokens, or the "frequent" ones of the bigram (Bietti et al.)
 
     def __post_init__(self) -> None:
+        if self.choice not in TRIGGER_CHOICES:
+            raise ValueError(f"the triggers are chosen {' or '.join(TRIGGER_CHOICES)}, got {self.choice!r}")
+        if self.zipf < 0:
+            raise ValueError(f"the Zipf exponent of the bigram is at least 0, got {self.zipf}")
         if self.scored not in ("every", "recall"):
             raise ValueError(f"the scored targets are 'every' or 'recall', got {self.scored!r}")
         if not 1 <= self.n_triggers <= self.n_tokens - 2:
@@ -51,8 +69,12 @@ class TriggerTask:
     @cached_property
     def _fixed(self) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, 7])
-        bigram = rng.dirichlet(np.full(self.n_tokens, self.concentration), size=self.n_tokens)
-        return bigram, np.sort(rng.choice(self.n_tokens, self.n_triggers, replace=False))
+        base = np.arange(1, self.n_tokens + 1, dtype=float) ** -self.zipf
+        bigram = rng.dirichlet(self.concentration * self.n_tokens * base / base.sum(), size=self.n_tokens)
+        uniform = rng.choice(self.n_tokens, self.n_triggers, replace=False)
+        if self.choice == "frequent":
+            return bigram, np.sort(np.argsort(-stationary(bigram), kind="stable")[: self.n_triggers])
+        return bigram, np.sort(uniform)
 
     @property
     def bigram(self) -> np.ndarray:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
-from ...profiles import Custom, Interval, Param, at_least, in_range, positive, with_reference
+from ...profiles import Choice, Interval, Param, at_least, in_range, positive, with_reference
 from ...sections import Chapter, Section
 from .judge import GRADIENT_CHUNKS, memories_rows, staged_rows, support_rows, training_rows, trigger_rows
 from .measure import construction, gradient, higher_order, levels, memories, staged, support, training, trigger
@@ -30,34 +31,14 @@ from .paper import against_paper
 __all__ = ["CHAPTER", "PARAMS", "against_paper"]
 
 
-GRAPHS = ("chain", "tree")
+GRAPHS = {"chain": "the parent is the token before", "tree": "a fixed random parent within the window"}
+GRAPH = Choice(GRAPHS)
+STAGE_GRAPH = Choice({**GRAPHS, "random": "Nichani et al.'s: a parent anywhere before, or none"})
+TRIGGER_CHOICE = Choice(
+    dict(zip(TRIGGER_CHOICES, ("uniform tokens", "the bigram's most frequent tokens, as Bietti et al. fix them")))
+)
 MAX_ENUMERATED = 50_000  # sequences the construction is checked on, at most (every one of k^(T+1))
 
-
-def _check_graph(name: str) -> None:
-    if name not in GRAPHS:
-        raise ValueError(f"the causal graph is one of {', '.join(GRAPHS)}, got {name!r}")
-
-
-GRAPH = Custom(
-    _check_graph,
-    "chain (the parent is the token before) or tree (a fixed random parent)",
-    lambda rng, near: GRAPHS[int(rng.integers(len(GRAPHS)))],
-)
-
-STAGE_GRAPHS = ("chain", "tree", "random")
-
-
-def _check_stage_graph(name: str) -> None:
-    if name not in STAGE_GRAPHS:
-        raise ValueError(f"the first stage's graph is one of {', '.join(STAGE_GRAPHS)}, got {name!r}")
-
-
-STAGE_GRAPH = Custom(
-    _check_stage_graph,
-    "chain, tree (a parent within the window) or random (Nichani et al.: a parent anywhere before, or none)",
-    lambda rng, near: STAGE_GRAPHS[int(rng.integers(len(STAGE_GRAPHS)))],
-)
 
 PARAMS = (
     Param("k", int, 3, 3, "states of the in-context chains", in_range(2, 8)),
@@ -146,6 +127,22 @@ PARAMS = (
     ),
     Param("trigger_tokens", int, 16, 64, "tokens of the trigger task (Bietti et al.: 65 characters)", in_range(4, 256)),
     Param("triggers", int, 3, 5, "trigger tokens, each followed by its sequence's own output", at_least(1)),
+    Param(
+        "trigger_zipf",
+        float,
+        1.0,
+        1.0,
+        "the trigger task's bigram: its rows' base measure falls as rank^-zipf (0: flat)",
+        Interval(0.0, 3.0),
+    ),
+    Param(
+        "trigger_choice",
+        str,
+        "frequent",
+        "frequent",
+        "the triggers: the bigram's most frequent tokens (Bietti et al.) or uniform ones",
+        TRIGGER_CHOICE,
+    ),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
     Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),
     Param(
@@ -158,7 +155,7 @@ PARAMS = (
     ),
     Param("memory_d", int, 64, 256, "width of the simplified model (its random embeddings)", at_least(1)),
     Param(
-        "memory_steps", int, 250, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
+        "memory_steps", int, 400, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
     ),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
 )

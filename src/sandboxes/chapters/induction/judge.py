@@ -236,28 +236,32 @@ def formation_steps(data: TriggerData | MemoriesData) -> np.ndarray:
     return np.where(probed.any(axis=1), steps[probed.argmax(axis=1)], np.inf)
 
 
+PAPER_TWO_LAYERS = 0.99  # Bietti et al.: two layers about 99 % right on a trigger's output seen before
+PAPER_ROUNDING = 0.005  # a share reported to the percent: anything from 0.985 rounds to 99 %
+
+
 def trigger_claims(data: TriggerData) -> list[Claim]:
-    """Two layers recall a trigger's output from context, more than halfway from chance to always (where some
-    held-out trigger comes twice)."""
+    """Two layers recall a trigger's output from context as often as Bietti et al. report (where some held-out
+    trigger comes twice)."""
     if not data["positions"]["recall"]:
         return []
     settled = budget_ran_out(
         data["still_descending"]["two_layers"], "two-layer runs were still descending", "trigger_steps"
     )
-    halfway, per_seed = (1.0 + data["chance"]) / 2, data["accuracy"]["recall"]["two_layers"]
+    bound, per_seed = PAPER_TWO_LAYERS - PAPER_ROUNDING, data["accuracy"]["recall"]["two_layers"]
     return [
         Claim.at_least(
             "trigger task, two layers, every seed: accuracy on a trigger's output where the trigger "
             "came earlier in the sequence",
-            halfway,
+            bound,
             min(per_seed),
-            "induction head (Bietti et al.; the construction above): the output read in context is "
-            "certain, so an induction head is always right; a guess that ignores the earlier "
-            "occurrence is right with probability 1 / (tokens that can be outputs); halfway between",
+            "Bietti et al. report about 99 % for two layers, to the percent, so anything from 0.985 rounds "
+            "to it; an induction head (the construction above) is always right here, while a guess that "
+            "ignores the earlier occurrence is right with probability 1 / (tokens that can be outputs)",
             digits=3,
         )
         .eventually(*settled)
-        .held_to_spread(halfway, per_seed, upper=False)
+        .held_to_spread(bound, per_seed, upper=False)
     ]
 
 

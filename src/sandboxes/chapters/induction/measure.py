@@ -576,7 +576,13 @@ class TriggerData(TypedDict):
 def trigger_task(config: dict[str, Any]) -> TriggerTask:
     """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``."""
     return TriggerTask(
-        config["trigger_tokens"], config["triggers"], config["trigger_T"], BIGRAM_CONCENTRATION, config["seed"]
+        config["trigger_tokens"],
+        config["triggers"],
+        config["trigger_T"],
+        BIGRAM_CONCENTRATION,
+        config["seed"],
+        zipf=config["trigger_zipf"],
+        choice=config["trigger_choice"],
     )
 
 
@@ -704,6 +710,8 @@ def memory_task(config: dict[str, Any]) -> TriggerTask:
         BIGRAM_CONCENTRATION,
         config["seed"],
         scored="recall",
+        zipf=config["trigger_zipf"],
+        choice=config["trigger_choice"],
     )
 
 
