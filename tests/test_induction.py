@@ -24,6 +24,7 @@ from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (
     FORMED,
+    MATCH_SCALES,
     MAX_PERMUTED_STATES,
     PARENT_MASS,
     bayes_predictive,
@@ -37,6 +38,7 @@ from sandboxes.theory.induction import (
     induction_slots,
     joint_laws,
     loss_levels,
+    match_scale_losses,
     permutation_predictive,
     predictor_loss,
     score_gradient,
@@ -360,6 +362,37 @@ def _stage_run(graph: str, body: tuple, adjacency: str) -> dict:
     return {"graph": graph, "loss": "last token", "parents": parents, "parent_weight": weights, "still_descending": 0}
 
 
+def _second_stage(change: str) -> dict:
+    """Stage 2's data for a model that sits at the best scale with layer 1 the graph, or (the change) at the first
+    stage's scale, as if stage 2 had not run."""
+    chain = InContextMarkov(3, 1.0, with_test_token(random_parents(30, seed=0)), floor=0.2)
+    seq, kernels = chain.sequences_and_kernels(2000, _gen(11))
+    law = kernels[np.arange(2000), chain.contexts(seq.numpy(), 32)]
+    losses = match_scale_losses(chain.parents, seq[:, :-1], law, 0.001, MATCH_SCALES)
+    best, first = int(np.argmin(losses.mean(axis=1))), MATCH_SCALES.index(1.0)
+    model = losses[first if change == "layer 2 left at its first stage's scale" else best]
+    array = seq.numpy()
+
+    def level(probs: np.ndarray) -> float:
+        return float(-(law * np.log(probs[:, -1])).sum(axis=-1).mean())
+
+    return {
+        "loss": {"first": [float(losses[first].mean())], "both": [float(model.mean())]},
+        "excess": [[float((model - losses[best]).mean()), float((model - losses[best]).std() / np.sqrt(2000))]],
+        "levels": {
+            "unigram": level(unigram_predictive(chain, array)),
+            "smoothed": level(bayes_predictive(chain, array)),
+        },
+        "scales": list(MATCH_SCALES),
+        "scale_loss": losses.mean(axis=1).tolist(),
+        "still_descending": 0,
+    }
+
+
+def _second_stage_rows(change: str) -> list:
+    return [judge.second_stage_claim(_second_stage(change))]
+
+
 def _staged_rows(change: str) -> list:
     wrong = change == "layer 1 on the chain while the data follow the random graph"
     blank = change == "layer 1 as initialised"
@@ -367,7 +400,7 @@ def _staged_rows(change: str) -> list:
         _stage_run("random", random_parents(14, seed=0), "none" if blank else "chain" if wrong else "graph"),
         _stage_run("chain", chain_parents(14), "none" if blank else "graph"),
     ]
-    return judge.staged_rows({}, {"runs": runs})[0]
+    return judge.staged_rows({}, {"runs": runs, "second": _second_stage("nothing")})[0]
 
 
 def _training_rows(change: str) -> list:
@@ -510,6 +543,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
         _staged_rows,
     ),
     (r"first stage on the chain, the last token's loss", "layer 1 as initialised", _staged_rows),
+    (r"both stages \(layer 2 trained after layer 1\)", "layer 2 left at its first stage's scale", _second_stage_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
@@ -632,8 +666,10 @@ def test_the_first_stage_trains_layer_1_alone_on_each_loss(tiny_result):
 def test_a_first_stage_cut_short_is_undecided_not_failed(tiny_result):
     runs = tiny_result("induction")["data"]["staged"]["runs"]
     assert all(run["still_descending"] > 0 for run in runs)
-    claims, _ = judge.staged_rows({}, {"runs": runs})
-    assert claims and all(c.holds is None and "--set stage_steps=" in c.reason for c in claims)
+    data = tiny_result("induction")["data"]["staged"]
+    claims, _ = judge.staged_rows({}, data)
+    assert claims[:-1] and all(c.holds is None and "--set stage_steps=" in c.reason for c in claims[:-1])
+    assert data["second"]["still_descending"] > 0 and claims[-1].holds is not False
 
 
 def test_training_scores_only_the_targets_whose_parent_reads_them():

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         HigherOrderData,
         LevelsData,
         MemoriesData,
+        SecondStage,
         StagedData,
         SupportData,
         TrainingData,
@@ -311,13 +312,13 @@ def staged(data: StagedData) -> Figure:
     for every input), and every seed's weight on the parent by position, on the theorem's loss and on the
     ablation's."""
     runs = data["runs"]
-    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.0))
+    fig, axes = plt.subplots(1, 4, figsize=(17.5, 4.0))
     first = runs[0]
     image = _draw_position_map(
         axes[0],
         np.asarray(first["attention"], dtype=float),
         first["parents"],
-        f"layer 1, first stage ({first['graph']})",
+        f"layer 1 ({first['graph']})",
         "Greys",
         COLORS["tied"],
         0.0,
@@ -336,5 +337,26 @@ def staged(data: StagedData) -> Figure:
         reference_line(ax, PARENT_MASS, "the row's bound" if loss == "last token" else "the bound (no row)", "--")
         ax.set(xlabel="position t", ylabel="weight on the parent", ylim=(0, 1.05), title=title)
         ax.legend(loc="lower left", fontsize=7, ncol=2)
+    _draw_second_stage(axes[3], data["second"])
     fig.tight_layout()
     return fig
+
+
+def _draw_second_stage(ax: plt.Axes, second: SecondStage) -> None:
+    """The reduced model's last-token loss against layer 2's scale with layer 1 the graph, the levels, and each seed
+    after the first stage (at its scale) and after both (at its learned mean diagonal)."""
+    ax.plot(second["scales"], second["scale_loss"], color=COLORS["theory"], label="layer 1 the graph (computed)")
+    for name, style in (("unigram", ":"), ("smoothed", "--")):
+        words = "in-context unigram" if name == "unigram" else "smoothed count estimator"
+        reference_line(ax, second["levels"][name], words, style)
+    first = second["loss"]["first"]
+    ax.plot([second["first_scale"]] * len(first), first, "x", color=COLORS["tied"], label="after stage 1")
+    ax.plot(second["match_scale"], second["loss"]["both"], "o", color=COLORS["untied"], label="after both stages")
+    low, high = second["levels"]["smoothed"], max(second["levels"]["unigram"], max(first))
+    ax.set(
+        xlabel="layer 2's scale",
+        ylabel="last-token loss (nats)",
+        ylim=(low - 0.1 * (high - low), high + 0.3 * (high - low)),
+    )
+    ax.set_title("the second stage")
+    ax.legend(loc="upper right", fontsize=7)

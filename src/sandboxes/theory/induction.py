@@ -308,6 +308,39 @@ def staged_initialisation(k: int, T: int, beta: float) -> Disentangled:
     return Disentangled(k, T, beta).double()
 
 
+MATCH_SCALES = tuple(np.round(np.arange(0.25, 8.01, 0.25), 2))  # layer 2's scales the best is sought on
+GRAPH_SCORE = 1e4  # layer 1's score gap that makes its attention the graph's adjacency to float precision
+
+
+def graph_scores(parents: tuple[tuple[int, ...], ...], length: int) -> Tensor:
+    """Layer 1's positional scores whose attention is the graph's adjacency on the first ``length`` positions: each
+    position on its parent; a root, which has none, uniform over the positions up to it (as at the start: the last
+    token's loss gives a root's row no pull towards any one position)."""
+    scores = torch.zeros(length, length)
+    for t, ps in enumerate(parents[:length]):
+        if ps:
+            scores[t] = -GRAPH_SCORE
+            scores[t, ps[0]] = 0.0
+    return scores
+
+
+def match_scale_losses(
+    parents: tuple[tuple[int, ...], ...], seq: Tensor, law: np.ndarray, floor: float, scales: tuple[float, ...]
+) -> np.ndarray:
+    """Per sequence and scale, ``(len(scales), n)``: the last-token cross-entropy against ``law`` (each sequence's
+    law of the test token's child) of Nichani et al.'s reduced model with layer 1 the graph's adjacency and layer 2
+    ``scale * I``, its output read as the law itself, mixed with ``floor`` of the uniform one. The best of them is
+    what the two stages converge to where layer 1 finds the graph and layer 2 one scale."""
+    length, k = seq.shape[1], law.shape[1]
+    first = graph_scores(parents, length).double()
+    out = []
+    for scale in scales:
+        model = Disentangled(k, length, scale, output="probability", floor=floor, first=first).double()
+        with torch.no_grad():
+            out.append(-(law * model(seq)[:, -1].numpy()).sum(axis=-1))
+    return np.stack(out)
+
+
 def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor) -> np.ndarray:
     """Gradient of the next-token loss at the ``scored`` positions (a ``(T,)`` mask) with respect to layer 1's
     positional scores ``A[t, j]``, on each of ``chunks`` equal parts of ``seq``: ``(chunks, T, T)``, whose mean is

@@ -5,7 +5,7 @@ predict it: a model must count transitions in the sequence it reads. Sections: t
 model can sit at and the chi-square information that ranks each position's possible parents
 (exact or fixed-seed Monte Carlo); an explicit two-layer induction head equal to the count
 estimator, and an order-m one in three layers of one head each (exact); the first gradient on
-layer 1 (autograd) and the first stage of Nichani et al.'s staged training; one- and two-layer
+layer 1 (autograd) and Nichani et al.'s two-stage training of their reduced model; one- and two-layer
 transformers trained online (their final loss against the levels, layer 1's attention on the
 causal graph, and kernels of another prior); two layers trained on a prior of restricted support
 and tested outside it; Bietti et al.'s trigger task, and their simplified model in which only
@@ -65,26 +65,24 @@ PARAMS = (
     Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for", in_range(1, 4)),
     Param("grad_samples", int, 16000, 64000, "sequences of the gradient at the staged initialisation", at_least(2)),
     Param("grad_beta", float, 3.0, 3.0, "layer 2's score scale at the staged initialisation", Interval(0.1, 30.0)),
-    Param("stage_k", int, 10, 10, "states of the first stage's chains (Nichani et al.: 10)", in_range(2, 16)),
+    Param("stage_k", int, 10, 10, "states of the stages' chains (Nichani et al.: 10)", in_range(2, 16)),
     Param(
         "stage_alpha",
         float,
         0.1,
         0.1,
-        "Dirichlet concentration of the first stage (Nichani et al.: 0.1)",
+        "Dirichlet concentration of the stages' kernels (Nichani et al.: 0.1)",
         Interval(0.05, 20.0),
     ),
     Param(
         "stage_T",
         int,
-        20,
-        20,
-        "tokens the first stage reads, the test token last (Nichani et al.: 20)",
+        64,
+        64,
+        "tokens the stages read, the test token last (Nichani et al.'s experiment: 20)",
         in_range(4, 256),
     ),
-    Param(
-        "stage_graph", str, "random", "random", "causal graph of the first stage: chain, tree or random", STAGE_GRAPH
-    ),
+    Param("stage_graph", str, "random", "random", "causal graph of the stages: chain, tree or random", STAGE_GRAPH),
     Param(
         "stage_beta",
         float,
@@ -95,6 +93,8 @@ PARAMS = (
     ),
     Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)", at_least(1)),
     Param("stage_lr", float, 60.0, 60.0, "step size of those plain gradient steps", positive),
+    Param("stage2_steps", int, 600, 3000, "gradient steps of layer 2 alone after it (the second stage)", at_least(1)),
+    Param("stage2_lr", float, 1.0, 1.0, "step size of those plain gradient steps", positive),
     Param("d_model", int, 32, 64, "width of the trained transformers", at_least(1)),
     Param("n_head", int, 1, 2, "attention heads per layer (a tree needs two)", at_least(1)),
     Param("steps", int, 1500, 20000, "training steps (fresh sequences each step)", at_least(1)),
@@ -122,7 +122,7 @@ PARAMS = (
         float,
         0.2,
         0.2,
-        "floor of the kernels of the support section and the first stage: every entry at least gamma / k",
+        "floor of the kernels of the support section and the stages: every entry at least gamma / k",
         Interval(0.01, 0.99),
     ),
     Param("trigger_tokens", int, 16, 64, "tokens of the trigger task (Bietti et al.: 65 characters)", in_range(4, 256)),
@@ -170,6 +170,7 @@ PARAMS = with_reference(
         "steps": 10000,
         "lr": 1e-2,
         "stage_steps": 3000,
+        "stage2_steps": 3000,
         "eval_size": 8192,
         "trigger_tokens": 65,
         "triggers": 5,
@@ -233,6 +234,7 @@ UNIT_SCALE = {
     "trigger_steps": 3,
     "stage_steps": 3,
     "stage_T": 6,
+    "stage2_steps": 3,
     "memory_T": 16,
     "memory_d": 16,
     "memory_steps": 3,
@@ -252,6 +254,7 @@ FULL_SHRUNK = {
     "trigger_steps": 2,
     "stage_steps": 2,
     "stage_T": 8,
+    "stage2_steps": 2,
     "memory_T": 16,
     "memory_d": 64,
     "memory_steps": 2,
@@ -275,7 +278,7 @@ CHAPTER = Chapter(
         ),
         Section(
             "staged",
-            "The first stage trained: layer 1 finds the graph",
+            "The two stages trained: layer 1 finds the graph, layer 2 its scale",
             staged,
             trains=True,
             rows=staged_rows,

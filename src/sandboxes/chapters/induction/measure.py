@@ -254,8 +254,23 @@ class StageRun(TypedDict):
     still_descending: int  # runs whose loss or worst weight on the parent was still moving at the end
 
 
+class SecondStage(TypedDict):
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seed x evaluation, the trainer's held-out sequences
+    loss: dict[str, list[float]]  # per seed on the held-out sequences: "first" (after stage 1), "both" (after 2)
+    excess: list[list[float]]  # per seed: mean and standard error over sequences of its loss minus the best
+    # reduced model's (layer 1 the graph, layer 2 at its best scale), paired on the same sequences
+    levels: dict[str, float]  # on the held-out sequences: the in-context unigram and the smoothed count estimator
+    scales: list[float]  # layer 2's scales tried with layer 1 the graph
+    scale_loss: list[float]  # their mean losses on the held-out sequences
+    first_scale: float  # layer 2's scale through stage 1 (stage_beta)
+    match_scale: list[float]  # per seed: layer 2's mean diagonal after stage 2
+    still_descending: int
+
+
 class StagedData(TypedDict):
     runs: list[StageRun]  # the theorem's loss on stage_graph (and on the chain), then the ablation on the chain
+    second: SecondStage  # stage 2 after the first run's stage 1
 
 
 LAST_TOKEN, EVERY_POSITION = "last token", "every position"
@@ -311,11 +326,70 @@ def stage_model(config: dict[str, Any]) -> Disentangled:
     )
 
 
+def second_schedule(config: dict[str, Any]) -> TrainConfig:
+    """Stage 2's plain gradient steps on layer 2 alone, of constant size."""
+    return replace(staged_schedule(config), steps=config["stage2_steps"], lr=config["stage2_lr"])
+
+
+def second_stage(config: dict[str, Any], ctx: RunContext, firsts: list[Tensor]) -> SecondStage:
+    """Nichani et al.'s second stage: layer 2 trained alone from ``stage_beta I``, layer 1 held at each seed's first
+    stage; its held-out loss against the smoothed count estimator's and the best reduced model's."""
+    task = LastTokenTask(stage_task(config, config["stage_graph"], LAST_TOKEN).chain)  # type: ignore[union-attr]
+    k, T, beta = config["stage_k"], config["stage_T"], config["stage_beta"]
+
+    def held(first: Tensor, train_match: bool) -> Disentangled:
+        return Disentangled(
+            k, T, beta, train_match, output="probability", floor=OUTPUT_FLOOR, first=first, train_first=False
+        )
+
+    run = train(
+        [partial(held, first, True) for first in firsts],
+        task,
+        second_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+    )
+    seq, kernels = task.chain.sequences_and_kernels(config["eval_size"], _generator(config, "second-stage"))
+    array, law = seq.numpy(), kernels[np.arange(len(seq)), task.chain.contexts(seq.numpy(), T)]
+
+    def per_sequence(model: Disentangled) -> np.ndarray:
+        with torch.no_grad():
+            return -(law * model.double()(seq[:, :-1])[:, -1].numpy()).sum(axis=-1)
+
+    scale_loss = theory.match_scale_losses(task.chain.parents, seq[:, :-1], law, OUTPUT_FLOOR, theory.MATCH_SCALES)
+    best = scale_loss[int(np.argmin(scale_loss.mean(axis=1)))]
+    both = [per_sequence(m) for m in run.models]
+
+    def level(probs: np.ndarray) -> float:
+        return float(-(law * np.log(probs[:, -1])).sum(axis=-1).mean())
+
+    return {
+        "eval_steps": run.eval_steps,
+        "eval_loss": run.eval_loss,
+        "loss": {
+            "first": [float(per_sequence(held(first, False)).mean()) for first in firsts],
+            "both": [float(x.mean()) for x in both],
+        },
+        "excess": [list(_mean_and_error(x - best)) for x in both],
+        "levels": {
+            "unigram": level(theory.unigram_predictive(task.chain, array)),
+            "smoothed": level(theory.bayes_predictive(task.chain, array)),
+        },
+        "scales": [float(x) for x in theory.MATCH_SCALES],
+        "scale_loss": scale_loss.mean(axis=1).tolist(),
+        "first_scale": beta,
+        "match_scale": [float(m.second.detach().diagonal().mean()) for m in run.models],
+        "still_descending": int(still_descending(run, LOSS_NOISE, continued=True).sum()),
+    }  # type: ignore[typeddict-item]
+
+
 def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
     """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held, on their
     loss and on the ablation's; the attention each run ends with, against its graph."""
     T = config["stage_T"]
     runs: list[StageRun] = []
+    firsts: list[Tensor] = []
     for graph, loss in stage_runs(config):
         task = stage_task(config, graph, loss)
         chain = task.chain if isinstance(task, LastTokenTask) else task
@@ -337,6 +411,7 @@ def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
             probe=worst,
         )
         tables = [attention(m) for m in run.models]
+        firsts = firsts or [m.first.detach().clone() for m in run.models]  # the first run's: stage 2 starts there
         moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
         runs.append(
             {
@@ -350,7 +425,7 @@ def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
                 "still_descending": int(moving.sum()),
             }  # type: ignore[typeddict-item]
         )
-    return {"runs": runs}
+    return {"runs": runs, "second": second_stage(config, ctx, firsts)}
 
 
 # ---------------------------------------------------------------- training
