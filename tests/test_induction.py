@@ -24,26 +24,28 @@ from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from sandboxes.theory.induction import (
     FORMED,
+    LEMMA_BETA,
     MATCH_SCALES,
     MAX_PERMUTED_STATES,
     PARENT_MASS,
     bayes_predictive,
     carried_weight,
     chi2_information,
+    chi2_overlap,
     count_predictive,
+    first_order_gradient,
     higher_order_average,
     higher_order_head,
     higher_order_leakage,
     induction_head,
     induction_slots,
     joint_laws,
+    last_token_gradient,
     loss_levels,
     match_scale_losses,
     permutation_predictive,
     predictor_loss,
-    score_gradient,
     sequence_losses,
-    staged_initialisation,
     successor_average,
     unigram_predictive,
     window_gap,
@@ -339,14 +341,28 @@ def _higher_order_rows(change: str) -> list:
     )[0]
 
 
+def _stage_sample(body: tuple, n: int, seed: int) -> tuple[InContextMarkov, torch.Tensor, torch.Tensor]:
+    """The first stage's task on ``body`` (k = 3, alpha = 1, no floor): its graph, ``n`` inputs and their laws."""
+    chain = InContextMarkov(3, 1.0, with_test_token(body))
+    seq, kernels = chain.sequences_and_kernels(n, _gen(seed))
+    law = kernels[np.arange(n), chain.contexts(seq.numpy(), chain.length)]
+    return chain, seq[:, :-1], torch.from_numpy(law)
+
+
+def _reduced(T: int, scale: float) -> Disentangled:
+    return Disentangled(3, T, scale, output="probability", floor=0.001).double()
+
+
 def _gradient_rows(change: str) -> list:
-    tree = InContextMarkov(3, 1.0, tree_parents(12, 4, seed=1))
-    seq = tree.sequences(8000, _gen(8))
-    parts = score_gradient(staged_initialisation(3, 12, 3.0), seq, judge.GRADIENT_CHUNKS, tree.parent_queries())
-    graph = chain_parents(12) if change == "ranked against the chain while the data follow a tree" else tree.parents
-    return judge.gradient_claims(
-        parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12), tree.parent_queries().numpy()
-    )
+    chain, inputs, law = _stage_sample(random_parents(10, seed=1), 8000, 8)
+    parts = last_token_gradient(_reduced(12, 1.0), inputs, law, judge.GRADIENT_CHUNKS)
+    wrong_graph = change == "ranked against the chain while the data follow the random graph"
+    graph = with_test_token(chain_parents(10)) if wrong_graph else chain.parents
+    small = last_token_gradient(_reduced(12, LEMMA_BETA), inputs, law, 1)[0] / LEMMA_BETA
+    centred = change != "derived without the copy's centring"
+    first = first_order_gradient(inputs.numpy(), law.numpy(), 0.001, centred=centred)
+    ranked = judge.gradient_claims(parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12))
+    return [*ranked, judge.lemma_claim({"small_scale": small, "first_order": first})]
 
 
 def _stage_run(graph: str, body: tuple, adjacency: str) -> dict:
@@ -528,10 +544,11 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"construction writes the in-context count", "no first layer", _construction_rows),
     (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
     (
-        r"key lemma: at the staged initialisation",
-        "ranked against the chain while the data follow a tree",
+        r"key lemma: where the first stage starts",
+        "ranked against the chain while the data follow the random graph",
         _gradient_rows,
     ),
+    (r"the first gradient derived to first order", "derived without the copy's centring", _gradient_rows),
     (
         r"two layers, every seed: share of the unigram-to-Bayes",
         "two layers at the in-context unigram level",
@@ -599,27 +616,34 @@ def test_a_tree_with_one_head_is_refused_before_any_work():
 
 
 def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
-    task = InContextMarkov.chain(3, 1.0, 12)
-    parts = score_gradient(
-        staged_initialisation(3, 12, 3.0), task.sequences(64, _gen(9)), judge.GRADIENT_CHUNKS, task.parent_queries()
-    )
-    (claim,) = judge.gradient_claims(parts, measure.parent_positions(task, 12), task.parent_queries().numpy())
+    chain, inputs, law = _stage_sample(chain_parents(10), 64, 9)
+    parts = last_token_gradient(_reduced(12, 1.0), inputs, law, judge.GRADIENT_CHUNKS)
+    (claim,) = judge.gradient_claims(parts, measure.parent_positions(chain, 12))
     assert claim.holds is None and "--set grad_samples=" in claim.reason
 
 
-def test_the_gradient_row_does_not_judge_rows_no_scored_query_reads():
-    # a tree (T = 64, window 8, seed 0) whose last scored query is 59: rows 60 to 63 of layer 1 get no gradient
-    # at all, and a row that waited for them would stay undecided at any sample size
-    task = replace(InContextMarkov(3, 1.0, tree_parents(64, 8, seed=0)), scored="parent_query")
-    scored = task.parent_queries().numpy()
-    last = int(np.flatnonzero(scored).max())
-    assert last < 63
-    seq = task.sequences(2048, _gen(3))
-    parts = score_gradient(staged_initialisation(3, 64, 3.0), seq, judge.GRADIENT_CHUNKS, task.parent_queries())
-    assert np.all(parts[:, last + 1 :] == 0.0)
-    (claim,) = judge.gradient_claims(parts, measure.parent_positions(task, 64), scored)
-    judged = sum(1 for t in range(2, last + 1) if measure.parent_positions(task, 64)[t] >= 0)
-    assert claim.predicted == f"{judged} positions"
+def test_the_first_order_gradient_is_the_gradient_over_the_scale_as_the_scale_vanishes():
+    # the remainder falls in proportion to the scale (a first-order expansion): 1e4 times smaller from 1e-2 to 1e-6
+    _, inputs, law = _stage_sample(chain_parents(6), 4000, 4)
+    first = first_order_gradient(inputs.numpy(), law.numpy(), 0.001)
+    errors = [
+        np.abs(last_token_gradient(_reduced(8, scale), inputs, law, 1)[0] / scale - first).max()
+        for scale in (1e-2, 1e-6)
+    ]
+    assert 0.5e-4 * errors[0] < errors[1] < 2e-4 * errors[0]
+
+
+def test_the_long_sequence_limit_at_the_parent_is_one_plus_the_chi_square_information():
+    chain = InContextMarkov(3, 1.0, with_test_token(chain_parents(10)))
+    kernels = chain.kernels(500, _gen(5))
+    laws = joint_laws(chain, kernels, 6)
+    marginal = np.einsum("mbb->mb", laws[:, 6])
+    parent = np.einsum("mab,mab,mb->m", laws[:, 5], kernels, 1 / marginal)
+    rows, cols = laws[:, 5].sum(axis=2, keepdims=True), laws[:, 5].sum(axis=1, keepdims=True)
+    information = (laws[:, 5] ** 2 / (rows * cols)).sum(axis=(1, 2)) - 1
+    assert np.allclose(parent, 1 + information)
+    overlap = chi2_overlap(chain, kernels, 6)
+    assert abs(overlap.sum()) < 1e-12 and int(np.argmax(overlap)) == 5
 
 
 def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():

@@ -87,21 +87,47 @@ def information(data: LevelsData) -> Figure:
 
 
 def gradient(data: GradientData) -> Figure:
-    """Minus the first gradient on layer 1's positional scores at the staged initialisation, each row scaled by its
-    largest entry (early rows average fewer positions and move more), the parents circled."""
+    """Minus the first gradient on layer 1's positional scores where the first stage starts, each row scaled by its
+    largest entry (early rows average fewer positions and move more), the parents circled; and a few rows against
+    the distance back from t: autograd at a tiny scale of layer 2, the derived first-order gradient, and its
+    long-sequence limit, each over the derived row's largest entry."""
     table = -np.asarray(data["gradient"], dtype=float)
     table[np.triu_indices_from(table)] = np.nan  # j >= i: masked, or the position itself
     table /= np.nanmax(np.abs(table), axis=1, keepdims=True, initial=0.0, where=~np.isnan(table))
-    return _position_map(
-        table,
-        data["parents"],
-        "the first gradient step on layer 1's scores",
-        "coolwarm",
-        "-dL/dA[i, j] / its row's largest",
-        "black",
-        -1.0,
-        1.0,
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    image = _draw_position_map(
+        left, table, data["parents"], "the first gradient step on layer 1's scores", "coolwarm", "black", -1.0, 1.0
     )
+    fig.colorbar(image, ax=left, shrink=0.8, label="-dL/dA[i, j] / its row's largest")
+    small, first = np.asarray(data["small_scale"]), np.asarray(data["first_order"])
+    for row, (t, limit) in enumerate(zip(data["overlap_rows"], data["overlap"])):
+        scale = np.abs(first[t, : t + 1]).max()
+        back = np.arange(t + 1)  # distance back from t: j = t - back
+        color = plt.get_cmap("viridis")(row / max(1, len(data["overlap_rows"]) - 1))
+        offset = 2.2 * row
+        right.plot(back, -small[t, t::-1] / scale - offset, "-", color=color, linewidth=1, label=f"t = {t}")
+        right.plot(back, -first[t, t::-1] / scale - offset, "o", color=color, markersize=2.5, fillstyle="none")
+        right.plot(back, -np.asarray(limit)[::-1] / scale - offset, "--", color=color, linewidth=0.8)
+        parent = data["parents"][t]
+        if parent >= 0:
+            right.plot(
+                [t - parent],
+                [-first[t, parent] / scale - offset],
+                "o",
+                color=COLORS["tied"],
+                markersize=6,
+                fillstyle="none",
+            )
+    right.set(
+        xlabel="distance back from t (j = t - distance)",
+        ylabel="-dL/dA[t, j], rows offset",
+        xlim=(-0.5, max([16] + [t - data["parents"][t] for t in data["overlap_rows"]]) + 0.5),
+        title="lines: autograd; rings: derived; dashes: long-T limit",
+    )
+    right.set_yticks([])
+    right.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def construction(data: ConstructionData) -> Figure:

@@ -302,12 +302,6 @@ def successor_average(model: GPT, idx: Tensor) -> Tensor:
     return _last_residual(model, idx)[..., induction_slots(model.config.vocab_size, model.config.block_size).successors]
 
 
-def staged_initialisation(k: int, T: int, beta: float) -> Disentangled:
-    """Nichani et al.'s model before layer 1 has learned anything (float64): layer 1 attends uniformly (all scores
-    0), layer 2 matches with score scale ``beta``, and the output reads layer 2's successor average as logits."""
-    return Disentangled(k, T, beta).double()
-
-
 MATCH_SCALES = tuple(np.round(np.arange(0.25, 8.01, 0.25), 2))  # layer 2's scales the best is sought on
 GRAPH_SCORE = 1e4  # layer 1's score gap that makes its attention the graph's adjacency to float precision
 
@@ -341,18 +335,57 @@ def match_scale_losses(
     return np.stack(out)
 
 
-def score_gradient(model: Disentangled, seq: Tensor, chunks: int, scored: Tensor) -> np.ndarray:
-    """Gradient of the next-token loss at the ``scored`` positions (a ``(T,)`` mask) with respect to layer 1's
-    positional scores ``A[t, j]``, on each of ``chunks`` equal parts of ``seq``: ``(chunks, T, T)``, whose mean is
-    the gradient on all of ``seq``."""
+LEMMA_BETA = 1e-6  # layer 2's scale at which autograd's gradient, over the scale, is the first-order one
+
+
+def last_token_gradient(model: Disentangled, inputs: Tensor, law: Tensor, chunks: int) -> np.ndarray:
+    """Gradient of the last token's cross-entropy against ``law`` (each sequence's law of the test token's child)
+    with respect to layer 1's positional scores ``A[t, j]``, on each of ``chunks`` equal parts of the sequences:
+    ``(chunks, T, T)``, whose mean is the gradient on all of them."""
     parts = []
-    for part in torch.tensor_split(seq, chunks):
-        logits = model(part[:, :-1])[:, scored]
-        targets = part[:, 1:][:, scored]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    for x, y in zip(torch.tensor_split(inputs, chunks), torch.tensor_split(law, chunks)):
+        loss = -(y * model(x)[:, -1]).sum(dim=-1).mean()
         (grad,) = torch.autograd.grad(loss, model.first)
         parts.append(grad.numpy())
     return np.stack(parts)
+
+
+def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, centred: bool = True) -> np.ndarray:
+    """The first gradient of the reduced model (output read as the law, mixed with ``floor`` of the uniform one) on
+    the last token's loss, to first order in layer 2's scale beta, over beta: ``(T, T)``, derived by hand.
+
+    With ``A = 0`` layer 1 copies ``c_t``, the mean one-hot token of positions ``0..t``; layer 2's score of key
+    ``t`` is ``beta <e_q, c_t>`` (``q`` the last token) and its weights ``1/T + O(beta)``, so the model's law is
+    ``f = (1 - floor) nu + floor / k`` with ``nu`` the tokens' frequencies. The chain rule gives, per sequence,
+    ``dl/dscore_t = -((1 - floor) / T) (pi_q(s_t) / f(s_t) - sum_y pi_q(y) nu(y) / f(y))`` and
+    ``dscore_t / dA[t, j] = beta (1[s_j = q] - c_t(q)) / (t + 1)``; the gradient is the mean of their product.
+    ``centred=False`` drops ``c_t(q)``, what the row's counterfactual gets wrong."""
+    n, T = inputs.shape
+    rows = np.arange(n)[:, None]
+    frequency = np.eye(law.shape[1])[inputs].mean(axis=1)
+    model_law = (1 - floor) * frequency + floor / law.shape[1]
+    pull = -((1 - floor) / T) * (
+        law[rows, inputs] / model_law[rows, inputs] - (law * frequency / model_law).sum(axis=1, keepdims=True)
+    )  # (n, T): dl/dscore_t over beta's absence
+    match = (inputs == inputs[:, -1:]).astype(float)
+    copied = np.cumsum(match, axis=1) / np.arange(1, T + 1) if centred else np.zeros_like(match)
+    out = np.zeros((T, T))
+    for t in range(T):
+        out[t, : t + 1] = (pull[:, t : t + 1] * (match[:, : t + 1] - copied[:, t : t + 1])).mean(axis=0) / (t + 1)
+    return out
+
+
+def chi2_overlap(task: InContextMarkov, kernels: np.ndarray, t: int) -> np.ndarray:
+    """``E_pi sum_ab P(s_j = a, s_t = b) pi(a, b) / P(s_t = b)`` for every ``j <= t``, minus its mean over ``j``:
+    the first gradient's row ``t`` in the limit of long sequences (``f -> P(s_t)``, the query's law uniform), up
+    to the factor ``-beta / (k (t + 1) T)``. At the parent it is exactly ``1 + I_chi2(s_p; s_t)``; elsewhere a
+    chi-square inner product of two joint laws, at most ``sqrt((1 + I_chi2(s_j; s_t)) (1 + I_chi2(s_p; s_t)))`` by
+    Cauchy-Schwarz where the marginals of ``s_j`` and ``s_p`` agree, so at most the parent's by data processing;
+    and of either sign once the row's mean is taken away."""
+    laws = joint_laws(task, kernels, t)  # (m, t + 1, k, k): the law of (s_j, s_t)
+    marginal = np.einsum("mbb->mb", laws[:, t])
+    overlap = np.einsum("mjab,mab,mb->mj", laws, kernels, 1.0 / marginal).mean(axis=0)
+    return overlap - overlap.mean()
 
 
 class HigherOrderSlots(NamedTuple):

@@ -63,8 +63,9 @@ PARAMS = (
     ),
     Param("beta", float, 30.0, 30.0, "attention score scale of the constructions", Interval(5.0, 60.0)),
     Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for", in_range(1, 4)),
-    Param("grad_samples", int, 16000, 64000, "sequences of the gradient at the staged initialisation", at_least(2)),
-    Param("grad_beta", float, 3.0, 3.0, "layer 2's score scale at the staged initialisation", Interval(0.1, 30.0)),
+    Param(
+        "grad_samples", int, 16000, 64000, "sequences of the first gradient where the first stage starts", at_least(2)
+    ),
     Param("stage_k", int, 10, 10, "states of the stages' chains (Nichani et al.: 10)", in_range(2, 16)),
     Param(
         "stage_alpha",

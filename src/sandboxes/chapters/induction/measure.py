@@ -36,6 +36,7 @@ from .judge import (
     construction_claims,
     gradient_claims,
     higher_order_claims,
+    lemma_claim,
     levels_claims,
 )
 
@@ -217,29 +218,44 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrder
 
 # ---------------------------------------------------------------- the first gradient
 class GradientData(TypedDict):
-    gradient: list[list[float]]  # dL/dA[t, j], layer 1's positional score from t to j, at the staged initialisation
+    gradient: list[list[float]]  # dL/dA[t, j], layer 1's positional score from t to j, where the first stage starts
+    small_scale: list[list[float]]  # autograd's gradient with layer 2 at LEMMA_BETA, over that scale
+    first_order: list[list[float]]  # the derived first-order gradient over the scale, on the same sequences
+    overlap_rows: list[int]  # the rows t whose long-sequence limit is computed
+    overlap: list[list[float]]  # per such row: chi2_overlap times -1 / (k (t + 1) T), for j = 0..t
     parents: list[int]
 
 
+OVERLAP_ROWS = 4  # rows of the first gradient (positions with a parent) whose long-sequence limit the figure draws
+
+
 def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
-    """The first gradient on layer 1's positional scores, by autograd, at the hand-built head with layer 1 blank."""
-    task = task_of(config)
-    seq = task.sequences(config["grad_samples"], _generator(config, "gradient"))
-    model = theory.staged_initialisation(config["k"], config["T"], config["grad_beta"])
-    parts = theory.score_gradient(model, seq, GRADIENT_CHUNKS, task.parent_queries())
-    parents = parent_positions(task, config["T"])
-    data: GradientData = {"gradient": parts.mean(axis=0), "parents": parents}  # type: ignore[typeddict-item]
-    claims = gradient_claims(parts, parents, task.parent_queries().numpy())
-    return Outcome(
-        claims,
-        data,
-        ()
-        if claims
-        else (
-            "key lemma: no position after the first two has a parent and is read by a scored query, so no gradient "
-            "ranks a parent; a longer T gives some",
-        ),
-    )
+    """The first gradient on layer 1's positional scores where the first stage starts, by autograd; the derived
+    first-order gradient against autograd at a tiny scale of layer 2; and its long-sequence limit on a few rows."""
+    chain = stage_task(config, config["stage_graph"], LAST_TOKEN).chain  # type: ignore[union-attr]
+    k, T = config["stage_k"], config["stage_T"]
+    seq, kernels = chain.sequences_and_kernels(config["grad_samples"], _generator(config, "gradient"))
+    inputs, law = seq[:, :-1], kernels[np.arange(len(seq)), chain.contexts(seq.numpy(), T)]
+
+    def model(scale: float) -> Disentangled:
+        return Disentangled(k, T, scale, output="probability", floor=OUTPUT_FLOOR).double()
+
+    parts = theory.last_token_gradient(model(config["stage_beta"]), inputs, torch.from_numpy(law), GRADIENT_CHUNKS)
+    small = theory.last_token_gradient(model(theory.LEMMA_BETA), inputs, torch.from_numpy(law), 1)[0]
+    prior = chain.kernels(config["chi2_kernels"], torch.Generator().manual_seed(member_seed("chi2", config["seed"])))
+    parents = parent_positions(chain, T)
+    children = [t for t in range(1, T) if parents[t] >= 0]
+    rows = sorted({children[int(i)] for i in np.linspace(len(children) // 4, len(children) - 1, OVERLAP_ROWS)})
+    data: GradientData = {
+        "gradient": parts.mean(axis=0),
+        "small_scale": small / theory.LEMMA_BETA,
+        "first_order": theory.first_order_gradient(inputs.numpy(), law, OUTPUT_FLOOR),
+        "overlap_rows": rows,
+        "overlap": [theory.chi2_overlap(chain, prior, t) * -1 / (k * (t + 1) * T) for t in rows],
+        "parents": parents,
+    }  # type: ignore[typeddict-item]
+    claims = [*gradient_claims(parts, parents), lemma_claim(data)]
+    return Outcome(claims, data)
 
 
 # ---------------------------------------------------------------- the first stage, trained
