@@ -107,11 +107,11 @@ def test_the_last_row_distance_of_the_true_kernel_is_zero():
     assert measure.last_row_distance(np.full_like(truth, 1 / 3), seq, kernels, task).min() > 0
 
 
-def test_support_beyond_the_permutation_sum_makes_no_row_and_says_why():
+def test_the_corollary_beyond_the_permutation_sum_makes_no_row_and_says_why():
     settings = {**TINY["induction"], "k": MAX_PERMUTED_STATES + 1}
-    result = chapter.CHAPTER.run("quick", settings, seeds=1, device="cpu", sections=["support"])
-    assert [c for c in result.claims if c.section == "support"] == []
-    assert any("k! permutations" in note for note in result.sections["support"]["silent"])
+    result = chapter.CHAPTER.run("quick", settings, seeds=1, device="cpu", sections=["corollary"])
+    assert [c for c in result.claims if c.section == "corollary"] == []
+    assert any("k! permutations" in note for note in result.sections["corollary"]["silent"])
 
 
 def test_the_floor_lifts_every_dirichlet_entry():
@@ -445,19 +445,31 @@ def _training_rows(change: str) -> list:
     return judge.training_claims(data)
 
 
-def _support_rows(change: str) -> list:
-    base = InContextMarkov.chain(3, 1.0, 16)
-    inside, outside = replace(base, rows="permutation", floor=0.2), replace(base, floor=0.2)
-    seq = outside.sequences(1000, _gen(10)).numpy()
-    rival = sequence_losses(permutation_predictive(inside, seq), seq)
-    fitted = (
-        permutation_predictive(inside, seq)
-        if change == "two layers that only fit the noisy permutations"
-        else bayes_predictive(outside, seq)
-    )
-    advantage = rival - sequence_losses(fitted, seq)
-    data = {"advantage": [[advantage.mean(), advantage.std(ddof=1) / np.sqrt(len(seq))]], "still_descending": 0}
-    return judge.support_claims(data)
+def _corollary(change: str, still_descending: int = 0) -> dict:
+    """The corollary's data for the graph at scale 3 on kernels outside the noisy permutations, or (the change) for
+    the training prior's own Bayes predictor."""
+    graph = with_test_token(chain_parents(30))
+    inside = InContextMarkov(3, 1.0, graph, rows="permutation", floor=0.2)
+    outside = replace(inside, rows="dirichlet")
+    seq, kernels = outside.sequences_and_kernels(2000, _gen(10))
+    array = seq.numpy()
+    law = kernels[np.arange(2000), outside.contexts(array, 32)]
+    graph_loss = match_scale_losses(graph, seq[:, :-1], law, 0.001, (3.0,))[0]
+    prior = -(law * np.log(permutation_predictive(inside, array)[:, -1])).sum(axis=-1)
+    model = prior if change == "a model that only fit the noisy permutations" else graph_loss
+    smoothed = -(law * np.log(bayes_predictive(outside, array)[:, -1])).sum(axis=-1)
+    return {
+        "loss": [float(model.mean())],
+        "excess": [[float((model - graph_loss).mean()), float((model - graph_loss).std() / np.sqrt(2000))]],
+        "levels": {"graph": float(graph_loss.mean()), "smoothed": float(smoothed.mean()), "prior_bayes": prior.mean()},
+        "scale": 3.0,
+        "worst_weight": [1.0],
+        "still_descending": still_descending,
+    }
+
+
+def _corollary_rows(change: str) -> list:
+    return judge.corollary_rows({"k": 3}, _corollary(change))[0]
 
 
 def _recall_or_bigram(task: TriggerTask, seq: np.ndarray, recall: bool) -> np.ndarray:
@@ -562,7 +574,11 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"first stage on the chain, the last token's loss", "layer 1 as initialised", _staged_rows),
     (r"both stages \(layer 2 trained after layer 1\)", "layer 2 left at its first stage's scale", _second_stage_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
-    (r"trained on noisy permutations only", "two layers that only fit the noisy permutations", _support_rows),
+    (
+        r"both stages trained on noisy permutations only",
+        "a model that only fit the noisy permutations",
+        _corollary_rows,
+    ),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
     (r"simplified model trained by gradient descent", "W_KQ of layer 1 planted at initialisation", _memories_rows),
 ]
@@ -584,7 +600,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _gradient_rows,
         _staged_rows,
         _training_rows,
-        _support_rows,
+        _corollary_rows,
         _trigger_rows,
         _memories_rows,
     ],
@@ -646,12 +662,16 @@ def test_the_long_sequence_limit_at_the_parent_is_one_plus_the_chi_square_inform
     assert abs(overlap.sum()) < 1e-12 and int(np.argmax(overlap)) == 5
 
 
-def test_a_support_row_whose_runs_were_still_descending_is_undecided_not_failed():
-    behind = {"advantage": [[0.0, 0.01]], "still_descending": 1}
-    (claim,) = judge.support_claims(behind)
-    assert claim.holds is None and "--set steps=" in claim.reason
-    (claim,) = judge.support_claims({**behind, "still_descending": 0})
+def test_a_corollary_row_whose_runs_were_still_descending_is_undecided_not_failed():
+    behind = _corollary("a model that only fit the noisy permutations", still_descending=1)
+    ((claim,), _) = judge.corollary_rows({"k": 3}, behind)
+    assert claim.holds is None and "--set stage2_steps=" in claim.reason
+    ((claim,), _) = judge.corollary_rows({"k": 3}, {**behind, "still_descending": 0})
     assert claim.holds is False
+
+
+def test_the_support_section_makes_no_row_and_says_why():
+    assert judge.support_rows({}, {}) == ([], (judge.SUPPORT_SILENCE,))
 
 
 def test_the_parent_row_takes_at_each_position_the_head_that_reads_the_parent():

@@ -15,6 +15,7 @@ from ..theory.induction import FORMED, PARENT_MASS, judged_positions
 if TYPE_CHECKING:
     from ..chapters.induction.measure import (
         ConstructionData,
+        CorollaryData,
         GradientData,
         HeldOut,
         HigherOrderData,
@@ -386,3 +387,21 @@ def _draw_second_stage(ax: plt.Axes, second: SecondStage) -> None:
     )
     ax.set_title("the second stage")
     ax.legend(loc="upper right", fontsize=7)
+
+
+def corollary(data: CorollaryData) -> Figure:
+    """On kernels outside the training prior: the last-token loss of the training prior's Bayes predictor, of the
+    graph at its training scale (computed), of each seed after both stages, and of the count estimator."""
+    levels = data["levels"]
+    names = ["training prior's Bayes"] * ("prior_bayes" in levels) + ["graph at its scale (computed)"]
+    values = [levels["prior_bayes"]] * ("prior_bayes" in levels) + [levels["graph"]]
+    names += [f"seed {seed}" for seed in range(len(data["loss"]))] + ["smoothed count estimator"]
+    values += list(data["loss"]) + [levels["smoothed"]]
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    colors = [COLORS["theory"]] * (len(names) - len(data["loss"]) - 1) + [COLORS["untied"]] * len(data["loss"])
+    ax.barh(names, values, color=colors + [COLORS["theory"]])
+    low = min(values)
+    ax.set(xlabel="last-token loss on kernels outside the prior (nats)", xlim=(low - 0.5 * (max(values) - low), None))
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig

@@ -24,8 +24,27 @@ from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
 from ...profiles import Choice, Interval, Param, at_least, in_range, positive, with_reference
 from ...sections import Chapter, Section
-from .judge import GRADIENT_CHUNKS, memories_rows, staged_rows, support_rows, training_rows, trigger_rows
-from .measure import construction, gradient, higher_order, levels, memories, staged, support, training, trigger
+from .judge import (
+    GRADIENT_CHUNKS,
+    corollary_rows,
+    memories_rows,
+    staged_rows,
+    support_rows,
+    training_rows,
+    trigger_rows,
+)
+from .measure import (
+    construction,
+    corollary,
+    gradient,
+    higher_order,
+    levels,
+    memories,
+    staged,
+    support,
+    training,
+    trigger,
+)
 from .paper import against_paper
 
 __all__ = ["CHAPTER", "PARAMS", "against_paper"]
@@ -93,7 +112,7 @@ PARAMS = (
         Interval(0.1, 30.0),
     ),
     Param("stage_steps", int, 600, 6000, "gradient steps of layer 1 alone (Nichani et al.'s first stage)", at_least(1)),
-    Param("stage_lr", float, 60.0, 60.0, "step size of those plain gradient steps", positive),
+    Param("stage_lr", float, 200.0, 200.0, "step size of those plain gradient steps", positive),
     Param("stage2_steps", int, 600, 3000, "gradient steps of layer 2 alone after it (the second stage)", at_least(1)),
     Param("stage2_lr", float, 1.0, 1.0, "step size of those plain gradient steps", positive),
     Param("d_model", int, 32, 64, "width of the trained transformers", at_least(1)),
@@ -234,7 +253,7 @@ UNIT_SCALE = {
     "trigger_T": 8,
     "trigger_steps": 3,
     "stage_steps": 3,
-    "stage_T": 6,
+    "stage_T": 16,
     "stage2_steps": 3,
     "memory_T": 16,
     "memory_d": 16,
@@ -302,6 +321,14 @@ CHAPTER = Chapter(
             figures=("support",),
         ),
         Section(
+            "corollary",
+            "The two stages on a restricted prior, tested outside it",
+            corollary,
+            trains=True,
+            rows=corollary_rows,
+            figures=("corollary",),
+        ),
+        Section(
             "trigger",
             "The trigger task: recall from context",
             trigger,
@@ -319,7 +346,7 @@ CHAPTER = Chapter(
         ),
     ),
     check=check,
-    reference_sections=("staged", "training", "support", "trigger", "memories"),
+    reference_sections=("staged", "training", "support", "corollary", "trigger", "memories"),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
 )

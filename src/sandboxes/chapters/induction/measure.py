@@ -5,6 +5,7 @@ models they take (held-out losses, layer 1's attention, the memory-recall probes
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -30,7 +31,7 @@ from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from ...runtime import member_seed
 from ...sections import Outcome, RunContext
 from ...theory import induction as theory
-from ...trainer import TrainConfig, train
+from ...trainer import TrainConfig, TrainResult, train
 from .judge import (
     GRADIENT_CHUNKS,
     construction_claims,
@@ -334,12 +335,70 @@ def stage_runs(config: dict[str, Any]) -> list[tuple[str, str]]:
     return [(graph, LAST_TOKEN) for graph in graphs] + [("chain", EVERY_POSITION)]
 
 
-def stage_model(config: dict[str, Any]) -> Disentangled:
-    """The reduced model at the first stage's start: layer 1 blank, layer 2 at scale ``stage_beta``, its output read
-    as the predicted law (Nichani et al.'s reduced model)."""
+def reduced_model(config: dict[str, Any], k: int, first: Tensor | None = None) -> Disentangled:
+    """Nichani et al.'s reduced model on ``k`` states, its output read as the predicted law: at the first stage's
+    start (layer 1 blank and trained, layer 2 held at ``stage_beta``), or, given layer 1's scores ``first``, at the
+    second's (layer 1 held, layer 2 trained)."""
     return Disentangled(
-        config["stage_k"], config["stage_T"], config["stage_beta"], output="probability", floor=OUTPUT_FLOOR
+        k,
+        config["stage_T"],
+        config["stage_beta"],
+        train_match=first is not None,
+        output="probability",
+        floor=OUTPUT_FLOOR,
+        first=first,
+        train_first=first is None,
     )
+
+
+def layer_one(model: Disentangled, length: int) -> np.ndarray:
+    """Layer 1's attention ``(length, length)``: the same for every input, since its scores are positional."""
+    return model.first_attention(length).detach().double().cpu().numpy()
+
+
+def first_stage(config: dict[str, Any], ctx: RunContext, task: LastTokenTask | InContextMarkov, k: int) -> TrainResult:
+    """Stage 1 on ``task``: layer 1 alone from zero, probed for its worst weight on a parent."""
+    chain = task.chain if isinstance(task, LastTokenTask) else task
+    parents = parent_positions(chain, config["stage_T"])
+
+    def worst(model: Disentangled) -> list[float]:
+        return [float(np.nanmin(parent_weight(layer_one(model, config["stage_T"])[None], parents)))]
+
+    return train(
+        lambda: reduced_model(config, k),
+        task,
+        staged_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+        probe=worst,
+    )
+
+
+def second_stage_run(
+    config: dict[str, Any], ctx: RunContext, task: LastTokenTask, k: int, first: TrainResult
+) -> TrainResult:
+    """Stage 2 on ``task``: layer 2 alone from ``stage_beta I``, layer 1 held at each seed's first stage."""
+    firsts = [m.first.detach().clone() for m in first.models]
+    return train(
+        [partial(reduced_model, config, k, f) for f in firsts],
+        task,
+        second_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+    )
+
+
+def last_token_losses(model: Disentangled, inputs: Tensor, law: np.ndarray) -> np.ndarray:
+    """Per sequence, the last token's cross-entropy of ``model`` against ``law``, in float64."""
+    with torch.no_grad():
+        return -(law * copy.deepcopy(model).double()(inputs)[:, -1].numpy()).sum(axis=-1)
+
+
+def last_token_loss(probs: np.ndarray, law: np.ndarray) -> float:
+    """The mean last-token cross-entropy of a predictor's ``(n, length, k)`` predictions against ``law``."""
+    return float(-(law * np.log(probs[:, -1])).sum(axis=-1).mean())
 
 
 def second_schedule(config: dict[str, Any]) -> TrainConfig:
@@ -347,87 +406,50 @@ def second_schedule(config: dict[str, Any]) -> TrainConfig:
     return replace(staged_schedule(config), steps=config["stage2_steps"], lr=config["stage2_lr"])
 
 
-def second_stage(config: dict[str, Any], ctx: RunContext, firsts: list[Tensor]) -> SecondStage:
-    """Nichani et al.'s second stage: layer 2 trained alone from ``stage_beta I``, layer 1 held at each seed's first
-    stage; its held-out loss against the smoothed count estimator's and the best reduced model's."""
+def second_stage(config: dict[str, Any], ctx: RunContext, first: TrainResult) -> SecondStage:
+    """Nichani et al.'s second stage after ``first``; its held-out loss against the smoothed count estimator's and
+    the best reduced model's (layer 1 the graph, layer 2 one scale)."""
     task = LastTokenTask(stage_task(config, config["stage_graph"], LAST_TOKEN).chain)  # type: ignore[union-attr]
-    k, T, beta = config["stage_k"], config["stage_T"], config["stage_beta"]
-
-    def held(first: Tensor, train_match: bool) -> Disentangled:
-        return Disentangled(
-            k, T, beta, train_match, output="probability", floor=OUTPUT_FLOOR, first=first, train_first=False
-        )
-
-    run = train(
-        [partial(held, first, True) for first in firsts],
-        task,
-        second_schedule(config),
-        ctx.seeds,
-        ctx.device,
-        progress=ctx.progress,
-    )
+    k, T = config["stage_k"], config["stage_T"]
+    run = second_stage_run(config, ctx, task, k, first)
     seq, kernels = task.chain.sequences_and_kernels(config["eval_size"], _generator(config, "second-stage"))
-    array, law = seq.numpy(), kernels[np.arange(len(seq)), task.chain.contexts(seq.numpy(), T)]
-
-    def per_sequence(model: Disentangled) -> np.ndarray:
-        with torch.no_grad():
-            return -(law * model.double()(seq[:, :-1])[:, -1].numpy()).sum(axis=-1)
-
-    scale_loss = theory.match_scale_losses(task.chain.parents, seq[:, :-1], law, OUTPUT_FLOOR, theory.MATCH_SCALES)
+    inputs, array = seq[:, :-1], seq.numpy()
+    law = kernels[np.arange(len(seq)), task.chain.contexts(array, T)]
+    scale_loss = theory.match_scale_losses(task.chain.parents, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES)
     best = scale_loss[int(np.argmin(scale_loss.mean(axis=1)))]
-    both = [per_sequence(m) for m in run.models]
-
-    def level(probs: np.ndarray) -> float:
-        return float(-(law * np.log(probs[:, -1])).sum(axis=-1).mean())
-
+    both = [last_token_losses(m, inputs, law) for m in run.models]
     return {
         "eval_steps": run.eval_steps,
         "eval_loss": run.eval_loss,
         "loss": {
-            "first": [float(per_sequence(held(first, False)).mean()) for first in firsts],
+            "first": [float(last_token_losses(m, inputs, law).mean()) for m in first.models],
             "both": [float(x.mean()) for x in both],
         },
         "excess": [list(_mean_and_error(x - best)) for x in both],
         "levels": {
-            "unigram": level(theory.unigram_predictive(task.chain, array)),
-            "smoothed": level(theory.bayes_predictive(task.chain, array)),
+            "unigram": last_token_loss(theory.unigram_predictive(task.chain, array), law),
+            "smoothed": last_token_loss(theory.bayes_predictive(task.chain, array), law),
         },
         "scales": [float(x) for x in theory.MATCH_SCALES],
         "scale_loss": scale_loss.mean(axis=1).tolist(),
-        "first_scale": beta,
+        "first_scale": config["stage_beta"],
         "match_scale": [float(m.second.detach().diagonal().mean()) for m in run.models],
         "still_descending": int(still_descending(run, LOSS_NOISE, continued=True).sum()),
     }  # type: ignore[typeddict-item]
 
 
 def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
-    """Nichani et al.'s first stage: layer 1's positional scores trained alone from zero, layer 2 held, on their
-    loss and on the ablation's; the attention each run ends with, against its graph."""
+    """Nichani et al.'s two stages on their loss, and the first on the ablation's; the attention each first stage
+    ends with, against its graph."""
     T = config["stage_T"]
     runs: list[StageRun] = []
-    firsts: list[Tensor] = []
+    theorems: list[TrainResult] = []
     for graph, loss in stage_runs(config):
         task = stage_task(config, graph, loss)
-        chain = task.chain if isinstance(task, LastTokenTask) else task
-        parents = parent_positions(chain, T)
-
-        def attention(model: Disentangled) -> np.ndarray:
-            return model.first_attention(T).detach().double().cpu().numpy()
-
-        def worst(model: Disentangled, parents: list[int] = parents) -> list[float]:
-            return [float(np.nanmin(parent_weight(attention(model)[None], parents)))]
-
-        run = train(
-            lambda: stage_model(config),
-            task,
-            staged_schedule(config),
-            ctx.seeds,
-            ctx.device,
-            progress=ctx.progress,
-            probe=worst,
-        )
-        tables = [attention(m) for m in run.models]
-        firsts = firsts or [m.first.detach().clone() for m in run.models]  # the first run's: stage 2 starts there
+        parents = parent_positions(task.chain if isinstance(task, LastTokenTask) else task, T)
+        run = first_stage(config, ctx, task, config["stage_k"])
+        theorems = theorems or [run]  # the first run's: stage 2 starts there
+        tables = [layer_one(m, T) for m in run.models]
         moving = still_descending(run, LOSS_NOISE) | still_descending(run, WEIGHT_NOISE, curve=-run.probes[..., 0])
         runs.append(
             {
@@ -441,7 +463,64 @@ def staged(config: dict[str, Any], ctx: RunContext) -> StagedData:
                 "still_descending": int(moving.sum()),
             }  # type: ignore[typeddict-item]
         )
-    return {"runs": runs, "second": second_stage(config, ctx, firsts)}
+    return {"runs": runs, "second": second_stage(config, ctx, theorems[0])}
+
+
+# ---------------------------------------------------------------- the two stages on a restricted prior
+class CorollaryData(TypedDict):
+    loss: list[float]  # per seed, on kernels outside the training prior, after both stages
+    excess: list[list[float]]  # per seed: mean and standard error of its loss minus the graph's (at the scale best
+    # on the training prior), per sequence, on the same sequences
+    levels: dict[str, float]  # outside: the training prior's Bayes predictor ("prior_bayes", where computed), the
+    # smoothed count estimator ("smoothed"), the in-context unigram; and "graph": the graph at that scale
+    scale: float  # layer 2's scale best on the training prior, with layer 1 the graph
+    worst_weight: list[float]  # per seed: layer 1's worst weight on a parent after the first stage
+    still_descending: int  # seeds whose first stage (loss or worst weight) or second stage was still moving
+
+
+def corollary(config: dict[str, Any], ctx: RunContext) -> CorollaryData:
+    """The two stages trained on noisy permutations (the support section's prior, on the stages' graph and length),
+    then read kernels from outside that prior's support; beside them that prior's own Bayes predictor, the smoothed
+    count estimator and the graph at the scale best on the training prior."""
+    k, T = config["k"], config["stage_T"]
+    graph = with_test_token(stage_body(config, config["stage_graph"]))
+    inside = InContextMarkov(k, config["alpha"], graph, rows="permutation", floor=config["gamma"])
+    outside = replace(inside, rows="dirichlet")
+    first = first_stage(config, ctx, LastTokenTask(inside), k)
+    run = second_stage_run(config, ctx, LastTokenTask(inside), k, first)
+
+    def sample(task: InContextMarkov, purpose: str) -> tuple[Tensor, np.ndarray, np.ndarray]:
+        seq, kernels = task.sequences_and_kernels(config["eval_size"], _generator(config, purpose))
+        return seq[:, :-1], seq.numpy(), kernels[np.arange(len(seq)), task.contexts(seq.numpy(), T)]
+
+    inputs, _, law = sample(inside, "corollary-inside")
+    fit = theory.match_scale_losses(graph, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES).mean(axis=1)
+    scale = float(theory.MATCH_SCALES[int(np.argmin(fit))])
+    inputs, array, law = sample(outside, "corollary-outside")
+    graph_loss = theory.match_scale_losses(graph, inputs, law, OUTPUT_FLOOR, (scale,))[0]
+    losses = [last_token_losses(m, inputs, law) for m in run.models]
+    levels = {
+        "graph": float(graph_loss.mean()),
+        "smoothed": last_token_loss(theory.bayes_predictive(outside, array), law),
+        "unigram": last_token_loss(theory.unigram_predictive(outside, array), law),
+    }
+    if k <= theory.MAX_PERMUTED_STATES:
+        levels["prior_bayes"] = last_token_loss(theory.permutation_predictive(inside, array), law)
+    parents = parent_positions(inside, T)
+    return {
+        "loss": [float(x.mean()) for x in losses],
+        "excess": [list(_mean_and_error(x - graph_loss)) for x in losses],
+        "levels": levels,
+        "scale": scale,
+        "worst_weight": [float(np.nanmin(parent_weight(layer_one(m, T)[None], parents))) for m in first.models],
+        "still_descending": int(
+            (
+                still_descending(first, LOSS_NOISE)
+                | still_descending(first, WEIGHT_NOISE, curve=-first.probes[..., 0])
+                | still_descending(run, LOSS_NOISE, continued=True)
+            ).sum()
+        ),
+    }
 
 
 # ---------------------------------------------------------------- training
