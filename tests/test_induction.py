@@ -401,6 +401,7 @@ def _second_stage(change: str) -> dict:
         },
         "scales": list(MATCH_SCALES),
         "scale_loss": losses.mean(axis=1).tolist(),
+        "scale_error": (losses.std(axis=1, ddof=1) / np.sqrt(2000)).tolist(),
         "still_descending": 0,
     }
 
@@ -462,6 +463,7 @@ def _corollary(change: str, still_descending: int = 0) -> dict:
         "loss": [float(model.mean())],
         "excess": [[float((model - graph_loss).mean()), float((model - graph_loss).std() / np.sqrt(2000))]],
         "levels": {"graph": float(graph_loss.mean()), "smoothed": float(smoothed.mean()), "prior_bayes": prior.mean()},
+        "graph_error": float(graph_loss.std(ddof=1) / np.sqrt(2000)),
         "scale": 3.0,
         "worst_weight": [1.0],
         "still_descending": still_descending,
@@ -658,7 +660,7 @@ def test_the_long_sequence_limit_at_the_parent_is_one_plus_the_chi_square_inform
     rows, cols = laws[:, 5].sum(axis=2, keepdims=True), laws[:, 5].sum(axis=1, keepdims=True)
     information = (laws[:, 5] ** 2 / (rows * cols)).sum(axis=(1, 2)) - 1
     assert np.allclose(parent, 1 + information)
-    overlap = chi2_overlap(chain, kernels, 6)
+    overlap = chi2_overlap(chain, kernels, 6, 0.0)
     assert abs(overlap.sum()) < 1e-12 and int(np.argmax(overlap)) == 5
 
 
@@ -867,11 +869,17 @@ def test_the_last_token_task_scores_the_law_of_the_test_tokens_child():
 
 def test_the_reduced_models_probability_output_is_the_log_of_its_floored_average():
     idx = torch.randint(0, 5, (3, 9), generator=_gen(2))
-    floored = Disentangled(5, 9, 2.0, output="probability", floor=0.01)
-    plain = Disentangled(5, 9, 2.0)
+    floored = Disentangled(5, 9, 2.0, output="probability", floor=0.01).double()
+    bare = torch.exp(Disentangled(5, 9, 2.0, output="probability", floor=1e-15).double()(idx))
     law = torch.exp(floored(idx))
-    assert torch.allclose(law.sum(-1), torch.ones(3, 9))
-    assert torch.allclose(law, 0.99 * plain(idx) + 0.01 / 5)
+    assert torch.allclose(law.sum(-1), torch.ones(3, 9, dtype=torch.float64))
+    assert torch.allclose(law, 0.99 * bare + 0.01 / 5)
+    # no key is kept out of the matches: with layer 1 blank, key 0 counts as much as any other key with its copy
+    _, (_, second) = floored(idx, return_attention=True)
+    copied = torch.cumsum(torch.nn.functional.one_hot(idx, 5).double(), 1) / torch.arange(1, 10)[:, None]
+    scores = 2.0 * (copied @ torch.nn.functional.one_hot(idx, 5).double().transpose(1, 2)).transpose(1, 2)
+    want = torch.softmax(scores.masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf")), -1)
+    assert torch.allclose(second[:, 0], want)
     held = Disentangled(5, 9, 2.0, train_match=True, first=torch.ones(9, 9), train_first=False)
     assert [name for name, _ in held.named_parameters()] == ["second"] and torch.equal(held.first, torch.ones(9, 9))
     with pytest.raises(ValueError, match="floor"):

@@ -251,7 +251,8 @@ class Disentangled(nn.Module):
 
     ``output="probability"`` reads the average as Nichani et al.'s reduced model does, as the predicted law itself,
     and returns its logarithm, mixed with ``floor`` of the uniform law so that a token absent from the sequence
-    costs ``ln(k / floor)`` and not infinity: a cross-entropy of these logits is ``-ln`` of that law.
+    costs ``ln(k / floor)`` and not infinity: a cross-entropy of these logits is ``-ln`` of that law. Their model
+    keeps no key out of layer 2's matches, so this one does not either.
     """
 
     def __init__(
@@ -295,7 +296,8 @@ class Disentangled(nn.Module):
         first = self.first_attention(length)
         copied = first @ tokens  # (B, T, vocab): each position's soft copy of the token it attends to
         scores = tokens @ self.second @ copied.transpose(-1, -2)
-        scores = scores - 2 * self.match_scale * (torch.arange(length, device=idx.device) == 0).to(scores.dtype)
+        if self.output == "logits":  # the hand-built head keeps key 0 (no token before it) out of its matches
+            scores = scores - 2 * self.match_scale * (torch.arange(length, device=idx.device) == 0).to(scores.dtype)
         second = torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
         logits = second @ tokens
         if self.output == "probability":

@@ -219,7 +219,7 @@ def induction_slots(k: int, T: int) -> InductionSlots:
     return InductionSlots(slice(0, k), slice(k, 2 * k), slice(2 * k, 3 * k), 3 * k, slice(3 * k + 1, 3 * k + 1 + T))
 
 
-PARENT_MASS = 0.5  # A[i, p(i)] > 1/2: row i of the attention is nearer the graph's row than any other one-hot row
+PARENT_MASS = 0.5  # A[i, p(i)] >= 1/2: row i of the attention is nearer the graph's row than any other one-hot row
 JUDGED_KEYS = 0.5  # the GPT's weight on the parent is summarised over the positions t < JUDGED_KEYS * T
 
 
@@ -375,16 +375,30 @@ def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, cent
     return out
 
 
-def chi2_overlap(task: InContextMarkov, kernels: np.ndarray, t: int) -> np.ndarray:
-    """``E_pi sum_ab P(s_j = a, s_t = b) pi(a, b) / P(s_t = b)`` for every ``j <= t``, minus its mean over ``j``:
-    the first gradient's row ``t`` in the limit of long sequences (``f -> P(s_t)``, the query's law uniform), up
-    to the factor ``-beta / (k (t + 1) T)``. At the parent it is exactly ``1 + I_chi2(s_p; s_t)``; elsewhere a
-    chi-square inner product of two joint laws, at most ``sqrt((1 + I_chi2(s_j; s_t)) (1 + I_chi2(s_p; s_t)))`` by
-    Cauchy-Schwarz where the marginals of ``s_j`` and ``s_p`` agree, so at most the parent's by data processing;
-    and of either sign once the row's mean is taken away."""
+def position_marginals(task: InContextMarkov, kernels: np.ndarray) -> np.ndarray:
+    """The exact law of every position of a one-parent graph, per kernel: ``(len(kernels), len(task.parents), k)``
+    (a root uniform, a child its parent's law times the kernel)."""
+    parent = single_parents(task)
+    m, k = kernels.shape[0], task.n_states
+    laws = [np.full((m, k), 1.0 / k)]
+    for position in range(1, len(parent)):
+        above = parent[position]
+        laws.append(np.full((m, k), 1.0 / k) if above is None else np.einsum("ma,mab->mb", laws[above], kernels))
+    return np.stack(laws, axis=1)
+
+
+def chi2_overlap(task: InContextMarkov, kernels: np.ndarray, t: int, floor: float) -> np.ndarray:
+    """``E_pi sum_ab P(s_j = a, s_t = b) pi(a, b) / fbar(b)`` for every ``j <= t``, minus its mean over ``j``: the
+    first gradient's row ``t`` in the limit of long sequences, up to the factor ``-(1 - floor) / (k (t + 1) T)``.
+    There the model's law ``f`` tends to ``fbar = (1 - floor) mbar + floor / k``, ``mbar`` the mean law of the
+    ``T`` positions read, and the query's law is uniform. Where every position has the same law (a stationary
+    start) and without the floor, the parent's term is ``1 + I_chi2(s_p; s_t)``, and any other ``j``'s is a
+    chi-square inner product of two joint laws, at most ``sqrt((1 + I_chi2(s_j; s_t)) (1 + I_chi2(s_p; s_t)))``
+    by Cauchy-Schwarz, so at most the parent's by data processing; the row's mean taken away, of either sign."""
     laws = joint_laws(task, kernels, t)  # (m, t + 1, k, k): the law of (s_j, s_t)
-    marginal = np.einsum("mbb->mb", laws[:, t])
-    overlap = np.einsum("mjab,mab,mb->mj", laws, kernels, 1.0 / marginal).mean(axis=0)
+    mean_law = position_marginals(task, kernels)[:, : task.length].mean(axis=1)
+    model_law = (1 - floor) * mean_law + floor / task.n_states
+    overlap = np.einsum("mjab,mab,mb->mj", laws, kernels, 1.0 / model_law).mean(axis=0)
     return overlap - overlap.mean()
 
 

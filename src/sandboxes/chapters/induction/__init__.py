@@ -253,7 +253,7 @@ UNIT_SCALE = {
     "trigger_T": 8,
     "trigger_steps": 3,
     "stage_steps": 3,
-    "stage_T": 16,
+    "stage_T": 32,
     "stage2_steps": 3,
     "memory_T": 16,
     "memory_d": 16,

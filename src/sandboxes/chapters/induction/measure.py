@@ -223,7 +223,7 @@ class GradientData(TypedDict):
     small_scale: list[list[float]]  # autograd's gradient with layer 2 at LEMMA_BETA, over that scale
     first_order: list[list[float]]  # the derived first-order gradient over the scale, on the same sequences
     overlap_rows: list[int]  # the rows t whose long-sequence limit is computed
-    overlap: list[list[float]]  # per such row: chi2_overlap times -1 / (k (t + 1) T), for j = 0..t
+    overlap: list[list[float]]  # per such row: chi2_overlap times -(1 - floor) / (k (t + 1) T), for j = 0..t
     parents: list[int]
 
 
@@ -252,7 +252,9 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
         "small_scale": small / theory.LEMMA_BETA,
         "first_order": theory.first_order_gradient(inputs.numpy(), law, OUTPUT_FLOOR),
         "overlap_rows": rows,
-        "overlap": [theory.chi2_overlap(chain, prior, t) * -1 / (k * (t + 1) * T) for t in rows],
+        "overlap": [
+            theory.chi2_overlap(chain, prior, t, OUTPUT_FLOOR) * -(1 - OUTPUT_FLOOR) / (k * (t + 1) * T) for t in rows
+        ],
         "parents": parents,
     }  # type: ignore[typeddict-item]
     claims = [*gradient_claims(parts, parents), lemma_claim(data)]
@@ -280,6 +282,7 @@ class SecondStage(TypedDict):
     levels: dict[str, float]  # on the held-out sequences: the in-context unigram and the smoothed count estimator
     scales: list[float]  # layer 2's scales tried with layer 1 the graph
     scale_loss: list[float]  # their mean losses on the held-out sequences
+    scale_error: list[float]  # the standard errors of those means
     first_scale: float  # layer 2's scale through stage 1 (stage_beta)
     match_scale: list[float]  # per seed: layer 2's mean diagonal after stage 2
     still_descending: int
@@ -432,6 +435,7 @@ def second_stage(config: dict[str, Any], ctx: RunContext, first: TrainResult) ->
         },
         "scales": [float(x) for x in theory.MATCH_SCALES],
         "scale_loss": scale_loss.mean(axis=1).tolist(),
+        "scale_error": (scale_loss.std(axis=1, ddof=1) / np.sqrt(scale_loss.shape[1])).tolist(),
         "first_scale": config["stage_beta"],
         "match_scale": [float(m.second.detach().diagonal().mean()) for m in run.models],
         "still_descending": int(still_descending(run, LOSS_NOISE, continued=True).sum()),
@@ -473,6 +477,7 @@ class CorollaryData(TypedDict):
     # on the training prior), per sequence, on the same sequences
     levels: dict[str, float]  # outside: the training prior's Bayes predictor ("prior_bayes", where computed), the
     # smoothed count estimator ("smoothed"), the in-context unigram; and "graph": the graph at that scale
+    graph_error: float  # the standard error of the graph's mean loss
     scale: float  # layer 2's scale best on the training prior, with layer 1 the graph
     worst_weight: list[float]  # per seed: layer 1's worst weight on a parent after the first stage
     still_descending: int  # seeds whose first stage (loss or worst weight) or second stage was still moving
@@ -511,6 +516,7 @@ def corollary(config: dict[str, Any], ctx: RunContext) -> CorollaryData:
         "loss": [float(x.mean()) for x in losses],
         "excess": [list(_mean_and_error(x - graph_loss)) for x in losses],
         "levels": levels,
+        "graph_error": _mean_and_error(graph_loss)[1],
         "scale": scale,
         "worst_weight": [float(np.nanmin(parent_weight(layer_one(m, T)[None], parents))) for m in first.models],
         "still_descending": int(
