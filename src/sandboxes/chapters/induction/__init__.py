@@ -5,11 +5,12 @@ predict it: a model must count transitions in the sequence it reads. Sections: t
 model can sit at and the chi-square information that ranks each position's possible parents
 (exact or fixed-seed Monte Carlo); an explicit two-layer induction head equal to the count
 estimator, and an order-m one in three layers of one head each (exact); the first gradient on
-layer 1 (autograd) and Nichani et al.'s two-stage training of their reduced model; one- and two-layer
-transformers trained online (their final loss against the levels, layer 1's attention on the
-causal graph, and kernels of another prior); two layers trained on a prior of restricted support
-and tested outside it; Bietti et al.'s trigger task, and their simplified model in which only
-three associative memories train.
+layer 1 (derived and by autograd) and Nichani et al.'s two-stage training of their reduced model;
+one- and two-layer transformers trained online (their final loss against the levels, layer 1's
+attention on the causal graph, and kernels of another prior); two layers trained on a prior of
+restricted support and tested outside it, and the two stages on the same prior (the corollary);
+Bietti et al.'s trigger task, and their simplified model in which only three associative memories
+train.
 
 ``measure`` computes each section (the exact checks, the Monte Carlo estimates and the training runs) into its data,
 ``judge`` makes the rows from a section's config and data alone, ``paper`` sets the papers' reports beside a run's;
