@@ -180,9 +180,13 @@ class LastTokenTask:
         if self.chain.parents[test] != () or self.chain.parents[test + 1] != (test,):
             raise ValueError("the chain must end in a test token: a root whose child is the last symbol")
 
-    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def sequences_and_laws(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
+        """``n`` sequences ``(n, length + 1)`` and each one's law of the test token's child ``(n, k)``, in float64."""
         seq, kernels = self.chain.sequences_and_kernels(n, generator)
-        law = kernels[np.arange(n), self.chain.contexts(seq.numpy(), self.chain.length)]
+        return seq, kernels[np.arange(n), self.chain.contexts(seq.numpy(), self.chain.length)]
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        seq, law = self.sequences_and_laws(n, generator)
         return seq[:, :-1], torch.from_numpy(law).float()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:

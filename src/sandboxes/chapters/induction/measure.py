@@ -233,10 +233,10 @@ OVERLAP_ROWS = 4  # rows of the first gradient (positions with a parent) whose l
 def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
     """The first gradient on layer 1's positional scores where the first stage starts, by autograd; the derived
     first-order gradient against autograd at a tiny scale of layer 2; and its long-sequence limit on a few rows."""
-    chain = stage_task(config, config["stage_graph"], LAST_TOKEN).chain  # type: ignore[union-attr]
-    k, T = config["stage_k"], config["stage_T"]
-    seq, kernels = chain.sequences_and_kernels(config["grad_samples"], _generator(config, "gradient"))
-    inputs, law = seq[:, :-1], kernels[np.arange(len(seq)), chain.contexts(seq.numpy(), T)]
+    task = theorem_task(config, config["stage_graph"])
+    chain, k, T = task.chain, config["stage_k"], config["stage_T"]
+    seq, law = task.sequences_and_laws(config["grad_samples"], _generator(config, "gradient"))
+    inputs = seq[:, :-1]
 
     def model(scale: float) -> Disentangled:
         return Disentangled(k, T, scale, output="probability", floor=OUTPUT_FLOOR).double()
@@ -299,18 +299,24 @@ OUTPUT_FLOOR = 1e-3  # the reduced model's law is mixed with this much of the un
 # ln(k / OUTPUT_FLOOR) nats, not infinity
 
 
-def staged_schedule(config: dict[str, Any]) -> TrainConfig:
-    """Plain gradient steps of constant size on fresh sequences, as the theorem's first stage takes them."""
-    steps = config["stage_steps"]
+def plain_steps(config: dict[str, Any], steps_key: str, lr_key: str, evaluations: int) -> TrainConfig:
+    """Plain gradient steps of constant size (no momentum, no decay) on fresh sequences, as the theorems take them,
+    evaluated ``evaluations`` times."""
+    steps = config[steps_key]
     return TrainConfig(
         steps=steps,
         batch_size=config["batch_size"],
-        lr=config["stage_lr"],
+        lr=config[lr_key],
         schedule="constant",
         optimizer="sgd",
-        eval_every=max(1, steps // 40),
+        eval_every=max(1, steps // evaluations),
         eval_size=256,
     )
+
+
+def staged_schedule(config: dict[str, Any]) -> TrainConfig:
+    """The first stage's steps."""
+    return plain_steps(config, "stage_steps", "stage_lr", 40)
 
 
 def stage_body(config: dict[str, Any], graph: str) -> tuple[tuple[int, ...], ...]:
@@ -323,12 +329,18 @@ def stage_body(config: dict[str, Any], graph: str) -> tuple[tuple[int, ...], ...
     return random_parents(last, config["seed"])
 
 
+def theorem_task(config: dict[str, Any], graph: str) -> LastTokenTask:
+    """Nichani et al.'s task on ``graph``: the stages' chain, a test token last, its child the one target."""
+    k, alpha, floor = config["stage_k"], config["stage_alpha"], config["gamma"]
+    return LastTokenTask(InContextMarkov(k, alpha, with_test_token(stage_body(config, graph)), floor=floor))
+
+
 def stage_task(config: dict[str, Any], graph: str, loss: str) -> LastTokenTask | InContextMarkov:
     """The first stage's task: Nichani et al.'s (the graph, then a test token whose child is scored), or the
     ablation's (the chain of ``stage_T`` tokens, every target scored, each a child of the position that reads it)."""
-    k, alpha, floor = config["stage_k"], config["stage_alpha"], config["gamma"]
     if loss == LAST_TOKEN:
-        return LastTokenTask(InContextMarkov(k, alpha, with_test_token(stage_body(config, graph)), floor=floor))
+        return theorem_task(config, graph)
+    k, alpha, floor = config["stage_k"], config["stage_alpha"], config["gamma"]
     return InContextMarkov(k, alpha, chain_parents(config["stage_T"]), floor=floor, scored="parent_query")
 
 
@@ -406,18 +418,16 @@ def last_token_loss(probs: np.ndarray, law: np.ndarray) -> float:
 
 def second_schedule(config: dict[str, Any]) -> TrainConfig:
     """Stage 2's plain gradient steps on layer 2 alone, of constant size."""
-    return replace(staged_schedule(config), steps=config["stage2_steps"], lr=config["stage2_lr"])
+    return plain_steps(config, "stage2_steps", "stage2_lr", 40)
 
 
 def second_stage(config: dict[str, Any], ctx: RunContext, first: TrainResult) -> SecondStage:
     """Nichani et al.'s second stage after ``first``; its held-out loss against the smoothed count estimator's and
     the best reduced model's (layer 1 the graph, layer 2 one scale)."""
-    task = LastTokenTask(stage_task(config, config["stage_graph"], LAST_TOKEN).chain)  # type: ignore[union-attr]
-    k, T = config["stage_k"], config["stage_T"]
+    task, k = theorem_task(config, config["stage_graph"]), config["stage_k"]
     run = second_stage_run(config, ctx, task, k, first)
-    seq, kernels = task.chain.sequences_and_kernels(config["eval_size"], _generator(config, "second-stage"))
+    seq, law = task.sequences_and_laws(config["eval_size"], _generator(config, "second-stage"))
     inputs, array = seq[:, :-1], seq.numpy()
-    law = kernels[np.arange(len(seq)), task.chain.contexts(array, T)]
     scale_loss = theory.match_scale_losses(task.chain.parents, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES)
     best = scale_loss[int(np.argmin(scale_loss.mean(axis=1)))]
     both = [last_token_losses(m, inputs, law) for m in run.models]
@@ -495,8 +505,8 @@ def corollary(config: dict[str, Any], ctx: RunContext) -> CorollaryData:
     run = second_stage_run(config, ctx, LastTokenTask(inside), k, first)
 
     def sample(task: InContextMarkov, purpose: str) -> tuple[Tensor, np.ndarray, np.ndarray]:
-        seq, kernels = task.sequences_and_kernels(config["eval_size"], _generator(config, purpose))
-        return seq[:, :-1], seq.numpy(), kernels[np.arange(len(seq)), task.contexts(seq.numpy(), T)]
+        seq, law = LastTokenTask(task).sequences_and_laws(config["eval_size"], _generator(config, purpose))
+        return seq[:, :-1], seq.numpy(), law
 
     inputs, _, law = sample(inside, "corollary-inside")
     fit = theory.match_scale_losses(graph, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES).mean(axis=1)
@@ -914,16 +924,7 @@ def memory_probes(model: AssociativeMemories, task: TriggerTask) -> list[float]:
 def memory_schedule(config: dict[str, Any]) -> TrainConfig:
     """Plain gradient steps of constant size on fresh sequences, all three memories at once, evaluated and probed
     100 times: the first two memories form within a few dozen steps of each other."""
-    steps = config["memory_steps"]
-    return TrainConfig(
-        steps=steps,
-        batch_size=config["batch_size"],
-        lr=config["memory_lr"],
-        schedule="constant",
-        optimizer="sgd",
-        eval_every=max(1, steps // 100),
-        eval_size=256,
-    )
+    return plain_steps(config, "memory_steps", "memory_lr", 100)
 
 
 def memories(config: dict[str, Any], ctx: RunContext) -> MemoriesData:
