@@ -552,6 +552,14 @@ def _memories_rows(change: str) -> list:
     return judge.memories_claims(data)
 
 
+def _separate_rows(change: str) -> list:
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    joint = _memory_stages(task, ("ov2", "kq2", "kq1"))  # together: all three formed after 31 updates
+    alone = [1, 5, 10] if change == "one at a time as fast as together" else [1, 5, 40]
+    data = {"joint_steps": [0, 10, 20, 30], "joint": [joint], "stage_updates": [alone]}
+    return [judge.separate_claim(data, 50)]
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree", _levels_rows),
@@ -583,6 +591,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     ),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
     (r"simplified model trained by gradient descent", "W_KQ of layer 1 planted at initialisation", _memories_rows),
+    (r"trained together against one at a time", "one at a time as fast as together", _separate_rows),
 ]
 
 
@@ -605,6 +614,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _corollary_rows,
         _trigger_rows,
         _memories_rows,
+        _separate_rows,
     ],
 )
 def test_the_counterfactual_builders_hold_without_a_change(rows):
@@ -894,3 +904,24 @@ def test_frequent_triggers_are_the_bigrams_most_frequent_tokens_and_zipf_zero_is
     assert stationary(flat.bigram).max() < 0.05 < law.max()  # Zipf: a few tokens carry much of the text
     with pytest.raises(ValueError, match="chosen"):
         TriggerTask(65, 5, 64, 0.5, 0, choice="most")
+
+
+def test_one_at_a_time_out_of_steps_before_it_was_slower_is_undecided():
+    task = TriggerTask(12, 2, 32, 0.5, 0)
+    data = {"joint_steps": [0, 10, 20, 30], "joint": [_memory_stages(task, ("ov2", "kq2", "kq1"))]}
+    ran_out = judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 20)  # at least 26 updates against 31
+    assert ran_out.holds is None and "--set separate_steps=" in ran_out.reason
+    assert judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 40).holds  # at least 46: slower already
+
+
+def test_a_memory_trained_alone_starts_where_it_is_given_and_holds_the_others():
+    torch.manual_seed(0)
+    before = AssociativeMemories(10, 8, 16)
+    written = torch.randn(16, 16)
+    torch.manual_seed(0)
+    model = AssociativeMemories(10, 8, 16, ("kq2",), {"ov2": written})
+    assert [name for name, _ in model.named_parameters()] == ["kq2"]
+    assert torch.equal(model.ov2, written) and not model.kq1.any() and not model.kq2.any()
+    assert torch.equal(model.tokens, before.tokens)  # one seed, one set of random embeddings, whichever trains
+    with pytest.raises(ValueError, match="the memories are"):
+        AssociativeMemories(10, 8, 16, ("wq",))

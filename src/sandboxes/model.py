@@ -9,6 +9,7 @@ The model knows no chapter: a chapter picks a config.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -315,10 +316,23 @@ class AssociativeMemories(nn.Module):
     nearly orthonormal); the residual stream is a sum of them. What trains, from zero (uniform attention, layer 2
     writing nothing), is layer 1's score matrix ``W_KQ1``, layer 2's score matrix ``W_KQ2`` and layer 2's
     value-output matrix ``W_OV2``; a score is ``x_t^T W_KQ x_s``. No MLP, no normalisation, one head per layer.
+    To train the memories one at a time, ``trained`` names those that train and ``start`` gives any of the three
+    its starting value; the others are held.
     """
 
-    def __init__(self, vocab_size: int, block_size: int, d_model: int) -> None:
+    MEMORIES = ("kq1", "kq2", "ov2")
+
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        d_model: int,
+        trained: tuple[str, ...] = MEMORIES,
+        start: Mapping[str, Tensor] | None = None,
+    ) -> None:
         super().__init__()
+        if not set(trained) <= set(self.MEMORIES) or not set(start or {}) <= set(self.MEMORIES):
+            raise ValueError(f"the memories are {self.MEMORIES}, got trained={trained}, start={sorted(start or {})}")
         scale = d_model**-0.5
         for name, rows in (
             ("tokens", vocab_size),
@@ -327,7 +341,12 @@ class AssociativeMemories(nn.Module):
             ("ov1", d_model),
         ):
             self.register_buffer(name, scale * torch.randn(rows, d_model))
-        self.kq1, self.kq2, self.ov2 = (nn.Parameter(torch.zeros(d_model, d_model)) for _ in range(3))
+        for name in self.MEMORIES:
+            value = (start or {}).get(name, torch.zeros(d_model, d_model)).detach().clone()
+            if name in trained:
+                setattr(self, name, nn.Parameter(value))
+            else:
+                self.register_buffer(name, value)
 
     def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Logits ``(B, T, vocab)``; with ``return_attention`` also both layers' weights, ``(B, 1, T, T)`` each."""

@@ -203,6 +203,21 @@ def attempt(name: str) -> Result:
     return result
 
 
+def earlier_rule(name: str, section: str) -> None:
+    """Show the row an earlier rule made for ``section`` on a run kept under ``results/attempts/``: a rule changed
+    after a run was seen keeps that run's row beside the row that replaced it."""
+    result = attempt_result(name)
+    made = result.provenance
+    state = " with uncommitted changes" if made.get("git_dirty") else ""
+    display(
+        note(
+            f"The earlier rule's row, on the run seen before the rule changed: `results/attempts/{name}`, "
+            f"{result.profile} profile, commit {made['git_commit'][:7]}{state}:"
+        )
+    )
+    display(HTML(Verdict([c for c in result.claims if c.section == section])._repr_html_()))
+
+
 def section_figures(chapter: Chapter, section: str) -> list[Callable[[Any], Figure]]:
     """The functions that draw ``section``'s figures: those the section names, from ``sandboxes.figures``."""
     names = chapter.section(section).figures

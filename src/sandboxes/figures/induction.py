@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ..plotting import COLORS, curves_with_band, reference_line
-from ..theory.induction import FORMED, PARENT_MASS, judged_positions
+from ..theory.induction import FORMED, PARENT_MASS, formed_apart, formed_together, judged_positions
 
 if TYPE_CHECKING:
     from ..chapters.induction.measure import (
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         LevelsData,
         MemoriesData,
         SecondStage,
+        SeparateData,
         StagedData,
         SupportData,
         TrainingData,
@@ -296,6 +297,39 @@ def simplified_memories(data: MemoriesData) -> Figure:
     fig = _memory_curves(data)
     reference_line(fig.axes[0], FORMED, "formed (the row's level)", "--")
     fig.axes[0].legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def separate(data: SeparateData) -> Figure:
+    """Left: each memory's probe trained together and, dotted, each memory trained alone up to the update it formed
+    at, its stage starting where the one before formed (medians over seeds). Right: per seed, the updates until all
+    three had formed each way (hatched: a stage ran out first, a lower bound)."""
+    fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2], "wspace": 0.3})
+    colors = (COLORS["untied"], COLORS["tied"], "black")
+    stage_steps = np.asarray(data["stage_steps"], dtype=float) + 1
+    budget = int(stage_steps[-1])
+    needed = np.where(np.asarray(data["stage_updates"]) < 0, budget, np.asarray(data["stage_updates"]))
+    offsets = np.concatenate([[0.0], np.cumsum(np.median(needed, axis=0))])
+    for index, (name, color) in enumerate(zip(data["memory_names"], colors)):
+        joint = np.median(np.asarray(data["joint"], dtype=float)[:, :, index], axis=0)
+        curves.plot(np.asarray(data["joint_steps"]) + 1, joint, color=color, label=f"{name}, together")
+        own = np.median(np.asarray(data["stages"][index], dtype=float)[:, :, index], axis=0)
+        charged = stage_steps <= offsets[index + 1] - offsets[index]  # up to the median update it formed at
+        curves.plot(offsets[index] + stage_steps[charged], own[charged], color=color, linestyle=":", linewidth=2)
+    curves.plot([], [], color="grey", linestyle=":", label="alone, after the one before formed")
+    reference_line(curves, FORMED, "formed", "--")
+    curves.set(xlabel="update", ylabel="recall probe R (median over seeds)", ylim=(0, 1.05))
+    curves.legend(loc="center right", fontsize=7)
+    joint = formed_together(data["joint_steps"], data["joint"])
+    apart, censored = formed_apart(data["stage_updates"], budget)
+    seeds = np.arange(len(joint))
+    shown = np.where(np.isfinite(joint), joint, np.asarray(data["joint_steps"], dtype=float)[-1] + 1)
+    bars.bar(seeds - 0.2, shown, 0.4, color=COLORS["untied"], label="together")
+    bars.bar(seeds + 0.2, apart, 0.4, color=COLORS["tied"], label="one at a time")
+    for seed in seeds[censored]:
+        bars.bar(seed + 0.2, apart[seed], 0.4, color="none", edgecolor="black", hatch="//")
+    bars.set(xlabel="seed", ylabel="updates until all three formed", xticks=seeds)
+    bars.legend(fontsize=8)
     return fig
 
 

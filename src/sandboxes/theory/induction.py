@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -26,6 +26,28 @@ from ..data.incontext import InContextMarkov
 from ..model import GPT, Disentangled, GPTConfig, zero_gpt
 
 FORMED = 0.5  # a memory-recall probe counts a memory as formed once it recalls half of its associations
+
+
+def first_formed(steps: Sequence[float], probes: Sequence) -> np.ndarray:
+    """Per seed and memory, the first evaluated step at which a recall probe ``(seed, evaluation, memory)`` reached
+    ``FORMED`` (inf: never)."""
+    probed = np.asarray(probes, dtype=float) >= FORMED
+    at = np.asarray(steps, dtype=float)
+    return np.where(probed.any(axis=1), at[probed.argmax(axis=1)], np.inf)
+
+
+def formed_together(steps: Sequence[float], probes: Sequence) -> np.ndarray:
+    """Per seed, the updates until the last of the memories trained together formed (inf: one never did); the
+    evaluation at step ``s`` follows ``s + 1`` updates."""
+    return first_formed(steps, probes).max(axis=1) + 1
+
+
+def formed_apart(updates: Sequence[Sequence[int]], budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, the updates the memories took to form one at a time (a stage that ran out counts its ``budget``)
+    and whether one ran out (then the count is a lower bound)."""
+    needed = np.asarray(updates, dtype=float)
+    censored = needed < 0
+    return np.where(censored, budget, needed).sum(axis=1), censored.any(axis=1)
 
 
 class Level(NamedTuple):

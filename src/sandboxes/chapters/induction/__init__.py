@@ -29,6 +29,7 @@ from .judge import (
     GRADIENT_CHUNKS,
     corollary_rows,
     memories_rows,
+    separate_rows,
     staged_rows,
     support_rows,
     training_rows,
@@ -41,14 +42,15 @@ from .measure import (
     higher_order,
     levels,
     memories,
+    separate,
     staged,
     support,
     training,
     trigger,
 )
-from .paper import against_paper
+from .paper import against_paper, update_seconds
 
-__all__ = ["CHAPTER", "PARAMS", "against_paper"]
+__all__ = ["CHAPTER", "PARAMS", "against_paper", "update_seconds"]
 
 
 GRAPHS = {"chain": "the parent is the token before", "tree": "a fixed random parent within the window"}
@@ -179,6 +181,14 @@ PARAMS = (
         "memory_steps", int, 400, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
     ),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
+    Param(
+        "separate_steps",
+        int,
+        300,
+        10000,
+        "gradient steps of each memory trained alone, one after another (top down)",
+        at_least(1),
+    ),
 )
 # Reference sizes: one-seed pilots and step times (results/README.md, "Sizing notes").
 PARAMS = with_reference(
@@ -201,6 +211,7 @@ PARAMS = with_reference(
         "memory_d": 128,
         "memory_steps": 3000,
         "memory_lr": 30.0,
+        "separate_steps": 1500,
     },
 )
 
@@ -259,6 +270,7 @@ UNIT_SCALE = {
     "memory_T": 16,
     "memory_d": 16,
     "memory_steps": 3,
+    "separate_steps": 3,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -279,6 +291,7 @@ FULL_SHRUNK = {
     "memory_T": 16,
     "memory_d": 64,
     "memory_steps": 2,
+    "separate_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -345,9 +358,17 @@ CHAPTER = Chapter(
             rows=memories_rows,
             figures=("simplified_memories",),
         ),
+        Section(
+            "separate",
+            "Together or one at a time, timed",
+            separate,
+            trains=True,
+            rows=separate_rows,
+            figures=("separate",),
+        ),
     ),
     check=check,
-    reference_sections=("staged", "training", "support", "corollary", "trigger", "memories"),
+    reference_sections=("staged", "training", "support", "corollary", "trigger", "memories", "separate"),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
 )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         GradientData,
         MemoriesData,
         SecondStage,
+        SeparateData,
         StagedData,
         StageRun,
         SupportData,
@@ -320,9 +321,7 @@ def trigger_rows(config: dict[str, Any], data: TriggerData) -> tuple[list[Claim]
 
 def formation_steps(data: TriggerData | MemoriesData) -> np.ndarray:
     """Per seed and memory, the first evaluated step at which the recall probe reached ``FORMED`` (inf: never)."""
-    probed = np.asarray(data["memories"], dtype=float) >= FORMED
-    steps = np.asarray(data["eval_steps"], dtype=float)
-    return np.where(probed.any(axis=1), steps[probed.argmax(axis=1)], np.inf)
+    return theory.first_formed(data["eval_steps"], data["memories"])
 
 
 PAPER_TWO_LAYERS = 0.99  # Bietti et al.: two layers about 99 % right on a trigger's output seen before
@@ -357,31 +356,36 @@ def trigger_claims(data: TriggerData) -> list[Claim]:
 def memories_rows(config: dict[str, Any], data: MemoriesData) -> tuple[list[Claim], tuple[str, ...]]:
     """The memories section's rows and the reasons for the rows it does not make, from its data alone (as run, or
     as read back from a result file, where the reference check recomputes them)."""
+    order_silent = memory_regime_silence(config, "memory order")
+    if not np.any(data["eval_loss"]):
+        order_silent.append(
+            "memory order. No held-out sequence had a trigger twice, so the loss that decides whether a run "
+            "had settled was never measured; more tokens (--set memory_T=...) give some"
+        )
+    return [] if order_silent else memories_claims(data), (SEQUENTIAL_SILENCE, *order_silent)
+
+
+def memory_regime_silence(config: dict[str, Any], row: str) -> list[str]:
+    """Why a row on the simplified model's memories says nothing at these values: embeddings narrower than Bietti et
+    al.'s regime, or probes that reach the formation mark by chance."""
     chance = probe_chance(config)
-    order_silent = [
+    return [
         note
         for silent, note in (
-            (config["memory_d"] < max(config["trigger_tokens"], config["memory_T"]), NARROW_SILENCE),
+            (config["memory_d"] < max(config["trigger_tokens"], config["memory_T"]), f"{row}. {NARROW_SILENCE}"),
             (
                 chance >= FORMED / 2,
-                f"memory order. A random matrix recalls {chance:.2f} of some memory's associations "
-                f"by chance, so reaching {FORMED} says little; more tokens or positions (--set "
-                f"trigger_tokens=... or memory_T=...) make the row",
-            ),
-            (
-                not np.any(data["eval_loss"]),
-                "memory order. No held-out sequence had a trigger twice, so the loss that "
-                "decides whether a run had settled was never measured; more tokens (--set "
-                "memory_T=...) give some",
+                f"{row}. A random matrix recalls {chance:.2f} of some memory's associations by chance, so "
+                f"reaching {FORMED} says little; more tokens or positions (--set trigger_tokens=... or "
+                f"memory_T=...) make the row",
             ),
         )
         if silent
     ]
-    return [] if order_silent else memories_claims(data), (SEQUENTIAL_SILENCE, *order_silent)
 
 
 NARROW_SILENCE = (
-    "memory order. Bietti et al. observe it with embeddings at least as wide as there are tokens and "
+    "Bietti et al. observe it with embeddings at least as wide as there are tokens and "
     "positions (d = T = 256), where random embeddings are nearly orthonormal; memory_d is below "
     "that regime, so the probes are shown as measured"
 )
@@ -499,3 +503,39 @@ def training_claims(data: TrainingData) -> list[Claim]:
         .eventually(*settled)
         .held_to_spread(GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
     ]
+
+
+def separate_rows(config: dict[str, Any], data: SeparateData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The separate section's row, or why it makes none, from its data alone."""
+    silent = memory_regime_silence(config, "joint against separate learning")
+    return [] if silent else [separate_claim(data, config["separate_steps"])], tuple(silent)
+
+
+JOINT_FIRST = "together sooner in every seed"
+
+
+def separate_claim(data: SeparateData, budget: int) -> Claim:
+    """Bietti et al.'s "joint learning is faster": trained together the three memories all form in fewer updates than
+    trained one at a time, top down, each until it has formed. A seed whose stage ran out of steps before the
+    stages were slower than the joint run leaves the row undecided; one where one at a time was no slower fails
+    it."""
+    joint = theory.formed_together(data["joint_steps"], data["joint"])
+    apart, censored = theory.formed_apart(data["stage_updates"], budget)
+    faster = joint < apart
+    slower = [k for k in range(len(joint)) if not faster[k] and not censored[k]]
+    open_ = [k for k in range(len(joint)) if not faster[k] and censored[k]]
+    measured = (
+        JOINT_FIRST
+        if faster.all()
+        else f"one at a time no slower in seed {', '.join(map(str, slower))}"
+        if slower
+        else f"undecided in seed {', '.join(map(str, open_))}"
+    )
+    claim = Claim.exact(
+        "simplified model: updates until all three memories have formed (recall 1/2), trained together against "
+        "one at a time, top down, each until it has formed",
+        JOINT_FIRST,
+        measured,
+        "Bietti et al. (the slides): joint learning is faster; they give no size, so every seed must show it",
+    )
+    return claim.eventually(bool(slower), "a separate stage ran out of steps; more steps (--set separate_steps=...)")

@@ -947,3 +947,62 @@ def memories(config: dict[str, Any], ctx: RunContext) -> MemoriesData:
         "still_descending": int(still_descending(run, LOSS_NOISE).sum()),
     }  # type: ignore[typeddict-item]
     return data
+
+
+# ---------------------------------------------------------------- the memories one at a time
+SEPARATE_ORDER = ("ov2", "kq2", "kq1")  # the model's matrices in the order of ``MEMORIES``, top down
+
+
+class SeparateData(TypedDict):
+    memory_names: list[str]
+    joint_steps: list[int]  # the memories section's evaluated steps
+    joint: list[list[list[float]]]  # its probes, seed x evaluation x memory (the three trained together)
+    stage_steps: list[int]  # evaluated steps within each stage's run, the same for every stage
+    stages: list[list[list[list[float]]]]  # stage x seed x evaluation x memory: the probes, one memory trained
+    stage_updates: list[list[int]]  # seed x stage: the updates its memory took to form (-1: not within the budget)
+
+
+def separate_schedule(config: dict[str, Any], steps: int | None = None) -> TrainConfig:
+    """A stage's plain gradient steps (``separate_steps`` of them unless ``steps``), of the joint run's size."""
+    return plain_steps(
+        {**config, "separate_steps": steps or config["separate_steps"]}, "separate_steps", "memory_lr", 100
+    )
+
+
+def alone(config: dict[str, Any], name: str, start: dict[str, Tensor]) -> Callable[[], AssociativeMemories]:
+    """A simplified model that trains memory ``name`` alone, the three starting from ``start`` (zero if absent)."""
+    return partial(
+        AssociativeMemories, config["trigger_tokens"], config["memory_T"], config["memory_d"], (name,), start
+    )
+
+
+def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) -> SeparateData:
+    """The simplified model's memories trained one at a time, top down: each stage trains its memory until it has
+    formed (recall ``FORMED``), and the next starts from there (a seed whose memory never formed goes on from the
+    stage's end); set beside the memories section's joint run."""
+    task = memory_task(config)
+    probe = partial(memory_probes, task=task)
+    starts: list[dict[str, Tensor]] = [{} for _ in ctx.seeds]
+    runs, updates = [], []
+    for index, name in enumerate(SEPARATE_ORDER):
+        makers = [alone(config, name, start) for start in starts]
+        run = train(makers, task, separate_schedule(config), ctx.seeds, ctx.device, progress=ctx.progress, probe=probe)
+        formed = theory.first_formed(run.eval_steps, run.probes)[:, index]
+        needed = [int(step) + 1 if np.isfinite(step) else -1 for step in formed]
+        runs.append(run)
+        updates.append(needed)
+        if index + 1 < len(SEPARATE_ORDER):
+            ended = []
+            for seed, maker, model, steps in zip(ctx.seeds, makers, run.models, needed):
+                if steps > 0:  # the same seed retraced to the update its memory formed at
+                    model = train(maker, task, separate_schedule(config, steps), [seed], ctx.device).models[0]
+                ended.append({n: getattr(model, n).detach().clone() for n in SEPARATE_ORDER})
+            starts = ended
+    return {
+        "memory_names": list(MEMORIES),
+        "joint_steps": memories["eval_steps"],
+        "joint": memories["memories"],
+        "stage_steps": runs[0].eval_steps,
+        "stages": [run.probes for run in runs],
+        "stage_updates": [list(seed) for seed in zip(*updates)],
+    }  # type: ignore[typeddict-item]

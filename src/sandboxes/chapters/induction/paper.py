@@ -3,12 +3,24 @@ comparison table."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ...theory.induction import carried_weight
+from ...theory.induction import carried_weight, formed_apart, formed_together
 from .judge import formation_steps, gap_share
+
+
+def update_seconds(sections: Mapping[str, Mapping[str, Any]], data: Mapping[str, Any]) -> dict[str, float]:
+    """Seconds of one update of every seed, trained together (the memories section) and one at a time (the separate
+    section, whose time also holds the retraced updates), from each section's wall time in a run's record."""
+    updates = len(data["separate"]["stages"]) * (data["separate"]["stage_steps"][-1] + 1)
+    retraced = sum(max(n, 0) for seed in data["separate"]["stage_updates"] for n in seed[:-1])
+    return {
+        "together": sections["memories"]["wall_time_s"] / (data["memories"]["eval_steps"][-1] + 1),
+        "one at a time": sections["separate"]["wall_time_s"] / (updates + retraced),
+    }
 
 
 def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -48,6 +60,20 @@ def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "at which each recall probe first reaches 1/2",
                 ", then ".join(run["memory_names"]),
                 "per seed: " + "; ".join(formed),
+            )
+        )
+    if "separate" in data:
+        run = data["separate"]
+        apart, censored = formed_apart(run["stage_updates"], int(run["stage_steps"][-1]) + 1)
+        counts = [
+            f"{together:.0f} against {'at least ' * bool(cut)}{alone:.0f}"
+            for together, alone, cut in zip(formed_together(run["joint_steps"], run["joint"]), apart, censored)
+        ]
+        rows.append(
+            (
+                "simplified model: updates until all three memories have formed, together against one at a time",
+                "joint learning is faster (no size given)",
+                "per seed: " + "; ".join(counts),
             )
         )
     if "corollary" in data and "prior_bayes" in data["corollary"]["levels"]:
