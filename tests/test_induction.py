@@ -29,6 +29,7 @@ from sandboxes.theory.induction import (
     MAX_PERMUTED_STATES,
     PARENT_MASS,
     bayes_predictive,
+    blank_second_gradient,
     carried_weight,
     chi2_information,
     chi2_overlap,
@@ -46,6 +47,7 @@ from sandboxes.theory.induction import (
     permutation_predictive,
     predictor_loss,
     sequence_losses,
+    squared_norm,
     successor_average,
     unigram_predictive,
     window_gap,
@@ -365,6 +367,18 @@ def _gradient_rows(change: str) -> list:
     return [*ranked, judge.lemma_claim({"small_scale": small, "first_order": first})]
 
 
+def _stationary_rows(change: str) -> list:
+    config = {p.name: p.quick for p in chapter.PARAMS} | {"stage_T": 16, "grad_samples": 2000}
+    configuration = "previous" if change == "layer 1 on the token before" else "uniform"
+    norms = []
+    for length in measure.stationary_lengths(config):
+        task = measure.theorem_task({**config, "stage_T": length}, "chain")
+        seq, law = task.sequences_and_laws(config["grad_samples"], torch.Generator().manual_seed(length))
+        first = measure.stationary_first(length, configuration)
+        norms.append(list(squared_norm(blank_second_gradient(seq[:, :-1].numpy(), law, 0.001, first, 32))))
+    return [judge.stationary_claim({"lengths": measure.stationary_lengths(config), "squared_norm": {"uniform": norms}})]
+
+
 def _stage_run(graph: str, body: tuple, adjacency: str) -> dict:
     """A first-stage run on ``body`` whose layer 1 holds the ``adjacency`` ("graph", "chain" or "none")."""
     parents = measure.parent_positions(InContextMarkov(10, 0.1, with_test_token(body)), 16)
@@ -571,6 +585,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
         _gradient_rows,
     ),
     (r"the first gradient derived to first order", "derived without the copy's centring", _gradient_rows),
+    (r"plateaus \(Varre", "layer 1 on the token before", _stationary_rows),
     (
         r"two layers, every seed: share of the unigram-to-Bayes",
         "two layers at the in-context unigram level",
@@ -609,6 +624,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _construction_rows,
         _higher_order_rows,
         _gradient_rows,
+        _stationary_rows,
         _staged_rows,
         _training_rows,
         _corollary_rows,
@@ -925,3 +941,26 @@ def test_a_memory_trained_alone_starts_where_it_is_given_and_holds_the_others():
     assert torch.equal(model.tokens, before.tokens)  # one seed, one set of random embeddings, whichever trains
     with pytest.raises(ValueError, match="the memories are"):
         AssociativeMemories(10, 8, 16, ("wq",))
+
+
+def test_the_gradient_at_a_blank_layer_2_is_the_derived_one_and_layer_1_gets_none():
+    chain, inputs, law = _stage_sample(chain_parents(10), 256, 8)
+    length = inputs.shape[1]
+    first = torch.randn(length, length, generator=_gen(9))
+    model = Disentangled(3, length, 0.0, train_match=True, output="probability", floor=0.001, first=first).double()
+    loss = -(law * model(inputs)[:, -1]).sum(dim=-1).mean()
+    on_first, on_second = torch.autograd.grad(loss, [model.first, model.second])
+    attention = model.first_attention(length).detach().numpy()
+    derived = blank_second_gradient(inputs.numpy(), law.numpy(), 0.001, attention, 1)
+    assert not on_first.any()  # S = 0 erases layer 1's copies from every score
+    np.testing.assert_allclose(derived[0], on_second.numpy(), atol=1e-15)
+    assert np.abs(derived[0]).max() > 1e-4
+
+
+def test_the_squared_norm_adds_no_noise_of_its_own():
+    parts = np.random.default_rng(0).normal(size=(400, 50))  # mean zero: the true squared norm is 0
+    estimate, error = squared_norm(parts)
+    naive = float((parts.mean(axis=0) ** 2).sum())  # the plain one: about 50 / 400
+    assert abs(estimate) < 3 * error < naive - estimate  # the plain estimate is biased by the parts' noise
+    shifted, shifted_error = squared_norm(parts + 1.0)  # mean one in each of 50 coordinates: squared norm 50
+    assert abs(shifted - 50.0) < 3 * shifted_error

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         SecondStage,
         SeparateData,
         StagedData,
+        StationaryData,
         SupportData,
         TrainingData,
         TriggerData,
@@ -129,6 +130,23 @@ def gradient(data: GradientData) -> Figure:
     right.set_yticks([])
     right.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def stationary(data: StationaryData) -> Figure:
+    """The squared gradient on layer 2's matrix where layer 2 is uniform, against the length, in both
+    configurations of layer 1, with three standard errors (log-log)."""
+    fig, ax = plt.subplots()
+    names = {
+        "uniform": "layer 1 uniform (the unigram point)",
+        "previous": "layer 1 on the token before (same predictor)",
+    }
+    for (name, label), color in zip(names.items(), (COLORS["theory"], COLORS["tied"])):
+        estimate, error = np.asarray(data["squared_norm"][name], dtype=float).T
+        ax.errorbar(data["lengths"], estimate, yerr=3 * error, marker="o", color=color, label=label, capsize=3)
+    ax.set(xscale="log", yscale="log", xlabel="length T", ylabel="squared gradient norm on layer 2's matrix")
+    ax.set_xticks(data["lengths"], [str(t) for t in data["lengths"]])
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -397,6 +397,49 @@ def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, cent
     return out
 
 
+def blank_second_gradient(
+    inputs: np.ndarray, law: np.ndarray, floor: float, first: np.ndarray, chunks: int
+) -> np.ndarray:
+    """The gradient of the reduced model's last-token loss on layer 2's matrix ``S`` at ``S = 0`` (layer 2 uniform, so
+    the model predicts the floored in-context unigram), layer 1's attention ``first`` ``(T, T)`` held: exact, on each
+    of ``chunks`` equal parts of the sequences, ``(chunks, k, k)``.
+
+    At ``S = 0`` key ``t`` scores ``e_q^T S c_t`` (``q`` the last token, ``c_t`` layer 1's copy at ``t``) and every
+    weight is ``1/T``, so ``dl/dscore_t = -((1 - floor) / T) (pi(s_t) / f(s_t) - sum_y pi(y) nu(y) / f(y))`` with
+    ``nu`` the tokens' frequencies and ``f = (1 - floor) nu + floor / k``; the gradient is ``sum_t dl/dscore_t
+    e_q c_t^T``, averaged over sequences."""
+    k = law.shape[1]
+    parts = []
+    for x, pi in zip(np.array_split(inputs, chunks), np.array_split(law, chunks)):
+        n, T = x.shape
+        rows = np.arange(n)[:, None]
+        onehot = np.eye(k)[x]
+        frequency = onehot.mean(axis=1)
+        model_law = (1 - floor) * frequency + floor / k
+        pull = -((1 - floor) / T) * (
+            pi[rows, x] / model_law[rows, x] - (pi * frequency / model_law).sum(axis=1, keepdims=True)
+        )  # (n, T)
+        keys = np.einsum("n j, n j b -> n b", pull @ first[:T, :T], onehot)  # sum_t pull_t c_t, by key position j
+        grad = np.zeros((k, k))
+        np.add.at(grad, x[:, -1], keys)
+        parts.append(grad / n)
+    return np.stack(parts)
+
+
+def squared_norm(parts: np.ndarray) -> tuple[float, float]:
+    """An unbiased estimate of the squared norm of the mean of ``parts`` (independent equal parts, one per row: the
+    cross terms only, so the parts' own noise adds nothing) and its jackknife standard error."""
+    flat = parts.reshape(len(parts), -1)
+
+    def cross(rows: np.ndarray) -> float:
+        m, total = len(rows), rows.sum(axis=0)
+        return float((total @ total - (rows * rows).sum()) / (m * (m - 1)))
+
+    m = len(flat)
+    left_out = np.array([cross(np.delete(flat, i, axis=0)) for i in range(m)])
+    return cross(flat), float(np.sqrt((m - 1) / m * ((left_out - left_out.mean()) ** 2).sum()))
+
+
 def position_marginals(task: InContextMarkov, kernels: np.ndarray) -> np.ndarray:
     """The exact law of every position of a one-parent graph, per kernel: ``(len(kernels), len(task.parents), k)``
     (a root uniform, a child its parent's law times the kernel)."""

@@ -44,6 +44,7 @@ from .measure import (
     memories,
     separate,
     staged,
+    stationary,
     support,
     training,
     trigger,
@@ -309,6 +310,13 @@ CHAPTER = Chapter(
             gradient,
             figures=("gradient",),
             sampled_rows=r"key lemma",
+        ),
+        Section(
+            "stationary",
+            "Why training rests at the unigram level",
+            stationary,
+            figures=("stationary",),
+            sampled_rows=r"plateaus \(Varre",
         ),
         Section(
             "staged",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         SeparateData,
         StagedData,
         StageRun,
+        StationaryData,
         SupportData,
         TrainingData,
         TriggerData,
@@ -539,3 +540,27 @@ def separate_claim(data: SeparateData, budget: int) -> Claim:
         "Bietti et al. (the slides): joint learning is faster; they give no size, so every seed must show it",
     )
     return claim.eventually(bool(slower), "a separate stage ran out of steps; more steps (--set separate_steps=...)")
+
+
+FALLS = "lower at the longest length, by more than 3 standard errors"
+
+
+def stationary_claim(data: StationaryData) -> Claim:
+    """Varre et al.: the unigram point (both layers uniform) is near-stationary as the length grows, so its squared
+    gradient is lower at the longest length than at the shortest; a difference within three standard errors leaves
+    the row undecided, a rise beyond them fails it."""
+    (short, short_se), (long, long_se) = data["squared_norm"]["uniform"][0], data["squared_norm"]["uniform"][-1]
+    margin = MC_SIGMAS * float(np.hypot(short_se, long_se))
+    fell, rose = short - long > margin, long - short > margin
+    measured = FALLS if fell else "higher at the longest length" if rose else "within noise"
+    claim = Claim.exact(
+        f"plateaus (Varre et al.): squared gradient at the unigram point, T = {data['lengths'][0]} against "
+        f"T = {data['lengths'][-1]}",
+        FALLS,
+        measured,
+        "sub-n-gram points are near-stationary as the length grows; the squared norm is estimated without the "
+        "sample's own noise (cross terms of independent parts), with its jackknife standard error",
+    )
+    if measured == "within noise":
+        return claim.undecided("the difference is within the sampling error; more sequences (--set grad_samples=...)")
+    return claim

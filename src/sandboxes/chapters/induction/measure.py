@@ -39,6 +39,7 @@ from .judge import (
     higher_order_claims,
     lemma_claim,
     levels_claims,
+    stationary_claim,
 )
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
@@ -297,6 +298,52 @@ LAST_TOKEN, EVERY_POSITION = "last token", "every position"
 WEIGHT_NOISE = 0.01  # a worst weight on the parent that rose less than this over a run has hardly started
 OUTPUT_FLOOR = 1e-3  # the reduced model's law is mixed with this much of the uniform one: an absent token costs
 # ln(k / OUTPUT_FLOOR) nats, not infinity
+
+
+# ---------------------------------------------------------------- the unigram configuration, near-stationary
+STATIONARY_DOUBLINGS = 3  # lengths stage_T, 2 stage_T, ... 2^3 stage_T
+
+
+class StationaryData(TypedDict):
+    lengths: list[int]
+    squared_norm: dict[str, list[list[float]]]  # configuration -> per length: [|grad|^2 estimate, standard error]
+
+
+def stationary_lengths(config: dict[str, Any]) -> list[int]:
+    """The lengths the gradient is computed at: ``stage_T`` doubled ``STATIONARY_DOUBLINGS`` times."""
+    return [config["stage_T"] * 2**j for j in range(STATIONARY_DOUBLINGS + 1)]
+
+
+def stationary_first(length: int, configuration: str) -> np.ndarray:
+    """Layer 1's attention ``(length, length)`` in each configuration: uniform over the prefix (Varre et al.'s
+    unigram point, both layers uniform), or on the token before (still the unigram while layer 2 is uniform)."""
+    if configuration == "uniform":
+        causal = np.tril(np.ones((length, length)))
+        return causal / causal.sum(axis=1, keepdims=True)
+    before = np.zeros((length, length))
+    before[np.arange(1, length), np.arange(length - 1)] = 1.0
+    before[0, 0] = 1.0
+    return before
+
+
+STATIONARY_CONFIGURATIONS = ("uniform", "previous")
+
+
+def stationary(config: dict[str, Any], ctx: RunContext) -> Outcome[StationaryData]:
+    """The gradient of the reduced model's last-token loss on layer 2's matrix where layer 2 is uniform (the model
+    predicts the in-context unigram), on the chain, at growing lengths: layer 1 uniform (the unigram point) and on
+    the token before (the same predictor, from which induction starts)."""
+    lengths, norms = stationary_lengths(config), {name: [] for name in STATIONARY_CONFIGURATIONS}
+    for length in lengths:
+        task = theorem_task({**config, "stage_T": length}, "chain")
+        seq, law = task.sequences_and_laws(config["grad_samples"], _generator(config, f"stationary-{length}"))
+        for name in STATIONARY_CONFIGURATIONS:
+            parts = theory.blank_second_gradient(
+                seq[:, :-1].numpy(), law, OUTPUT_FLOOR, stationary_first(length, name), GRADIENT_CHUNKS
+            )
+            norms[name].append(list(theory.squared_norm(parts)))
+    data: StationaryData = {"lengths": lengths, "squared_norm": norms}
+    return Outcome([stationary_claim(data)], data)
 
 
 def plain_steps(config: dict[str, Any], steps_key: str, lr_key: str, evaluations: int) -> TrainConfig:
