@@ -368,8 +368,9 @@ def _gradient_rows(change: str) -> list:
 
 
 def _stationary_rows(change: str) -> list:
-    config = {p.name: p.quick for p in chapter.PARAMS} | {"stage_T": 16, "grad_samples": 2000}
-    configuration = "previous" if change == "layer 1 on the token before" else "uniform"
+    wrong = change == "layer 1 on the token before"  # its gradient grows from T = 4 to 32
+    config = {p.name: p.quick for p in chapter.PARAMS} | {"stage_T": 4 if wrong else 16, "grad_samples": 2000}
+    configuration = "previous" if wrong else "uniform"
     norms = []
     for length in measure.stationary_lengths(config):
         task = measure.theorem_task({**config, "stage_T": length}, "chain")
@@ -571,7 +572,7 @@ def _separate_rows(change: str) -> list:
     joint = _memory_stages(task, ("ov2", "kq2", "kq1"))  # together: all three formed after 31 updates
     alone = [1, 5, 10] if change == "one at a time as fast as together" else [1, 5, 40]
     data = {"joint_steps": [0, 10, 20, 30], "joint": [joint], "stage_updates": [alone]}
-    return [judge.separate_claim(data, 50)]
+    return [judge.separate_claim(data, 50, 40)]
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
@@ -925,9 +926,17 @@ def test_frequent_triggers_are_the_bigrams_most_frequent_tokens_and_zipf_zero_is
 def test_one_at_a_time_out_of_steps_before_it_was_slower_is_undecided():
     task = TriggerTask(12, 2, 32, 0.5, 0)
     data = {"joint_steps": [0, 10, 20, 30], "joint": [_memory_stages(task, ("ov2", "kq2", "kq1"))]}
-    ran_out = judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 20)  # at least 26 updates against 31
+    ran_out = judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 20, 40)  # at least 26 against 31
     assert ran_out.holds is None and "--set separate_steps=" in ran_out.reason
-    assert judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 40).holds  # at least 46: slower already
+    assert judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 40, 40).holds  # at least 46: slower already
+
+
+def test_a_joint_run_out_of_steps_fails_the_row_only_where_one_at_a_time_finished_within_its_budget():
+    never = [[1.0, 1.0, 0.0]] * 4  # W_KQ1 never formed together: more than the joint budget of 40 updates
+    data = {"joint_steps": [0, 10, 20, 30], "joint": [never]}
+    assert judge.separate_claim({**data, "stage_updates": [[1, 5, 20]]}, 50, 40).holds is False  # 26 <= 40
+    assert judge.separate_claim({**data, "stage_updates": [[1, 5, 60]]}, 80, 40).holds is None  # 66: either way
+    assert judge.separate_claim({**data, "stage_updates": [[1, 5, -1]]}, 50, 40).holds is None
 
 
 def test_a_memory_trained_alone_starts_where_it_is_given_and_holds_the_others():

@@ -185,7 +185,7 @@ PARAMS = (
     Param(
         "separate_steps",
         int,
-        300,
+        250,
         10000,
         "gradient steps of each memory trained alone, one after another (top down)",
         at_least(1),

@@ -15,9 +15,12 @@ from .judge import formation_steps, gap_share
 
 def update_seconds(sections: Mapping[str, Mapping[str, Any]], data: Mapping[str, Any]) -> dict[str, float]:
     """Seconds of one update of every seed, trained together (the memories section) and one at a time (the separate
-    section, whose time also holds the retraced updates), from each section's wall time in a run's record."""
-    updates = len(data["separate"]["stages"]) * (data["separate"]["stage_steps"][-1] + 1)
-    retraced = sum(max(n, 0) for seed in data["separate"]["stage_updates"] for n in seed[:-1])
+    section, whose time also holds the retraced updates, one seed at a time, so that each counts as a share of an
+    update of every seed), from each section's wall time in a run's record."""
+    run = data["separate"]
+    seeds = len(run["stage_updates"])
+    updates = len(run["stages"]) * (run["stage_steps"][-1] + 1)
+    retraced = sum(max(n, 0) for seed in run["stage_updates"] for n in seed[:-1]) / seeds  # one seed at a time
     return {
         "together": sections["memories"]["wall_time_s"] / (data["memories"]["eval_steps"][-1] + 1),
         "one at a time": sections["separate"]["wall_time_s"] / (updates + retraced),
