@@ -372,6 +372,19 @@ def last_token_gradient(model: Disentangled, inputs: Tensor, law: Tensor, chunks
     return np.stack(parts)
 
 
+def uniform_pull(inputs: np.ndarray, law: np.ndarray, floor: float) -> np.ndarray:
+    """Per sequence and key ``t``, ``dl/dscore_t`` of the last token's loss where layer 2's weights are all ``1/T``
+    (the model predicts ``f = (1 - floor) nu + floor / k``, ``nu`` the tokens' frequencies): ``(n, T)``,
+    ``-((1 - floor) / T) (pi(s_t) / f(s_t) - sum_y pi(y) nu(y) / f(y))``."""
+    n, T = inputs.shape
+    rows = np.arange(n)[:, None]
+    frequency = np.eye(law.shape[1])[inputs].mean(axis=1)
+    model_law = (1 - floor) * frequency + floor / law.shape[1]
+    return -((1 - floor) / T) * (
+        law[rows, inputs] / model_law[rows, inputs] - (law * frequency / model_law).sum(axis=1, keepdims=True)
+    )
+
+
 def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, centred: bool = True) -> np.ndarray:
     """The first gradient of the reduced model (output read as the law, mixed with ``floor`` of the uniform one) on
     the last token's loss, to first order in layer 2's scale beta, over beta: ``(T, T)``, derived by hand.
@@ -382,13 +395,8 @@ def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, cent
     ``dl/dscore_t = -((1 - floor) / T) (pi_q(s_t) / f(s_t) - sum_y pi_q(y) nu(y) / f(y))`` and
     ``dscore_t / dA[t, j] = beta (1[s_j = q] - c_t(q)) / (t + 1)``; the gradient is the mean of their product.
     ``centred=False`` drops ``c_t(q)``, what the row's counterfactual gets wrong."""
-    n, T = inputs.shape
-    rows = np.arange(n)[:, None]
-    frequency = np.eye(law.shape[1])[inputs].mean(axis=1)
-    model_law = (1 - floor) * frequency + floor / law.shape[1]
-    pull = -((1 - floor) / T) * (
-        law[rows, inputs] / model_law[rows, inputs] - (law * frequency / model_law).sum(axis=1, keepdims=True)
-    )  # (n, T): dl/dscore_t over beta's absence
+    T = inputs.shape[1]
+    pull = uniform_pull(inputs, law, floor)  # dl/dscore_t, beta's factor aside
     match = (inputs == inputs[:, -1:]).astype(float)
     copied = np.cumsum(match, axis=1) / np.arange(1, T + 1) if centred else np.zeros_like(match)
     out = np.zeros((T, T))
@@ -411,18 +419,13 @@ def blank_second_gradient(
     k = law.shape[1]
     parts = []
     for x, pi in zip(np.array_split(inputs, chunks), np.array_split(law, chunks)):
-        n, T = x.shape
-        rows = np.arange(n)[:, None]
+        T = x.shape[1]
         onehot = np.eye(k)[x]
-        frequency = onehot.mean(axis=1)
-        model_law = (1 - floor) * frequency + floor / k
-        pull = -((1 - floor) / T) * (
-            pi[rows, x] / model_law[rows, x] - (pi * frequency / model_law).sum(axis=1, keepdims=True)
-        )  # (n, T)
+        pull = uniform_pull(x, pi, floor)
         keys = np.einsum("n j, n j b -> n b", pull @ first[:T, :T], onehot)  # sum_t pull_t c_t, by key position j
         grad = np.zeros((k, k))
         np.add.at(grad, x[:, -1], keys)
-        parts.append(grad / n)
+        parts.append(grad / len(x))
     return np.stack(parts)
 
 

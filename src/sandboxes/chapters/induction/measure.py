@@ -948,9 +948,14 @@ def memory_task(config: dict[str, Any]) -> TriggerTask:
     )
 
 
-def memory_model(config: dict[str, Any]) -> AssociativeMemories:
-    """The simplified model of the chapter's trigger task, its random embeddings drawn from the current seed."""
-    return AssociativeMemories(config["trigger_tokens"], config["memory_T"], config["memory_d"])
+def memory_model(
+    config: dict[str, Any],
+    trained: tuple[str, ...] = AssociativeMemories.MEMORIES,
+    start: dict[str, Tensor] | None = None,
+) -> AssociativeMemories:
+    """The simplified model of the chapter's trigger task, its random embeddings drawn from the current seed: all
+    three memories trained from zero, or those ``trained`` from ``start``."""
+    return AssociativeMemories(config["trigger_tokens"], config["memory_T"], config["memory_d"], trained, start)
 
 
 def memory_probes(model: AssociativeMemories, task: TriggerTask) -> list[float]:
@@ -1009,18 +1014,9 @@ class SeparateData(TypedDict):
     stage_updates: list[list[int]]  # seed x stage: the updates its memory took to form (-1: not within the budget)
 
 
-def separate_schedule(config: dict[str, Any], steps: int | None = None) -> TrainConfig:
-    """A stage's plain gradient steps (``separate_steps`` of them unless ``steps``), of the joint run's size."""
-    return plain_steps(
-        {**config, "separate_steps": steps or config["separate_steps"]}, "separate_steps", "memory_lr", 100
-    )
-
-
-def alone(config: dict[str, Any], name: str, start: dict[str, Tensor]) -> Callable[[], AssociativeMemories]:
-    """A simplified model that trains memory ``name`` alone, the three starting from ``start`` (zero if absent)."""
-    return partial(
-        AssociativeMemories, config["trigger_tokens"], config["memory_T"], config["memory_d"], (name,), start
-    )
+def separate_schedule(config: dict[str, Any]) -> TrainConfig:
+    """A stage's plain gradient steps, of the joint run's size."""
+    return plain_steps(config, "separate_steps", "memory_lr", 100)
 
 
 def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) -> SeparateData:
@@ -1032,7 +1028,7 @@ def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) ->
     starts: list[dict[str, Tensor]] = [{} for _ in ctx.seeds]
     runs, updates = [], []
     for index, name in enumerate(SEPARATE_ORDER):
-        makers = [alone(config, name, start) for start in starts]
+        makers = [partial(memory_model, config, (name,), start) for start in starts]
         run = train(makers, task, separate_schedule(config), ctx.seeds, ctx.device, progress=ctx.progress, probe=probe)
         formed = theory.first_formed(run.eval_steps, run.probes)[:, index]
         needed = [int(step) + 1 if np.isfinite(step) else -1 for step in formed]
@@ -1042,7 +1038,8 @@ def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) ->
             ended = []
             for seed, maker, model, steps in zip(ctx.seeds, makers, run.models, needed):
                 if steps > 0:  # the same seed retraced to the update its memory formed at
-                    model = train(maker, task, separate_schedule(config, steps), [seed], ctx.device).models[0]
+                    retrace = replace(separate_schedule(config), steps=steps)
+                    model = train(maker, task, retrace, [seed], ctx.device).models[0]
                 ended.append({n: getattr(model, n).detach().clone() for n in SEPARATE_ORDER})
             starts = ended
     return {
