@@ -138,7 +138,6 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
         (["run", "hmm", "--set", "k=2"], "3..8"),
         (["run", "hmm", "--set", "d=3", "--set", "k=4"], "d >= k"),
         (["run", "shortcuts", "--workers", "0"], "--workers must be at least 1"),
-        (["rejudge", "markov", "--section", "hessian_sweep"], "cannot recompute its rows from its data: rerun it"),
     ],
 )
 def test_bad_input_exits_non_zero_with_a_one_line_message(args, message, capsys):

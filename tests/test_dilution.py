@@ -393,8 +393,9 @@ def test_sharpen_zero_is_a_valid_setting():
 SMALL_GRID = {"sigmas": (1.0, 6.0), "lengths": (2, 16, 64)}
 
 
-def _bound_rows(**wrong):
-    return measure.bound_rows(0.5, **SMALL_GRID, **wrong)[0]
+def _bound_rows(bound_fn=theory.max_weight_bound, **wrong):
+    # a wrong extremal input, dilution length or latent radius goes into the data, a wrong bound into the judge
+    return judge.bound_claims(measure.bound_data(0.5, **SMALL_GRID, **wrong), 0.5, bound_fn)
 
 
 def _layer2_uniform(weights, size):
@@ -656,7 +657,7 @@ def test_the_table_counts_each_kind_against_its_plain_twin_and_the_runs_without_
         "sharpened": runs([2, 0], [1, 0], [9, 1]),
         "rare": runs([0, 3], [0, 0], [0, 0]),
     }
-    rows = {what: ours for what, _, ours in paper.against_paper({"second_phases": {"counts": counts}})}
+    rows = {what: ours for what, _, ours in paper.second_phases_vs_paper({"counts": counts})}
     assert rows["sharpened against its plain twin, per test set"] == (
         "in-distribution: more in 1 of 2 seeds, 1 wrong reads in all -> 2; sparse: more in 0 of 2 seeds, 5 wrong reads "
         "in all -> 1; dense: more in 2 of 2 seeds, 7 wrong reads in all -> 10"

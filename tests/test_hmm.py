@@ -458,7 +458,7 @@ def _seed_rows(change: str) -> list:
     elif change == "sweep rotates about e3, not 1":
         plane = COORDINATE_PLANE
     sweep = measure.rotation_sweep(O, T, plane, np.linspace(-np.pi, np.pi, 19))
-    return measure.paper_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
+    return judge.paper_example_claims(O, T, O2, T2, sweep["sweep_pairwise_gap"])
 
 
 def _pair() -> tuple[np.ndarray, ...]:
@@ -475,7 +475,7 @@ def _counterexample_rows(change: str) -> list:
         T2 = T
     elif change == "(O~, T~) a relabelling of (O, T)":
         O2, T2 = _relabelled(O, T)
-    return measure.counterexample_claims(O, T, O2, T2, 1.0)
+    return judge.counterexample_claims(O, T, O2, T2, 1.0)
 
 
 def _powers_rows(change: str) -> list:
@@ -485,7 +485,7 @@ def _powers_rows(change: str) -> list:
         angle = {"R^(t+1) = I, not R^t": -2 * np.pi / (t + 1), "R = I": 0.0}.get(change, -2 * np.pi / t)
         plane = COORDINATE_PLANE if change == "rotation about e3, not 1" else theory.ones_complement_basis(3)
         pairs.append((t, T, theory.rotation_about_ones(3, angle, plane) @ T))
-    return measure.powers_claims(pairs)[0]
+    return judge.powers_claims(measure.powers_data(pairs))
 
 
 def _recovery_rows(change: str) -> list:
@@ -554,7 +554,7 @@ def _ghmm_rows(change: str) -> list:
         HM, HT = M, T
     elif change == "means not unit-norm (Assumption 9 dropped)":
         outcomes["free T"] = measure.ghmm_fit_outcomes(M, T, HM, HT, points, 2, False, rng, unit_norm=False)
-    return measure.ghmm_claims(M, T, HM, HT, points, outcomes)
+    return judge.ghmm_claims(M, T, HM, HT, points, outcomes)
 
 
 def _ghmm_tensor_rows(change: str) -> list:
@@ -583,7 +583,7 @@ def _ghmm_tensor_rows(change: str) -> list:
         )
     elif change == "T with an entry above 2/k":
         symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
-        data["symmetric_partner_valid"] = measure._validity(
+        data["symmetric_partner_valid"] = judge._validity(
             check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3)
         )
     elif change == "a random three-state G-HMM in place of the two-state one":

@@ -355,6 +355,11 @@ def _reduced(T: int, scale: float) -> Disentangled:
     return Disentangled(3, T, scale, output="probability", floor=0.001).double()
 
 
+def _ranked(parts: np.ndarray, parents: list[int]) -> list:
+    """The key lemma's ranking row on gradients split into ``parts``, against ``parents``."""
+    return judge.gradient_claims(*judge.parent_margins(parts, parents), parents, len(parts))
+
+
 def _gradient_rows(change: str) -> list:
     chain, inputs, law = _stage_sample(random_parents(10, seed=1), 8000, 8)
     parts = last_token_gradient(_reduced(12, 1.0), inputs, law, judge.GRADIENT_CHUNKS)
@@ -363,7 +368,7 @@ def _gradient_rows(change: str) -> list:
     small = last_token_gradient(_reduced(12, LEMMA_BETA), inputs, law, 1)[0] / LEMMA_BETA
     centred = change != "derived without the copy's centring"
     first = first_order_gradient(inputs.numpy(), law.numpy(), 0.001, centred=centred)
-    ranked = judge.gradient_claims(parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12))
+    ranked = _ranked(parts, measure.parent_positions(InContextMarkov(3, 1.0, graph), 12))
     return [*ranked, judge.lemma_claim({"small_scale": small, "first_order": first})]
 
 
@@ -663,7 +668,7 @@ def test_a_tree_with_one_head_is_refused_before_any_work():
 def test_a_gradient_too_noisy_to_rank_leaves_its_row_undecided():
     chain, inputs, law = _stage_sample(chain_parents(10), 64, 9)
     parts = last_token_gradient(_reduced(12, 1.0), inputs, law, judge.GRADIENT_CHUNKS)
-    (claim,) = judge.gradient_claims(parts, measure.parent_positions(chain, 12))
+    (claim,) = _ranked(parts, measure.parent_positions(chain, 12))
     assert claim.holds is None and "--set grad_samples=" in claim.reason
 
 

@@ -41,7 +41,6 @@ ALLOWED = {
     "data": {"data", "losses"},
     "theory": {"theory", "data", "model"},
     "sections": {"calibration", "claims", "profiles", "results", "runtime", "trainer"},
-    "figures": {"figures", "plotting", "theory", "data"},
     "chapters": {
         "calibration",
         "chapters",
@@ -51,6 +50,7 @@ ALLOWED = {
         "heldout",
         "losses",
         "model",
+        "plotting",
         "probes",
         "profiles",
         "runtime",
@@ -136,6 +136,25 @@ def test_a_chapters_judge_and_paper_import_nothing_that_trains(path):
     assert not imported & TRAINING and siblings <= {"judge"}, (imported & TRAINING, siblings)
 
 
+# A chapter's figures draw stored data alone: the page draws the committed reference run with them.
+FIGURE_MODULES = sorted((PACKAGE / "chapters").glob("*/figures.py"))
+
+
+@pytest.mark.parametrize("path", FIGURE_MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_chapters_figures_import_only_plotting_theory_and_data(path):
+    imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
+    assert imported <= {"plotting", "theory", "data"}, imported
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_chapter_draws_its_figures_in_its_own_figures_module(chapter):
+    path = PACKAGE / "chapters" / chapter / "figures.py"
+    assert path in FIGURE_MODULES, (
+        f"chapter {chapter} has no figures module: add src/sandboxes/chapters/{chapter}/figures.py with one function "
+        "per figure (one section's data in, a Figure out) and name them in Section(figures=...)"
+    )
+
+
 def test_the_judging_test_finds_the_modules_and_sees_an_import_that_trains():
     assert PACKAGE / "chapters" / "markov" / "judge.py" in JUDGING
     assert "trainer" in _imported_layers("from ...trainer import train", ("chapters", "markov"))
@@ -158,8 +177,9 @@ def test_the_layer_test_sees_a_data_module_import_the_trainer(source):
 
 
 def test_the_layer_test_lets_annotations_import_anything():
-    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..chapters.markov import BasinData\n"
-    assert _imported_layers(source, ("figures",)) == set()
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ...trainer import TrainResult\n"
+    assert _imported_layers(source, ("chapters", "markov")) == set()
+    assert _imported_layers("from .measure import BasinData", ("chapters", "markov")) == {"chapters"}
 
 
 def test_importing_theory_or_data_does_not_load_the_trainer():
@@ -292,15 +312,18 @@ def test_the_figure_code_digest_sees_a_change_to_what_the_chapters_figure_module
     monkeypatch, tmp_path
 ):
     before = {chapter: figure_code_digest(chapter) for chapter in CHAPTERS}
-    changed = tmp_path / "figures"
-    changed.mkdir()
-    for path in notebook_module.FIGURES.glob("*.py"):
-        (changed / path.name).write_bytes(path.read_bytes())
-    with (changed / "hmm.py").open("a") as module:
+    (tmp_path / "plotting.py").write_bytes((PACKAGE / "plotting.py").read_bytes())
+    for chapter in CHAPTERS:
+        (tmp_path / "chapters" / chapter).mkdir(parents=True)
+        (tmp_path / "chapters" / chapter / "figures.py").write_bytes(
+            (PACKAGE / "chapters" / chapter / "figures.py").read_bytes()
+        )
+    changed = tmp_path / "chapters" / "hmm" / "figures.py"
+    with changed.open("a") as module:
         module.write("\n\n# a comment and blank lines draw nothing\n")
-        module.write("if TYPE_CHECKING:\n    from ..chapters.hmm.measure import Moved  # nor does an annotation\n")
-    monkeypatch.setattr(notebook_module, "FIGURES", changed)
+        module.write("if TYPE_CHECKING:\n    from .measure import Moved  # nor does an annotation\n")
+    monkeypatch.setattr(notebook_module, "PACKAGE", tmp_path)
     assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == []
-    with (changed / "hmm.py").open("a") as module:
+    with changed.open("a") as module:
         module.write("CHANGED = True\n")
     assert [chapter for chapter in CHAPTERS if figure_code_digest(chapter) != before[chapter]] == ["hmm"]

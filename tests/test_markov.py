@@ -109,6 +109,11 @@ class _ReversedFlow(ReducedFlow):
         return -de, dw
 
 
+def _reversed_flow(monkeypatch):
+    monkeypatch.setattr(measure, "ReducedFlow", _ReversedFlow)
+    return _section("reduced_flow")
+
+
 def _flow_of_the_mirrored_chain(monkeypatch):
     """A wrong theory of where flows end: each chain's flow replaced by that of (1 - p, 1 - q), across p + q = 1."""
     monkeypatch.setattr(measure, "ReducedFlow", lambda p, q: ReducedFlow(1 - p, 1 - q))
@@ -250,7 +255,7 @@ COUNTERFACTUALS = {
     r"tied Hessian sign along the sweep": _hessian_of_the_other_tying,
     r"reduced model .*: two-scalar loss": _gpt_weights_off,
     r"reduced model .*: E = .* conserved": _velocity_off(1.0, 2.0),
-    r"reduced model .*: flows from e = ": lambda monkeypatch: [measure.axis_row(_ReversedFlow(0.5, 0.8))],
+    r"reduced model .*: flows from e = ": _reversed_flow,
     r"reduced model .*: most Gaussian starts": _flow_of_the_mirrored_chain,
     r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _stalled_halfway,
     r"untied: every seed reaches the entropy rate": _stalled_halfway,

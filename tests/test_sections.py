@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.profiles import Custom, Param, at_least
-from sandboxes.sections import Chapter, Outcome, RunContext, Section
+from sandboxes.sections import Chapter, RunContext, Section
 from sandboxes.trainer import TrainConfig, TrainingDiverged, TrainResult
 
 from test_kernel_paths import stored_verdicts
@@ -78,7 +78,7 @@ def test_a_section_needs_only_sections_that_come_before_it(chapter):
 def test_every_figure_draws_from_one_sections_data_loaded_from_json(chapter, tiny_result):
     data = tiny_result(chapter.name)["data"]
     by_type = {section.data_type.__name__: section.name for section in chapter.sections}
-    figures = importlib.import_module(f"sandboxes.figures.{chapter.name}")
+    figures = importlib.import_module(f"sandboxes.chapters.{chapter.name}.figures")
     drawn = 0
     for name, function in inspect.getmembers(figures, inspect.isfunction):
         if function.__module__ != figures.__name__ or name.startswith("_"):
@@ -97,7 +97,7 @@ def test_every_figure_draws_from_one_sections_data_loaded_from_json(chapter, tin
 def test_each_section_names_every_figure_that_draws_its_data(chapter):
     # the reference and full-profile cells draw each section with the figures it names, so a figure function left
     # unnamed would be missing there, and a name with no function would fail on the page
-    figures = importlib.import_module(f"sandboxes.figures.{chapter.name}")
+    figures = importlib.import_module(f"sandboxes.chapters.{chapter.name}.figures")
     takes = {
         name: next(iter(inspect.signature(function).parameters.values())).annotation
         for name, function in inspect.getmembers(figures, inspect.isfunction)
@@ -111,15 +111,15 @@ def test_each_section_names_every_figure_that_draws_its_data(chapter):
 def test_a_section_says_which_of_its_rows_a_small_budget_may_leave_undecided():
     # trained rows may wait for a budget, but a theorem about any weights may not; an exact section's rows may not,
     # but one that a sample decides may
-    trained = Section("t", "T", _first, trains=True, exact_rows=r"obeys")
-    exact = Section("e", "E", _first, sampled_rows=r"key lemma")
+    trained = Section("t", "T", _first, _no_rows, trains=True, exact_rows=r"obeys")
+    exact = Section("e", "E", _first, _no_rows, sampled_rows=r"key lemma")
     row = functools.partial(Claim.exact, predicted="0", measured="0", reason="r")
     assert trained.may_stay_undecided(row("a trained loss is small"))
     assert not trained.may_stay_undecided(row("the attention obeys the bound"))
     assert not exact.may_stay_undecided(row("the construction is exact"))
     assert exact.may_stay_undecided(row("key lemma: the gradient ranks the parents"))
     with pytest.raises(ValueError, match="exact_rows"):
-        Section("x", "X", _first, exact_rows=r"obeys")  # an untrained section's rows are exact already
+        Section("x", "X", _first, _no_rows, exact_rows=r"obeys")  # an untrained section's rows are exact already
 
 
 def test_a_chapter_refuses_a_test_scale_that_names_an_unknown_parameter():
@@ -127,12 +127,20 @@ def test_a_chapter_refuses_a_test_scale_that_names_an_unknown_parameter():
         Chapter("toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(), full_shrunk={"stpes": 2})
 
 
-def _section_with_a_need(config: dict, ctx: RunContext, first: dict) -> Outcome[dict]:
-    return Outcome([Claim.exact("saw the first section", "1", str(first["value"]), "r")], {"value": config["x"]})
+def _section_with_a_need(config: dict, ctx: RunContext, first: dict) -> dict:
+    return {"value": config["x"], "saw": first["value"]}
 
 
-def _first(config: dict, ctx: RunContext) -> Outcome[dict]:
-    return Outcome([], {"value": 1})
+def _saw_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
+    return [Claim.exact("saw the first section", "1", str(data["saw"]), "r")], ()
+
+
+def _first(config: dict, ctx: RunContext) -> dict:
+    return {"value": 1}
+
+
+def _no_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
+    return [], ()
 
 
 def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
@@ -141,7 +149,10 @@ def test_a_section_runs_the_sections_it_needs_first_and_records_what_it_read():
         "Toy",
         (Param("x", int, 3, 4, "x", at_least(0)), Param("unused", int, 0, 0, "u", at_least(0))),
         seeds={"quick": 1, "full": 1},
-        sections=(Section("first", "First", _first), Section("second", "Second", _section_with_a_need)),
+        sections=(
+            Section("first", "First", _first, _no_rows),
+            Section("second", "Second", _section_with_a_need, _saw_rows),
+        ),
     )
     run = chapter.start(device="cpu")
     done = run.section("second")
@@ -162,26 +173,26 @@ def test_a_rerun_command_quotes_values_the_shell_would_split():
         "Toy",
         (Param("names", str, "a,b", "a,b", "n", NAMES),),
         seeds={"quick": 1, "full": 1},
-        sections=(Section("only", "Only", _reads_names),),
+        sections=(Section("only", "Only", _reads_names, _no_rows),),
     )
     run = chapter.start(overrides={"names": "C2, C3"}, device="cpu")
     run.section("only")
     assert run.command("only").endswith("--set 'names=C2, C3'")
 
 
-def _reads_names(config: dict, ctx: RunContext) -> Outcome[dict]:
-    return Outcome([], {"names": config["names"]})
+def _reads_names(config: dict, ctx: RunContext) -> dict:
+    return {"names": config["names"]}
 
 
 def test_a_chapter_check_stops_bad_values_before_any_section_runs():
     def refuse(config: dict, seeds: int) -> None:
         raise ValueError("no")
 
-    def explode(config: dict, ctx: RunContext) -> Outcome[dict]:
+    def explode(config: dict, ctx: RunContext) -> dict:
         raise AssertionError("ran")
 
     chapter = Chapter(
-        "toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", explode),), check=refuse
+        "toy", "Toy", (), seeds={"quick": 1, "full": 1}, sections=(Section("s", "S", explode, _no_rows),), check=refuse
     )
     with pytest.raises(ValueError, match="no"):
         chapter.run(device="cpu")
@@ -263,11 +274,15 @@ def _asks_for_one_phase(calls: list[str]):
             TrainConfig(steps=4, batch_size=1, lr=0.1),
         )
 
-    def section(config: dict, ctx: RunContext) -> Outcome[dict]:
+    def section(config: dict, ctx: RunContext) -> dict:
         ctx.train_once("first phase", first_phase)
-        return Outcome([Claim.at_most("a continued loss is small", 0.1, 0.05, "r")], {})
+        return {"loss": 0.05}
 
     return section
+
+
+def _continued_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
+    return [Claim.at_most("a continued loss is small", 0.1, data["loss"], "r")], ()
 
 
 def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_it_diverged():
@@ -277,7 +292,10 @@ def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_
         "Toy",
         (),
         seeds={"quick": 1, "full": 1},
-        sections=(Section("a", "A", _asks_for_one_phase(calls)), Section("b", "B", _asks_for_one_phase(calls))),
+        sections=(
+            Section("a", "A", _asks_for_one_phase(calls), _continued_rows),
+            Section("b", "B", _asks_for_one_phase(calls), _continued_rows),
+        ),
     )
     first, second = chapter.run(device="cpu").claims
     assert calls == ["trained"]
@@ -288,7 +306,6 @@ def test_two_sections_that_continue_one_first_phase_train_it_once_and_both_hear_
 def test_the_seed_table_has_rows_for_every_reference_section(chapter, tiny_result):
     # the page's paper-versus-ours table covers each section the reference run makes, read back from JSON
     data = tiny_result(chapter.name)["data"]
-    module = importlib.import_module(f"sandboxes.chapters.{chapter.name}")
     for name in chapter.reference_sections:
-        rows = module.against_paper({name: data[name]})
+        rows = chapter.section(name).paper(data[name])
         assert rows and all(len(row) == 3 and all(isinstance(cell, str) and cell for cell in row) for row in rows), name

@@ -219,11 +219,11 @@ def earlier_rule(name: str, section: str) -> None:
 
 
 def section_figures(chapter: Chapter, section: str) -> list[Callable[[Any], Figure]]:
-    """The functions that draw ``section``'s figures: those the section names, from ``sandboxes.figures``."""
+    """The functions that draw ``section``'s figures: those the section names, from its chapter's ``figures``."""
     names = chapter.section(section).figures
     if not names:
         return []
-    module = importlib.import_module(f"{__package__}.figures.{chapter.name}")
+    module = importlib.import_module(f"{__package__}.chapters.{chapter.name}.figures")
     return [getattr(module, name) for name in names]
 
 
@@ -281,17 +281,17 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     display(HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"))
 
 
-def against_paper(rows: list[tuple[str, str, str]]) -> None:
-    """A table of what the paper reports beside what the reference run measured, one quantity per row."""
-    table(("quantity", "the paper reports", "this reference run"), rows)
+def against_paper(chapter: Chapter, data: Mapping[str, Any]) -> None:
+    """A table of what the papers report beside what a run measured, one quantity per row, section by section."""
+    table(("quantity", "the paper reports", "this reference run"), chapter.against_paper(data))
 
 
-FIGURES = Path(__file__).parent / "figures"
+PACKAGE = Path(__file__).parent
 
 
 def figure_code(chapter: str) -> list[Path]:
     """The modules that draw ``chapter``'s figures: the shared plotting style and the chapter's figure module."""
-    return [Path(__file__).parent / "plotting.py", FIGURES / "__init__.py", FIGURES / f"{chapter}.py"]
+    return [PACKAGE / "plotting.py", PACKAGE / "chapters" / chapter / "figures.py"]
 
 
 def figure_code_digest(chapter: str) -> str:
@@ -303,7 +303,7 @@ def figure_code_digest(chapter: str) -> str:
     for path in figure_code(chapter):
         tree = ast.parse(path.read_text())
         tree.body = [node for node in tree.body if not _annotations_only(node)]
-        digest.update(path.name.encode() + b"\0" + ast.dump(tree).encode())
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + ast.dump(tree).encode())
     return digest.hexdigest()[:16]
 
 

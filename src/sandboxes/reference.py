@@ -101,15 +101,11 @@ def rejudge(
     or a row's text changed since the run needs no new training. A section with undecided rows is refused: a run
     that diverged leaves every row undecided whatever its data say, and that only a new run can change.
     """
-    if chapter.section(name).rows is None:
-        raise ValueError(f"section {name} of {chapter.name} cannot recompute its rows from its data: rerun it")
     if name not in result.sections:
         raise ValueError(f"the result holds no section {name}")
     if any(c.holds is None for c in result.claims if c.section == name):
         raise ValueError(f"section {name} has undecided rows (a diverged or unsettled run): rerun it")
-    current = _current_rows(result, chapter, name, variant)
-    assert current is not None  # the section has a rows function
-    claims, silent = current
+    claims, silent = _current_rows(result, chapter, name, variant)
     judged_at, dirty = commit or current_commit()
     record = {
         **result.sections[name],
@@ -128,21 +124,16 @@ def rejudge(
 
 def _current_rows(
     result: Result, chapter: Chapter, name: str, variant: str = ""
-) -> tuple[list[Claim], tuple[str, ...]] | None:
-    """The rows and silences the current rules make of section ``name``'s stored data and the values it ran with
-    (None where the section cannot recompute its rows from its data)."""
-    rows = chapter.section(name).rows
-    if rows is None:
-        return None
-    return rows({**chapter.reference_config(variant), **result.sections[name]["values"]}, result.data[name])
+) -> tuple[list[Claim], tuple[str, ...]]:
+    """The rows and silences the current rules make of section ``name``'s stored data and the values it ran with."""
+    return chapter.section(name).rows(
+        {**chapter.reference_config(variant), **result.sections[name]["values"]}, result.data[name]
+    )
 
 
-def _stale_rows(result: Result, name: str, current: tuple[list[Claim], tuple[str, ...]] | None) -> list[str]:
+def _stale_rows(result: Result, name: str, current: tuple[list[Claim], tuple[str, ...]]) -> list[str]:
     """Each way the file's rows or silences of section ``name`` differ from ``current``, what the current rules
-    make of the same data (a rule changed since the run: ``rejudge`` mends it); nothing where the section cannot
-    recompute them."""
-    if current is None:
-        return []
+    make of the same data (a rule changed since the run: ``rejudge`` mends it)."""
     claims, silent = current
     stored = [dataclasses.replace(c, section="") for c in result.claims if c.section == name]
     found = [

@@ -5,9 +5,8 @@ resolved parameters, ``ctx`` says how to run, and every further parameter is nam
 earlier section whose data it reads (so the dependency is in the signature). ``Data`` is the
 section's declared shape, a ``TypedDict`` that its figure functions read (a ``list`` in it may
 hold a NumPy array until the result is written to JSON). The section's ``rows`` judge that data,
-as the run makes it and as a committed result file holds it, so both are judged alike. A section
-that checks exact theory without a stored reading of it returns an ``Outcome[Data]``: its rows
-and its data together.
+as the run makes it and as a committed result file holds it, so both are judged alike: every
+row is a function of a section's config and stored data.
 
 :class:`Run` runs sections one at a time, each after the sections it needs, and records which
 parameters each one read, so that a page can print the exact command that remakes one figure.
@@ -22,7 +21,7 @@ import time
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, get_args, get_type_hints
+from typing import Any, get_type_hints
 
 import torch
 
@@ -32,8 +31,6 @@ from .profiles import Param, check_profile, resolve
 from .results import Result, current_commit, provenance
 from .runtime import device_name, pick_device
 from .trainer import TrainingDiverged, TrainResult, warn_diverged
-
-D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -65,21 +62,8 @@ class RunContext:
         return self.trained[key]
 
 
-@dataclass(frozen=True)
-class Outcome(Generic[D]):
-    """What a section judged by ``rows`` is made into, and what a section that judges itself returns: its verdict
-    rows, its data (of the section's declared shape), and why rows are missing.
-
-    ``silent`` names each row the section did not make because its theorem says nothing at the
-    chosen values (a gap too small to divide by, a chain on the threshold), with the reason.
-    """
-
-    claims: list[Claim]
-    data: D
-    silent: tuple[str, ...] = ()
-
-
 Rows = Callable[[dict[str, Any], Any], tuple[list[Claim], tuple[str, ...]]]
+Row = tuple[str, str, str]  # a quantity, what the paper reports of it, what a run measured
 
 
 @dataclass(frozen=True)
@@ -89,28 +73,33 @@ class Section:
 
     name: str
     title: str
-    compute: Callable[..., Any]  # returns the section's data when ``rows`` judges it, else an ``Outcome`` of it
-    min_seeds: int = 1  # a section that compares seeds with each other needs several
-    trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
-    by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
+    compute: Callable[..., Any]  # returns the section's data
     # its rows and silences from the values it read and its data alone: the run judges the data ``compute`` returns
     # with it, and the check of a committed reference result judges the file's data with it, so a row whose rule
     # changed since the run shows
-    rows: Rows | None = None
+    rows: Rows
+    min_seeds: int = 1  # a section that compares seeds with each other needs several
+    trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
+    by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
     # the names of the rows judged from data without the models (a closed form beside the runs), which a diverged
     # training leaves as they are
     theory: Callable[[Any], tuple[str, ...]] | None = None
-    figures: tuple[str, ...] = ()  # the functions of ``sandboxes.figures.<chapter>`` that draw its data, in order
+    figures: tuple[str, ...] = ()  # the functions of its chapter's ``figures`` module that draw its data, in order
     exact_rows: str = ""  # in a section that trains, a pattern of the names of its rows that are theorems about any
     # weights all the same: they hold whatever the budget
     sampled_rows: str = ""  # in one that does not, a pattern of the names of its rows that a Monte Carlo sample
     # decides: a small sample may leave them undecided
+    reference: bool = False  # its reference values were sized by measurement: ``make reference`` runs it, and the
+    # page shows the committed run (a section that trains without it is listed as waiting for a reference run)
+    paper: Callable[[Any], list[Row]] | None = None  # its data beside what the paper reports, for the page's table
 
     def __post_init__(self) -> None:
         if self.exact_rows and not self.trains or self.sampled_rows and self.trains:
             raise ValueError(
                 f"section {self.name}: exact_rows name rows of a section that trains, sampled_rows of one that does not"
             )
+        if self.reference and not (self.trains and self.paper is not None):
+            raise ValueError(f"section {self.name}: a reference section trains and sets its data beside the paper's")
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -119,10 +108,8 @@ class Section:
 
     @property
     def data_type(self) -> type:
-        """The declared shape of this section's data: the return type of ``compute``, or the ``D`` of its
-        ``Outcome[D]``."""
-        returned = get_type_hints(self.compute)["return"]
-        return returned if self.rows is not None else get_args(returned)[0]
+        """The declared shape of this section's data: the return type of ``compute``."""
+        return get_type_hints(self.compute)["return"]
 
     def may_stay_undecided(self, claim: Claim) -> bool:
         """Whether a small budget may leave ``claim`` undecided: a row about trained models, unless it is an exact
@@ -130,15 +117,6 @@ class Section:
         if self.trains:
             return not (self.exact_rows and re.search(self.exact_rows, claim.name))
         return bool(self.sampled_rows and re.search(self.sampled_rows, claim.name))
-
-    def judged(self, config: dict[str, Any], returned: Any) -> Outcome[Any]:
-        """What ``compute`` returned, as an outcome: its data judged by ``rows``, or the section's own outcome."""
-        if self.rows is None:
-            return returned
-        if isinstance(returned, Outcome):
-            raise TypeError(f"section {self.name} is judged by its rows, so it returns its data, not an Outcome")
-        claims, silent = self.rows(config, returned)
-        return Outcome(claims, returned, silent)
 
 
 class _ReadRecorder(dict):
@@ -164,10 +142,8 @@ class Chapter:
 
     ``check`` sees the whole config and the number of seeds before any work starts, for the
     conditions that tie parameters together (``d >= k``); it raises ``ValueError``.
-    ``reference_sections`` names the sections that train models and whose reference values were
-    sized by measurement; ``make reference`` runs those, and the page lists the other trained
-    sections as waiting for a reference run. ``reference_variants`` names further reference runs of
-    the same sections, each the reference profile with a few values changed (its own result file).
+    ``reference_variants`` names further reference runs of the reference sections, each the
+    reference profile with a few values changed (its own result file).
     ``reference_workers``: the worker processes ``make reference`` gives its runs (``--workers``).
     """
 
@@ -177,7 +153,6 @@ class Chapter:
     seeds: Mapping[str, int]
     sections: tuple[Section, ...]
     check: Callable[[dict[str, Any], int], None] | None = None
-    reference_sections: tuple[str, ...] = ()
     reference_variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     reference_workers: int = 1
     unit_scale: Mapping[str, Any] = field(default_factory=dict)  # values that run every section end to end in
@@ -190,9 +165,6 @@ class Chapter:
         for scale in (self.unit_scale, self.full_shrunk):
             if not set(scale) <= known:
                 raise ValueError(f"{self.name}: a test scale names unknown parameters {sorted(set(scale) - known)}")
-        trained = {s.name for s in self.sections if s.trains}
-        if not set(self.reference_sections) <= trained:
-            raise ValueError(f"{self.name}: reference sections must be sections that train: {self.reference_sections}")
         for variant in self.reference_variants:
             if not variant.isidentifier():
                 raise ValueError(f"{self.name}: a reference variant's name is a file-name suffix, got {variant!r}")
@@ -202,6 +174,20 @@ class Chapter:
     def reference_config(self, variant: str = "") -> dict[str, Any]:
         """The values the reference run (or its ``variant``) reads."""
         return resolve(self.params, "reference", self.reference_variants.get(variant, {}))
+
+    @property
+    def reference_sections(self) -> tuple[str, ...]:
+        """The sections a reference run makes, in reading order."""
+        return tuple(section.name for section in self.sections if section.reference)
+
+    def against_paper(self, data: Mapping[str, Any]) -> list[Row]:
+        """The rows of the page's table of what the papers report beside a run's ``data``, section by section."""
+        return [
+            row
+            for section in self.sections
+            if section.paper is not None and section.name in data
+            for row in section.paper(data[section.name])
+        ]
 
     @property
     def min_seeds(self) -> int:
@@ -327,12 +313,13 @@ class Run:
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", TrainingDiverged)
-                outcome = section.judged(config, section.compute(config, self.context, **needed))
-                theory = section.theory(outcome.data) if section.theory is not None else ()
+                data = section.compute(config, self.context, **needed)
+                made, silent = section.rows(config, data)
+                theory = section.theory(data) if section.theory is not None else ()
             elapsed = time.perf_counter() - start
             params = sorted(config.read | {p for need in section.needs for p in self.done[need].params})
-            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(outcome.claims, caught, theory)]
-            self.done[name] = Done(claims, outcome.data, params, round(elapsed, 2), tuple(outcome.silent))
+            claims = [replace(claim, section=name) for claim in _undecided_if_diverged(made, caught, theory)]
+            self.done[name] = Done(claims, data, params, round(elapsed, 2), tuple(silent))
         return self.done[name]
 
     def result(self) -> Result:

@@ -2,7 +2,7 @@
 
 ``measure`` computes each section (the exact checks of Propositions 3 to 5 and the training runs) into its data,
 ``judge`` makes the rows from a section's config and data alone, ``paper`` sets the thesis's reports beside a run's;
-``figures.dilution`` draws them.
+``figures`` draws them.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import second_phase_rows, training_rows
+from .judge import bound_rows, construction_rows, second_phase_rows, simulator_rows, training_rows
 from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, simulator, training
-from .paper import against_paper, premise_attempts
+from .paper import premise_attempts, second_phases_vs_paper, training_vs_paper
 
-__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "against_paper", "premise_attempts"]
+__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts"]
 
 
 def _even_at_least(low: int, why: str) -> Custom:
@@ -200,17 +200,25 @@ CHAPTER = Chapter(
     PARAMS,
     seeds={"quick": 4, "reference": 8, "full": 10},
     sections=(
-        Section("bound", "Proposition 4: the dilution bound", bound, figures=("bound_curves", "dilution_length")),
+        Section(
+            "bound",
+            "Proposition 4: the dilution bound",
+            bound,
+            rows=bound_rows,
+            figures=("bound_curves", "dilution_length"),
+        ),
         Section(
             "construction",
             "Proposition 3: a two-layer construction, then its weights held fixed",
             construction,
+            rows=construction_rows,
             figures=("construction_sweep",),
         ),
         Section(
             "simulator",
             "Proposition 5: linear positions and the wrong write",
             simulator,
+            rows=simulator_rows,
             figures=("simulator_attention",),
         ),
         Section(
@@ -221,6 +229,8 @@ CHAPTER = Chapter(
             rows=training_rows,
             exact_rows=r"obeys Prop 4",
             figures=("training_curves", "error_violins", "sharpness_by_position"),
+            reference=True,
+            paper=training_vs_paper,
         ),
         Section(
             "second_phases",
@@ -230,10 +240,11 @@ CHAPTER = Chapter(
             rows=second_phase_rows,
             exact_rows=r"obeys Prop 4",
             figures=("second_phase_curves", "second_phase_violins", "sharpening_by_position"),
+            reference=True,
+            paper=second_phases_vs_paper,
         ),
     ),
     check=check,
-    reference_sections=("training", "second_phases"),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
 )

@@ -16,12 +16,94 @@ from ...curves import budget_ran_out
 from ...theory import dilution as theory
 
 if TYPE_CHECKING:
-    from .measure import ConstructionData, SecondPhaseData, Sharpness, SimulatorData, SimulatorRun, TrainingData
+    from .measure import (
+        BoundData,
+        ConstructionData,
+        SecondPhaseData,
+        Sharpness,
+        SimulatorData,
+        SimulatorRun,
+        TrainingData,
+    )
 
 
 EXACT = 1e-12
 EXACT_REASON = "float64 round-off: the identity is exact"
 BOUND_REASON = "Proposition 4 is a theorem: no input may exceed it (1e-12 for float64 round-off)"
+
+
+def bound_claims(
+    data: BoundData, threshold: float, bound_fn: Callable[..., Any] = theory.max_weight_bound
+) -> list[Claim]:
+    """Proposition 4's rows: the grid's measured weights against ``bound_fn`` (the theory's bound; a test passes a
+    wrong one), and the extremal weight either side of each stored dilution length against ``threshold``."""
+    extremal = np.asarray(data["extremal_weight"], dtype=float)
+    random_max = np.asarray(data["random_max"], dtype=float)
+    worst = np.asarray(data["worst_weight"], dtype=float)
+    attained, random_excess, worst_excess = [], [], []
+    for a, sigma in enumerate(data["sigmas"]):
+        for b, T in enumerate(data["lengths"]):
+            limit = float(bound_fn(T, sigma))
+            attained.append(abs(extremal[a, b] - limit))
+            random_excess.append(random_max[a, b] - limit)
+            worst_excess.append(worst[a, b] - limit)
+    crossings = [before > threshold >= at for _, _, before, at in data["crossings"]]
+    claims = [
+        Claim.close(
+            "Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
+            0.0,
+            float(max(attained)),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_most(
+            "Prop 4: random unit-ball inputs and forms never exceed it (max excess)",
+            EXACT,
+            float(max(random_excess)),
+            BOUND_REASON,
+        ),
+        Claim.at_most(
+            "Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)",
+            EXACT,
+            float(max(worst_excess)),
+            BOUND_REASON,
+        ),
+    ]
+    if crossings:  # no sigma of the grid has its T* inside the lengths: the inverse is not tested, no row
+        claims.append(
+            Claim.exact(
+                f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
+                f"{len(crossings)} of {len(crossings)}",
+                f"{sum(crossings)} of {len(crossings)}",
+                f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(data['lengths'])})",
+            )
+        )
+    return claims
+
+
+def bound_rows(config: dict[str, Any], data: BoundData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The bound section's rows, from its data and the theory's bound at the chosen threshold."""
+    return bound_claims(data, config["threshold"]), ()
+
+
+def construction_rows(config: dict[str, Any], data: ConstructionData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The construction's rows, and why the random-string row at the onset is missing where no string there holds
+    the witness pattern."""
+    silent = (
+        ()
+        if data["witness_at_onset"]
+        else (
+            f"wrong reads on random strings at block size {data['onset']}: none of the {config['n_construction']} "
+            "strings per p_i there contains the witness pattern 'w b i (1-b) r'; more strings (--set "
+            "n_construction=...) make the row",
+        )
+    )
+    return construction_claims(data, config["n_construction"]), silent
+
+
+def simulator_rows(config: dict[str, Any], data: SimulatorData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The simulators' rows, from their data alone."""
+    return simulator_claims(data), ()
 
 
 def construction_claims(data: ConstructionData, n: int) -> list[Claim]:

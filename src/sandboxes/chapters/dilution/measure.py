@@ -1,6 +1,6 @@
 """The dilution chapter's sections: the exact checks of Propositions 3 to 5 (the bound, the two-layer construction,
 the simulators) and the training runs that fill each section's data (one ``TypedDict`` per section, which
-``figures.dilution`` draws and ``judge`` reads)."""
+``figures`` draws and ``judge`` reads)."""
 
 from __future__ import annotations
 
@@ -18,24 +18,16 @@ from tqdm import tqdm
 
 from ... import heldout
 from ...calibration import calibrated_map, count_chunks
-from ...claims import Claim
 from ...curves import still_descending
 from ...data.flipflop import ONE, ZERO, FlipFlop, I, Mixture, R, Sharpened, W, all_strings, read_errors
 from ...losses import attention_entropy
 from ...model import GPT, LSTM, GPTConfig, WithAttention
 from ...profiles import float_list
-from ...sections import Outcome, RunContext
+from ...sections import RunContext
 from ...theory import dilution as theory
 from ...trainer import TrainConfig, TrainResult, train
 from ...workers import TrainRequest, train_spread
-from .judge import (
-    BOUND_REASON,
-    BOUND_TOL,
-    EXACT,
-    EXACT_REASON,
-    construction_claims,
-    simulator_claims,
-)
+from .judge import BOUND_TOL
 
 SIGMAS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
 LENGTHS = (2, 4, 16, 64, 256, 1024, 4096)
@@ -53,81 +45,57 @@ class BoundData(TypedDict):
     sigma_grid: list[float]  # the sigmas at which the dilution length is drawn
     thresholds: list[float]
     dilution_length: dict[str, list[int]]  # threshold (as a string) -> T* at each sigma of sigma_grid
+    # sigma x length: the weight the extremal input's last query gives key 0 through a GPT attention layer
+    extremal_weight: list[list[float]]
+    worst_weight: list[list[float]]  # sigma x length: worst-case weight of a random 2-d form (worst_ratio * bound)
+    # per sigma of the grid whose dilution length T* at the threshold lies in (2, max length]: (sigma, T*, the
+    # extremal weight at T* - 1, the extremal weight at T*)
+    crossings: list[tuple[float, int, float, float]]
 
 
-def bound(config: dict[str, Any], ctx: RunContext) -> Outcome[BoundData]:
+def bound(config: dict[str, Any], ctx: RunContext) -> BoundData:
     """The bound on a grid: attained by an extremal input, never exceeded by random or worst-case ones."""
-    claims, data = bound_rows(config["threshold"])
-    return Outcome(claims, data)
+    return bound_data(config["threshold"])
 
 
-def bound_rows(
+def bound_data(
     threshold: float,
-    bound_fn: Callable[..., Any] = theory.max_weight_bound,
     extremal: Callable[[float, int], tuple[GPT, Tensor]] = theory.extremal_attention,
     length_fn: Callable[[float, float], int] = theory.dilution_length,
     sigmas: tuple[float, ...] = SIGMAS,
     lengths: tuple[int, ...] = LENGTHS,
     latent_radius: float = 1.0,
-) -> tuple[list[Claim], BoundData]:
-    """The rows and data of the bound section for a given bound, extremal input and dilution length.
+) -> BoundData:
+    """The bound section's data for a given extremal input and dilution length.
 
-    The chapter passes the theory's three functions and unit-ball latents; a test passes a wrong one
-    (a bound off by a constant, an extremal input of the wrong norm, a dilution length off by one,
-    random latents outside the unit ball that the proposition assumes) and sees its row fail.
+    The chapter passes the theory's two functions and unit-ball latents; a test passes a wrong one (an extremal
+    input of the wrong norm, a dilution length off by one, random latents outside the unit ball that the
+    proposition assumes) and sees its row fail (``judge.bound_claims`` takes a wrong bound).
     """
     rng = np.random.default_rng(0)
-    attained, random_excess, worst_excess = [], [], []
+    extremal_weight = np.zeros((len(sigmas), len(lengths)))
     random_max = np.zeros((len(sigmas), len(lengths)))
+    worst_weight = np.zeros((len(sigmas), len(lengths)))
     worst_ratio = np.zeros((len(sigmas), len(lengths)))
     for a, sigma in enumerate(sigmas):
         for b, T in enumerate(lengths):
-            limit = float(bound_fn(T, sigma))
-            attained.append(abs(_extremal_weight(sigma, T, extremal) - limit))
-            weights = _random_max_weights(rng, sigma, T, n=64, radius=latent_radius)
-            random_max[a, b] = weights.max()
-            random_excess.append(weights.max() - limit)
-            worst = theory.worst_case_max_weight(_random_form(rng, sigma, 2), T)
-            worst_ratio[a, b] = worst / limit
-            worst_excess.append(worst - limit)
+            extremal_weight[a, b] = _extremal_weight(sigma, T, extremal)
+            random_max[a, b] = _random_max_weights(rng, sigma, T, n=64, radius=latent_radius).max()
+            worst_weight[a, b] = theory.worst_case_max_weight(_random_form(rng, sigma, 2), T)
+            worst_ratio[a, b] = worst_weight[a, b] / float(theory.max_weight_bound(T, sigma))
     crossings = []
     for sigma in sigmas:
         T_star = length_fn(sigma, threshold)
         if 2 < T_star <= max(lengths):  # the extremal input is a full T x T attention: keep T small
             crossings.append(
-                _extremal_weight(sigma, T_star - 1, extremal) > threshold >= _extremal_weight(sigma, T_star, extremal)
+                (
+                    sigma,
+                    T_star,
+                    _extremal_weight(sigma, T_star - 1, extremal),
+                    _extremal_weight(sigma, T_star, extremal),
+                )
             )
     sigma_grid = np.linspace(0.0, 6.0, 61)
-    claims = [
-        Claim.close(
-            "Prop 4: the extremal input attains the bound through a GPT attention layer (max |gap|)",
-            0.0,
-            float(max(attained)),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.at_most(
-            "Prop 4: random unit-ball inputs and forms never exceed it (max excess)",
-            EXACT,
-            float(max(random_excess)),
-            BOUND_REASON,
-        ),
-        Claim.at_most(
-            "Prop 4: worst-case inputs of random 2-d forms never exceed it (max excess)",
-            EXACT,
-            float(max(worst_excess)),
-            BOUND_REASON,
-        ),
-    ]
-    if crossings:  # no sigma of the grid has its T* inside the lengths: the inverse is not tested, no row
-        claims.append(
-            Claim.exact(
-                f"dilution length: the extremal weight first drops to {threshold} at T* = dilution_length(sigma)",
-                f"{len(crossings)} of {len(crossings)}",
-                f"{sum(crossings)} of {len(crossings)}",
-                f"the bound is attained, so its inverse is the crossing (sigma with T* <= {max(lengths)})",
-            )
-        )
     data: BoundData = {
         "sigmas": list(sigmas),
         "lengths": list(lengths),
@@ -136,8 +104,11 @@ def bound_rows(
         "sigma_grid": sigma_grid,
         "thresholds": list(THRESHOLDS),
         "dilution_length": {str(t): [length_fn(s, t) for s in sigma_grid] for t in THRESHOLDS},
-    }
-    return claims, data
+        "extremal_weight": extremal_weight,
+        "worst_weight": worst_weight,
+        "crossings": crossings,
+    }  # type: ignore[typeddict-item]
+    return data
 
 
 def _extremal_weight(
@@ -187,19 +158,9 @@ class ConstructionData(TypedDict):
 Build = Callable[[theory.FlipFlopWeights, int | None], GPT]
 
 
-def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
+def construction(config: dict[str, Any], ctx: RunContext) -> ConstructionData:
     """The 2-layer construction: exact on every short string and on random ones; then held fixed as T grows."""
-    data = construction_data(theory.FlipFlopWeights(base=config["base"]), config["n_construction"])
-    silent = (
-        ()
-        if data["witness_at_onset"]
-        else (
-            f"wrong reads on random strings at block size {data['onset']}: none of the {config['n_construction']} "
-            "strings per p_i there contains the witness pattern 'w b i (1-b) r'; more strings (--set "
-            "n_construction=...) make the row",
-        )
-    )
-    return Outcome(construction_claims(data, config["n_construction"]), data, silent)
+    return construction_data(theory.FlipFlopWeights(base=config["base"]), config["n_construction"])
 
 
 def exhaustive_lengths(base: int) -> range:
@@ -318,10 +279,9 @@ SimulatorData = TypedDict(
 )
 
 
-def simulator(config: dict[str, Any], ctx: RunContext) -> Outcome[SimulatorData]:
+def simulator(config: dict[str, Any], ctx: RunContext) -> SimulatorData:
     """Linear positions: a position-position term makes the top score leave the latest write; without it, never."""
-    data = simulator_data()
-    return Outcome(simulator_claims(data), data)
+    return simulator_data()
 
 
 def simulator_data(

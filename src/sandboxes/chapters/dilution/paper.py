@@ -4,7 +4,7 @@ training section beside each attempt at its premise."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ...results import Result
@@ -40,7 +40,7 @@ def _per_kind(counts: dict[str, dict[str, list[tuple[int, int]]]]) -> list[tuple
     ]
 
 
-def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
+def training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
     """The premise, R1 and R2 beside the first phase's and the LSTMs' wrong reads."""
     runs = data["counts"]["transformer"]
     inside = runs["in-distribution"]
@@ -81,7 +81,7 @@ def _against_twin(counts: dict[str, dict[str, list[tuple[int, int]]]], kind: str
     )
 
 
-def _second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
+def second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
     """R4, R6 and R7 beside the second phases' wrong reads, each kind against its plain twin."""
     counts = data["counts"]
 
@@ -103,12 +103,6 @@ def _second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]
         ),
         ("runs with no wrong read on any of the three test sets", "6 of 25 runs trained on the mixture (R4)", flawless),
     ]
-
-
-def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's paper-versus-reference table, one group per section the run made."""
-    rows = _training_vs_paper(data["training"]) if "training" in data else []
-    return rows + (_second_phases_vs_paper(data["second_phases"]) if "second_phases" in data else [])
 
 
 def premise_attempts(reference: Result, attempts: Sequence[Result]) -> list[tuple[str, str, str]]:

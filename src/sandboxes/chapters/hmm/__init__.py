@@ -1,13 +1,13 @@
 """Chapter: which masked-prediction tasks identify an HMM (Liu, Hsu, Ravikumar, Risteski).
 
-Each section function computes one section of the chapter page and returns its claims and its
-data (a ``TypedDict`` per section, which the section's figures in ``figures.hmm`` read). The rows
-themselves come from small pure functions (``*_claims``) of the section's data or of a few arrays,
-so that the tests can hand each of them a counterfactual in which it fails.
+Each section function computes one section of the chapter page and returns its data (a ``TypedDict`` per section,
+which the section's figures in ``figures`` read); its rows judge that data. The rows themselves come from small
+pure functions (``*_claims``) of the section's data or of a few arrays, so that the tests can hand each of them a
+counterfactual in which it fails.
 
-``measure`` computes each section (the exact checks with their rows, the learning runs) into its data, ``judge``
-makes the learning section's rows from its config and data alone and holds the tolerances, ``paper`` sets what the
-paper says of the learning experiment beside a run's; ``figures.hmm`` draws them.
+``measure`` computes each section (the exact checks, the learning runs) into its data, ``judge`` makes every
+section's rows from its config and data alone and holds the tolerances, ``paper`` sets what the paper says of the
+learning experiment beside a run's; ``figures`` draws them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import ghmm_tensor_rows, learning_rows, recovery_rows
+from .judge import (
+    counterexample_rows,
+    ghmm_rows,
+    ghmm_tensor_rows,
+    learning_rows,
+    paper_example_rows,
+    powers_rows,
+    recovery_rows,
+)
 from .measure import (
     TASK_ORDERS,
     counterexample,
@@ -40,9 +48,9 @@ from .measure import (
     powers,
     recovery,
 )
-from .paper import against_paper
+from .paper import learning_vs_paper
 
-__all__ = ["CHAPTER", "PARAMS", "TASK_ORDERS", "against_paper", "ideal_recovery", "ideal_recovery_summary"]
+__all__ = ["CHAPTER", "PARAMS", "TASK_ORDERS", "ideal_recovery", "ideal_recovery_summary"]
 
 
 def _draw_shapes(rng: np.random.Generator, near: str) -> str:
@@ -130,9 +138,20 @@ CHAPTER = Chapter(
     PARAMS,
     seeds={"quick": 3, "reference": 5, "full": 10},
     sections=(
-        Section("paper_example", "Theorems 4 and 6: the paper's example", paper_example, figures=("rotation_sweep",)),
-        Section("counterexample", "A counterexample that a learner can tell apart", counterexample),
-        Section("powers", "Claim 1: powers of T do not identify T", powers, figures=("powers",)),
+        Section(
+            "paper_example",
+            "Theorems 4 and 6: the paper's example",
+            paper_example,
+            rows=paper_example_rows,
+            figures=("rotation_sweep",),
+        ),
+        Section(
+            "counterexample",
+            "A counterexample that a learner can tell apart",
+            counterexample,
+            rows=counterexample_rows,
+        ),
+        Section("powers", "Claim 1: powers of T do not identify T", powers, rows=powers_rows, figures=("powers",)),
         Section(
             "recovery",
             "Theorem 7: parameters from exact two-token predictors",
@@ -148,8 +167,10 @@ CHAPTER = Chapter(
             trains=True,
             rows=learning_rows,
             figures=("learned_distance", "predictor_error", "learned_recovery"),
+            reference=True,
+            paper=learning_vs_paper,
         ),
-        Section("ghmm", "Theorem 5: Gaussian emissions", ghmm, figures=("ghmm_fits",)),
+        Section("ghmm", "Theorem 5: Gaussian emissions", ghmm, rows=ghmm_rows, figures=("ghmm_fits",)),
         Section(
             "ghmm_tensor",
             "Theorems 8 and 9: two tokens, and the conditional law",
@@ -159,7 +180,6 @@ CHAPTER = Chapter(
         ),
     ),
     check=check,
-    reference_sections=("learning",),
     reference_variants={"k4": {"k": 4, "d": 5}},  # issue 15 asks for the learning curves at k = 3 and 4
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,

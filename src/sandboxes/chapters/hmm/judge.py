@@ -1,19 +1,30 @@
-"""The HMM chapter's tolerances and the rows of its learning section: pure functions of the section's config and
-data, as run or as read back from a result file (the reference check judges committed results again with them), and
-the log-log slopes they read. Nothing here trains or imports the trainer (``tests/test_layout.py``)."""
+"""The HMM chapter's tolerances and the rows of every section: pure functions of a section's config and data, as run
+or as read back from a result file (the reference check judges committed results again with them), the exact theory
+they recompute from the stored matrices, and the log-log slopes they read. Nothing here trains or imports the trainer
+(``tests/test_layout.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...claims import Claim
 from ...curves import budget_ran_out
+from ...data.hmm import HMM
 from ...theory import hmm as theory
 
 if TYPE_CHECKING:
-    from .measure import GhmmTensorData, LearningData, RecoveryData
+    from .measure import (
+        CounterexampleData,
+        GhmmData,
+        GhmmTensorData,
+        LearningData,
+        PaperExampleData,
+        PowersData,
+        RecoveryData,
+    )
 
 
 EXACT = 1e-12
@@ -45,6 +56,255 @@ MOMENT_REASON = (
     "float64 round-off in Hermite moments of degree up to 2k - 1 (k <= 4), amplified by the Hankel "
     "pencil and the Vandermonde matrix of the projected means"
 )
+
+
+def _pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, gaps: range) -> float:
+    """Largest entry difference of the predictors ``x_{1+g} | x_1`` and ``x_1 | x_{1+g}`` over ``gaps``."""
+    return max(
+        float(np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max())
+        for g in gaps
+        for s, t in ((1, 1 + g), (1 + g, 1))
+    )
+
+
+def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray) -> float:
+    """Largest entry difference of the two HMMs' two-token predictors ``x_2 (x) x_3 | x_1``."""
+    task = theory.TWO_TOKEN
+    return float(np.abs(theory.two_token_predictor(O, T, *task) - theory.two_token_predictor(O2, T2, *task)).max())
+
+
+def _validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
+    """``"yes"`` if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else
+    ``"no: "`` and why."""
+    try:
+        for model in models:
+            check(*model)
+    except ValueError as err:
+        return f"no: {err}"
+    return "yes"
+
+
+def _matrices(data: Any, *keys: str) -> list[np.ndarray]:
+    """The stored matrices ``keys`` of a section's data as float arrays (a result file keeps them as nested lists)."""
+    return [np.asarray(data[key], dtype=float) for key in keys]
+
+
+def paper_example_claims(
+    O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, sweep_pairwise_gap: list[float]
+) -> list[Claim]:
+    """The rows of the printed example, from the four matrices and the sweep's pairwise gaps."""
+    plane = theory.ones_complement_basis(3)
+    angle = theory.rotation_angle(theory.implied_rotation(O, O2), plane)
+    R_O, R_T = theory.rotated(O, T, theory.rotation_about_ones(3, round(angle, 3), plane))
+    return [
+        Claim.close(
+            "the paper's example: det O (product of singular values), printed",
+            theory.PAPER_DETERMINANTS["O"],
+            float(np.prod(np.linalg.svd(O, compute_uv=False))),
+            5e-5,
+            "printed to 4 decimals",
+        ),
+        Claim.close(
+            "the paper's example: det T, printed",
+            theory.PAPER_DETERMINANTS["T"],
+            float(np.linalg.det(T)),
+            5e-5,
+            "printed to 4 decimals",
+        ),
+        Claim.close(
+            "the paper's example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
+            0.0,
+            float(np.abs(R_O - O2).max()),
+            3 * PRINTED,
+            PRINTED_REASON,
+        ),
+        Claim.close(
+            "the paper's example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED, PRINTED_REASON
+        ),
+        Claim.close(
+            "Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
+            0.0,
+            _pairwise_gap(O, T, O2, T2, range(1, 3)),
+            3 * PRINTED,
+            PRINTED_REASON,
+        ),
+        Claim.at_least(
+            "Thm 6, the paper's example: parameters differ under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(O, T, O2, T2),
+            "far above the printing precision",
+        ),
+        Claim.at_least(
+            "Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)",
+            DIFFERENT,
+            _two_token_gap(O, T, O2, T2),
+            "far above the printing precision",
+        ),
+        Claim.close(
+            "Thm 6 (the identity behind it): rotating the paper's example about 1 by any angle keeps all "
+            f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
+            "valid HMMs or not)",
+            0.0,
+            max(sweep_pairwise_gap),
+            EXACT,
+            EXACT_REASON,
+        ),
+    ]
+
+
+def paper_example_rows(config: dict[str, Any], data: PaperExampleData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The printed example's rows, from the printed matrices (``theory.PAPER_*``) and the section's sweep."""
+    printed = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE, theory.PAPER_T_TILDE
+    return paper_example_claims(*printed, list(data["sweep_pairwise_gap"])), ()
+
+
+def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, angle: float) -> list[Claim]:
+    """The rows of a generated pair: both valid, same pairwise predictors and pair laws, different parameters."""
+    valid = _validity(HMM, (O, T), (O2, T2))
+    d, k = O.shape
+    pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
+    return [
+        Claim.exact(
+            f"Thm 4 (d={d}, k={k}): both HMMs meet Assumptions 5-7",
+            "yes",
+            valid,
+            "checked by sandboxes.data.hmm.check_hmm",
+        ),
+        Claim.close(
+            f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
+            "x_t|x_1 and x_1|x_t agree for t = 2..5",
+            0.0,
+            _pairwise_gap(O, T, O2, T2, range(1, 5)),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Remark 2: the joint law P(x_1, x_t) of the pair is the same for t = 2..5 (max entry "
+            "difference), so no loss on x_t|x_1, squared or cross-entropy, can tell the two HMMs apart",
+            0.0,
+            pair_gap,
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Thm 4: parameters differ under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(O, T, O2, T2),
+            "far above round-off",
+        ),
+        Claim.at_least(
+            "Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)",
+            DIFFERENT,
+            _two_token_gap(O, T, O2, T2),
+            "far above round-off",
+        ),
+    ]
+
+
+def counterexample_rows(config: dict[str, Any], data: CounterexampleData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The generated pair's rows, from its four stored matrices and its angle."""
+    matrices = _matrices(data, "emission", "transition", "other_emission", "other_transition")
+    return counterexample_claims(*matrices, float(data["angle"])), ()
+
+
+def powers_claims(data: PowersData) -> list[Claim]:
+    """The rows of Claim 1, from the differences of ``T~`` and ``T`` and of their powers, and the count of valid
+    ``T~``."""
+    exponents = list(data["powers"])
+    return [
+        Claim.exact(
+            f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
+            str(len(exponents)),
+            str(data["valid"]),
+            "checked by sandboxes.data.hmm.check_transition",
+        ),
+        Claim.close(
+            f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)",
+            0.0,
+            max(data["power_difference"]),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Claim 1: yet T~ != T (smallest max-entry difference over t)",
+            DIFFERENT,
+            min(data["difference"]),
+            "far above round-off",
+        ),
+    ]
+
+
+def powers_rows(config: dict[str, Any], data: PowersData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Claim 1's rows from the section's data."""
+    return powers_claims(data), ()
+
+
+def _all_converged_fits(name: str, good: int, counts: dict[str, int], reason: str) -> Claim:
+    """``good`` of the zero-residual fits, which must be all of them and at least one."""
+    converged = sum(v for key, v in counts.items() if key != "not converged")
+    return Claim(
+        name, "all, and ≥ 1", f"{good} of {converged}", "exact", reason, bool(converged >= 1 and good == converged)
+    )
+
+
+def ghmm_claims(
+    M: np.ndarray,
+    T: np.ndarray,
+    HM: np.ndarray,
+    HT: np.ndarray,
+    points: np.ndarray,
+    outcomes: dict[str, dict[str, int]],
+) -> list[Claim]:
+    """The rows of the G-HMM section, from the parameters, the partner, the points and the fit outcomes."""
+    values = theory.ghmm_pairwise_predictor(M, T, points)
+    free, fixed = outcomes["free T"], outcomes["columns of T sum to 1"]
+    return [
+        Claim.close(
+            "Lemma 7: H M has the posterior of M (max difference at random x)",
+            0.0,
+            float(np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Lemma 7: with T~ = (HM)^+ M T the pairwise predictor is unchanged too",
+            0.0,
+            float(np.abs(theory.ghmm_pairwise_predictor(HM, HT, points) - values).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.close(
+            "Thm 5: the column sums of T~ are -1, so T~ is not stochastic (max deviation from -1)",
+            0.0,
+            float(np.abs(HT.sum(axis=0) + 1).max()),
+            EXACT,
+            EXACT_REASON,
+        ),
+        Claim.at_least(
+            "Lemma 7: yet H M differs from M under every relabelling (max entry)",
+            DIFFERENT,
+            theory.parameter_distance(M, T, HM, HT),
+            "far above round-off",
+        ),
+        _all_converged_fits(
+            "Thm 5, T free: zero-residual fits that are (M, T) or (HM, T~)",
+            free["(M, T)"] + free["(HM, T~)"],
+            free,
+            "Lemmas 7 and 8: these are the only solutions",
+        ),
+        _all_converged_fits(
+            "Thm 5, columns of T sum to 1: zero-residual fits that are (M, T)",
+            fixed["(M, T)"],
+            fixed,
+            "Thm 5: the constraint removes HM",
+        ),
+    ]
+
+
+def ghmm_rows(config: dict[str, Any], data: GhmmData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The G-HMM section's rows, from its stored parameters, partner, points and fit outcomes."""
+    matrices = _matrices(data, "means", "transition", "partner_means", "partner_transition", "points")
+    return ghmm_claims(*matrices, data["outcomes"]), ()
 
 
 def recovery_slope_error(data: LearningData) -> float:

@@ -1,35 +1,25 @@
-"""The HMM chapter's sections: per section its ``TypedDict`` (which ``figures.hmm`` draws and ``judge`` reads) and
-the function that computes it. The exact checks (Theorems 4-9, Claim 1, Lemmas 7 and 9) make their rows here, beside
-the arrays they compare; the learning section trains its predictors here and takes its rows from ``judge``. The ideal
+"""The HMM chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge`` reads) and
+the function that computes it: the exact checks (Theorems 4-9, Claim 1, Lemmas 7 and 9) keep the arrays their rows
+compare, the learning section trains its predictors here; every section takes its rows from ``judge``. The ideal
 learner that the page sets beside the learned predictors is computed here too."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
-from ...claims import Claim
 from ...curves import still_descending
 from ...data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
 from ...model import MultiLayerPerceptron
 from ...profiles import int_list
 from ...runtime import member_seed
-from ...sections import Outcome, RunContext
+from ...sections import RunContext
 from ...theory import hmm as theory
 from ...trainer import TrainConfig, train
-from .judge import (
-    DIFFERENT,
-    EXACT,
-    EXACT_REASON,
-    PRINTED,
-    PRINTED_REASON,
-    PRONY_MAX_K,
-    RECOVERY_TOL,
-)
+from .judge import PRONY_MAX_K, RECOVERY_TOL, _pairwise_gap, _two_token_gap, _validity
 
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
@@ -56,20 +46,6 @@ def _rng(config: dict[str, Any], part: int) -> np.random.Generator:
     return np.random.default_rng([config["seed"], part])
 
 
-def _pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, gaps: range) -> float:
-    """Largest entry difference of the predictors ``x_{1+g} | x_1`` and ``x_1 | x_{1+g}`` over ``gaps``."""
-    return max(
-        float(np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max())
-        for g in gaps
-        for s, t in ((1, 1 + g), (1 + g, 1))
-    )
-
-
-def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray) -> float:
-    first, second = theory.two_token_predictor(O, T, *TWO_TOKEN), theory.two_token_predictor(O2, T2, *TWO_TOKEN)
-    return float(np.abs(first - second).max())
-
-
 # ---------------------------------------------------------------- the paper's example (Theorem 6)
 class PaperExampleData(TypedDict):
     angle: float  # rotation angle about (1, 1, 1) that maps the printed O to O~ (rad)
@@ -90,72 +66,9 @@ def rotation_sweep(O: np.ndarray, T: np.ndarray, plane: np.ndarray, angles: np.n
     }
 
 
-def paper_example_claims(
-    O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, sweep_pairwise_gap: list[float]
-) -> list[Claim]:
-    """The rows of the printed example, from the four matrices and the sweep's pairwise gaps."""
-    plane = theory.ones_complement_basis(3)
-    angle = theory.rotation_angle(theory.implied_rotation(O, O2), plane)
-    R_O, R_T = theory.rotated(O, T, theory.rotation_about_ones(3, round(angle, 3), plane))
-    return [
-        Claim.close(
-            "the paper's example: det O (product of singular values), printed",
-            theory.PAPER_DETERMINANTS["O"],
-            float(np.prod(np.linalg.svd(O, compute_uv=False))),
-            5e-5,
-            "printed to 4 decimals",
-        ),
-        Claim.close(
-            "the paper's example: det T, printed",
-            theory.PAPER_DETERMINANTS["T"],
-            float(np.linalg.det(T)),
-            5e-5,
-            "printed to 4 decimals",
-        ),
-        Claim.close(
-            "the paper's example: O~ = O R, R the rotation about 1 by the implied angle rounded to 1e-3",
-            0.0,
-            float(np.abs(R_O - O2).max()),
-            3 * PRINTED,
-            PRINTED_REASON,
-        ),
-        Claim.close(
-            "the paper's example: T~ = R^T T R", 0.0, float(np.abs(R_T - T2).max()), 3 * PRINTED, PRINTED_REASON
-        ),
-        Claim.close(
-            "Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
-            0.0,
-            _pairwise_gap(O, T, O2, T2, range(1, 3)),
-            3 * PRINTED,
-            PRINTED_REASON,
-        ),
-        Claim.at_least(
-            "Thm 6, the paper's example: parameters differ under every relabelling (max entry)",
-            DIFFERENT,
-            theory.parameter_distance(O, T, O2, T2),
-            "far above the printing precision",
-        ),
-        Claim.at_least(
-            "Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)",
-            DIFFERENT,
-            _two_token_gap(O, T, O2, T2),
-            "far above the printing precision",
-        ),
-        Claim.close(
-            "Thm 6 (the identity behind it): rotating the paper's example about 1 by any angle keeps all "
-            f"pairwise predictors (gaps 1-4, both directions; max over {len(sweep_pairwise_gap)} angles, "
-            "valid HMMs or not)",
-            0.0,
-            max(sweep_pairwise_gap),
-            EXACT,
-            EXACT_REASON,
-        ),
-    ]
-
-
-def paper_example(config: dict[str, Any], ctx: RunContext) -> Outcome[PaperExampleData]:
+def paper_example(config: dict[str, Any], ctx: RunContext) -> PaperExampleData:
     """The printed d=4, k=3 pair: same four pairwise predictors, different parameters, a rotation about 1."""
-    O, T, O2, T2 = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE, theory.PAPER_T_TILDE
+    O, T, O2 = theory.PAPER_O, theory.PAPER_T, theory.PAPER_O_TILDE
     plane = theory.ones_complement_basis(3)
     implied = theory.implied_rotation(O, O2)
     angles = np.linspace(-np.pi, np.pi, 181)
@@ -166,7 +79,7 @@ def paper_example(config: dict[str, Any], ctx: RunContext) -> Outcome[PaperExamp
         "sweep_angles": angles,
         **sweep,
     }  # type: ignore[typeddict-item]
-    return Outcome(paper_example_claims(O, T, O2, T2, data["sweep_pairwise_gap"]), data)
+    return data
 
 
 # ---------------------------------------------------------------- generated counterexamples (Theorems 4, 6)
@@ -181,61 +94,7 @@ class CounterexampleData(TypedDict):
     kruskal_ranks: list[int]  # Kruskal ranks of the factors A, B, C of the two-token tensor (k each, by Assumption 7)
 
 
-def _validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
-    """``"yes"`` if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else
-    ``"no: "`` and why."""
-    try:
-        for model in models:
-            check(*model)
-    except ValueError as err:
-        return f"no: {err}"
-    return "yes"
-
-
-def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, angle: float) -> list[Claim]:
-    """The rows of a generated pair: both valid, same pairwise predictors and pair laws, different parameters."""
-    valid = _validity(HMM, (O, T), (O2, T2))
-    d, k = O.shape
-    pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
-    return [
-        Claim.exact(
-            f"Thm 4 (d={d}, k={k}): both HMMs meet Assumptions 5-7",
-            "yes",
-            valid,
-            "checked by sandboxes.data.hmm.check_hmm",
-        ),
-        Claim.close(
-            f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
-            "x_t|x_1 and x_1|x_t agree for t = 2..5",
-            0.0,
-            _pairwise_gap(O, T, O2, T2, range(1, 5)),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.close(
-            "Remark 2: the joint law P(x_1, x_t) of the pair is the same for t = 2..5 (max entry "
-            "difference), so no loss on x_t|x_1, squared or cross-entropy, can tell the two HMMs apart",
-            0.0,
-            pair_gap,
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.at_least(
-            "Thm 4: parameters differ under every relabelling (max entry)",
-            DIFFERENT,
-            theory.parameter_distance(O, T, O2, T2),
-            "far above round-off",
-        ),
-        Claim.at_least(
-            "Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)",
-            DIFFERENT,
-            _two_token_gap(O, T, O2, T2),
-            "far above round-off",
-        ),
-    ]
-
-
-def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[CounterexampleData]:
+def counterexample(config: dict[str, Any], ctx: RunContext) -> CounterexampleData:
     """A large-rotation pair for the chapter's (d, k): valid, pairwise-identical, not a relabelling."""
     pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
     O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
@@ -249,7 +108,7 @@ def counterexample(config: dict[str, Any], ctx: RunContext) -> Outcome[Counterex
         "factor_condition": pair["factor_condition"],
         "kruskal_ranks": [theory.kruskal_rank(f) for f in theory.cp_factors(O, T, *TWO_TOKEN)],
     }
-    return Outcome(counterexample_claims(O, T, O2, T2, pair["angle"]), data)
+    return data
 
 
 # ---------------------------------------------------------------- Claim 1: matrix powers
@@ -257,15 +116,12 @@ class PowersData(TypedDict):
     powers: list[int]  # t = 2 .. max_power
     difference: list[float]  # per t: max |T - T~|
     power_difference: list[float]  # per t: max |T^t - T~^t|
+    valid: int  # how many of the T~ are doubly stochastic with rank 3 (sandboxes.data.hmm.check_transition)
 
 
-def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list[Claim], PowersData]:
-    """Rows and data of Claim 1 from the pairs ``(t, T, T~)``."""
-    exponents = [t for t, *_ in pairs]
-    same_power = [
-        float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max()) for t, T, T2 in pairs
-    ]
-    differ = [float(np.abs(T - T2).max()) for _, T, T2 in pairs]
+def powers_data(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> PowersData:
+    """Claim 1's data from the pairs ``(t, T, T~)``: the differences of the matrices and of their t-th powers, and
+    how many ``T~`` are valid transitions."""
     valid = 0
     for _, _, T2 in pairs:
         try:
@@ -273,31 +129,19 @@ def powers_claims(pairs: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[list
             valid += 1
         except ValueError:
             pass
-    claims = [
-        Claim.exact(
-            f"Claim 1: T~ is doubly stochastic with rank 3 for every t in 2..{exponents[-1]} (count)",
-            str(len(exponents)),
-            str(valid),
-            "checked by sandboxes.data.hmm.check_transition",
-        ),
-        Claim.close(
-            f"Claim 1: T~^t = T^t for t in 2..{exponents[-1]} (max entry difference)",
-            0.0,
-            max(same_power),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.at_least(
-            "Claim 1: yet T~ != T (smallest max-entry difference over t)", DIFFERENT, min(differ), "far above round-off"
-        ),
-    ]
-    return claims, {"powers": exponents, "difference": differ, "power_difference": same_power}
+    return {
+        "powers": [t for t, *_ in pairs],
+        "difference": [float(np.abs(T - T2).max()) for _, T, T2 in pairs],
+        "power_difference": [
+            float(np.abs(np.linalg.matrix_power(T, t) - np.linalg.matrix_power(T2, t)).max()) for t, T, T2 in pairs
+        ],
+        "valid": valid,
+    }
 
 
-def powers(config: dict[str, Any], ctx: RunContext) -> Outcome[PowersData]:
+def powers(config: dict[str, Any], ctx: RunContext) -> PowersData:
     """``T~ = R T`` with ``R^t = I``: stochastic, different, same t-th power, for t = 2 .. max_power."""
-    claims, data = powers_claims([(t, *theory.power_counterexample(t)) for t in range(2, config["max_power"] + 1)])
-    return Outcome(claims, data)
+    return powers_data([(t, *theory.power_counterexample(t)) for t in range(2, config["max_power"] + 1)])
 
 
 # ---------------------------------------------------------------- Theorem 7 as an algorithm
@@ -524,6 +368,8 @@ class GhmmData(TypedDict):
     partner_means: list[list[float]]  # H M, the Householder partner
     partner_transition: list[list[float]]  # T~ = (HM)^+ M T
     outcomes: dict[str, dict[str, int]]  # per fit mode ("free T", "columns of T sum to 1"): random starts per end
+    points: list[list[float]]  # the random x (ghmm_points x d) at which the fits match the predictor, and the rows
+    # compare the partner's posterior and predictor with the G-HMM's
 
 
 def ghmm_fit_outcomes(
@@ -556,69 +402,7 @@ def ghmm_fit_outcomes(
     return counts
 
 
-def _all_converged_fits(name: str, good: int, counts: dict[str, int], reason: str) -> Claim:
-    """``good`` of the zero-residual fits, which must be all of them and at least one."""
-    converged = sum(v for key, v in counts.items() if key != "not converged")
-    return Claim(
-        name, "all, and ≥ 1", f"{good} of {converged}", "exact", reason, bool(converged >= 1 and good == converged)
-    )
-
-
-def ghmm_claims(
-    M: np.ndarray,
-    T: np.ndarray,
-    HM: np.ndarray,
-    HT: np.ndarray,
-    points: np.ndarray,
-    outcomes: dict[str, dict[str, int]],
-) -> list[Claim]:
-    """The rows of the G-HMM section, from the parameters, the partner, the points and the fit outcomes."""
-    values = theory.ghmm_pairwise_predictor(M, T, points)
-    free, fixed = outcomes["free T"], outcomes["columns of T sum to 1"]
-    return [
-        Claim.close(
-            "Lemma 7: H M has the posterior of M (max difference at random x)",
-            0.0,
-            float(np.abs(theory.ghmm_posterior(M, points) - theory.ghmm_posterior(HM, points)).max()),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.close(
-            "Lemma 7: with T~ = (HM)^+ M T the pairwise predictor is unchanged too",
-            0.0,
-            float(np.abs(theory.ghmm_pairwise_predictor(HM, HT, points) - values).max()),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.close(
-            "Thm 5: the column sums of T~ are -1, so T~ is not stochastic (max deviation from -1)",
-            0.0,
-            float(np.abs(HT.sum(axis=0) + 1).max()),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.at_least(
-            "Lemma 7: yet H M differs from M under every relabelling (max entry)",
-            DIFFERENT,
-            theory.parameter_distance(M, T, HM, HT),
-            "far above round-off",
-        ),
-        _all_converged_fits(
-            "Thm 5, T free: zero-residual fits that are (M, T) or (HM, T~)",
-            free["(M, T)"] + free["(HM, T~)"],
-            free,
-            "Lemmas 7 and 8: these are the only solutions",
-        ),
-        _all_converged_fits(
-            "Thm 5, columns of T sum to 1: zero-residual fits that are (M, T)",
-            fixed["(M, T)"],
-            fixed,
-            "Thm 5: the constraint removes HM",
-        ),
-    ]
-
-
-def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
+def ghmm(config: dict[str, Any], ctx: RunContext) -> GhmmData:
     """Householder partner keeps the posterior; fits of the pairwise predictor land on it only without stochasticity."""
     rng = _rng(config, 3)
     d, k = config["d"], config["k"]
@@ -630,10 +414,14 @@ def ghmm(config: dict[str, Any], ctx: RunContext) -> Outcome[GhmmData]:
         name: ghmm_fit_outcomes(M, T, HM, HT, points, config["ghmm_starts"], constrained, rng)
         for name, constrained in (("free T", False), ("columns of T sum to 1", True))
     }
-    return Outcome(
-        ghmm_claims(M, T, HM, HT, points, outcomes),
-        {"means": M, "transition": T, "partner_means": HM, "partner_transition": HT, "outcomes": outcomes},
-    )
+    return {
+        "means": M,
+        "transition": T,
+        "partner_means": HM,
+        "partner_transition": HT,
+        "outcomes": outcomes,
+        "points": points,
+    }  # type: ignore[typeddict-item]
 
 
 # ---------------------------------------------------------------- G-HMM: Theorems 8 and 9

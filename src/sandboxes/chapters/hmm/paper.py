@@ -3,19 +3,16 @@ run's, for the page's comparison table."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .judge import recovery_slope
 
 if TYPE_CHECKING:
-    from .measure import LearnedTask
+    from .measure import LearnedTask, LearningData
 
 
-def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's paper-versus-reference table: what the theorems say of the learning experiment."""
-    if "learning" not in data:
-        return []
-    learning = data["learning"]
+def learning_vs_paper(learning: LearningData) -> list[tuple[str, str, str]]:
+    """What the theorems say of the learning experiment beside what it learned."""
     n = int(learning["samples"][-1])
     pair, two = learning["pairwise"], learning["two_token"]
 

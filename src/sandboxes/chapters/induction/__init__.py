@@ -14,7 +14,7 @@ train.
 
 ``measure`` computes each section (the exact checks, the Monte Carlo estimates and the training runs) into its data,
 ``judge`` makes the rows from a section's config and data alone, ``paper`` sets the papers' reports beside a run's;
-``figures.induction`` draws them.
+``figures`` draws them.
 """
 
 from __future__ import annotations
@@ -27,10 +27,15 @@ from ...profiles import Choice, Interval, Param, at_least, in_range, positive, w
 from ...sections import Chapter, Section
 from .judge import (
     GRADIENT_CHUNKS,
+    construction_rows,
     corollary_rows,
+    gradient_rows,
+    higher_order_rows,
+    levels_rows,
     memories_rows,
     separate_rows,
     staged_rows,
+    stationary_rows,
     support_rows,
     training_rows,
     trigger_rows,
@@ -49,9 +54,18 @@ from .measure import (
     training,
     trigger,
 )
-from .paper import against_paper, update_seconds
+from .paper import (
+    corollary_vs_paper,
+    memories_vs_paper,
+    separate_vs_paper,
+    staged_vs_paper,
+    support_vs_paper,
+    training_vs_paper,
+    trigger_vs_paper,
+    update_seconds,
+)
 
-__all__ = ["CHAPTER", "PARAMS", "against_paper", "update_seconds"]
+__all__ = ["CHAPTER", "PARAMS", "update_seconds"]
 
 
 GRAPHS = {"chain": "the parent is the token before", "tree": "a fixed random parent within the window"}
@@ -301,13 +315,32 @@ CHAPTER = Chapter(
     PARAMS,
     seeds={"quick": 3, "reference": 5, "full": 10},
     sections=(
-        Section("levels", "The loss levels and the chi-square information", levels, figures=("information",)),
-        Section("construction", "An induction head written by hand", construction, figures=("construction",)),
-        Section("higher_order", "Order m in three layers of one head", higher_order, figures=("higher_order",)),
+        Section(
+            "levels",
+            "The loss levels and the chi-square information",
+            levels,
+            rows=levels_rows,
+            figures=("information",),
+        ),
+        Section(
+            "construction",
+            "An induction head written by hand",
+            construction,
+            rows=construction_rows,
+            figures=("construction",),
+        ),
+        Section(
+            "higher_order",
+            "Order m in three layers of one head",
+            higher_order,
+            rows=higher_order_rows,
+            figures=("higher_order",),
+        ),
         Section(
             "gradient",
             "The first gradient points layer 1 at the parents",
             gradient,
+            rows=gradient_rows,
             figures=("gradient",),
             sampled_rows=r"key lemma",
         ),
@@ -315,6 +348,7 @@ CHAPTER = Chapter(
             "stationary",
             "Why training rests at the unigram level",
             stationary,
+            rows=stationary_rows,
             figures=("stationary",),
             sampled_rows=r"plateaus \(Varre",
         ),
@@ -325,6 +359,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=staged_rows,
             figures=("staged",),
+            reference=True,
+            paper=staged_vs_paper,
         ),
         Section(
             "training",
@@ -333,6 +369,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=training_rows,
             figures=("training", "attention", "parent_weight", "out_of_distribution"),
+            reference=True,
+            paper=training_vs_paper,
         ),
         Section(
             "support",
@@ -341,6 +379,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=support_rows,
             figures=("support",),
+            reference=True,
+            paper=support_vs_paper,
         ),
         Section(
             "corollary",
@@ -349,6 +389,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=corollary_rows,
             figures=("corollary",),
+            reference=True,
+            paper=corollary_vs_paper,
         ),
         Section(
             "trigger",
@@ -357,6 +399,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=trigger_rows,
             figures=("trigger", "memories"),
+            reference=True,
+            paper=trigger_vs_paper,
         ),
         Section(
             "memories",
@@ -365,6 +409,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=memories_rows,
             figures=("simplified_memories",),
+            reference=True,
+            paper=memories_vs_paper,
         ),
         Section(
             "separate",
@@ -373,10 +419,11 @@ CHAPTER = Chapter(
             trains=True,
             rows=separate_rows,
             figures=("separate",),
+            reference=True,
+            paper=separate_vs_paper,
         ),
     ),
     check=check,
-    reference_sections=("staged", "training", "support", "corollary", "trigger", "memories", "separate"),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
 )

@@ -19,8 +19,11 @@ from ...theory.induction import FORMED, PARENT_MASS
 
 if TYPE_CHECKING:
     from .measure import (
+        ConstructionData,
         CorollaryData,
         GradientData,
+        HigherOrderData,
+        LevelsData,
         MemoriesData,
         SecondStage,
         SeparateData,
@@ -101,27 +104,56 @@ def higher_order_claims(
     ], ()
 
 
+def levels_rows(config: dict[str, Any], data: LevelsData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The loss levels' rows, from the stored rival differences and chi-square information table."""
+    return levels_claims(data["rivals"], np.asarray(data["information"], dtype=float), data["parents"]), ()
+
+
+def construction_rows(config: dict[str, Any], data: ConstructionData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The two-layer construction's row, from its stored largest error and bound."""
+    return construction_claims(data["max_error"], data["bound"], data["sequences"]), ()
+
+
+def higher_order_rows(config: dict[str, Any], data: HigherOrderData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The three-layer construction's row, or its silence where the bound is vacuous."""
+    return higher_order_claims(data["max_error"], data["bound"], data["sequences"], data["order"])
+
+
 def significance(comparisons: int) -> float:
     """How many standard errors (estimated from GRADIENT_CHUNKS parts) make one of ``comparisons`` differences
     significant at FAMILY_LEVEL for the whole family (Bonferroni, Student's t)."""
     return float(student_t.ppf(1 - FAMILY_LEVEL / max(comparisons, 1), GRADIENT_CHUNKS - 1))
 
 
-def gradient_claims(parts: np.ndarray, parents: list[int]) -> list[Claim]:
+def parent_margins(parts: np.ndarray, parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """How much more negative the gradient on each position's parent is than on each other earlier key: the mean
+    over the sample's parts of ``parts[:, t, j] - parts[:, t, p(t)]`` and its standard error (so the rows'
+    sum-to-zero coupling is kept), NaN where ``t`` has no parent or ``j`` is not another earlier key."""
+    size = parts.shape[1]
+    mean, error = np.full((size, size), np.nan), np.full((size, size), np.nan)
+    for t in range(1, size):
+        if parents[t] < 0:
+            continue
+        others = [j for j in range(t) if j != parents[t]]
+        margins = parts[:, t, others] - parts[:, t, parents[t], None]
+        mean[t, others] = margins.mean(axis=0)
+        error[t, others] = margins.std(axis=0, ddof=1) / np.sqrt(len(parts))
+    return mean, error
+
+
+def gradient_claims(margin: np.ndarray, margin_error: np.ndarray, parents: list[int], parts: int) -> list[Claim]:
     """The parent gets the most negative gradient at every position: holds where it is significantly first
     everywhere, fails where another position is significantly more negative anywhere, else undecided (more samples
-    decide it). Each difference's error is taken over the parts, so the rows' sum-to-zero coupling is kept. The
-    last token's query reads every key, so every row with a parent and another earlier position is judged."""
-    ranked = [t for t in range(2, parts.shape[1]) if parents[t] >= 0]
+    decide it). ``margin`` and its error come from :func:`parent_margins` over ``parts`` parts. The last token's
+    query reads every key, so every row with a parent and another earlier position is judged."""
+    ranked = [t for t in range(2, len(margin)) if parents[t] >= 0]
     if not ranked:
         return []
     sigmas = significance(sum(t - 1 for t in ranked))
     wrong, resolved = 0, 0
     for t in ranked:
-        p = parents[t]
-        others = [j for j in range(t) if j != p]
-        margins = parts[:, t, others] - parts[:, t, p, None]  # positive where the parent's gradient is more negative
-        mean, error = margins.mean(axis=0), margins.std(axis=0, ddof=1) / np.sqrt(len(parts))
+        others = [j for j in range(t) if j != parents[t]]
+        mean, error = margin[t, others], margin_error[t, others]  # positive where the parent's is more negative
         wrong += bool((mean < -sigmas * error).any())
         resolved += bool((mean > sigmas * error).all())
     claim = Claim.exact(
@@ -130,7 +162,7 @@ def gradient_claims(parts: np.ndarray, parents: list[int]) -> list[Claim]:
         f"{len(ranked)} positions",
         f"{resolved} positions",
         f"autograd on a fixed sample; a difference counts at {sigmas:.2f} of its errors over "
-        f"{len(parts)} parts (level {FAMILY_LEVEL:g} for all comparisons together: Bonferroni, "
+        f"{parts} parts (level {FAMILY_LEVEL:g} for all comparisons together: Bonferroni, "
         f"Student's t); another position significantly more negative at {wrong}",
     )
     return [
@@ -142,6 +174,14 @@ def gradient_claims(parts: np.ndarray, parents: list[int]) -> list[Claim]:
             reason=f"{claim.reason}; undecided at this sample size: more sequences (--set grad_samples=...) decide it",
         )
     ]
+
+
+def gradient_rows(config: dict[str, Any], data: GradientData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The key lemma's ranking and the first-order derivation against autograd, from the stored margins and
+    gradients."""
+    margin = np.asarray(data["margin"], dtype=float)
+    ranked = gradient_claims(margin, np.asarray(data["margin_error"], dtype=float), data["parents"], data["parts"])
+    return [*ranked, lemma_claim(data)], ()
 
 
 LEMMA_TOLERANCE = 1e-4  # of the gradient's largest entry: the remainder at scale LEMMA_BETA and float64 round-off
@@ -546,6 +586,11 @@ def separate_claim(data: SeparateData, budget: int, joint_budget: int) -> Claim:
     return claim.eventually(
         bool(slower), "a run ran out of steps first; more steps (--set separate_steps=... or memory_steps=...)"
     )
+
+
+def stationary_rows(config: dict[str, Any], data: StationaryData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Varre et al.'s near-stationarity row, from the stored squared norms."""
+    return [stationary_claim(data)], ()
 
 
 FALLS = "below its peak at the shorter lengths, by more than 3 standard errors"

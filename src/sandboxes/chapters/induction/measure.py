@@ -1,6 +1,6 @@
 """The induction chapter's sections: the loss levels and chi-square information (exact or fixed-seed Monte Carlo),
 the hand-written induction heads, the first gradient, and the training runs that fill each section's data (one
-``TypedDict`` per section, which ``figures.induction`` draws and ``judge`` reads), with the readings of trained
+``TypedDict`` per section, which ``figures`` draws and ``judge`` reads), with the readings of trained
 models they take (held-out losses, layer 1's attention, the memory-recall probes)."""
 
 from __future__ import annotations
@@ -29,18 +29,10 @@ from ...data.incontext import (
 from ...data.trigger import TriggerTask
 from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig
 from ...runtime import member_seed
-from ...sections import Outcome, RunContext
+from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
-from .judge import (
-    GRADIENT_CHUNKS,
-    construction_claims,
-    gradient_claims,
-    higher_order_claims,
-    lemma_claim,
-    levels_claims,
-    stationary_claim,
-)
+from .judge import GRADIENT_CHUNKS, parent_margins
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
@@ -83,7 +75,7 @@ def information_table(
     return mean, error
 
 
-def levels(config: dict[str, Any], ctx: RunContext) -> Outcome[LevelsData]:
+def levels(config: dict[str, Any], ctx: RunContext) -> LevelsData:
     """The uniform, unigram and Bayes levels on fixed-seed sequences, and the chi-square information table."""
     task = task_of(config)
     seq = task.sequences(config["level_samples"], _generator(config, "levels")).numpy()
@@ -113,7 +105,7 @@ def levels(config: dict[str, Any], ctx: RunContext) -> Outcome[LevelsData]:
         "information": information,
         "information_error": error,
     }  # type: ignore[typeddict-item]
-    return Outcome(levels_claims(rivals, information, parents), data)
+    return data
 
 
 def _mean_and_error(values: np.ndarray) -> tuple[float, float]:
@@ -138,7 +130,7 @@ def leakage_bound(T: int, beta: float) -> float:
     return T * np.exp(-beta) * (1 + 2 * beta) + 1e-12
 
 
-def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[ConstructionData]:
+def construction(config: dict[str, Any], ctx: RunContext) -> ConstructionData:
     """The explicit induction head against the count estimator, on every sequence of the chosen size."""
     k, T, beta = config["construct_k"], config["construct_T"], config["beta"]
     every = np.stack(np.meshgrid(*[np.arange(k)] * (T + 1), indexing="ij"), axis=-1).reshape(-1, T + 1)
@@ -159,7 +151,7 @@ def construction(config: dict[str, Any], ctx: RunContext) -> Outcome[Constructio
         "example": example[0].tolist(),
         "attention": [a[0, 0].numpy() for a in attention],
     }  # type: ignore[typeddict-item]
-    return Outcome(construction_claims(data["max_error"], data["bound"], data["sequences"]), data)
+    return data
 
 
 # ---------------------------------------------------------------- the k-th order induction head
@@ -186,7 +178,7 @@ def _telling_example(inputs: np.ndarray, seen: np.ndarray) -> int:
     return int(best[len(best) // 2])
 
 
-def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrderData]:
+def higher_order(config: dict[str, Any], ctx: RunContext) -> HigherOrderData:
     """The order-m induction head in three layers of one head each, against the order-m count estimator on every
     sequence of the chosen size; and the loss levels of an order-m chain."""
     k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
@@ -201,7 +193,7 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrder
         _, attention = model(example, return_attention=True)
     chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
     levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
-    data: HigherOrderData = {
+    return {
         "order": m,
         "k": k,
         "T": T,
@@ -214,13 +206,14 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> Outcome[HigherOrder
         "levels": {name: list(level) for name, level in levels.items()},
         "levels_T": config["T"],
     }
-    claims, silent = higher_order_claims(data["max_error"], data["bound"], data["sequences"], m)
-    return Outcome(claims, data, silent)
 
 
 # ---------------------------------------------------------------- the first gradient
 class GradientData(TypedDict):
     gradient: list[list[float]]  # dL/dA[t, j], layer 1's positional score from t to j, where the first stage starts
+    parts: int  # the equal parts of the sample whose gradients give the standard errors
+    margin: list[list[float]]  # dL/dA[t, j] - dL/dA[t, p(t)], mean over the parts (NaN off the ranked entries)
+    margin_error: list[list[float]]  # its standard error
     small_scale: list[list[float]]  # autograd's gradient with layer 2 at LEMMA_BETA, over that scale
     first_order: list[list[float]]  # the derived first-order gradient over the scale, on the same sequences
     overlap_rows: list[int]  # the rows t whose long-sequence limit is computed
@@ -231,7 +224,7 @@ class GradientData(TypedDict):
 OVERLAP_ROWS = 4  # rows of the first gradient (positions with a parent) whose long-sequence limit the figure draws
 
 
-def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
+def gradient(config: dict[str, Any], ctx: RunContext) -> GradientData:
     """The first gradient on layer 1's positional scores where the first stage starts, by autograd; the derived
     first-order gradient against autograd at a tiny scale of layer 2; and its long-sequence limit on a few rows."""
     task = theorem_task(config, config["stage_graph"])
@@ -248,8 +241,12 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
     parents = parent_positions(chain, T)
     children = [t for t in range(1, T) if parents[t] >= 0]
     rows = sorted({children[int(i)] for i in np.linspace(len(children) // 4, len(children) - 1, OVERLAP_ROWS)})
+    margin, margin_error = parent_margins(parts, parents)
     data: GradientData = {
         "gradient": parts.mean(axis=0),
+        "parts": len(parts),
+        "margin": margin,
+        "margin_error": margin_error,
         "small_scale": small / theory.LEMMA_BETA,
         "first_order": theory.first_order_gradient(inputs.numpy(), law, OUTPUT_FLOOR),
         "overlap_rows": rows,
@@ -258,8 +255,7 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> Outcome[GradientData]:
         ],
         "parents": parents,
     }  # type: ignore[typeddict-item]
-    claims = [*gradient_claims(parts, parents), lemma_claim(data)]
-    return Outcome(claims, data)
+    return data
 
 
 # ---------------------------------------------------------------- the first stage, trained
@@ -329,7 +325,7 @@ def stationary_first(length: int, configuration: str) -> np.ndarray:
 STATIONARY_CONFIGURATIONS = ("uniform", "previous")
 
 
-def stationary(config: dict[str, Any], ctx: RunContext) -> Outcome[StationaryData]:
+def stationary(config: dict[str, Any], ctx: RunContext) -> StationaryData:
     """The gradient of the reduced model's last-token loss on layer 2's matrix where layer 2 is uniform (the model
     predicts the in-context unigram), on the chain, at growing lengths: layer 1 uniform (the unigram point) and on
     the token before (the same predictor, from which induction starts)."""
@@ -342,8 +338,7 @@ def stationary(config: dict[str, Any], ctx: RunContext) -> Outcome[StationaryDat
                 seq[:, :-1].numpy(), law, OUTPUT_FLOOR, stationary_first(length, name), GRADIENT_CHUNKS
             )
             norms[name].append(list(theory.squared_norm(parts)))
-    data: StationaryData = {"lengths": lengths, "squared_norm": norms}
-    return Outcome([stationary_claim(data)], data)
+    return {"lengths": lengths, "squared_norm": norms}
 
 
 def plain_steps(config: dict[str, Any], steps_key: str, lr_key: str, evaluations: int) -> TrainConfig:

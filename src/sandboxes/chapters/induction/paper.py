@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...theory.induction import carried_weight, formed_apart, formed_together
 from .judge import formation_steps, gap_share
+
+if TYPE_CHECKING:
+    from .measure import (
+        CorollaryData,
+        MemoriesData,
+        SeparateData,
+        StagedData,
+        SupportData,
+        TrainingData,
+        TriggerData,
+    )
 
 
 def update_seconds(sections: Mapping[str, Mapping[str, Any]], data: Mapping[str, Any]) -> dict[str, float]:
@@ -27,151 +38,165 @@ def update_seconds(sections: Mapping[str, Mapping[str, Any]], data: Mapping[str,
     }
 
 
-def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's paper-versus-measurement table."""
+Row = tuple[str, str, str]  # the quantity, what the paper reports, what the run measured
 
-    def spread(values: list[float]) -> str:
-        return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
-    rows = []
-    if "trigger" in data:
-        run = data["trigger"]
-        formed = [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
-        rows.append(
-            (
-                "trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
-                ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
-                "per seed: " + "; ".join(formed) + "; layer 1's weight on the token before: "
-                f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
-                f"{spread(run['previous_weight']['elsewhere'])} elsewhere",
-            )
-        )
-        rows.append(
-            (
-                "trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
-                "trigger's output seen earlier in the sequence",
-                "one layer about 55 %, two layers about 99 %",
-                f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
-                f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
-            )
-        )
-    if "memories" in data:
-        run = data["memories"]
-        formed = [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
-        rows.append(
-            (
-                "simplified model (Bietti et al.: random embeddings fixed, three memories trained): the step "
-                "at which each recall probe first reaches 1/2",
-                ", then ".join(run["memory_names"]),
-                "per seed: " + "; ".join(formed),
-            )
-        )
-    if "separate" in data:
-        run = data["separate"]
-        apart, censored = formed_apart(run["stage_updates"], int(run["stage_steps"][-1]) + 1)
-        counts = [
-            f"{together:.0f} against {'at least ' * bool(cut)}{alone:.0f}"
-            for together, alone, cut in zip(formed_together(run["joint_steps"], run["joint"]), apart, censored)
-        ]
-        rows.append(
-            (
-                "simplified model: updates until all three memories have formed, together against one at a time",
-                "joint learning is faster (no size given)",
-                "per seed: " + "; ".join(counts),
-            )
-        )
-    if "corollary" in data and "prior_bayes" in data["corollary"]["levels"]:
-        run = data["corollary"]
-        levels = run["levels"]
-        gap = levels["prior_bayes"] - levels["smoothed"]
-        shares = [(levels["prior_bayes"] - loss) / gap for loss in run["loss"]]
-        rows.append(
-            (
-                "the two stages trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not "
-                "be in the prior's support)",
-                "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
-                f"share of the gap from the training prior's Bayes predictor to the count estimator closed "
-                f"{spread(shares)} (the graph at its training scale: "
-                f"{(levels['prior_bayes'] - levels['graph']) / gap:.2f})",
-            )
-        )
-    if "support" in data:
-        run = data["support"]
-        outside = run["outside"]
-        prior_share = (
-            spread(
-                [
-                    (outside["levels"]["prior_bayes"] - loss)
-                    / (outside["levels"]["prior_bayes"] - outside["levels"]["bayes"])
-                    for loss in outside["loss"]["two_layers"]
-                ]
-            )
-            if "prior_bayes" in outside["levels"]
-            else "not computed"
-        )
-        rows.append(
-            (
-                "trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not be in "
-                "the prior's support)",
-                "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
-                f"the GPT, no row: gap closed {spread(run['outside']['gap_closed']['two_layers'])}, of the gap "
-                f"from the training prior's Bayes predictor to the count estimator {prior_share}; last-position "
-                f"distance to π̃ {spread(run['distance']['models'])} (count estimator "
-                f"{spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
-                f"{spread(run['distance'].get('prior_bayes', [float('nan')]))})",
-            )
-        )
-    staged: list[tuple[str, str, str]] = []
-    if "staged" in data:
-        worst = [
-            f"{run['graph']}, {run['loss']}: {spread([float(np.nanmin(w)) for w in run['parent_weight']])}"
-            for run in data["staged"]["runs"]
-        ]
-        staged = [
-            (
-                "layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T; their k = 10 and "
-                "alpha = 0.1, their experiment's T = 20 against T = 64 here)",
-                "the causal graph's adjacency, at every position, for the last token's loss",
-                "weight on the parent, worst of the positions that have one: " + "; ".join(worst),
-            ),
-            second_stage_row(data["staged"]["second"]),
-        ]
-    if "training" not in data:
-        return staged + rows
-    run = data["training"]
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+
+
+def _formed(run: TriggerData | MemoriesData) -> list[str]:
+    """Per seed, the step at which each memory formed ("never" where it did not)."""
+    return [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
+
+
+def staged_vs_paper(data: StagedData) -> list[Row]:
+    """Nichani et al.'s two theorems beside the stages' runs."""
+    worst = [
+        f"{run['graph']}, {run['loss']}: {_spread([float(np.nanmin(w)) for w in run['parent_weight']])}"
+        for run in data["runs"]
+    ]
+    return [
+        (
+            "layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T; their k = 10 and "
+            "alpha = 0.1, their experiment's T = 20 against T = 64 here)",
+            "the causal graph's adjacency, at every position, for the last token's loss",
+            "weight on the parent, worst of the positions that have one: " + "; ".join(worst),
+        ),
+        second_stage_row(data["second"]),
+    ]
+
+
+def training_vs_paper(run: TrainingData) -> list[Row]:
+    """Edelman et al.'s rest at the unigram level, Sanford et al.'s one-layer bound and the corollary beside the GPT's
+    training runs."""
     inside, outside = run["in_distribution"], run["out_of_distribution"]
     levels = inside["levels"]
     rests = [
         "none" if steps == 0 else f"{steps:.0f} steps at {level:.3f}"
         for steps, level in unigram_rests(run["eval_steps"], run["eval_loss"]["two_layers"], levels)
     ]
-    gpt = [
+    return [
         (
             "the two-layer GPT trained end to end (Edelman et al. train it so; Nichani et al.'s Thm (1), L - OPT "
             "≲ T^-cγ, covers only the disentangled model trained in stages)",
             "the loss rests near the unigram level, then falls to the Bayes level",
-            f"gap closed {spread(inside['gap_closed']['two_layers'])}; longest rest within a quarter of the "
+            f"gap closed {_spread(inside['gap_closed']['two_layers'])}; longest rest within a quarter of the "
             f"unigram-to-Bayes gap of the unigram level ({levels['unigram']:.3f}; Bayes {levels['bayes']:.3f}), "
             f"per seed: {'; '.join(rests)}",
         ),
         (
             "one layer (Sanford et al.; slides)",
             "heads x width x precision = Ω(T), no constant stated: silent at these sizes",
-            f"gap closed {spread(inside['gap_closed']['one_layer'])}",
+            f"gap closed {_spread(inside['gap_closed']['one_layer'])}",
         ),
         (
             "the GPT's layer 1, trained end to end (no row: Thm (2) is about the staged disentangled model)",
             "the causal graph's adjacency, for the theorem's model",
             "weight on the parent in the head that reads it, worst of the judged positions: "
-            + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
+            + _spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
         ),
         (
             "another prior (corollary: any kernel)",
             "tracks the in-context estimator",
-            f"gap closed {spread(outside['gap_closed']['two_layers'])}",
+            f"gap closed {_spread(outside['gap_closed']['two_layers'])}",
         ),
-    ] + rows
-    return staged + gpt
+    ]
+
+
+def support_vs_paper(run: SupportData) -> list[Row]:
+    """The corollary beside the GPT trained on noisy permutations and tested on Dirichlet kernels."""
+    outside = run["outside"]
+    levels = outside["levels"]
+    prior_share = (
+        _spread(
+            [
+                (levels["prior_bayes"] - loss) / (levels["prior_bayes"] - levels["bayes"])
+                for loss in outside["loss"]["two_layers"]
+            ]
+        )
+        if "prior_bayes" in levels
+        else "not computed"
+    )
+    return [
+        (
+            "trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not be in "
+            "the prior's support)",
+            "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
+            f"the GPT, no row: gap closed {_spread(outside['gap_closed']['two_layers'])}, of the gap "
+            f"from the training prior's Bayes predictor to the count estimator {prior_share}; last-position "
+            f"distance to π̃ {_spread(run['distance']['models'])} (count estimator "
+            f"{_spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
+            f"{_spread(run['distance'].get('prior_bayes', [float('nan')]))})",
+        )
+    ]
+
+
+def corollary_vs_paper(run: CorollaryData) -> list[Row]:
+    """The corollary beside the two stages trained on noisy permutations and tested on Dirichlet kernels."""
+    levels = run["levels"]
+    if "prior_bayes" not in levels:
+        return []  # the training prior's Bayes predictor is not computed for so many states
+    gap = levels["prior_bayes"] - levels["smoothed"]
+    shares = [(levels["prior_bayes"] - loss) / gap for loss in run["loss"]]
+    return [
+        (
+            "the two stages trained on noisy permutations, tested on Dirichlet kernels (corollary: π̃ need not "
+            "be in the prior's support)",
+            "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
+            f"share of the gap from the training prior's Bayes predictor to the count estimator closed "
+            f"{_spread(shares)} (the graph at its training scale: "
+            f"{(levels['prior_bayes'] - levels['graph']) / gap:.2f})",
+        )
+    ]
+
+
+def trigger_vs_paper(run: TriggerData) -> list[Row]:
+    """Bietti et al.'s trigger task: the order in which the memories form and the accuracies."""
+    return [
+        (
+            "trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
+            ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
+            "per seed: " + "; ".join(_formed(run)) + "; layer 1's weight on the token before: "
+            f"{_spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
+            f"{_spread(run['previous_weight']['elsewhere'])} elsewhere",
+        ),
+        (
+            "trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
+            "trigger's output seen earlier in the sequence",
+            "one layer about 55 %, two layers about 99 %",
+            f"one layer {_spread(run['accuracy']['recall']['one_layer'])}, two layers "
+            f"{_spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
+        ),
+    ]
+
+
+def memories_vs_paper(run: MemoriesData) -> list[Row]:
+    """Bietti et al.'s simplified model: the order in which its three memories form."""
+    return [
+        (
+            "simplified model (Bietti et al.: random embeddings fixed, three memories trained): the step "
+            "at which each recall probe first reaches 1/2",
+            ", then ".join(run["memory_names"]),
+            "per seed: " + "; ".join(_formed(run)),
+        )
+    ]
+
+
+def separate_vs_paper(run: SeparateData) -> list[Row]:
+    """Bietti et al.'s joint against separate learning: updates until the three memories formed."""
+    apart, censored = formed_apart(run["stage_updates"], int(run["stage_steps"][-1]) + 1)
+    counts = [
+        f"{together:.0f} against {'at least ' * bool(cut)}{alone:.0f}"
+        for together, alone, cut in zip(formed_together(run["joint_steps"], run["joint"]), apart, censored)
+    ]
+    return [
+        (
+            "simplified model: updates until all three memories have formed, together against one at a time",
+            "joint learning is faster (no size given)",
+            "per seed: " + "; ".join(counts),
+        )
+    ]
 
 
 def unigram_rests(steps: list[int], curves: list[list[float]], levels: dict[str, float]) -> list[tuple[float, float]]:
@@ -190,7 +215,7 @@ def unigram_rests(steps: list[int], curves: list[list[float]], levels: dict[str,
     return rests
 
 
-def second_stage_row(second: dict[str, Any]) -> tuple[str, str, str]:
+def second_stage_row(second: dict[str, Any]) -> Row:
     """The paper's Thm (1) beside the loss after both stages."""
     levels = second["levels"]
     shares = [gap_share(loss, levels) for loss in second["loss"]["both"]]

@@ -1,7 +1,7 @@
 """Chapter 1: global and local minima of one-layer transformers on Markov data.
 
 ``measure`` computes each section (exact checks and training runs) into its data, ``judge`` makes the rows from a
-section's config and data alone, ``paper`` sets the paper's reports beside a run's; ``figures.markov`` draws them.
+section's config and data alone, ``paper`` sets the paper's reports beside a run's; ``figures`` draws them.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from ...sections import Chapter, Section
 from .judge import (
     basin_section_rows,
     depth_rows,
+    global_minimum_rows,
+    hessian_sweep_rows,
     multistate_section_rows,
     multistate_theory,
     phase_section_rows,
+    reduced_flow_rows,
     training_section_rows,
+    unigram_rows,
 )
 from .measure import (
     basin,
@@ -34,9 +38,9 @@ from .measure import (
     training,
     unigram_point,
 )
-from .paper import against_paper
+from .paper import basin_vs_paper, depth_vs_paper, multistate_vs_paper, phase_vs_paper, training_vs_paper
 
-__all__ = ["CHAPTER", "PARAMS", "against_paper"]
+__all__ = ["CHAPTER", "PARAMS"]
 
 
 PARAMS = (
@@ -130,10 +134,24 @@ CHAPTER = Chapter(
     PARAMS,
     seeds={"quick": 3, "reference": 10, "full": 10},
     sections=(
-        Section("global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum),
-        Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point),
-        Section("hessian_sweep", "The sign change at p + q = 1", hessian_sweep, figures=("hessian_sweep",)),
-        Section("reduced_flow", "The reduced gradient flow", reduced_flow, figures=("phase_portrait",)),
+        Section(
+            "global_minimum", "Theorem 1: the bigram is a global minimum", global_minimum, rows=global_minimum_rows
+        ),
+        Section("unigram_point", "Theorems 2 and 3: the unigram point", unigram_point, rows=unigram_rows),
+        Section(
+            "hessian_sweep",
+            "The sign change at p + q = 1",
+            hessian_sweep,
+            rows=hessian_sweep_rows,
+            figures=("hessian_sweep",),
+        ),
+        Section(
+            "reduced_flow",
+            "The reduced gradient flow",
+            reduced_flow,
+            rows=reduced_flow_rows,
+            figures=("phase_portrait",),
+        ),
         Section(
             "training",
             "Training: loss curves and predictions",
@@ -141,6 +159,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=training_section_rows,
             figures=("loss_curves", "predictions"),
+            reference=True,
+            paper=training_vs_paper,
         ),
         Section(
             "phase_diagram",
@@ -150,9 +170,18 @@ CHAPTER = Chapter(
             by_seed=False,
             rows=phase_section_rows,
             figures=("phase_diagram",),
+            reference=True,
+            paper=phase_vs_paper,
         ),  # grid_seeds per cell
         Section(
-            "basin", "The basin of the bad minimum", basin, trains=True, rows=basin_section_rows, figures=("basin",)
+            "basin",
+            "The basin of the bad minimum",
+            basin,
+            trains=True,
+            rows=basin_section_rows,
+            figures=("basin",),
+            reference=True,
+            paper=basin_vs_paper,
         ),
         Section(
             "depth",
@@ -162,6 +191,8 @@ CHAPTER = Chapter(
             by_seed=False,  # depth_seeds
             rows=depth_rows,
             figures=("depth",),
+            reference=True,
+            paper=depth_vs_paper,
         ),
         Section(
             "multistate",
@@ -172,9 +203,10 @@ CHAPTER = Chapter(
             theory=multistate_theory,
             exact_rows=r"Hessian",
             figures=("multistate",),
+            reference=True,
+            paper=multistate_vs_paper,
         ),
     ),
-    reference_sections=("training", "phase_diagram", "basin", "depth", "multistate"),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
 )

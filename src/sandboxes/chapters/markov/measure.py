@@ -1,5 +1,5 @@
 """The Markov chapter's sections: the exact checks of Theorems 1-3 and the reduced flow, and the training runs
-that fill each section's data (one ``TypedDict`` per section, which ``figures.markov`` draws and ``judge`` reads)."""
+that fill each section's data (one ``TypedDict`` per section, which ``figures`` draws and ``judge`` reads)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from torch import nn
 
 from ... import curves, heldout
 from ...calibration import calibrated_map
-from ...claims import Claim
 from ...data.markov import MarkovChain, binary_kernel, symmetric_kernel
 from ...model import GPT, GPTConfig
 from ...profiles import float_list, int_list
-from ...sections import Outcome, RunContext
+from ...sections import RunContext
 from ...theory import markov as theory
 from ...theory.markov_flow import ReducedFlow
 from ...trainer import TrainConfig, TrainResult, train
 from .judge import (
+    AXIS_OFFSET,
+    AXIS_START,
     EXACT,
-    EXACT_REASON,
     MIN_GAP,
     NOISE,
     classify,
@@ -70,32 +70,21 @@ THEORY_LENGTH, THEORY_WIDTH = 6, 3  # the population loss enumerates all 2^6 seq
 class GlobalData(TypedDict):
     entropy_rate: float
     loss: dict[str, float]  # tied / untied: L(theta_*)
+    gradient: dict[str, float]  # tied / untied: the largest entry of the gradient at theta_*
 
 
-def global_minimum(config: dict[str, Any], ctx: RunContext) -> Outcome[GlobalData]:
+def global_minimum(config: dict[str, Any], ctx: RunContext) -> GlobalData:
     """Theorem 1 at the featured chain: the bigram construction has loss H and zero gradient."""
     p, q = config["p"], config["q"]
     kernel = binary_kernel(p, q)
-    H = theory.entropy_rate(kernel)
-    claims, loss = [], {}
+    loss, gradient = {}, {}
     for label, tied in (("tied", True), ("untied", False)):
         star = theory.PopulationLoss(
             theory.global_minimum_point(p, q, THEORY_WIDTH, THEORY_LENGTH, tied), kernel, THEORY_LENGTH
         )
         loss[label] = star.value()
-        claims.append(
-            Claim.close(f"Thm 1 ({label}): loss of theta_* = entropy rate", H, loss[label], EXACT, EXACT_REASON, 10)
-        )
-        claims.append(
-            Claim.close(
-                f"Thm 1 ({label}): gradient at theta_* vanishes",
-                0.0,
-                float(star.gradient().abs().max()),
-                EXACT,
-                EXACT_REASON,
-            )
-        )
-    return Outcome(claims, {"entropy_rate": H, "loss": loss})
+        gradient[label] = float(star.gradient().abs().max())
+    return {"entropy_rate": theory.entropy_rate(kernel), "loss": loss, "gradient": gradient}
 
 
 LOCAL_RADII = (1e-3, 1e-2, 1e-1)  # radii of the direct local-minimum test
@@ -110,46 +99,46 @@ OFF_HYPOTHESIS_W = -0.9  # an MLP weight of the reduced model below -1/sqrt2, wh
 class UnigramData(TypedDict):
     unigram_entropy: float
     curvature: float
+    loss: dict[str, float]  # tied / untied: L(theta_pi)
+    gradient: dict[str, float]  # tied / untied: the largest entry of the gradient at theta_pi
     block_spectrum: dict[str, list[float]]  # tied / untied: eigenvalues of the (e, a, b) block, by autograd
+    block_error: dict[str, float]  # tied / untied: largest difference of those eigenvalues from the closed form
     radii: list[float]
     # per point tested: min over directions of L(theta + r u) - L(theta), per radius
     largest_drop: dict[str, list[float]]
+    lowering: list[int]  # tied, p+q > 1: [random steps that lowered the loss, steps tried]; else empty
+    off_hypothesis_w: float  # the MLP weight beside which e = 0 is tested off Theorem 2's hypothesis
+    # tied, p+q > 1: the change along e beside that MLP; untied: along the saddle's direction (radius LOCAL_RADII[1])
+    drop_along: dict[str, float]
 
 
-def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramData]:
-    """Theorems 2 and 3 at the featured chain: theta_pi is stationary; tied it is a local minimum
-    exactly when p+q > 1 and the other weights are zero, untied a saddle."""
+def unigram_point(config: dict[str, Any], ctx: RunContext) -> UnigramData:
+    """Theorems 2 and 3 at the featured chain: theta_pi's loss, gradient and Hessian block, and how the loss moves
+    near it (tied: along random directions and beside an MLP off the hypothesis; untied: along the saddle's
+    direction)."""
     p, q, d, length = config["p"], config["q"], THEORY_WIDTH, THEORY_LENGTH
-    kernel = binary_kernel(p, q)
-    H_pi, c = theory.unigram_entropy(kernel), theory.curvature(p, q)
-    claims: list[Claim] = []
-    spectrum, drops = {}, {}
+    kernel, c = binary_kernel(p, q), theory.curvature(p, q)
+    data: UnigramData = {
+        "unigram_entropy": theory.unigram_entropy(kernel),
+        "curvature": c,
+        "loss": {},
+        "gradient": {},
+        "block_spectrum": {},
+        "block_error": {},
+        "radii": list(LOCAL_RADII),
+        "largest_drop": {},
+        "lowering": [],
+        "off_hypothesis_w": OFF_HYPOTHESIS_W,
+        "drop_along": {},
+    }
     for label, tied in (("tied", True), ("untied", False)):
-        thm = "Thm 2" if tied else "Thm 3"
         uni = theory.PopulationLoss(theory.unigram_point(p, q, d, length, tied), kernel, length)
-        claims.append(
-            Claim.close(f"{thm} ({label}): loss of theta_pi = H(pi)", H_pi, uni.value(), EXACT, EXACT_REASON, 10)
-        )
-        claims.append(
-            Claim.close(
-                f"{thm} ({label}): gradient at theta_pi vanishes",
-                0.0,
-                float(uni.gradient().abs().max()),
-                EXACT,
-                EXACT_REASON,
-            )
-        )
+        data["loss"][label] = uni.value()
+        data["gradient"][label] = float(uni.gradient().abs().max())
         spectra = theory.hessian_at_unigram_point(p, q, d, length, tied)
-        predicted = theory.predicted_block_spectrum(p, q, d, tied)
-        spectrum[label] = spectra["block"]
-        claims.append(
-            Claim.close(
-                f"{thm} ({label}): Hessian (e, a, b) block at theta_pi = closed form",
-                0.0,
-                float(np.abs(spectra["block"] - predicted).max()),
-                EXACT,
-                EXACT_REASON,
-            )
+        data["block_spectrum"][label] = spectra["block"]
+        data["block_error"][label] = float(
+            np.abs(spectra["block"] - theory.predicted_block_spectrum(p, q, d, tied)).max()
         )
         if abs(p + q - 1) < MIN_GAP:
             continue  # c = 0: the theorems are silent
@@ -157,63 +146,19 @@ def unigram_point(config: dict[str, Any], ctx: RunContext) -> Outcome[UnigramDat
             LOCAL_DIRECTIONS, uni.flat().numel(), heldout.generator(heldout.MARKOV_DIRECTIONS)
         )
         changes = theory.loss_changes(uni, directions, LOCAL_RADII)
-        drops[label] = changes.min(axis=0)
+        data["largest_drop"][label] = changes.min(axis=0)
         if tied and p + q > 1:
-            claims.append(
-                Claim.exact(
-                    f"Thm 2 (tied, p+q>1): random directions that lower the loss at theta_pi, radii {LOCAL_RADII} "
-                    f"(count of {changes.size})",
-                    "0",
-                    str(int((changes < -EXACT).sum())),
-                    "a local minimum: no small step in any of the sampled directions of all parameters lowers the loss",
-                )
-            )
+            data["lowering"] = [int((changes < -EXACT).sum()), changes.size]
             off = theory.PopulationLoss(ReducedFlow(p, q).gpt_weights(0.0, OFF_HYPOTHESIS_W, d, length), kernel, length)
-            off_key = f"tied, MLP w = {OFF_HYPOTHESIS_W}"
-            drops[off_key] = theory.loss_changes(off, directions, LOCAL_RADII).min(axis=0)
+            data["largest_drop"][f"tied, MLP w = {OFF_HYPOTHESIS_W}"] = theory.loss_changes(
+                off, directions, LOCAL_RADII
+            ).min(axis=0)
             moved = ReducedFlow(p, q).gpt_weights(LOCAL_RADII[1], OFF_HYPOTHESIS_W, d, length)
-            drop = theory.PopulationLoss(moved, kernel, length).value() - off.value()
-            claims.append(
-                Claim.at_most(
-                    f"Thm 2 needs its hypothesis (other weights 0): e = 0 beside an MLP of w = {OFF_HYPOTHESIS_W} "
-                    f"< -1/sqrt2 is no minimum (change along e at radius {LOCAL_RADII[1]})",
-                    -EXACT,
-                    drop,
-                    "the MLP turns the curvature in e, c(1 + 2w|w|), negative: a drop of about "
-                    f"{abs(1 + 2 * OFF_HYPOTHESIS_W * abs(OFF_HYPOTHESIS_W)):.2f} c r^2, far above round-off",
-                )
-            )
+            data["drop_along"][label] = theory.PopulationLoss(moved, kernel, length).value() - off.value()
         elif not tied:
             e_dir = _embedding_direction(uni, tied=False, sign=-np.sign(c))
-            drop = float(theory.loss_changes(uni, e_dir[None], (LOCAL_RADII[1],))[0, 0])
-            claims.append(
-                Claim.at_most(
-                    f"Thm 3 (untied): theta_pi is a saddle: e = u, a = {'-' if c > 0 else '+'}u "
-                    f"lowers the loss (change at radius {LOCAL_RADII[1]})",
-                    -EXACT,
-                    drop,
-                    "the bilinear term c <a, e> x_n is negative along it",
-                )
-            )
-    silent = (
-        ()
-        if abs(p + q - 1) >= MIN_GAP
-        else (
-            f"Theorems 2 and 3 beyond the closed forms at (p, q) = ({p:g}, {q:g}): the curvature c vanishes with "
-            "p + q - 1, and with it what the theorems say about the loss near theta_pi",
-        )
-    )
-    return Outcome(
-        claims,
-        {
-            "unigram_entropy": H_pi,
-            "curvature": c,
-            "block_spectrum": spectrum,
-            "radii": list(LOCAL_RADII),
-            "largest_drop": drops,
-        },
-        silent,
-    )
+            data["drop_along"][label] = float(theory.loss_changes(uni, e_dir[None], (LOCAL_RADII[1],))[0, 0])
+    return data
 
 
 def _embedding_direction(loss: theory.PopulationLoss, tied: bool, sign: float) -> torch.Tensor:
@@ -232,31 +177,12 @@ class SweepData(TypedDict):
     untied_min_eig: list[float]
 
 
-def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> Outcome[SweepData]:
+def hessian_sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     """The smallest eigenvalue of the Hessian block at theta_pi along p = q = s/2, tied and untied."""
     sweep = np.linspace(0.1, 1.9, 19)
     tied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, True)["block"].min() for s in sweep]
     untied_eig = [theory.hessian_at_unigram_point(s / 2, s / 2, 1, 3, False)["block"].min() for s in sweep]
-    predicted_tied = np.array([min(2 * theory.curvature(s / 2, s / 2), 0.25) for s in sweep])  # pi0 pi1 = 1/4 at p = q
-    signs = "".join("+" if v > EXACT else ("-" if v < -EXACT else "0") for v in tied_eig)
-    expected = "".join("+" if s > 1 + 1e-9 else ("-" if s < 1 - 1e-9 else "0") for s in sweep)
-    claims = [
-        Claim.close(
-            "Hessian sweep over p+q (p=q): tied block eigenvalue = min(2c, pi0 pi1)",
-            0.0,
-            float(np.abs(np.array(tied_eig) - predicted_tied).max()),
-            EXACT,
-            EXACT_REASON,
-        ),
-        Claim.exact(
-            "tied Hessian sign along the sweep follows sign(p+q-1)",
-            expected,
-            signs,
-            "Theorem 2 (positive for p+q>1); for p+q<1 the closed form is negative, so "
-            "theta_pi is no minimum there (the paper leaves that case open)",
-        ),
-    ]
-    return Outcome(claims, {"sweep": sweep.tolist(), "tied_min_eig": tied_eig, "untied_min_eig": untied_eig})
+    return {"sweep": sweep.tolist(), "tied_min_eig": tied_eig, "untied_min_eig": untied_eig}
 
 
 class FlowChain(TypedDict):
@@ -266,6 +192,10 @@ class FlowChain(TypedDict):
     reached_global: list[bool]
     trajectories: list[list[list[float]]]  # (e, w) along the first few flows
     optimal_slope: float
+    gpt_loss: float  # the population loss of the GPT weights of the point (e, w) = (0.8, -0.9)
+    reduced_loss: float  # the two-scalar loss at that point
+    energy_drift: float  # the largest change of E along the first few flows
+    axis_moves: str  # flows started near e = 0 above and below w = -1/sqrt2: toward or away from the axis
 
 
 class FlowData(TypedDict):
@@ -273,87 +203,39 @@ class FlowData(TypedDict):
     contrast: FlowChain
 
 
-AXIS_START, AXIS_OFFSET = 0.05, 0.1  # flows started this close to the axis e = 0, this far above/below the switch
-
-
-def axis_row(flow: ReducedFlow) -> Claim:
-    """Flows started near the axis e = 0 just above and below w = -1/sqrt2 move as the sign of c(1 + 2w|w|) says."""
+def axis_moves(flow: ReducedFlow) -> str:
+    """Where flows started near the axis e = 0 just above and below w = -1/sqrt2 move: toward or away from it."""
 
     def moves(w0: float) -> str:
         end = flow.trajectory(AXIS_START, w0, t_max=5.0, n_points=2)[-1, 1]
         return "toward" if end < AXIS_START else "away"
 
-    predicted = "above: toward, below: away" if theory.curvature(flow.p, flow.q) > 0 else "above: away, below: toward"
-    measured = f"above: {moves(-1 / np.sqrt(2) + AXIS_OFFSET)}, below: {moves(-1 / np.sqrt(2) - AXIS_OFFSET)}"
-    return Claim.exact(
-        f"reduced model ({flow.p}, {flow.q}): flows from e = {AXIS_START} at w = -1/sqrt2 +- "
-        f"{AXIS_OFFSET} move (above, below)",
-        predicted,
-        measured,
-        "the axis e = 0 attracts where c(1 + 2w|w|) > 0: the sign of c and the switch at "
-        "w = -1/sqrt2, against the integrated flow",
-    )
+    return f"above: {moves(-1 / np.sqrt(2) + AXIS_OFFSET)}, below: {moves(-1 / np.sqrt(2) - AXIS_OFFSET)}"
 
 
-def reduced_flow(config: dict[str, Any], ctx: RunContext) -> Outcome[FlowData]:
+def reduced_flow(config: dict[str, Any], ctx: RunContext) -> FlowData:
     """The slides' two-scalar reduced model and its gradient flow, for the featured and the contrast chain."""
-    claims: list[Claim] = []
     data: dict[str, Any] = {}
-    silent: tuple[str, ...] = ()
     rng = np.random.default_rng(0)
     starts = rng.normal(0.0, config["flow_init_std"], size=(config["flow_points"], 2))
     starts[:, 0] = np.abs(starts[:, 0])  # the loss is even in e, so flows of -e mirror those of e
     for name, (p, q) in (("featured", (config["p"], config["q"])), ("contrast", (config["p2"], config["q2"]))):
         flow = ReducedFlow(p, q)
         gpt = theory.PopulationLoss(flow.gpt_weights(0.8, -0.9, 3, 4), binary_kernel(p, q), 4)
-        claims.append(
-            Claim.close(
-                f"reduced model ({p}, {q}): two-scalar loss = population loss of its GPT weights",
-                gpt.value(),
-                flow.loss(0.8, -0.9),
-                EXACT,
-                EXACT_REASON,
-                10,
-            )
-        )
         trajectories = [flow.trajectory(e, w, n_points=100) for e, w in starts[:6]]
-        drift = max(np.ptp([flow.energy(e, w) for _, e, w in tr]) for tr in trajectories)
-        claims.append(
-            Claim.close(
-                f"reduced model ({p}, {q}): E = e^2 - w^2 - sign(w) ln|w| conserved by its flow",
-                0.0,
-                float(drift),
-                1e-6,
-                "ODE solved at rtol 1e-10 over t = 400",
-            )
-        )
-        reached = np.array([flow.reaches_global_minimum(e, w) for e, w in starts])
         data[name] = {
             "p": p,
             "q": q,
             "starts": starts,
-            "reached_global": reached,
+            "reached_global": np.array([flow.reaches_global_minimum(e, w) for e, w in starts]),
             "trajectories": [tr[:, 1:] for tr in trajectories],
             "optimal_slope": flow.optimal_slope,
+            "gpt_loss": gpt.value(),
+            "reduced_loss": flow.loss(0.8, -0.9),
+            "energy_drift": float(max(np.ptp([flow.energy(e, w) for _, e, w in tr]) for tr in trajectories)),
+            "axis_moves": axis_moves(flow) if information_gap(p, q) >= MIN_GAP else "",
         }
-        if information_gap(p, q) < MIN_GAP:
-            silent += (
-                f"where flows of ({p}, {q}) go: p+q is so close to 1 that the curvature c and the gap between "
-                "the two minima vanish, and the slides' portraits say nothing there",
-            )
-            continue
-        claims.append(axis_row(flow))
-        majority = "global minimum" if p + q < 1 else "unigram (e = 0)"
-        measured = "global minimum" if reached.mean() > 0.5 else "unigram (e = 0)"
-        claims.append(
-            Claim.exact(
-                f"reduced model ({p}, {q}): most Gaussian starts (std {config['flow_init_std']}) end at",
-                majority,
-                measured,
-                f"the slides' phase portraits; measured fraction reaching the global minimum: {reached.mean():.2f}",
-            )
-        )
-    return Outcome(claims, data, silent)
+    return data  # type: ignore[return-value]
 
 
 class Prediction(TypedDict):

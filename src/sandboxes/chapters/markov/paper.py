@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .measure import BasinData, DepthData, MultistateData, PhaseData, TrainingData
 
 
-def _training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
+def training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
     """Where each loss curve of the paper's Fig. 3 ends, and for tied runs with p+q>1 how many had left the plateau."""
     rows = []
     for run in data["runs"]:
@@ -47,7 +47,7 @@ def _left(escape: np.ndarray) -> str:
     return f"{int(np.isfinite(escape).sum())} of {escape.size} runs had left the unigram plateau"
 
 
-def _phase_vs_paper(data: PhaseData) -> list[tuple[str, str, str]]:
+def phase_vs_paper(data: PhaseData) -> list[tuple[str, str, str]]:
     """The paper's Fig. 4 regions (tied p+q>1 at the unigram, the rest at the bigram) against the grid's runs."""
     values, resolvable = np.asarray(data["values"]), np.asarray(data["resolvable"], dtype=bool)
     above = (values[:, None] + values[None, :] > 1) & resolvable
@@ -78,7 +78,7 @@ def _phase_vs_paper(data: PhaseData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _basin_vs_paper(data: BasinData) -> list[tuple[str, str, str]]:
+def basin_vs_paper(data: BasinData) -> list[tuple[str, str, str]]:
     """Where seeds end from each initialisation scale, beside what the paper reports from GPT-2's."""
     stuck = data["p"] + data["q"] > 1
     rows = []
@@ -95,7 +95,7 @@ def _basin_vs_paper(data: BasinData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _depth_vs_paper(data: DepthData) -> list[tuple[str, str, str]]:
+def depth_vs_paper(data: DepthData) -> list[tuple[str, str, str]]:
     """Depth two and more: the paper's plateau then entropy rate, against each depth's runs."""
     kernel = binary_kernel(data["p"], data["q"])
     H_pi, gap = theory.unigram_entropy(kernel), information_gap(data["p"], data["q"])
@@ -117,7 +117,7 @@ def _depth_vs_paper(data: DepthData) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _multistate_vs_paper(data: MultistateData) -> list[tuple[str, str, str]]:
+def multistate_vs_paper(data: MultistateData) -> list[tuple[str, str, str]]:
     """The paper's Fig. 5 (tied runs stuck for large p, untied ones at the bigram) against each p of the sweep."""
     rows = []
     for kind in ("tied", "untied"):
@@ -142,15 +142,3 @@ def _multistate_vs_paper(data: MultistateData) -> list[tuple[str, str, str]]:
             )
         )
     return rows
-
-
-def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's paper-versus-reference table, one group per section the run made."""
-    compare = {
-        "training": _training_vs_paper,
-        "phase_diagram": _phase_vs_paper,
-        "basin": _basin_vs_paper,
-        "depth": _depth_vs_paper,
-        "multistate": _multistate_vs_paper,
-    }
-    return [row for name, rows_of in compare.items() if name in data for row in rows_of(data[name])]

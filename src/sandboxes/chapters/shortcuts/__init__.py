@@ -2,14 +2,14 @@
 learn shortcuts to automata").
 
 Each section function computes one section of the chapter page and returns its claims and its
-data (a ``TypedDict`` per section, which the section's figures in ``figures.shortcuts`` read):
+data (a ``TypedDict`` per section, which the section's figures in ``figures`` read):
 the algebra of the automata (solvability), the exact constructions of Theorem 10 with the
 Lemma 13 bound, Lemmas 15/16 and Algorithm 1 of Theorem 12, depth sweeps of trained GPTs next
 to the paper's reported accuracies, and the brittleness of the learned shortcuts.
 
 ``measure`` computes each section (the exact constructions with their rows, the training runs) into its data,
 ``judge`` makes the trained sections' rows from a section's config and data alone, ``paper`` sets the thesis's
-reports beside a run's; ``figures.shortcuts`` draws them.
+reports beside a run's; ``figures`` draws them.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from .judge import (
     sweep_rows,
 )
 from .measure import algebra, brittleness, construction, hard, lemmas, sweep
-from .paper import against_paper
+from .paper import brittleness_vs_paper, hard_vs_paper, sweep_vs_paper
 
-__all__ = ["CHAPTER", "PARAMS", "against_paper"]
+__all__ = ["CHAPTER", "PARAMS"]
 
 
 def _check_names(text: str) -> None:
@@ -260,6 +260,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=sweep_rows,
             figures=("depth_sweep", "boundary_attention"),
+            reference=True,
+            paper=sweep_vs_paper,
         ),
         Section(
             "hard",
@@ -268,6 +270,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=hard_rows,
             figures=("hard_runs",),
+            reference=True,
+            paper=hard_vs_paper,
         ),
         Section(
             "brittleness",
@@ -276,10 +280,11 @@ CHAPTER = Chapter(
             trains=True,
             rows=brittleness_rows,
             figures=("brittleness",),
+            reference=True,
+            paper=brittleness_vs_paper,
         ),
     ),
     check=check,
-    reference_sections=("sweep", "hard", "brittleness"),
     reference_workers=REFERENCE_WORKERS,
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,

@@ -1,4 +1,4 @@
-"""The shortcuts chapter's sections: per section its ``TypedDict`` (which ``figures.shortcuts`` draws and ``judge``
+"""The shortcuts chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge``
 reads) and the function that computes it. The algebra of the automata and the exact constructions (Theorem 10 with
 the Lemma 13 bound, Lemmas 15/16, Algorithm 1) make their rows here; the trained sections (the depth sweep, the hard
 automata, parity's brittleness) train here and take their rows from ``judge``."""

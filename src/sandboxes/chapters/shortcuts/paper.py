@@ -44,7 +44,7 @@ def _depths_vs_paper(data: SweepData | HardData, trained: str = "") -> list[tupl
     return rows
 
 
-def _brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
+def brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The parity runs beside what the thesis reports of them: each kind's accuracy at the training law and length,
     its worst under a shifted law and at the longest length (median seed; for the GPT also the best seed)."""
     probs, lengths, T = out["probs"], out["lengths"], out["T"]
@@ -98,10 +98,11 @@ def _brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def against_paper(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows for the page's paper-versus-reference table, one group per section the run made."""
-    return (
-        (_depths_vs_paper(data["sweep"]) if "sweep" in data else [])
-        + (_depths_vs_paper(data["hard"], f" trained {data['hard']['steps']} steps") if "hard" in data else [])
-        + (_brittleness_vs_paper(data["brittleness"]) if "brittleness" in data else [])
-    )
+def sweep_vs_paper(data: SweepData) -> list[tuple[str, str, str]]:
+    """The thesis's depths beside the sweep's."""
+    return _depths_vs_paper(data)
+
+
+def hard_vs_paper(data: HardData) -> list[tuple[str, str, str]]:
+    """The thesis's depths beside those of the hard automata, trained longer."""
+    return _depths_vs_paper(data, f" trained {data['steps']} steps")

@@ -8,10 +8,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..plotting import COLORS
+from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from ..chapters.shortcuts.measure import BrittlenessData, ConstructionData, HardData, SweepData
+    from .measure import BrittlenessData, ConstructionData, HardData, SweepData
 
 SERIES = {
     "gpt": ("GPT (shortcut)", COLORS["tied"]),

@@ -9,11 +9,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from ..plotting import COLORS, curves_with_band, reference_line
-from ..theory.induction import FORMED, PARENT_MASS, formed_apart, formed_together, judged_positions
+from ...plotting import COLORS, curves_with_band, reference_line
+from ...theory.induction import FORMED, PARENT_MASS, formed_apart, formed_together, judged_positions
 
 if TYPE_CHECKING:
-    from ..chapters.induction.measure import (
+    from .measure import (
         ConstructionData,
         CorollaryData,
         GradientData,

@@ -8,11 +8,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..plotting import COLORS
-from ..theory import dilution as theory
+from ...plotting import COLORS
+from ...theory import dilution as theory
 
 if TYPE_CHECKING:
-    from ..chapters.dilution.measure import (
+    from .measure import (
         BoundData,
         ConstructionData,
         SecondPhaseData,

@@ -8,13 +8,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..data.markov import binary_kernel, stationary_law
-from ..plotting import COLORS, curves_with_band, reference_line
-from ..theory import markov as theory
-from ..theory.markov_flow import ReducedFlow
+from ...data.markov import binary_kernel, stationary_law
+from ...plotting import COLORS, curves_with_band, reference_line
+from ...theory import markov as theory
+from ...theory.markov_flow import ReducedFlow
 
 if TYPE_CHECKING:
-    from ..chapters.markov.measure import (
+    from .measure import (
         BasinData,
         DepthData,
         FlowData,

@@ -8,10 +8,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..plotting import COLORS, reference_line
+from ...plotting import COLORS, reference_line
 
 if TYPE_CHECKING:
-    from ..chapters.hmm.measure import (
+    from .measure import (
         GhmmData,
         GhmmTensorData,
         LearningData,
