@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -53,6 +53,11 @@ class TrainCall:
     timing: Timing
     step_bytes: int  # weights, gradients, Adam's state and activations of one step of one group of members
     groups: int = 1  # groups of members the full run trains one after another (the calibration trains the first)
+    # what it trains, for the performance survey: one member's model factory and task, members per group, batch size
+    make_model: Callable[[], nn.Module] | None = field(default=None, compare=False, repr=False)
+    task: Any = field(default=None, compare=False, repr=False)
+    members: int = 1
+    batch_size: int = 0
 
     @property
     def estimated_s(self) -> float:
@@ -76,6 +81,7 @@ class ChunkedCall:
     wall_time: float
     ran_in_full_s: float
     step_bytes: int = 0  # the largest training step of a call it held
+    inner: tuple[TrainCall, ...] = ()  # the training calls its chunks held, as they ran
 
     @property
     def estimated_s(self) -> float:
@@ -129,7 +135,16 @@ def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
     inner = calls[mark:]
     del calls[mark:]
     in_full = wall - sum(call.wall_time for call in inner) + sum(call.estimated_s for call in inner)
-    calls.append(ChunkedCall(len(chunks), 2, wall, in_full, max((call.step_bytes for call in inner), default=0)))
+    calls.append(
+        ChunkedCall(
+            len(chunks),
+            2,
+            wall,
+            in_full,
+            max((call.step_bytes for call in inner), default=0),
+            tuple(train for call in inner for train in ((call,) if isinstance(call, TrainCall) else call.inner)),
+        )
+    )
     return [first] * (len(chunks) - 1) + [last]
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import bench, cluster, kernel_paths, reference
+from . import bench, cluster, kernel_paths, performance, reference
 from .chapters import all_chapters, get_chapter
 from .profiles import PROFILES, check_profile
 from .results import REPO_ROOT, Result, current_commit, merge, provenance, reference_result_path
@@ -158,6 +158,18 @@ def _parser() -> argparse.ArgumentParser:
         "github.com/Bond1995/Markov; --k, --sizes, --batch-size and --device are not used",
     )
     bench.add_argument("--rounds", type=int, default=10, help="with --against-authors: rounds (default 10)")
+    bench.add_argument(
+        "--survey",
+        nargs="*",
+        default=None,
+        metavar="CHAPTER/SECTION",
+        help="instead: every reference section (or those named) run short at the reference profile and profiled, "
+        "beside this machine's measured peaks; writes the performance page's file (--out)",
+    )
+    bench.add_argument(
+        "--survey-steps", type=int, default=performance.SURVEY_STEPS, help="with --survey: steps per training call"
+    )
+    bench.add_argument("--out", default=str(performance.SURVEY_FILE), help="with --survey: the file to write")
     margins = commands.add_parser(
         "margins",
         help="each row's verdict and margin on every kernel path and thread "
@@ -351,6 +363,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.k < 1 or args.steps < 1 or args.batch_size < 1 or args.rounds < 1:
         raise ValueError("--k, --steps, --batch-size and --rounds must be at least 1")
+    if args.survey is not None:
+        return _survey(args)
     # with --against-authors, bench.against_authors checks the steps and rounds it can time
     if args.against_authors:
         src = Path(args.against_authors)
@@ -363,6 +377,21 @@ def _bench(args: argparse.Namespace) -> int:
     sizes = args.sizes.split(",") if args.sizes else None
     print(f"device: {device_name(device)} ({device.type}), K = {args.k}, {args.steps} steps, batch {args.batch_size}")
     print(bench.report(bench.run(args.k, args.steps, args.batch_size, device, sizes)))
+    return 0
+
+
+def _survey(args: argparse.Namespace) -> int:
+    """``bench --survey``: check the names before any work, then survey and write the file."""
+    if args.survey_steps < 2:
+        raise ValueError("--survey-steps must be at least 2 (the first step warms up, untimed)")
+    wanted = []
+    for name in args.survey:
+        chapter, _, section = name.partition("/")
+        if section not in get_chapter(chapter).reference_sections:
+            raise ValueError(f"{name} is no reference section; choose CHAPTER/SECTION of `list --reference`")
+        wanted.append((chapter, section))
+    path = performance.save(performance.survey(wanted or None, args.survey_steps), Path(args.out))
+    print(f"surveyed {len(wanted) or 'every'} reference section(s) into {path}")
     return 0
 
 

@@ -446,7 +446,16 @@ def _train_all(call: _Call) -> TrainResult:
         step_bytes = memory.step_bytes(makers[0], tasks[0], config, size, call.device)
         planning.calls.append(
             TrainCall(
-                planned_steps, config.eval_every, time.perf_counter() - start, planning.timing, step_bytes, len(groups)
+                planned_steps,
+                config.eval_every,
+                time.perf_counter() - start,
+                planning.timing,
+                step_bytes,
+                len(groups),
+                makers[0],
+                tasks[0],
+                len(groups[0]),
+                config.batch_size,
             )
         )
         return replace(_repeated(parts[0], seeds), wall_time=time.perf_counter() - start)

@@ -1,0 +1,309 @@
+"""Where a reference run's training time goes, against what the machine can do.
+
+For each trained reference section the survey runs the section at the reference profile under
+:func:`calibration.calibrating` (every training call shortened to a few steps and timed), with the
+PyTorch profiler on, and keeps for every training call its setting (model, sequence length, batch,
+members trained at once), its measured step time and tokens per second, the bytes one step keeps
+(counted, :mod:`memory`), and one member-step's work counted on the ``meta`` device: the
+multiply-adds of its products, the exponentials of its softmaxes and the bytes its operators read
+and write. The machine's own peaks (a large matrix product, an exponential, a copy) are measured by
+the same command, so each step's time sets beside the least time its work could take there: the
+fraction of the machine's limit it reached. ``python -m sandboxes bench --survey`` writes the
+file the book's performance page shows.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .calibration import ChunkedCall, TrainCall, calibrating
+from .chapters import all_chapters, get_chapter
+from .results import RESULTS_DIR, provenance
+from .runtime import counting_for, device_name
+from .sections import Chapter
+
+SURVEY_FILE = RESULTS_DIR / "performance" / "reference-sections-cpu.json"
+
+SURVEY_STEPS = 6  # steps per training call: the first warms up, the other five are timed
+TOP_OPERATORS = 6  # operators listed per section, by their share of its profiled time
+PEAK_REPEATS = 5  # a microbenchmark's best of this many timings
+
+aten = torch.ops.aten
+_FLASH = (aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_flash_attention_for_cpu_backward)
+_EXPONENTIALS = {
+    aten.exp.default,
+    aten.exp_.default,
+    aten.exp2.default,
+    aten.exp2_.default,
+    aten._softmax.default,
+    aten._log_softmax.default,
+}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """What this machine does at best with the threads PyTorch uses: multiply-adds (as two flops each) in a large
+    float32 matrix product, float32 exponentials, and bytes moved by a large copy (read and write), per second."""
+
+    machine: str
+    threads: int
+    flops_per_s: float
+    exps_per_s: float
+    bytes_per_s: float
+
+
+def _best_time(work: Callable[[], Any]) -> float:
+    """The shortest of ``PEAK_REPEATS`` timings of ``work`` after one warm-up run."""
+    work()
+    times = []
+    for _ in range(PEAK_REPEATS):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure_peaks(size: int = 1024, elements: int = 1 << 22, copied: int = 1 << 25) -> Peaks:
+    """The machine's peaks: a ``size``-square matrix product, ``exp`` of ``elements`` floats (in cache), a copy of
+    ``copied`` floats (out of cache)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    x, y = torch.randn(elements), torch.empty(elements)
+    big, target = torch.randn(copied), torch.empty(copied)
+    return Peaks(
+        device_name(torch.device("cpu")),
+        torch.get_num_threads(),
+        2 * size**3 / _best_time(lambda: torch.mm(a, b)),
+        elements / _best_time(lambda: torch.exp(x, out=y)),
+        2 * 4 * copied / _best_time(lambda: target.copy_(big)),
+    )
+
+
+class _Traffic(TorchDispatchMode):
+    """Counts the exponentials and the bytes read and written by every operator that computes (views move nothing);
+    a fused kernel's intermediate values never reach memory, so this is the traffic without further fusion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exps = 0
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+        if func in _EXPONENTIALS:
+            self.exps += tree_flatten(out)[0][0].numel()
+        elif func.overloadpacket in _FLASH:
+            q, k = args[1:3] if func.overloadpacket is _FLASH[1] else args[:2]
+            self.exps += q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]  # one per score, computed once a pass
+        return out
+
+
+def _flash_flops(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+def _flash_backward_flops(
+    grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any
+) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad, query, key, value)
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """One member's training step, forward and backward, counted: flops of its products (causal attention counted
+    dense), exponentials, and bytes its operators read and write. The optimizer's update is left out."""
+
+    flops: int
+    exps: int
+    bytes: int
+
+
+def count_step(model: nn.Module, task: Any, batch_size: int) -> StepWork:
+    """The work of one forward and backward pass of ``model`` on ``batch_size`` samples of ``task``, counted on the
+    ``meta`` device with the kernels a CPU runs."""
+    x, y = task.sample(1, torch.Generator().manual_seed(0))
+    x = torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, device="meta")
+    y = torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, device="meta")
+    flops = flop_counter.FlopCounterMode(
+        display=False, custom_mapping={_FLASH[0]: _flash_flops, _FLASH[1]: _flash_backward_flops}
+    )
+    traffic = _Traffic()
+    with counting_for("cpu"), flops, traffic:
+        task.loss(copy.deepcopy(model).to("meta")(x), y).backward()
+    return StepWork(flops.get_total_flops(), traffic.exps, traffic.bytes)
+
+
+def _trained(calls: list[TrainCall | ChunkedCall]) -> Iterator[TrainCall]:
+    """The training calls a calibration recorded, those inside chunked counts included."""
+    for call in calls:
+        yield from (call,) if isinstance(call, TrainCall) else call.inner
+
+
+def describe(model: nn.Module) -> str:
+    """A model in a few words: its class and, for a transformer, its layers, heads and width."""
+    config = getattr(model, "config", None)
+    shape = f" {config.n_layer}L {config.n_head}H d={config.d_model}" if config is not None else ""
+    return f"{type(model).__name__}{shape} ({sum(p.numel() for p in model.parameters())} weights)"
+
+
+def call_record(call: TrainCall, peaks: Peaks) -> dict[str, Any]:
+    """One training call of a surveyed section: its setting, measured step time, tokens per second, counted work
+    and the fraction of the machine's limit its steps reached (the least time that work takes at the machine's
+    peaks, its products, exponentials and memory traffic one after another, over the measured step)."""
+    model = call.make_model()
+    length = call.task.sample(1, torch.Generator().manual_seed(0))[0].shape[-1]
+    work = count_step(model, call.task, call.batch_size)
+    step_s = call.timing.step_s / max(1, call.timing.steps)
+    least = call.members * (
+        work.flops / peaks.flops_per_s + work.exps / peaks.exps_per_s + work.bytes / peaks.bytes_per_s
+    )
+    return {
+        "model": describe(model),
+        "length": int(length),
+        "batch_size": call.batch_size,
+        "members": call.members,
+        "groups": call.groups,
+        "planned_steps": call.planned_steps,
+        "step_s": step_s,
+        "tokens_per_s": call.members * call.batch_size * length / step_s,
+        "step_bytes": call.step_bytes,
+        "member_step": asdict(work),
+        "limit_fraction": least / step_s,
+        "estimated_s": call.estimated_s,
+    }
+
+
+def survey_section(chapter: Chapter, section: str, peaks: Peaks, steps: int = SURVEY_STEPS) -> dict[str, Any]:
+    """The reference section ``section`` of ``chapter`` run short and profiled: its training calls and the
+    operators that took most of its time (the sections it reads run first, unprofiled)."""
+    with calibrating(steps) as calls:
+        run = chapter.start("reference", device="cpu", progress=False)
+        for needed in chapter.closure([section])[:-1]:
+            run.section(needed)
+        del calls[:]
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as profiled:
+            run.section(section)
+        wall = time.perf_counter() - start
+    averages = sorted(profiled.key_averages(), key=lambda event: event.self_cpu_time_total, reverse=True)
+    total = sum(event.self_cpu_time_total for event in averages) or 1.0
+    return {
+        "chapter": chapter.name,
+        "section": section,
+        "wall_s": wall,
+        "calls": [call_record(call, peaks) for call in _trained(calls)],
+        "operators": [[event.key, event.self_cpu_time_total / total] for event in averages[:TOP_OPERATORS]],
+    }
+
+
+def survey(sections: list[tuple[str, str]] | None = None, steps: int = SURVEY_STEPS) -> dict[str, Any]:
+    """The machine's peaks and every reference section (or ``sections``, as (chapter, section) pairs) surveyed,
+    with the commit, versions and machine that made it."""
+    start = time.perf_counter()
+    peaks = measure_peaks()
+    wanted = sections or [(c.name, s) for c in all_chapters() for s in c.reference_sections]
+    surveyed = [survey_section(get_chapter(chapter), section, peaks, steps) for chapter, section in wanted]
+    return {
+        "peaks": asdict(peaks),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "steps": steps,
+        "sections": surveyed,
+        "provenance": provenance("cpu", peaks.machine, round(time.perf_counter() - start, 1)),
+    }
+
+
+def save(surveyed: dict[str, Any], path: Path = SURVEY_FILE) -> Path:
+    """Write a survey as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(surveyed, indent=1) + "\n")
+    return path
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def machine_table(surveyed: dict[str, Any]) -> str:
+    """The machine a survey ran on and its measured peaks, as HTML."""
+    peaks, made = surveyed["peaks"], surveyed["provenance"]
+    rows = [
+        ["machine", f"{peaks['machine']}; {peaks['threads']} threads; kernels: {surveyed['capability']}"],
+        ["float32 matrix product", f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s"],
+        ["float32 exponential", f"{peaks['exps_per_s'] / 1e9:.2f} G/s"],
+        ["copy (read and write)", f"{peaks['bytes_per_s'] / 1e9:.1f} GB/s"],
+        [
+            "made",
+            f"commit {made['git_commit'][:7]}, torch {made['versions']['torch']}, {made['created']}, "
+            f"in {made['wall_time_s'] / 60:.0f} min",
+        ],
+    ]
+    return _html_table(["", "measured"], rows)
+
+
+def sections_table(surveyed: dict[str, Any]) -> str:
+    """One row per training call of every surveyed section: its setting, step time, tokens per second, counted
+    work and bytes, and the fraction of the machine's limit it reached, as HTML."""
+    rows = []
+    for section in surveyed["sections"]:
+        for call in section["calls"]:
+            work = call["member_step"]
+            rows.append(
+                [
+                    f"{section['chapter']}/{section['section']}",
+                    call["model"],
+                    f"T {call['length']}, batch {call['batch_size']}, {call['members']} at once x {call['groups']}",
+                    f"{1e3 * call['step_s']:.1f}",
+                    f"{call['tokens_per_s']:,.0f}",
+                    f"{work['flops'] / 1e6:,.1f} / {work['exps'] / 1e6:,.2f} / {work['bytes'] / 1e6:,.1f}",
+                    f"{call['step_bytes'] / 2**20:,.0f}",
+                    f"{100 * call['limit_fraction']:.1f} %",
+                ]
+            )
+    surveyed_names = {(section["chapter"], section["section"]) for section in surveyed["sections"]}
+    rows += [
+        [f"{chapter.name}/{name}", "not surveyed yet: python -m sandboxes bench --survey", *[""] * 6]
+        for chapter in all_chapters()
+        for name in chapter.reference_sections
+        if (chapter.name, name) not in surveyed_names
+    ]
+    header = [
+        "section",
+        "model",
+        "setting",
+        "ms per step",
+        "tokens/s",
+        "per member-step: MFLOP / M exp / MB moved",
+        "MiB kept per step",
+        "of the limit",
+    ]
+    return _html_table(header, rows)
+
+
+def operators_table(surveyed: dict[str, Any]) -> str:
+    """Per surveyed section, the operators that took most of its profiled time, with their shares, as HTML."""
+    rows = [
+        [
+            f"{section['chapter']}/{section['section']}",
+            "; ".join(f"{name} {100 * share:.0f} %" for name, share in section["operators"]),
+        ]
+        for section in surveyed["sections"]
+    ]
+    return _html_table(["section", "operators by share of the profiled time (self CPU time)"], rows)

@@ -1,0 +1,110 @@
+"""The performance survey: its counts of a step's work, and one survey of a toy reference section."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from sandboxes import performance
+from sandboxes.claims import Claim
+from sandboxes.data.markov import MarkovChain, symmetric_kernel
+from sandboxes.model import GPT, GPTConfig
+from sandboxes.profiles import Param, at_least, with_reference
+from sandboxes.sections import Chapter, RunContext, Section
+from sandboxes.trainer import TrainConfig, train
+
+
+class _Rows:
+    """A task of ``n`` random feature rows and class targets, for models whose work is known by hand."""
+
+    def __init__(self, features: int, classes: int) -> None:
+        self.features, self.classes = features, classes
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(n, self.features, generator=generator), torch.randint(
+            self.classes, (n,), generator=generator
+        )
+
+    def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out, target)
+
+
+def test_a_linear_layer_counts_two_flops_per_multiply_add_forward_and_as_many_for_the_weights_gradient():
+    # forward x W^T: batch x in x out multiply-adds; backward as many for the weight's gradient (the input needs none)
+    work = performance.count_step(nn.Linear(16, 4, bias=False), _Rows(16, 4), batch_size=32)
+    assert work.flops == 2 * 2 * 32 * 16 * 4
+
+
+def test_a_softmax_counts_one_exponential_per_entry_and_the_bytes_grow_with_the_batch():
+    small = performance.count_step(nn.Linear(16, 4), _Rows(16, 4), batch_size=32)
+    large = performance.count_step(nn.Linear(16, 4), _Rows(16, 4), batch_size=64)
+    assert small.exps == 32 * 4  # the loss's log-softmax over 4 classes
+    assert 0 < small.bytes < large.bytes
+
+
+def test_causal_attention_counts_an_exponential_per_score_it_computes():
+    # the CPU kernel computes the exponentials of the causal half of each T x T score table once a step
+    T, batch = 64, 4
+    model = GPT(GPTConfig(vocab_size=2, block_size=T, n_layer=1, n_head=1, d_model=8))
+    work = performance.count_step(model, MarkovChain(symmetric_kernel(2, 0.3), T), batch)
+    causal = batch * T * (T + 1) // 2
+    assert causal <= work.exps - batch * T * 2 <= 2 * causal  # less the loss's log-softmax over 2 symbols
+
+
+def _toy_training(config: dict, ctx: RunContext) -> dict:
+    model = GPTConfig(vocab_size=2, block_size=16, n_layer=1, n_head=1, d_model=8)
+    trained = train(
+        lambda: GPT(model),
+        MarkovChain(symmetric_kernel(2, 0.3), 16),
+        TrainConfig(steps=config["steps"], batch_size=4, eval_every=config["steps"]),
+        ctx.seeds,
+        ctx.device,
+        progress=False,
+    )
+    return {"loss": float(trained.eval_loss[:, -1].mean())}
+
+
+def _toy_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
+    return [Claim.at_most("the loss is finite", 10.0, data["loss"], "r")], ()
+
+
+TOY = Chapter(
+    "toy",
+    "Toy",
+    with_reference((Param("steps", int, 4, 4, "steps", at_least(1)),), {"steps": 100}),
+    seeds={"quick": 2, "reference": 2, "full": 2},
+    sections=(
+        Section("training", "Training", _toy_training, _toy_rows, trains=True, reference=True, paper=lambda d: []),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def toy_survey():
+    peaks = performance.Peaks("a machine", 1, 1e10, 1e9, 1e10)
+    return {
+        "peaks": peaks.__dict__,
+        "capability": "DEFAULT",
+        "steps": 3,
+        "sections": [performance.survey_section(TOY, "training", peaks, steps=3)],
+        "provenance": {"git_commit": "0" * 40, "versions": {"torch": "x"}, "created": "now", "wall_time_s": 60},
+    }
+
+
+def test_a_survey_times_the_shortened_call_and_sets_its_work_beside_the_limit(toy_survey):
+    (section,) = toy_survey["sections"]
+    (call,) = section["calls"]
+    assert (call["length"], call["batch_size"], call["members"], call["planned_steps"]) == (16, 4, 2, 100)
+    assert call["step_s"] > 0 and call["tokens_per_s"] == pytest.approx(2 * 4 * 16 / call["step_s"])
+    least = 2 * sum(call["member_step"][key] / rate for key, rate in (("flops", 1e10), ("exps", 1e9), ("bytes", 1e10)))
+    assert call["limit_fraction"] == pytest.approx(least / call["step_s"])
+    assert section["operators"] and all(0 < share <= 1 for _, share in section["operators"])
+    json.dumps(toy_survey)  # the file is JSON
+
+
+def test_the_page_tables_show_every_call_and_name_the_sections_not_surveyed(toy_survey):
+    table = performance.sections_table(toy_survey)
+    assert "toy/training" in table and "markov/training" in table and "not surveyed yet" in table
+    assert "a machine" in performance.machine_table(toy_survey)
+    assert "toy/training" in performance.operators_table(toy_survey)
