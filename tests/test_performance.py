@@ -52,17 +52,25 @@ def test_causal_attention_counts_an_exponential_per_score_it_computes():
     assert causal <= work.exps - batch * T * 2 <= 2 * causal  # less the loss's log-softmax over 2 symbols
 
 
-def _toy_training(config: dict, ctx: RunContext) -> dict:
+def _toy_train(steps: int, ctx: RunContext) -> dict:
     model = GPTConfig(vocab_size=2, block_size=16, n_layer=1, n_head=1, d_model=8)
     trained = train(
         lambda: GPT(model),
         MarkovChain(symmetric_kernel(2, 0.3), 16),
-        TrainConfig(steps=config["steps"], batch_size=4, eval_every=config["steps"]),
+        TrainConfig(steps=steps, batch_size=4, eval_every=steps),
         ctx.seeds,
         ctx.device,
         progress=False,
     )
     return {"loss": float(trained.eval_loss[:, -1].mean())}
+
+
+def _toy_training(config: dict, ctx: RunContext) -> dict:
+    return _toy_train(config["steps"], ctx)
+
+
+def _toy_one_step(config: dict, ctx: RunContext) -> dict:
+    return _toy_train(1, ctx)  # its only step warms up: nothing is timed
 
 
 def _toy_rows(config: dict, data: dict) -> tuple[list[Claim], tuple[str, ...]]:
@@ -76,6 +84,7 @@ TOY = Chapter(
     seeds={"quick": 2, "reference": 2, "full": 2},
     sections=(
         Section("training", "Training", _toy_training, _toy_rows, trains=True, reference=True, paper=lambda d: []),
+        Section("one_step", "One step", _toy_one_step, _toy_rows, trains=True, reference=True, paper=lambda d: []),
     ),
 )
 
@@ -108,3 +117,9 @@ def test_the_page_tables_show_every_call_and_name_the_sections_not_surveyed(toy_
     assert "toy/training" in table and "markov/training" in table and "not surveyed yet" in table
     assert "a machine" in performance.machine_table(toy_survey)
     assert "toy/training" in performance.operators_table(toy_survey)
+
+
+def test_a_call_with_no_timed_step_is_counted_not_timed():
+    peaks = performance.Peaks("a machine", 1, 1e10, 1e9, 1e10)
+    surveyed = performance.survey_section(TOY, "one_step", peaks, steps=3)
+    assert (surveyed["calls"], surveyed["untimed_calls"]) == ([], 1)

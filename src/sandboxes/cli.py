@@ -390,8 +390,8 @@ def _survey(args: argparse.Namespace) -> int:
         if section not in get_chapter(chapter).reference_sections:
             raise ValueError(f"{name} is no reference section; choose CHAPTER/SECTION of `list --reference`")
         wanted.append((chapter, section))
-    path = performance.save(performance.survey(wanted or None, args.survey_steps), Path(args.out))
-    print(f"surveyed {len(wanted) or 'every'} reference section(s) into {path}")
+    performance.survey(wanted or None, args.survey_steps, Path(args.out))
+    print(f"surveyed {len(wanted) or 'every'} reference section(s) into {args.out}")
     return 0
 
 

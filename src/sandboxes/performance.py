@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_flatten
 
 from .calibration import ChunkedCall, TrainCall, calibrating
 from .chapters import all_chapters, get_chapter
-from .results import RESULTS_DIR, provenance
+from .results import RESULTS_DIR, current_commit, provenance
 from .runtime import counting_for, device_name
 from .sections import Chapter
 
@@ -207,25 +207,33 @@ def survey_section(chapter: Chapter, section: str, peaks: Peaks, steps: int = SU
         "chapter": chapter.name,
         "section": section,
         "wall_s": wall,
-        "calls": [call_record(call, peaks) for call in _trained(calls)],
+        "calls": [call_record(call, peaks) for call in _trained(calls) if call.timing.steps],
+        "untimed_calls": sum(not call.timing.steps for call in _trained(calls)),  # a step or none: nothing timed
         "operators": [[event.key, event.self_cpu_time_total / total] for event in averages[:TOP_OPERATORS]],
     }
 
 
-def survey(sections: list[tuple[str, str]] | None = None, steps: int = SURVEY_STEPS) -> dict[str, Any]:
+def survey(
+    sections: list[tuple[str, str]] | None = None, steps: int = SURVEY_STEPS, path: Path | None = None
+) -> dict[str, Any]:
     """The machine's peaks and every reference section (or ``sections``, as (chapter, section) pairs) surveyed,
-    with the commit, versions and machine that made it."""
-    start = time.perf_counter()
+    with the commit, versions and machine that made it; written to ``path`` after each section, if given, so that
+    a long survey stopped midway keeps what it made."""
+    start, commit = time.perf_counter(), current_commit()
     peaks = measure_peaks()
     wanted = sections or [(c.name, s) for c in all_chapters() for s in c.reference_sections]
-    surveyed = [survey_section(get_chapter(chapter), section, peaks, steps) for chapter, section in wanted]
-    return {
+    surveyed: dict[str, Any] = {
         "peaks": asdict(peaks),
         "capability": torch.backends.cpu.get_cpu_capability(),
         "steps": steps,
-        "sections": surveyed,
-        "provenance": provenance("cpu", peaks.machine, round(time.perf_counter() - start, 1)),
+        "sections": [],
     }
+    for chapter, section in wanted:
+        surveyed["sections"].append(survey_section(get_chapter(chapter), section, peaks, steps))
+        surveyed["provenance"] = provenance("cpu", peaks.machine, time.perf_counter() - start, commit)
+        if path is not None:
+            save(surveyed, path)
+    return surveyed
 
 
 def save(surveyed: dict[str, Any], path: Path = SURVEY_FILE) -> Path:
@@ -301,7 +309,8 @@ def operators_table(surveyed: dict[str, Any]) -> str:
     """Per surveyed section, the operators that took most of its profiled time, with their shares, as HTML."""
     rows = [
         [
-            f"{section['chapter']}/{section['section']}",
+            f"{section['chapter']}/{section['section']} ({section['wall_s']:.0f} s shortened"
+            + (f"; {section['untimed_calls']} calls of a single step, untimed)" if section["untimed_calls"] else ")"),
             "; ".join(f"{name} {100 * share:.0f} %" for name, share in section["operators"]),
         ]
         for section in surveyed["sections"]
