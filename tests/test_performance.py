@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from sandboxes import performance
+from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.data.markov import MarkovChain, symmetric_kernel
 from sandboxes.model import GPT, GPTConfig
@@ -123,3 +124,11 @@ def test_a_call_with_no_timed_step_is_counted_not_timed():
     peaks = performance.Peaks("a machine", 1, 1e10, 1e9, 1e10)
     surveyed = performance.survey_section(TOY, "one_step", peaks, steps=3)
     assert (surveyed["calls"], surveyed["untimed_calls"]) == ([], 1)
+
+
+def test_the_committed_survey_names_reference_sections_and_was_made_from_a_clean_tree():
+    # the performance page shows this file; a section renamed or no longer a reference section would show stale rows
+    surveyed = json.loads(performance.SURVEY_FILE.read_text())
+    reference = {(c.name, s) for c in all_chapters() for s in c.reference_sections}
+    assert {(s["chapter"], s["section"]) for s in surveyed["sections"]} <= reference
+    assert surveyed["provenance"]["git_dirty"] is False
