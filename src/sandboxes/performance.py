@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import html
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -244,8 +245,9 @@ def save(surveyed: dict[str, Any], path: Path = SURVEY_FILE) -> Path:
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    pad = ' style="padding: 0.2em 0.6em"'
+    head = "".join(f"<th{pad}>{html.escape(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td{pad}>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -266,40 +268,49 @@ def machine_table(surveyed: dict[str, Any]) -> str:
     return _html_table(["", "measured"], rows)
 
 
+def _shape(call: dict[str, Any]) -> tuple:
+    """What makes two training calls alike for the table: the model's shape (not its exact weight count, which a
+    vocabulary or a task changes a little), the length, the batch and the members trained at once."""
+    return call["model"].split(" (")[0], call["length"], call["batch_size"], call["members"]
+
+
 def sections_table(surveyed: dict[str, Any]) -> str:
-    """One row per training call of every surveyed section: its setting, step time, tokens per second, counted
-    work and bytes, and the fraction of the machine's limit it reached, as HTML."""
+    """One row per setting of every surveyed section (its training calls of one shape together, the median over
+    them): step time, tokens per second, counted work and bytes, and the fraction of the machine's limit it
+    reached, as HTML."""
     rows = []
     for section in surveyed["sections"]:
+        shapes: dict[tuple, list[dict[str, Any]]] = {}
         for call in section["calls"]:
-            work = call["member_step"]
+            shapes.setdefault(_shape(call), []).append(call)
+        for (model, length, batch, members), calls in shapes.items():
+            work = calls[0]["member_step"]
             rows.append(
                 [
                     f"{section['chapter']}/{section['section']}",
-                    call["model"],
-                    f"T {call['length']}, batch {call['batch_size']}, {call['members']} at once x {call['groups']}",
-                    f"{1e3 * call['step_s']:.1f}",
-                    f"{call['tokens_per_s']:,.0f}",
-                    f"{work['flops'] / 1e6:,.1f} / {work['exps'] / 1e6:,.2f} / {work['bytes'] / 1e6:,.1f}",
-                    f"{call['step_bytes'] / 2**20:,.0f}",
-                    f"{100 * call['limit_fraction']:.1f} %",
+                    f"{model}, T {length}, batch {batch}, {members} at once"
+                    + (f" ({len(calls)} calls)" * (len(calls) > 1)),
+                    f"{1e3 * statistics.median(c['step_s'] for c in calls):.1f}",
+                    f"{statistics.median(c['tokens_per_s'] for c in calls) / 1e3:,.0f}",
+                    f"{work['flops'] / 1e6:,.0f} / {work['exps'] / 1e6:,.2f} / {work['bytes'] / 1e6:,.0f}",
+                    f"{max(c['step_bytes'] for c in calls) / 2**20:,.0f}",
+                    f"{100 * statistics.median(c['limit_fraction'] for c in calls):.0f} %",
                 ]
             )
     surveyed_names = {(section["chapter"], section["section"]) for section in surveyed["sections"]}
     rows += [
-        [f"{chapter.name}/{name}", "not surveyed yet: python -m sandboxes bench --survey", *[""] * 6]
+        [f"{chapter.name}/{name}", "not surveyed yet: python -m sandboxes bench --survey", *[""] * 5]
         for chapter in all_chapters()
         for name in chapter.reference_sections
         if (chapter.name, name) not in surveyed_names
     ]
     header = [
         "section",
-        "model",
-        "setting",
-        "ms per step",
-        "tokens/s",
-        "per member-step: MFLOP / M exp / MB moved",
-        "MiB kept per step",
+        "model and setting",
+        "ms a step",
+        "k tokens/s",
+        "a member-step: MFLOP / M exp / MB moved",
+        "MiB kept",
         "of the limit",
     ]
     return _html_table(header, rows)
