@@ -583,7 +583,7 @@ def _ghmm_tensor_rows(change: str) -> list:
         )
     elif change == "T with an entry above 2/k":
         symmetric_means = theory.symmetric_ghmm(3, 3, rng)[0]
-        data["symmetric_partner_valid"] = judge._validity(
+        data["symmetric_partner_valid"] = judge.validity(
             check_ghmm, theory.middle_partner(symmetric_means, 0.9 * np.eye(3) + 0.1 / 3)
         )
     elif change == "a random three-state G-HMM in place of the two-state one":

@@ -132,3 +132,9 @@ def test_the_committed_survey_names_reference_sections_and_was_made_from_a_clean
     reference = {(c.name, s) for c in all_chapters() for s in c.reference_sections}
     assert {(s["chapter"], s["section"]) for s in surveyed["sections"]} <= reference
     assert surveyed["provenance"]["git_dirty"] is False
+
+
+def test_a_sequence_counts_its_positions_and_a_vector_of_features_one():
+    assert performance.positions(torch.zeros(2, 7, dtype=torch.long)) == 7
+    assert performance.positions(torch.zeros(2, 7, 3)) == 7
+    assert performance.positions(torch.zeros(2, 4)) == 1  # the HMM's one-hot token

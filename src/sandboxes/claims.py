@@ -1,6 +1,6 @@
 """Claims: "the theory predicts X, we measured Y, within a stated tolerance", and their verdicts.
 
-Each section of a chapter returns its claims; a page shows them as a table under the section's
+Each section of a chapter makes its claims from its data; a page shows them as a table under the section's
 figure, and :meth:`Verdict.check` prints a summary that is stable across machines (no measured
 numbers) and raises :class:`ClaimFailed` when any claim fails, so a failed claim fails the
 notebook, the book build and the tests.

@@ -7,7 +7,8 @@ members trained at once), its measured step time and tokens per second, the byte
 (counted, :mod:`memory`), and one member-step's work counted on the ``meta`` device: the
 multiply-adds of its products, the exponentials of its softmaxes and the bytes its operators read
 and write. The machine's own peaks (a large matrix product, an exponential, a copy) are measured by
-the same command, so each step's time sets beside the least time its work could take there: the
+the same command, so each step's time sets beside an estimate of the least time its work takes
+there (the three parts one after another, all traffic at the copy rate; not a strict bound): the
 fraction of the machine's limit it reached. ``python -m sandboxes bench --survey`` writes the
 file the book's performance page shows.
 """
@@ -79,8 +80,8 @@ def _best_time(work: Callable[[], Any]) -> float:
 
 
 def measure_peaks(size: int = 1024, elements: int = 1 << 22, copied: int = 1 << 25) -> Peaks:
-    """The machine's peaks: a ``size``-square matrix product, ``exp`` of ``elements`` floats (in cache), a copy of
-    ``copied`` floats (out of cache)."""
+    """The machine's peaks: a ``size``-square matrix product, ``exp`` of ``elements`` floats, a copy of ``copied``
+    floats (far more than a cache holds)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     x, y = torch.randn(elements), torch.empty(elements)
     big, target = torch.randn(copied), torch.empty(copied)
@@ -163,12 +164,21 @@ def describe(model: nn.Module) -> str:
     return f"{type(model).__name__}{shape} ({sum(p.numel() for p in model.parameters())} weights)"
 
 
+def positions(inputs: torch.Tensor) -> int:
+    """Positions per sample of a task's ``inputs``: a sequence of token ids ``(n, T)`` or of vectors ``(n, T, d)``
+    has ``T``; one vector of features ``(n, d)`` (the HMM's one-hot token) is one position."""
+    if inputs.is_floating_point():
+        return inputs.shape[1] if inputs.dim() == 3 else 1
+    return inputs.shape[-1]
+
+
 def call_record(call: TrainCall, peaks: Peaks) -> dict[str, Any]:
     """One training call of a surveyed section: its setting, measured step time, tokens per second, counted work
-    and the fraction of the machine's limit its steps reached (the least time that work takes at the machine's
-    peaks, its products, exponentials and memory traffic one after another, over the measured step)."""
+    and the fraction of the machine's limit its steps reached (the time that work takes at the machine's peaks,
+    its products, exponentials and memory traffic one after another, over the measured step, which also samples
+    the data and updates the weights; an estimate, not a bound: overlap or cached traffic can pass 100 %)."""
     model = call.make_model()
-    length = call.task.sample(1, torch.Generator().manual_seed(0))[0].shape[-1]
+    length = positions(call.task.sample(1, torch.Generator().manual_seed(0))[0])
     work = count_step(model, call.task, call.batch_size)
     step_s = call.timing.step_s / max(1, call.timing.steps)
     least = call.members * (
@@ -270,8 +280,18 @@ def machine_table(surveyed: dict[str, Any]) -> str:
 
 def _shape(call: dict[str, Any]) -> tuple:
     """What makes two training calls alike for the table: the model's shape (not its exact weight count, which a
-    vocabulary or a task changes a little), the length, the batch and the members trained at once."""
-    return call["model"].split(" (")[0], call["length"], call["batch_size"], call["members"]
+    vocabulary or a task changes a little), the length, the batch, the members trained at once and the counted
+    work of a member-step."""
+    work = call["member_step"]
+    return (
+        call["model"].split(" (")[0],
+        call["length"],
+        call["batch_size"],
+        call["members"],
+        work["flops"],
+        work["exps"],
+        work["bytes"],
+    )
 
 
 def sections_table(surveyed: dict[str, Any]) -> str:
@@ -283,7 +303,7 @@ def sections_table(surveyed: dict[str, Any]) -> str:
         shapes: dict[tuple, list[dict[str, Any]]] = {}
         for call in section["calls"]:
             shapes.setdefault(_shape(call), []).append(call)
-        for (model, length, batch, members), calls in shapes.items():
+        for (model, length, batch, members, *_), calls in shapes.items():
             work = calls[0]["member_step"]
             rows.append(
                 [

@@ -58,7 +58,7 @@ MOMENT_REASON = (
 )
 
 
-def _pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, gaps: range) -> float:
+def pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, gaps: range) -> float:
     """Largest entry difference of the predictors ``x_{1+g} | x_1`` and ``x_1 | x_{1+g}`` over ``gaps``."""
     return max(
         float(np.abs(theory.pairwise_predictor(O, T, s, t) - theory.pairwise_predictor(O2, T2, s, t)).max())
@@ -67,13 +67,13 @@ def _pairwise_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, 
     )
 
 
-def _two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray) -> float:
+def two_token_gap(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray) -> float:
     """Largest entry difference of the two HMMs' two-token predictors ``x_2 (x) x_3 | x_1``."""
     task = theory.TWO_TOKEN
     return float(np.abs(theory.two_token_predictor(O, T, *task) - theory.two_token_predictor(O2, T2, *task)).max())
 
 
-def _validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
+def validity(check: Callable[[np.ndarray, np.ndarray], Any], *models: tuple[np.ndarray, np.ndarray]) -> str:
     """``"yes"`` if every ``(parameters, transition)`` pair passes ``check`` (HMM or G-HMM assumptions), else
     ``"no: "`` and why."""
     try:
@@ -124,7 +124,7 @@ def paper_example_claims(
         Claim.close(
             "Thm 6, the paper's example: predictors x2|x1, x1|x2, x3|x1, x1|x3 agree (max entry difference)",
             0.0,
-            _pairwise_gap(O, T, O2, T2, range(1, 3)),
+            pairwise_gap(O, T, O2, T2, range(1, 3)),
             3 * PRINTED,
             PRINTED_REASON,
         ),
@@ -137,7 +137,7 @@ def paper_example_claims(
         Claim.at_least(
             "Thm 7, the paper's example: two-token predictors x2(x)x3|x1 differ (max entry)",
             DIFFERENT,
-            _two_token_gap(O, T, O2, T2),
+            two_token_gap(O, T, O2, T2),
             "far above the printing precision",
         ),
         Claim.close(
@@ -160,7 +160,7 @@ def paper_example_rows(config: dict[str, Any], data: PaperExampleData) -> tuple[
 
 def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.ndarray, angle: float) -> list[Claim]:
     """The rows of a generated pair: both valid, same pairwise predictors and pair laws, different parameters."""
-    valid = _validity(HMM, (O, T), (O2, T2))
+    valid = validity(HMM, (O, T), (O2, T2))
     d, k = O.shape
     pair_gap = max(float(np.abs(theory.pair_law(O, T, g) - theory.pair_law(O2, T2, g)).max()) for g in range(1, 5))
     return [
@@ -174,7 +174,7 @@ def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.n
             f"Thm 4/6 (d={d}, k={k}, angle {angle:.3f} rad): pairwise predictors "
             "x_t|x_1 and x_1|x_t agree for t = 2..5",
             0.0,
-            _pairwise_gap(O, T, O2, T2, range(1, 5)),
+            pairwise_gap(O, T, O2, T2, range(1, 5)),
             EXACT,
             EXACT_REASON,
         ),
@@ -195,7 +195,7 @@ def counterexample_claims(O: np.ndarray, T: np.ndarray, O2: np.ndarray, T2: np.n
         Claim.at_least(
             "Thm 7: their two-token predictors x2(x)x3|x1 differ (max entry)",
             DIFFERENT,
-            _two_token_gap(O, T, O2, T2),
+            two_token_gap(O, T, O2, T2),
             "far above round-off",
         ),
     ]

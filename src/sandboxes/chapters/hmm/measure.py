@@ -19,7 +19,7 @@ from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import hmm as theory
 from ...trainer import TrainConfig, train
-from .judge import PRONY_MAX_K, RECOVERY_TOL, _pairwise_gap, _two_token_gap, _validity
+from .judge import PRONY_MAX_K, RECOVERY_TOL, pairwise_gap, two_token_gap, validity
 
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
@@ -61,8 +61,8 @@ def rotation_sweep(O: np.ndarray, T: np.ndarray, plane: np.ndarray, angles: np.n
     sweep = [theory.rotated(O, T, theory.rotation_about_ones(3, a, plane)) for a in angles]
     return {
         "sweep_admissible": [bool(min(o.min(), t.min()) >= 0) for o, t in sweep],
-        "sweep_pairwise_gap": [_pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
-        "sweep_two_token_gap": [_two_token_gap(O, T, o, t) for o, t in sweep],
+        "sweep_pairwise_gap": [pairwise_gap(O, T, o, t, range(1, 5)) for o, t in sweep],
+        "sweep_two_token_gap": [two_token_gap(O, T, o, t) for o, t in sweep],
     }
 
 
@@ -528,7 +528,7 @@ def ghmm_tensor_data(
         "tolerance": RECOVERY_TOL,
         "symmetric_gap": gap,
         "symmetric_distance": distance,
-        "symmetric_partner_valid": _validity(check_ghmm, partner),
+        "symmetric_partner_valid": validity(check_ghmm, partner),
         "two_state_gap": two_state_gap,
         "transition_error": float(np.abs(theory.ghmm_transition_from_density(M, density, anchors) - T).max()),
         "mixture_errors": [e for e, _ in law],

@@ -233,7 +233,7 @@ def reduced_flow(config: dict[str, Any], ctx: RunContext) -> FlowData:
             "gpt_loss": gpt.value(),
             "reduced_loss": flow.loss(0.8, -0.9),
             "energy_drift": float(max(np.ptp([flow.energy(e, w) for _, e, w in tr]) for tr in trajectories)),
-            "axis_moves": axis_moves(flow) if information_gap(p, q) >= MIN_GAP else "",
+            "axis_moves": axis_moves(flow),
         }
     return data  # type: ignore[return-value]
 

@@ -1,15 +1,15 @@
 """Chapter 2: transformers simulate automata in far fewer than T layers (Liu et al., "Transformers
 learn shortcuts to automata").
 
-Each section function computes one section of the chapter page and returns its claims and its
-data (a ``TypedDict`` per section, which the section's figures in ``figures`` read):
+Each section function computes one section of the chapter page and returns its data (a
+``TypedDict`` per section, which the section's figures in ``figures`` read and its rows judge):
 the algebra of the automata (solvability), the exact constructions of Theorem 10 with the
 Lemma 13 bound, Lemmas 15/16 and Algorithm 1 of Theorem 12, depth sweeps of trained GPTs next
 to the paper's reported accuracies, and the brittleness of the learned shortcuts.
 
-``measure`` computes each section (the exact constructions with their rows, the training runs) into its data,
-``judge`` makes the trained sections' rows from a section's config and data alone, ``paper`` sets the thesis's
-reports beside a run's; ``figures`` draws them.
+``measure`` computes each section (the exact constructions, the training runs) into its data, ``judge`` makes
+every section's rows from its config and data alone, ``paper`` sets the thesis's reports beside a run's;
+``figures`` draws them.
 """
 
 from __future__ import annotations

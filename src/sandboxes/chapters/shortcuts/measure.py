@@ -1,7 +1,7 @@
 """The shortcuts chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge``
-reads) and the function that computes it. The algebra of the automata and the exact constructions (Theorem 10 with
-the Lemma 13 bound, Lemmas 15/16, Algorithm 1) make their rows here; the trained sections (the depth sweep, the hard
-automata, parity's brittleness) train here and take their rows from ``judge``."""
+reads) and the function that computes it: the algebra of the automata, the exact constructions (Theorem 10 with
+the Lemma 13 bound, Lemmas 15/16, Algorithm 1), and the trained sections (the depth sweep, the hard automata,
+parity's brittleness). Every section's rows come from ``judge``."""
 
 from __future__ import annotations
 
