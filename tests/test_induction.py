@@ -466,6 +466,27 @@ def _training_rows(change: str) -> list:
     return judge.training_claims(data)
 
 
+def _order_training_rows(change: str) -> list:
+    task = InContextMarkov.chain(3, 1.0, 16, order=2)
+    seq = task.sequences(1000, _gen(8))
+    first_order = _Estimator(InContextMarkov.chain(3, 1.0, 16), "bayes")  # counts transitions from the last token
+    models = {kind: _Estimator(task, "bayes") for kind in measure.ORDER_KINDS}
+    if change.endswith("at the first-order level"):
+        models[change.split()[0] + "_layers"] = first_order
+    levels, gap_error = measure.order_levels_on(task, seq.numpy())
+    loss = {kind: [float(measure._loss_per_sequence(m, seq).mean())] for kind, m in models.items()}
+    gap = levels["first_order"] - levels["bayes"]
+    data = {
+        "order": 2,
+        "levels": levels,
+        "gap_error": gap_error,
+        "loss": loss,
+        "gap_closed": {kind: [(levels["first_order"] - x) / gap for x in xs] for kind, xs in loss.items()},
+        "still_descending": {kind: 0 for kind in models},
+    }
+    return judge.order_training_rows({}, data)[0]
+
+
 def _corollary(change: str, still_descending: int = 0) -> dict:
     """The corollary's data for the graph at scale 3 on kernels outside the noisy permutations, or (the change) for
     the training prior's own Bayes predictor."""
@@ -605,6 +626,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"first stage on the chain, the last token's loss", "layer 1 as initialised", _staged_rows),
     (r"both stages \(layer 2 trained after layer 1\)", "layer 2 left at its first stage's scale", _second_stage_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
+    (r"order m, three layers of one head", "three layers at the first-order level", _order_training_rows),
+    (r"order m, two layers of one head", "two layers at the first-order level", _order_training_rows),
     (
         r"both stages trained on noisy permutations only",
         "a model that only fit the noisy permutations",
@@ -633,6 +656,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _stationary_rows,
         _staged_rows,
         _training_rows,
+        _order_training_rows,
         _corollary_rows,
         _trigger_rows,
         _memories_rows,
@@ -658,6 +682,22 @@ def test_training_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     claims = judge.training_claims(data)
     assert [c.name for c in claims if c.holds is False] == []
     assert any(c.holds is None and "--set steps=" in c.reason for c in claims)
+
+
+def test_order_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
+    data = tiny_result("induction")["data"]["order_training"]
+    claims, _ = judge.order_training_rows({}, data)
+    assert [c.name for c in claims if c.holds is False] == []
+
+
+def test_order_one_makes_no_order_row_and_says_why():
+    claims, silences = judge.order_training_rows({}, {"order": 1, "levels": {"first_order": 1.0, "bayes": 1.0}})
+    assert claims == [] and "order 1" in silences[0]
+
+
+def test_an_order_as_long_as_the_sequence_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="order_T > order"):
+        chapter.CHAPTER.start("quick", {"order": 4, "order_T": 4}, 1, "cpu")
 
 
 def test_a_tree_with_one_head_is_refused_before_any_work():

@@ -33,6 +33,7 @@ from .judge import (
     higher_order_rows,
     levels_rows,
     memories_rows,
+    order_training_rows,
     separate_rows,
     staged_rows,
     stationary_rows,
@@ -47,6 +48,7 @@ from .measure import (
     higher_order,
     levels,
     memories,
+    order_training,
     separate,
     staged,
     stationary,
@@ -57,6 +59,7 @@ from .measure import (
 from .paper import (
     corollary_vs_paper,
     memories_vs_paper,
+    order_training_vs_paper,
     separate_vs_paper,
     staged_vs_paper,
     support_vs_paper,
@@ -100,6 +103,12 @@ PARAMS = (
     ),
     Param("beta", float, 30.0, 30.0, "attention score scale of the constructions", Interval(5.0, 60.0)),
     Param("order", int, 2, 2, "order m of the chain the order-m section builds its induction head for", in_range(1, 4)),
+    Param("order_T", int, 32, 128, "tokens a model reads in the order-m training", in_range(4, 512)),
+    Param("order_d", int, 16, 64, "width of the models trained on the order-m chain", at_least(1)),
+    Param(
+        "order_steps", int, 2000, 20000, "training steps on the order-m chain (fresh sequences each step)", at_least(1)
+    ),
+    Param("order_lr", float, 1e-2, 1e-2, "AdamW learning rate of that training", positive),
     Param(
         "grad_samples", int, 16000, 64000, "sequences of the first gradient where the first stage starts", at_least(2)
     ),
@@ -227,6 +236,9 @@ PARAMS = with_reference(
         "memory_steps": 3000,
         "memory_lr": 30.0,
         "separate_steps": 1500,
+        "order_T": 64,
+        "order_d": 32,
+        "order_steps": 8000,
     },
 )
 
@@ -253,6 +265,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         raise ValueError(
             f"an order-{config['order']} context is seen twice only in sequences longer than the "
             f"order: construct_T > order, got construct_T = {config['construct_T']}"
+        )
+    if config["order"] >= config["order_T"]:
+        raise ValueError(
+            f"an order-{config['order']} chain conditions on {config['order']} tokens: order_T > order, got "
+            f"order_T = {config['order_T']}"
         )
     count = config["construct_k"] ** (config["construct_T"] + 1)
     if count > MAX_ENUMERATED:
@@ -286,6 +303,9 @@ UNIT_SCALE = {
     "memory_d": 16,
     "memory_steps": 3,
     "separate_steps": 3,
+    "order_T": 8,
+    "order_d": 8,
+    "order_steps": 3,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -307,6 +327,9 @@ FULL_SHRUNK = {
     "memory_d": 64,
     "memory_steps": 2,
     "separate_steps": 2,
+    "order_T": 16,
+    "order_d": 16,
+    "order_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -371,6 +394,16 @@ CHAPTER = Chapter(
             figures=("training", "attention", "parent_weight", "out_of_distribution"),
             reference=True,
             paper=training_vs_paper,
+        ),
+        Section(
+            "order_training",
+            "Trained on a chain of order m: three layers, and two, of one head",
+            order_training,
+            trains=True,
+            rows=order_training_rows,
+            figures=("order_training",),
+            reference=True,
+            paper=order_training_vs_paper,
         ),
         Section(
             "support",

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         HigherOrderData,
         LevelsData,
         MemoriesData,
+        OrderTrainingData,
         SecondStage,
         SeparateData,
         StagedData,
@@ -201,6 +202,33 @@ def training(data: TrainingData) -> Figure:
         reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)")
     ax.legend(loc="center right", fontsize=8)
+    return fig
+
+
+ORDER_LEVEL_NAMES = {
+    "uniform": "uniform (ln k)",
+    "unigram": "in-context unigram",
+    "first_order": "first order (in-context bigram)",
+    "bayes": "Bayes (order m)",
+}
+
+
+def order_training(data: OrderTrainingData) -> Figure:
+    """Held-out loss of three and two layers of one head on a chain of order m, against the first-order and order-m
+    levels; the dots at the end are the final losses on the held-out set the levels are computed on."""
+    fig, ax = plt.subplots()
+    steps = np.asarray(data["eval_steps"])
+    for kind, color, label in (
+        ("three_layers", COLORS["depth2"], "three layers, one head"),
+        ("two_layers", COLORS["untied"], "two layers, one head"),
+    ):
+        curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
+        final = data["loss"][kind]
+        ax.plot(np.full(len(final), steps[-1]), final, "o", color=color, markersize=4)
+    for name, value in data["levels"].items():
+        reference_line(ax, value, ORDER_LEVEL_NAMES[name], ":" if name in ("unigram", "first_order") else "--")
+    ax.set(xlabel="step", ylabel="held-out loss (nats per token)", title=f"a chain of order m = {data['order']}")
+    ax.legend(loc="upper right", fontsize=8)
     return fig
 
 

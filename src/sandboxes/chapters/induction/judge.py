@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         HigherOrderData,
         LevelsData,
         MemoriesData,
+        OrderTrainingData,
         SecondStage,
         SeparateData,
         StagedData,
@@ -544,6 +545,56 @@ def training_claims(data: TrainingData) -> list[Claim]:
         .eventually(*settled)
         .held_to_spread(GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
     ]
+
+
+ORDER_SHAPES = {
+    "three_layers": (
+        "three layers of one head",
+        "Rajaraman et al.: three layers of one head represent the order-m count estimator for every m, and "
+        "fixed-depth models of one head per layer trained long enough reach its loss",
+    ),
+    "two_layers": (
+        "two layers of one head",
+        "Ekbote et al.: two layers of one head suffice to represent it (a representation: the training is "
+        "Rajaraman et al.'s observation, here asked of two layers)",
+    ),
+}
+
+
+def order_training_rows(config: dict[str, Any], data: OrderTrainingData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The order-m training rows, or why none is made: at order 1 there is no lower order to beat, and a gap the
+    held-out sequences cannot resolve from zero cannot say which estimator a model writes."""
+    gap = data["levels"]["first_order"] - data["levels"]["bayes"]
+    if data["order"] < 2:
+        return [], ("order training: at order 1 the first-order level is the Bayes level, so no gap tells them apart",)
+    if not gap > MC_SIGMAS * data["gap_error"]:
+        return [], (
+            f"order training: the first-order level lies within {MC_SIGMAS:.0f} standard errors of the order-m "
+            f"Bayes level on these held-out sequences; longer sequences (order_T) or more (eval_size) open a gap",
+        )
+    return order_training_claims(data), ()
+
+
+def order_training_claims(data: OrderTrainingData) -> list[Claim]:
+    """Each shape, every seed: nearer the order-m Bayes level than the first-order one (more than half the gap)."""
+    claims = []
+    for kind, (shape, reason) in ORDER_SHAPES.items():
+        gaps = data["gap_closed"][kind]
+        settled = budget_ran_out(data["still_descending"][kind], f"{shape} runs were still descending", "order_steps")
+        claims.append(
+            Claim.at_least(
+                f"order m, {shape}, every seed: share of the gap from the first-order level to the order-m "
+                f"Bayes level closed on held-out sequences",
+                GAP_CLOSED,
+                min(gaps),
+                f"{reason}. Nearer the order-m level than the first-order one means the model conditions on "
+                f"more than the last token",
+                digits=3,
+            )
+            .eventually(*settled)
+            .held_to_spread(GAP_CLOSED, gaps, upper=False)
+        )
+    return claims
 
 
 def separate_rows(config: dict[str, Any], data: SeparateData) -> tuple[list[Claim], tuple[str, ...]]:

@@ -6,6 +6,7 @@ models they take (held-out losses, layer 1's attention, the memory-recall probes
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -709,6 +710,84 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
     return data
+
+
+# ---------------------------------------------------------------- training on a chain of order m
+ORDER_KINDS = {"three_layers": 3, "two_layers": 2}  # Rajaraman et al.'s depth, and Ekbote et al.'s; one head each
+
+
+class OrderTrainingData(TypedDict):
+    order: int
+    eval_steps: list[int]
+    eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations (the trainer's small held-out set)
+    levels: dict[str, float]  # uniform / unigram / first_order / bayes on the held-out sequences
+    gap_error: float  # standard error of first_order - bayes over those sequences
+    loss: dict[str, list[float]]  # kind -> per seed
+    gap_closed: dict[str, list[float]]  # kind -> per seed: (first_order - model) / (first_order - bayes)
+    still_descending: dict[str, int]
+
+
+def order_gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
+    """One head per layer with an MLP after each attention: the non-linearity Rajaraman et al.'s construction needs
+    (theirs is a layer norm; :func:`theory.higher_order_head` uses the MLP)."""
+    return GPTConfig(
+        vocab_size=config["k"],
+        block_size=config["order_T"],
+        n_layer=n_layer,
+        n_head=1,
+        d_model=config["order_d"],
+        tied=False,
+        positional="learned",
+        mlp=True,
+    )
+
+
+def order_levels_on(task: InContextMarkov, seq: np.ndarray) -> tuple[dict[str, float], float]:
+    """The uniform, unigram, first-order (the in-context bigram posterior) and order-m Bayes levels on ``seq``, and
+    the standard error of the first-order level's excess over the Bayes one."""
+    first_order = InContextMarkov.chain(task.n_states, task.alpha, task.length)
+    chunk = max(1, theory.LEVEL_CHUNK_FLOATS // task.n_states ** (task.order + 1))  # counts of k^(m+1) per sequence
+    estimators = {
+        "unigram": (theory.unigram_predictive, task),
+        "first_order": (theory.bayes_predictive, first_order),
+        "bayes": (theory.bayes_predictive, task),
+    }
+    per_sequence = {
+        name: np.concatenate(
+            [theory.sequence_losses(law(of, part), part) for part in np.split(seq, range(chunk, len(seq), chunk))]
+        )
+        for name, (law, of) in estimators.items()
+    }
+    excess = per_sequence["first_order"] - per_sequence["bayes"]
+    levels = {"uniform": float(np.log(task.n_states))} | {name: float(x.mean()) for name, x in per_sequence.items()}
+    return levels, float(excess.std(ddof=1) / np.sqrt(len(excess)))
+
+
+def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData:
+    """Three layers and two layers of one head trained online on an order-m chain; their held-out loss against the
+    first-order and order-m levels."""
+    task = InContextMarkov.chain(config["k"], config["alpha"], config["order_T"], order=config["order"])
+    schedule = replace(_schedule(config, "order_steps"), lr=config["order_lr"])
+    runs = {
+        kind: train(lambda n=n: GPT(order_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress)
+        for kind, n in ORDER_KINDS.items()
+    }
+    seq = task.sequences(config["eval_size"], _generator(config, "order held-out"))
+    levels, gap_error = order_levels_on(task, seq.numpy())
+    loss = {kind: [float(_loss_per_sequence(m.cpu(), seq).mean()) for m in run.models] for kind, run in runs.items()}
+    gap = levels["first_order"] - levels["bayes"]
+    return {
+        "order": config["order"],
+        "eval_steps": runs["three_layers"].eval_steps,
+        "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
+        "levels": levels,
+        "gap_error": gap_error,
+        "loss": loss,
+        "gap_closed": {
+            kind: [(levels["first_order"] - x) / gap if gap else math.nan for x in xs] for kind, xs in loss.items()
+        },
+        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }
 
 
 # ---------------------------------------------------------------- a prior of restricted support

@@ -1,5 +1,5 @@
-"""The papers' reports (Nichani, Damian and Lee; Bietti et al.; Sanford et al.) beside a run's, for the page's
-comparison table."""
+"""The papers' reports (Nichani, Damian and Lee; Bietti et al.; Sanford et al.; Rajaraman et al.; Ekbote et al.)
+beside a run's, for the page's comparison table."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .measure import (
         CorollaryData,
         MemoriesData,
+        OrderTrainingData,
         SeparateData,
         StagedData,
         SupportData,
@@ -227,3 +228,22 @@ def second_stage_row(second: dict[str, Any]) -> Row:
         f"from the in-context unigram closed {min(shares):.3f} to {max(shares):.3f} (the graph with its best "
         f"scale: {gap_share(min(second['scale_loss']), levels):.3f})",
     )
+
+
+def order_training_vs_paper(run: OrderTrainingData) -> list[Row]:
+    """Rajaraman et al.'s and Ekbote et al.'s depths beside the runs on a chain of order m."""
+    levels = run["levels"]
+    where = f"first-order level {levels['first_order']:.3f}, order-m Bayes {levels['bayes']:.3f}"
+    return [
+        (
+            f"three layers of one head, order {run['order']} (Rajaraman et al.)",
+            "represent the order-k count estimator for any k; trained long enough, one head per layer reaches low "
+            "loss as k grows (no number in the seed's slides)",
+            f"gap closed {_spread(run['gap_closed']['three_layers'])} ({where})",
+        ),
+        (
+            f"two layers of one head, order {run['order']} (Ekbote et al.)",
+            "two layers suffice to represent it (a construction; no training number in the seed's slides)",
+            f"gap closed {_spread(run['gap_closed']['two_layers'])}",
+        ),
+    ]
