@@ -65,7 +65,7 @@ ALLOWED = {
     "bench": {"calibration", "data", "model", "theory", "trainer"},
     "kernel_paths": {"claims", "results"},
     "cluster": {"calibration", "chapters", "members", "profiles", "results", "runtime"},
-    "performance": {"calibration", "chapters", "results", "runtime", "sections"},
+    "performance": {"calibration", "chapters", "memory", "results", "runtime", "sections"},
     "cli": {
         "bench",
         "chapters",

@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     from .trainer import Task, TrainConfig
 
 
+def meta_batch(task: Task, n: int) -> tuple[Tensor, Tensor]:
+    """Inputs and targets of ``n`` samples of ``task`` on the ``meta`` device: their shapes and dtypes (from one
+    real sample), no data, so a step can be counted at any size for free."""
+    x, y = task.sample(1, torch.Generator().manual_seed(0))
+    return (
+        torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta"),
+        torch.empty((n, *y.shape[1:]), dtype=y.dtype, device="meta"),
+    )
+
+
 def activation_bytes(model: nn.Module, task: Task, n: int, device_type: str = "cpu") -> int:
     """Bytes autograd keeps for the backward pass of ``model`` on ``n`` samples of ``task`` on a ``device_type``.
 
@@ -25,9 +35,7 @@ def activation_bytes(model: nn.Module, task: Task, n: int, device_type: str = "c
     computed, so the count is free even for sizes that would not fit anywhere; attention counts the
     kernel ``device_type`` runs (on a CPU, one that keeps its exponentials).
     """
-    x, y = task.sample(1, torch.Generator().manual_seed(0))
-    x_meta = torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta")
-    y_meta = torch.empty((n, *y.shape[1:]), dtype=y.dtype, device="meta")
+    x_meta, y_meta = meta_batch(task, n)
     saved: dict[int, int] = {}
 
     def pack(tensor: Tensor) -> Tensor:

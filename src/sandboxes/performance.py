@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_flatten
 
 from .calibration import ChunkedCall, TrainCall, calibrating
 from .chapters import all_chapters, get_chapter
+from .memory import meta_batch
 from .results import RESULTS_DIR, current_commit, provenance
 from .runtime import counting_for, device_name
 from .sections import Chapter
@@ -139,9 +140,7 @@ class StepWork:
 def count_step(model: nn.Module, task: Any, batch_size: int) -> StepWork:
     """The work of one forward and backward pass of ``model`` on ``batch_size`` samples of ``task``, counted on the
     ``meta`` device with the kernels a CPU runs."""
-    x, y = task.sample(1, torch.Generator().manual_seed(0))
-    x = torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, device="meta")
-    y = torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, device="meta")
+    x, y = meta_batch(task, batch_size)
     flops = flop_counter.FlopCounterMode(
         display=False, custom_mapping={_FLASH[0]: _flash_flops, _FLASH[1]: _flash_backward_flops}
     )

@@ -7,7 +7,8 @@ model can sit at and the chi-square information that ranks each position's possi
 estimator, and an order-m one in three layers of one head each (exact); the first gradient on
 layer 1 (derived and by autograd) and Nichani et al.'s two-stage training of their reduced model;
 one- and two-layer transformers trained online (their final loss against the levels, layer 1's
-attention on the causal graph, and kernels of another prior); two layers trained on a prior of
+attention on the causal graph, and kernels of another prior); three and two layers of one head trained
+on a chain of order m (Rajaraman et al.; Ekbote et al.); two layers trained on a prior of
 restricted support and tested outside it, and the two stages on the same prior (the corollary);
 Bietti et al.'s trigger task, and their simplified model in which only three associative memories
 train.
