@@ -203,6 +203,21 @@ def attempt(name: str) -> Result:
     return result
 
 
+def attempt_section(name: str, section: str) -> Result:
+    """Show one section's rows of a reference attempt kept under ``results/attempts/``, as measured and without
+    raising: where a section's reference run has not succeeded yet, its rows without the rest of the chapter's."""
+    result = attempt_result(name)
+    made = result.sections[section]["provenance"]
+    display(
+        note(
+            f"A reference attempt, not a reference result: section {section} of `results/attempts/{name}`, "
+            f"{made['wall_time_s'] / 60:.0f} minutes at commit {made['git_commit'][:7]}. Its rows as measured:"
+        )
+    )
+    display(HTML(Verdict([c for c in result.claims if c.section == section])._repr_html_()))
+    return result
+
+
 def earlier_rule(name: str, section: str) -> None:
     """Show the row an earlier rule made for ``section`` on a run kept under ``results/attempts/``: a rule changed
     after a run was seen keeps that run's row beside the row that replaced it."""
