@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -58,11 +59,16 @@ class Level(NamedTuple):
 
 
 def _predict_online(
-    task: InContextMarkov, seq: np.ndarray, predict: Callable[[np.ndarray, np.ndarray], np.ndarray], unseen: float
+    task: InContextMarkov,
+    seq: np.ndarray,
+    predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    unseen: float,
+    contexts: Callable[[np.ndarray, int], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Each position's prediction of the next symbol, ``(n, length, k)``, from the transitions counted before it:
     ``predict(seen, context)`` gets each sequence's counts in the current context (``(n, k)``) and the context;
-    positions without a full set of parents get ``unseen``."""
+    positions without a full set of parents get ``unseen``. ``contexts`` (default: the task's) names each
+    position's context as a row index below ``k ** order``."""
     n, k = seq.shape[0], task.n_states
     counts = np.zeros((n, k**task.order, k))
     rows = np.arange(n)
@@ -70,7 +76,7 @@ def _predict_online(
     for i in range(1, task.length + 1):
         if len(task.parents[i]) < task.order:
             continue
-        context = task.contexts(seq, i)
+        context = (contexts or task.contexts)(seq, i)
         out[:, i - 1] = predict(counts, context)
         counts[rows, context, seq[:, i]] += 1
     return out
@@ -91,6 +97,49 @@ def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
         return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
 
     return _predict_online(task, seq, smoothed, 1.0 / k)
+
+
+def unordered_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
+    """The count estimator of an order-blind window: each position's parents read as a multiset (their order
+    ignored), ``(n(c -> s') + alpha) / (n(c) + k alpha)`` over the windows with the same tokens in any order."""
+    k, rows = task.n_states, np.arange(seq.shape[0])
+
+    def sorted_window(part: np.ndarray, position: int) -> np.ndarray:
+        index = np.zeros(part.shape[0], dtype=np.int64)
+        for column in np.sort(part[:, list(task.parents[position])], axis=1).T:
+            index = index * k + column
+        return index
+
+    def smoothed(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
+        seen = counts[rows, context]
+        return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
+
+    return _predict_online(task, seq, smoothed, 1.0 / k, sorted_window)
+
+
+def lag_chain(task: InContextMarkov, lags: tuple[int, ...]) -> InContextMarkov:
+    """The graph of a lesser estimator of an order-m chain: each position's context is the tokens ``lags`` places
+    before it (lag 1: the token just before), in their order; its :func:`bayes_predictive` counts those contexts."""
+    far = max(lags)
+    parents = tuple(
+        tuple(i - lag for lag in sorted(lags, reverse=True)) if i >= far else () for i in range(len(task.parents))
+    )
+    return InContextMarkov(task.n_states, task.alpha, parents)
+
+
+def lesser_predictors(task: InContextMarkov) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """Every estimator of an order-m chain that conditions on less than its ordered window, by name: the in-context
+    unigram, the count estimator of each proper subset of the m lags (``lag 1`` is the first-order one, what a
+    first-order induction head writes) and of the whole window read as a multiset. A model nearer the order-m Bayes
+    level than the best of them uses the m tokens before it, in order."""
+    subsets = [s for size in range(1, task.order) for s in itertools.combinations(range(1, task.order + 1), size)]
+    named: dict[str, Callable[[np.ndarray], np.ndarray]] = {"unigram": partial(unigram_predictive, task)}
+    for lags in subsets:
+        name = f"lag{'s' if len(lags) > 1 else ''} {', '.join(map(str, lags))}"
+        named[name] = partial(bayes_predictive, lag_chain(task, lags))
+    if task.order > 1:
+        named["unordered window"] = partial(unordered_predictive, task)
+    return named
 
 
 def unigram_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
@@ -605,6 +654,11 @@ def higher_order_average(model: GPT, idx: Tensor) -> Tensor:
 LEVEL_CHUNK_FLOATS = 2**24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64
 
 
+def level_chunk(task: InContextMarkov) -> int:
+    """Sequences per chunk whose kernels and counts (``k ** (m + 1)`` floats each) fit in ``LEVEL_CHUNK_FLOATS``."""
+    return max(1, LEVEL_CHUNK_FLOATS // task.n_states ** (task.order + 1))
+
+
 def order_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:
     """On ``n`` sequences of an order-``m`` chain drawn with ``seed``: the uniform, unigram and Bayes levels, and the
     in-context bigram estimator's (the first-order posterior predictive, what a first-order induction head can
@@ -612,7 +666,7 @@ def order_levels(task: InContextMarkov, n: int, seed: int) -> dict[str, Level]:
     generator throughout), since a kernel and its counts hold ``k^(m+1)`` numbers per sequence."""
     generator = torch.Generator().manual_seed(seed)
     first_order = InContextMarkov.chain(task.n_states, task.alpha, task.length)
-    chunk = max(1, LEVEL_CHUNK_FLOATS // task.n_states ** (task.order + 1))
+    chunk = level_chunk(task)
     losses: dict[str, list[np.ndarray]] = {"unigram": [], "bigram": [], "bayes": []}
     for start in range(0, n, chunk):
         seq = task.sequences(min(chunk, n - start), generator).numpy()

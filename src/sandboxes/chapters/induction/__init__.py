@@ -24,7 +24,7 @@ from typing import Any
 
 from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
-from ...profiles import Choice, Interval, Param, at_least, in_range, positive, with_reference
+from ...profiles import FLAG, Choice, Interval, Param, at_least, in_range, positive, with_reference
 from ...sections import Chapter, Section
 from .judge import (
     GRADIENT_CHUNKS,
@@ -107,9 +107,10 @@ PARAMS = (
     Param("order_T", int, 32, 128, "tokens a model reads in the order-m training", in_range(4, 512)),
     Param("order_d", int, 16, 64, "width of the models trained on the order-m chain", at_least(1)),
     Param(
-        "order_steps", int, 2000, 20000, "training steps on the order-m chain (fresh sequences each step)", at_least(1)
+        "order_steps", int, 3000, 20000, "training steps on the order-m chain (fresh sequences each step)", at_least(1)
     ),
     Param("order_lr", float, 1e-2, 1e-2, "AdamW learning rate of that training", positive),
+    Param("order_layer_norm", bool, False, False, "layer norm before each attention and MLP of those models", FLAG),
     Param(
         "grad_samples", int, 16000, 64000, "sequences of the first gradient where the first stage starts", at_least(2)
     ),

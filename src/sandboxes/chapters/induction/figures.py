@@ -186,18 +186,22 @@ def _attention_panels(data: ConstructionData | HigherOrderData, titles: tuple[st
     return fig
 
 
+def _curves_and_finals(
+    ax: plt.Axes, steps: np.ndarray, curves: dict[str, list], finals: dict[str, list[float]], kinds: dict[str, tuple]
+) -> None:
+    """Each kind's held-out curves (mean and band over seeds) and, as dots at the last step, its final losses on the
+    held-out set the levels are computed on; ``kinds`` maps a kind to its colour and label."""
+    for kind, (color, label) in kinds.items():
+        curves_with_band(ax, steps, np.asarray(curves[kind]), color, label)
+        ax.plot(np.full(len(finals[kind]), steps[-1]), finals[kind], "o", color=color, markersize=4)
+
+
 def training(data: TrainingData) -> Figure:
     """Held-out loss of one- and two-layer models against the three levels; the dots at the end are the final
     losses on the held-out set the levels are computed on."""
     fig, ax = plt.subplots()
-    steps = np.asarray(data["eval_steps"])
-    for kind, color, label in (
-        ("one_layer", COLORS["tied"], "one layer"),
-        ("two_layers", COLORS["untied"], "two layers"),
-    ):
-        curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
-        final = data["in_distribution"]["loss"][kind]
-        ax.plot(np.full(len(final), steps[-1]), final, "o", color=color, markersize=4)
+    kinds = {"one_layer": (COLORS["tied"], "one layer"), "two_layers": (COLORS["untied"], "two layers")}
+    _curves_and_finals(ax, np.asarray(data["eval_steps"]), data["eval_loss"], data["in_distribution"]["loss"], kinds)
     for name, value in data["in_distribution"]["levels"].items():
         reference_line(ax, value, LEVEL_NAMES[name], ":" if name == "unigram" else "--")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)")
@@ -208,25 +212,32 @@ def training(data: TrainingData) -> Figure:
 ORDER_LEVEL_NAMES = {
     "uniform": "uniform (ln k)",
     "unigram": "in-context unigram",
-    "first_order": "first order (in-context bigram)",
+    "lag 1": "first order (lag 1)",
+    "first_order": "first order (lag 1)",  # the name in runs made before the lesser estimators were all computed
     "bayes": "Bayes (order m)",
+}
+ORDER_KINDS_DRAWN = {
+    "three_layers": (COLORS["depth2"], "three layers, one head"),  # the colour the book gives its deeper model
+    "two_layers": (COLORS["untied"], "two layers, one head"),
 }
 
 
 def order_training(data: OrderTrainingData) -> Figure:
-    """Held-out loss of three and two layers of one head on a chain of order m, against the first-order and order-m
-    levels; the dots at the end are the final losses on the held-out set the levels are computed on."""
+    """Held-out loss of three and two layers of one head on a chain of order m, against the first-order level, the
+    best lesser estimator's and the order-m level; the dots at the end are the final losses on the held-out set the
+    levels are computed on."""
     fig, ax = plt.subplots()
-    steps = np.asarray(data["eval_steps"])
-    for kind, color, label in (
-        ("three_layers", COLORS["depth2"], "three layers, one head"),
-        ("two_layers", COLORS["untied"], "two layers, one head"),
-    ):
-        curves_with_band(ax, steps, np.asarray(data["eval_loss"][kind]), color, label)
-        final = data["loss"][kind]
-        ax.plot(np.full(len(final), steps[-1]), final, "o", color=color, markersize=4)
+    if not data["loss"]:
+        ax.text(0.5, 0.5, "order 1: no lesser estimator to beat, nothing trained", ha="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    _curves_and_finals(ax, np.asarray(data["eval_steps"]), data["eval_loss"], data["loss"], ORDER_KINDS_DRAWN)
+    best = data.get("lesser", "")
     for name, value in data["levels"].items():
-        reference_line(ax, value, ORDER_LEVEL_NAMES[name], ":" if name in ("unigram", "first_order") else "--")
+        if name == best:
+            reference_line(ax, value, f"best lesser: {name}", ":")
+        elif name in ORDER_LEVEL_NAMES:
+            reference_line(ax, value, ORDER_LEVEL_NAMES[name], "--" if name == "bayes" else ":")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)", title=f"a chain of order m = {data['order']}")
     ax.legend(loc="upper right", fontsize=8)
     return fig

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 
 MC_SIGMAS = 3.0  # a Monte Carlo difference counts when it exceeds three of its standard errors
-GAP_CLOSED = 0.5  # a model nearer the Bayes level than the unigram one uses the transitions it has read
+GAP_CLOSED = 0.5  # more than half a gap closed: nearer the Bayes level than the lesser estimator (the unigram, or
+# for order m the best that conditions on less) at the gap's other end, so the model uses what that one does not
 GRADIENT_CHUNKS = 32  # equal parts of the sample whose gradients give the standard error
 FAMILY_LEVEL = 0.01  # chance that any of a row's many comparisons is significant when nothing is wrong
 
@@ -562,36 +563,50 @@ ORDER_SHAPES = {
 
 
 def order_training_rows(config: dict[str, Any], data: OrderTrainingData) -> tuple[list[Claim], tuple[str, ...]]:
-    """The order-m training rows, or why none is made: at order 1 there is no lower order to beat, and a gap the
-    held-out sequences cannot resolve from zero cannot say which estimator a model writes."""
-    gap = data["levels"]["first_order"] - data["levels"]["bayes"]
+    """The order-m training rows, or why none is made: at order 1 no lesser estimator is left to beat, and where the
+    held-out sequences cannot resolve half the gap from the best lesser estimator to the Bayes level, a model at the
+    row's bound could not be told from either end."""
     if data["order"] < 2:
-        return [], ("order training: at order 1 the first-order level is the Bayes level, so no gap tells them apart",)
-    if not gap > MC_SIGMAS * data["gap_error"]:
         return [], (
-            f"order training: the first-order level lies within {MC_SIGMAS:.0f} standard errors of the order-m "
-            f"Bayes level on these held-out sequences; longer sequences (order_T) or more (eval_size) open a gap",
+            "order training: at order 1 no estimator conditions on less than the order-m one, so nothing "
+            "trains and no row is made",
+        )
+    lesser = data["lesser"]
+    gap = data["levels"][lesser] - data["levels"]["bayes"]
+    if not gap * GAP_CLOSED > MC_SIGMAS * data["gap_error"]:
+        return [], (
+            f"order training: half the gap from the best lesser estimator ({lesser}) to the order-m Bayes level "
+            f"lies within {MC_SIGMAS:.0f} standard errors on these held-out sequences; longer sequences (order_T) "
+            f"or more of them (eval_size) open it",
         )
     return order_training_claims(data), ()
 
 
 def order_training_claims(data: OrderTrainingData) -> list[Claim]:
-    """Each shape, every seed: nearer the order-m Bayes level than the first-order one (more than half the gap)."""
+    """Each shape, every seed: nearer the order-m Bayes level than the best lesser estimator (more than half the gap);
+    undecided while every seed short of it was still descending."""
+    lesser, levels = data["lesser"], data["levels"]
     claims = []
     for kind, (shape, reason) in ORDER_SHAPES.items():
         gaps = data["gap_closed"][kind]
-        settled = budget_ran_out(data["still_descending"][kind], f"{shape} runs were still descending", "order_steps")
+        short = [seed for seed, share in enumerate(gaps) if not share >= GAP_CLOSED]
+        moving = [seed for seed in short if data["still_descending"][kind][seed]]
+        _, unsettled = budget_ran_out(
+            len(moving), f"{shape} runs short of the bound were still descending", "order_steps"
+        )
         claims.append(
             Claim.at_least(
-                f"order m, {shape}, every seed: share of the gap from the first-order level to the order-m "
+                f"order m, {shape}, every seed: share of the gap from the best lesser estimator to the order-m "
                 f"Bayes level closed on held-out sequences",
                 GAP_CLOSED,
-                min(gaps),
-                f"{reason}. Nearer the order-m level than the first-order one means the model conditions on "
-                f"more than the last token",
+                float(np.min(gaps)),
+                f"{reason}. The lesser estimators condition on less than the m tokens before, in order (the "
+                f"uniform guess, the unigram, each proper subset of the lags, the window as a multiset); the best "
+                f"here is {lesser} ({levels[lesser]:.3f} nats against Bayes {levels['bayes']:.3f}). Nearer the "
+                f"order-m level than it means the model uses what none of them does",
                 digits=3,
             )
-            .eventually(*settled)
+            .eventually(len(moving) < len(short) or not short, unsettled)
             .held_to_spread(GAP_CLOSED, gaps, upper=False)
         )
     return claims

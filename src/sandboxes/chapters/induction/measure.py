@@ -618,14 +618,14 @@ def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "
     )
 
 
-def _schedule(config: dict[str, Any], steps_key: str = "steps") -> TrainConfig:
-    """Online training for ``config[steps_key]`` steps with a cosine schedule; 40 evaluations on a small held-out
-    set along the way."""
+def _schedule(config: dict[str, Any], steps_key: str = "steps", lr_key: str = "lr") -> TrainConfig:
+    """Online training for ``config[steps_key]`` steps at peak rate ``config[lr_key]`` with a cosine schedule; 40
+    evaluations on a small held-out set along the way."""
     steps = config[steps_key]
     return TrainConfig(
         steps=steps,
         batch_size=config["batch_size"],
-        lr=config["lr"],
+        lr=config[lr_key],
         warmup=min(config["warmup"], steps - 1),
         eval_every=max(1, steps // 40),
         eval_size=256,
@@ -720,16 +720,17 @@ class OrderTrainingData(TypedDict):
     order: int
     eval_steps: list[int]
     eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations (the trainer's small held-out set)
-    levels: dict[str, float]  # uniform / unigram / first_order / bayes on the held-out sequences
-    gap_error: float  # standard error of first_order - bayes over those sequences
+    levels: dict[str, float]  # uniform, every lesser estimator (theory.lesser_predictors) and bayes, on the held-out
+    lesser: str  # the lesser estimator with the lowest level there
+    gap_error: float  # standard error of that estimator's excess over the Bayes level, over those sequences
     loss: dict[str, list[float]]  # kind -> per seed
-    gap_closed: dict[str, list[float]]  # kind -> per seed: (first_order - model) / (first_order - bayes)
-    still_descending: dict[str, int]
+    gap_closed: dict[str, list[float]]  # kind -> per seed: (lesser - model) / (lesser - bayes)
+    still_descending: dict[str, list[bool]]  # kind -> per seed
 
 
 def order_gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
     """One head per layer with an MLP after each attention: the non-linearity Rajaraman et al.'s construction needs
-    (theirs is a layer norm; :func:`theory.higher_order_head` uses the MLP)."""
+    (theirs is a layer norm, which ``order_layer_norm`` adds; :func:`theory.higher_order_head` uses the MLP)."""
     return GPTConfig(
         vocab_size=config["k"],
         block_size=config["order_T"],
@@ -739,54 +740,63 @@ def order_gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
         tied=False,
         positional="learned",
         mlp=True,
+        layer_norm=config["order_layer_norm"],
     )
 
 
-def order_levels_on(task: InContextMarkov, seq: np.ndarray) -> tuple[dict[str, float], float]:
-    """The uniform, unigram, first-order (the in-context bigram posterior) and order-m Bayes levels on ``seq``, and
-    the standard error of the first-order level's excess over the Bayes one."""
-    first_order = InContextMarkov.chain(task.n_states, task.alpha, task.length)
-    chunk = max(1, theory.LEVEL_CHUNK_FLOATS // task.n_states ** (task.order + 1))  # counts of k^(m+1) per sequence
-    estimators = {
-        "unigram": (theory.unigram_predictive, task),
-        "first_order": (theory.bayes_predictive, first_order),
-        "bayes": (theory.bayes_predictive, task),
+def order_levels_on(task: InContextMarkov, seq: np.ndarray) -> tuple[dict[str, float], str, float]:
+    """On ``seq``: the uniform level, every lesser estimator's (:func:`theory.lesser_predictors`) and the order-m
+    Bayes level; the name of the best lesser one, and the standard error of its excess over the Bayes level."""
+    chunk = theory.level_chunk(task)
+    parts = np.split(seq, range(chunk, len(seq), chunk))
+    laws = theory.lesser_predictors(task) | {"bayes": partial(theory.bayes_predictive, task)}
+    per_sequence = {"uniform": np.full(len(seq), np.log(task.n_states))} | {
+        name: np.concatenate([theory.sequence_losses(law(part), part) for part in parts]) for name, law in laws.items()
     }
-    per_sequence = {
-        name: np.concatenate(
-            [theory.sequence_losses(law(of, part), part) for part in np.split(seq, range(chunk, len(seq), chunk))]
-        )
-        for name, (law, of) in estimators.items()
-    }
-    excess = per_sequence["first_order"] - per_sequence["bayes"]
-    levels = {"uniform": float(np.log(task.n_states))} | {name: float(x.mean()) for name, x in per_sequence.items()}
-    return levels, float(excess.std(ddof=1) / np.sqrt(len(excess)))
+    levels = {name: float(x.mean()) for name, x in per_sequence.items()}
+    lesser = min((name for name in levels if name != "bayes"), key=levels.__getitem__)
+    excess = per_sequence[lesser] - per_sequence["bayes"]
+    return levels, lesser, float(excess.std(ddof=1) / np.sqrt(len(excess)))
 
 
 def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData:
     """Three layers and two layers of one head trained online on an order-m chain; their held-out loss against the
-    first-order and order-m levels."""
-    task = InContextMarkov.chain(config["k"], config["alpha"], config["order_T"], order=config["order"])
-    schedule = replace(_schedule(config, "order_steps"), lr=config["order_lr"])
+    order-m level and every lesser estimator's. Nothing trains at order 1, where no lesser estimator is left."""
+    order = config["order"]
+    if order < 2:
+        empty: OrderTrainingData = {
+            "order": order,
+            "eval_steps": [],
+            "eval_loss": {},
+            "levels": {},
+            "lesser": "",
+            "gap_error": math.nan,
+            "loss": {},
+            "gap_closed": {},
+            "still_descending": {},
+        }
+        return empty
+    task = InContextMarkov.chain(config["k"], config["alpha"], config["order_T"], order=order)
+    schedule = _schedule(config, "order_steps", "order_lr")
     runs = {
         kind: train(lambda n=n: GPT(order_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress)
         for kind, n in ORDER_KINDS.items()
     }
-    seq = task.sequences(config["eval_size"], _generator(config, "order held-out"))
-    levels, gap_error = order_levels_on(task, seq.numpy())
+    draw, n, chunk = _generator(config, "order held-out"), config["eval_size"], theory.level_chunk(task)
+    seq = torch.cat([task.sequences(min(chunk, n - start), draw) for start in range(0, n, chunk)])
+    levels, lesser, gap_error = order_levels_on(task, seq.numpy())
     loss = {kind: [float(_loss_per_sequence(m.cpu(), seq).mean()) for m in run.models] for kind, run in runs.items()}
-    gap = levels["first_order"] - levels["bayes"]
+    gap = levels[lesser] - levels["bayes"]
     return {
-        "order": config["order"],
+        "order": order,
         "eval_steps": runs["three_layers"].eval_steps,
         "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
         "levels": levels,
+        "lesser": lesser,
         "gap_error": gap_error,
         "loss": loss,
-        "gap_closed": {
-            kind: [(levels["first_order"] - x) / gap if gap else math.nan for x in xs] for kind, xs in loss.items()
-        },
-        "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+        "gap_closed": {kind: [(levels[lesser] - x) / gap for x in xs] for kind, xs in loss.items()},
+        "still_descending": {kind: still_descending(run, LOSS_NOISE).tolist() for kind, run in runs.items()},
     }
 
 

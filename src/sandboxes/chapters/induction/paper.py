@@ -232,8 +232,13 @@ def second_stage_row(second: dict[str, Any]) -> Row:
 
 def order_training_vs_paper(run: OrderTrainingData) -> list[Row]:
     """Rajaraman et al.'s and Ekbote et al.'s depths beside the runs on a chain of order m."""
-    levels = run["levels"]
-    where = f"first-order level {levels['first_order']:.3f}, order-m Bayes {levels['bayes']:.3f}"
+    if not run["loss"]:
+        return []
+    levels, lesser = run["levels"], run["lesser"]
+    where = (
+        f"of the gap from the best lesser estimator ({lesser}, {levels[lesser]:.3f}) to the order-m Bayes level "
+        f"{levels['bayes']:.3f}"
+    )
     return [
         (
             f"three layers of one head, order {run['order']} (Rajaraman et al.)",
