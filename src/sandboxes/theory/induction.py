@@ -99,27 +99,34 @@ def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     return _predict_online(task, seq, smoothed, 1.0 / k)
 
 
-def unordered_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
-    """The count estimator of an order-blind window: each position's parents read as a multiset (their order
-    ignored), ``(n(c -> s') + alpha) / (n(c) + k alpha)`` over the windows with the same tokens in any order."""
+Blocks = tuple[tuple[int, ...], ...]  # lags grouped in blocks (lag 1: the token just before); a block of several
+# lags is read as a multiset, its order ignored
+
+
+def blocks_predictive(task: InContextMarkov, blocks: Blocks, seq: np.ndarray) -> np.ndarray:
+    """The count estimator whose context is, block by block, the tokens at the block's lags (a block of several read
+    as a multiset), ``(n(c -> s') + alpha) / (n(c) + k alpha)``: one block per lag of an order-m chain is its Bayes
+    predictor, one block of all m lags an order-blind window that pools "a b" with "b a"."""
+    chain = lag_chain(task, tuple(lag for block in blocks for lag in block))
     k, rows = task.n_states, np.arange(seq.shape[0])
 
-    def sorted_window(part: np.ndarray, position: int) -> np.ndarray:
+    def context(part: np.ndarray, position: int) -> np.ndarray:
         index = np.zeros(part.shape[0], dtype=np.int64)
-        for column in np.sort(part[:, list(task.parents[position])], axis=1).T:
-            index = index * k + column
+        for block in blocks:
+            for column in np.sort(part[:, [position - lag for lag in block]], axis=1).T:
+                index = index * k + column
         return index
 
     def smoothed(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
         seen = counts[rows, context]
         return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
 
-    return _predict_online(task, seq, smoothed, 1.0 / k, sorted_window)
+    return _predict_online(chain, seq, smoothed, 1.0 / k, context)
 
 
 def lag_chain(task: InContextMarkov, lags: tuple[int, ...]) -> InContextMarkov:
-    """The graph of a lesser estimator of an order-m chain: each position's context is the tokens ``lags`` places
-    before it (lag 1: the token just before), in their order; its :func:`bayes_predictive` counts those contexts."""
+    """The graph of an estimator of an order-m chain that reads the tokens ``lags`` places before each next one:
+    those positions are its parents, and positions without all of them are predicted uniformly."""
     far = max(lags)
     parents = tuple(
         tuple(i - lag for lag in sorted(lags, reverse=True)) if i >= far else () for i in range(len(task.parents))
@@ -127,18 +134,40 @@ def lag_chain(task: InContextMarkov, lags: tuple[int, ...]) -> InContextMarkov:
     return InContextMarkov(task.n_states, task.alpha, parents)
 
 
+def _partitions(lags: tuple[int, ...]) -> list[Blocks]:
+    """Every way to group ``lags`` into blocks, each block and the blocks in increasing order."""
+    if not lags:
+        return [()]
+    first, rest = lags[0], lags[1:]
+    grouped = []
+    for size in range(len(rest) + 1):
+        for others in itertools.combinations(rest, size):
+            left = tuple(lag for lag in rest if lag not in others)
+            grouped += [((first, *others), *blocks) for blocks in _partitions(left)]
+    return grouped
+
+
+def block_name(blocks: Blocks) -> str:
+    """``lag 2``, ``lags 1, 3`` or ``lags {1, 2}, 3``: braces around a block read as a multiset."""
+    shown = [str(b[0]) if len(b) == 1 else "{" + ", ".join(map(str, b)) + "}" for b in blocks]
+    return f"lag{'s' if len(shown) > 1 or len(blocks[0]) > 1 else ''} {', '.join(shown)}"
+
+
+def lesser_blocks(order: int) -> list[Blocks]:
+    """Every way to read less than the m tokens before in order: a proper subset of the lags, or all of them with
+    some read together as a multiset; each as blocks of lags."""
+    lags = range(1, order + 1)
+    every = [b for size in lags for subset in itertools.combinations(lags, size) for b in _partitions(subset)]
+    return [b for b in every if b != tuple((lag,) for lag in lags)]
+
+
 def lesser_predictors(task: InContextMarkov) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    """Every estimator of an order-m chain that conditions on less than its ordered window, by name: the in-context
-    unigram, the count estimator of each proper subset of the m lags (``lag 1`` is the first-order one, what a
-    first-order induction head writes) and of the whole window read as a multiset. A model nearer the order-m Bayes
-    level than the best of them uses the m tokens before it, in order."""
-    subsets = [s for size in range(1, task.order) for s in itertools.combinations(range(1, task.order + 1), size)]
+    """The estimators of an order-m chain that read less than its ordered window, by name: the in-context unigram
+    and the count estimator of each of :func:`lesser_blocks` (``lag 1`` is the first-order one, what a first-order
+    induction head writes), each smoothed by the task's alpha."""
     named: dict[str, Callable[[np.ndarray], np.ndarray]] = {"unigram": partial(unigram_predictive, task)}
-    for lags in subsets:
-        name = f"lag{'s' if len(lags) > 1 else ''} {', '.join(map(str, lags))}"
-        named[name] = partial(bayes_predictive, lag_chain(task, lags))
-    if task.order > 1:
-        named["unordered window"] = partial(unordered_predictive, task)
+    for blocks in lesser_blocks(task.order):
+        named[block_name(blocks)] = partial(blocks_predictive, task, blocks)
     return named
 
 

@@ -721,6 +721,7 @@ class OrderTrainingData(TypedDict):
     eval_steps: list[int]
     eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations (the trainer's small held-out set)
     levels: dict[str, float]  # uniform, every lesser estimator (theory.lesser_predictors) and bayes, on the held-out
+    smoothing: dict[str, float]  # each lesser estimator's best multiple of alpha (of LESSER_SMOOTHINGS) there
     lesser: str  # the lesser estimator with the lowest level there
     gap_error: float  # standard error of that estimator's excess over the Bayes level, over those sequences
     loss: dict[str, list[float]]  # kind -> per seed
@@ -744,19 +745,33 @@ def order_gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
     )
 
 
-def order_levels_on(task: InContextMarkov, seq: np.ndarray) -> tuple[dict[str, float], str, float]:
-    """On ``seq``: the uniform level, every lesser estimator's (:func:`theory.lesser_predictors`) and the order-m
-    Bayes level; the name of the best lesser one, and the standard error of its excess over the Bayes level."""
+LESSER_SMOOTHINGS = (0.5, 1.0, 2.0, 4.0)  # multiples of alpha each lesser estimator is tried with: a context pooled
+# from several of the chain's own is smoothed best by more than alpha, and the best on the held-out sequences themselves
+# only makes the lesser level lower, so the rows harder
+
+
+def order_levels_on(task: InContextMarkov, seq: np.ndarray) -> tuple[dict[str, float], dict[str, float], str, float]:
+    """On ``seq``: the uniform level, every lesser estimator's (:func:`theory.lesser_predictors`, each at its best of
+    ``LESSER_SMOOTHINGS``) and the order-m Bayes level; each lesser one's best smoothing (a multiple of alpha), the
+    name of the best lesser one, and the standard error of its excess over the Bayes level."""
     chunk = theory.level_chunk(task)
     parts = np.split(seq, range(chunk, len(seq), chunk))
-    laws = theory.lesser_predictors(task) | {"bayes": partial(theory.bayes_predictive, task)}
-    per_sequence = {"uniform": np.full(len(seq), np.log(task.n_states))} | {
-        name: np.concatenate([theory.sequence_losses(law(part), part) for part in parts]) for name, law in laws.items()
-    }
+
+    def losses(law: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        return np.concatenate([theory.sequence_losses(law(part), part) for part in parts])
+
+    per_sequence = {"uniform": np.full(len(seq), np.log(task.n_states))}
+    smoothing: dict[str, float] = {}
+    for factor in LESSER_SMOOTHINGS:
+        for name, law in theory.lesser_predictors(replace(task, alpha=factor * task.alpha)).items():
+            tried = losses(law)
+            if name not in per_sequence or tried.mean() < per_sequence[name].mean():
+                per_sequence[name], smoothing[name] = tried, factor
+    per_sequence["bayes"] = losses(partial(theory.bayes_predictive, task))
     levels = {name: float(x.mean()) for name, x in per_sequence.items()}
     lesser = min((name for name in levels if name != "bayes"), key=levels.__getitem__)
     excess = per_sequence[lesser] - per_sequence["bayes"]
-    return levels, lesser, float(excess.std(ddof=1) / np.sqrt(len(excess)))
+    return levels, smoothing, lesser, float(excess.std(ddof=1) / np.sqrt(len(excess)))
 
 
 def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData:
@@ -769,6 +784,7 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
             "eval_steps": [],
             "eval_loss": {},
             "levels": {},
+            "smoothing": {},
             "lesser": "",
             "gap_error": math.nan,
             "loss": {},
@@ -784,7 +800,7 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
     }
     draw, n, chunk = _generator(config, "order held-out"), config["eval_size"], theory.level_chunk(task)
     seq = torch.cat([task.sequences(min(chunk, n - start), draw) for start in range(0, n, chunk)])
-    levels, lesser, gap_error = order_levels_on(task, seq.numpy())
+    levels, smoothing, lesser, gap_error = order_levels_on(task, seq.numpy())
     loss = {kind: [float(_loss_per_sequence(m.cpu(), seq).mean()) for m in run.models] for kind, run in runs.items()}
     gap = levels[lesser] - levels["bayes"]
     return {
@@ -792,10 +808,13 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
         "eval_steps": runs["three_layers"].eval_steps,
         "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
         "levels": levels,
+        "smoothing": smoothing,
         "lesser": lesser,
         "gap_error": gap_error,
         "loss": loss,
-        "gap_closed": {kind: [(levels[lesser] - x) / gap for x in xs] for kind, xs in loss.items()},
+        "gap_closed": {
+            kind: [(levels[lesser] - x) / gap if gap else math.nan for x in xs] for kind, xs in loss.items()
+        },
         "still_descending": {kind: still_descending(run, LOSS_NOISE).tolist() for kind, run in runs.items()},
     }
 
