@@ -218,15 +218,17 @@ def attempt_section(name: str, section: str) -> Result:
     return result
 
 
-def earlier_rule(name: str, section: str) -> None:
+def earlier_rule(name: str, section: str, rejudged: bool = False) -> None:
     """Show the row an earlier rule made for ``section`` on a run kept under ``results/attempts/``: a rule changed
-    after a run was seen keeps that run's row beside the row that replaced it."""
+    after a run was seen keeps that run's row beside the row that replaced it. ``rejudged``: the run seen was not
+    kept, and the file holds later data judged again by the earlier rule."""
     result = attempt_result(name)
     made = result.provenance
     state = " with uncommitted changes" if made.get("git_dirty") else ""
+    run = "data made after the rule changed, judged again by it" if rejudged else "the run seen before the rule changed"
     display(
         note(
-            f"The earlier rule's row, on the run seen before the rule changed: `results/attempts/{name}`, "
+            f"The earlier rule's row, on {run}: `results/attempts/{name}`, "
             f"{result.profile} profile, commit {made['git_commit'][:7]}{state}:"
         )
     )
