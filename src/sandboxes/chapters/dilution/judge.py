@@ -363,7 +363,8 @@ def _bound_claims(sharpness: dict[str, list[Sharpness]], what: str) -> list[Clai
     tested = sum(s["tested"] for s in runs)
     return [
         Claim.at_most(
-            f"{what} obeys Prop 4 wherever its bound is below 1 (max excess over queries, heads, layers)",
+            f"{what} obeys Prop 4 wherever its bound is below 1 (a theorem, so a check of the measuring code on "
+            f"trained weights, not a prediction about training; max excess over queries, heads, layers)",
             BOUND_TOL,
             max(s["excess"] for s in runs),  # type: ignore[type-var]
             f"a theorem, with sigma = sigma_max |x_i| max_j |x_j| (the latents' norms); {BOUND_TOL:g} for float32; "
