@@ -82,13 +82,15 @@ def _predict_online(
     return out
 
 
-def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
+def bayes_predictive(
+    task: InContextMarkov, seq: np.ndarray, contexts: Callable[[np.ndarray, int], np.ndarray] | None = None
+) -> np.ndarray:
     """Posterior predictive of each next symbol, ``(n, length, k)``: position ``t`` predicts ``seq[:, t + 1]``.
 
     A position with a full set of parents gets ``(n(c -> s') + alpha) / (n(c) + k alpha)``, its
     context's transitions counted over the positions before it; the others are uniform, as drawn.
     For Dirichlet rows without a floor this is the posterior predictive; for other priors, the count
-    estimator smoothed by ``alpha``.
+    estimator smoothed by ``alpha``. ``contexts`` names the contexts counted, as in :func:`_predict_online`.
     """
     k, rows = task.n_states, np.arange(seq.shape[0])
 
@@ -96,7 +98,7 @@ def bayes_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
         seen = counts[rows, context]
         return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
 
-    return _predict_online(task, seq, smoothed, 1.0 / k)
+    return _predict_online(task, seq, smoothed, 1.0 / k, contexts)
 
 
 Blocks = tuple[tuple[int, ...], ...]  # lags grouped in blocks (lag 1: the token just before); a block of several
@@ -107,8 +109,7 @@ def blocks_predictive(task: InContextMarkov, blocks: Blocks, seq: np.ndarray) ->
     """The count estimator whose context is, block by block, the tokens at the block's lags (a block of several read
     as a multiset), ``(n(c -> s') + alpha) / (n(c) + k alpha)``: one block per lag of an order-m chain is its Bayes
     predictor, one block of all m lags an order-blind window that pools "a b" with "b a"."""
-    chain = lag_chain(task, tuple(lag for block in blocks for lag in block))
-    k, rows = task.n_states, np.arange(seq.shape[0])
+    k = task.n_states
 
     def context(part: np.ndarray, position: int) -> np.ndarray:
         index = np.zeros(part.shape[0], dtype=np.int64)
@@ -117,11 +118,7 @@ def blocks_predictive(task: InContextMarkov, blocks: Blocks, seq: np.ndarray) ->
                 index = index * k + column
         return index
 
-    def smoothed(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
-        seen = counts[rows, context]
-        return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
-
-    return _predict_online(chain, seq, smoothed, 1.0 / k, context)
+    return bayes_predictive(lag_chain(task, tuple(lag for block in blocks for lag in block)), seq, context)
 
 
 def lag_chain(task: InContextMarkov, lags: tuple[int, ...]) -> InContextMarkov:
