@@ -140,9 +140,9 @@ class InContextMarkov:
         # every row's cumulative edges at once (cumsum adds in order along a row, so the same numbers as row by row)
         edges = np.cumsum(kernels, axis=-1)[..., :-1].reshape(n * kernels.shape[1], -1)
         first = np.arange(n) * kernels.shape[1]  # the flat index of each sequence's first row
-        seq = np.empty(uniform.shape, dtype=np.int64)
+        seq, order = np.empty(uniform.shape, dtype=np.int64), self.order
         for i, ps in enumerate(self.parents):
-            if len(ps) < self.order:
+            if len(ps) < order:
                 seq[:, i] = inverse_cdf(uniform[:, i], even)
             else:
                 seq[:, i] = inverse_cdf(uniform[:, i], edges[first + self.contexts(seq, i)])

@@ -158,11 +158,18 @@ class PopulationLoss:
         (grad,) = torch.autograd.grad(self(flat), flat)
         return grad
 
-    def hessian(self) -> Tensor:
-        """The exact Hessian of the population loss; attention by its plain formula (the fused kernel has no
-        second derivative)."""
+    def hessian(self, block: slice | None = None) -> Tensor:
+        """The exact Hessian of the population loss, or its ``block`` of the flat parameters alone (the others held,
+        one backward pass per entry of the block instead of per parameter); attention by its plain formula (the
+        fused kernel has no second derivative)."""
+        flat = self.flat()
+        block = slice(0, len(flat)) if block is None else block
+
+        def restricted(part: Tensor) -> Tensor:
+            return self(torch.cat([flat[: block.start], part, flat[block.stop :]]))
+
         with sdpa_kernel(SDPBackend.MATH):
-            return torch.autograd.functional.hessian(self, self.flat())
+            return torch.autograd.functional.hessian(restricted, flat[block])
 
 
 def paper_block(loss: PopulationLoss, tied: bool) -> list[int]:
@@ -240,9 +247,7 @@ def symmetric_block_eigenvalue(n_states: int, p: float) -> float:
 def embedding_block_spectrum(kernel: np.ndarray, d_model: int, length: int) -> np.ndarray:
     """Autograd eigenvalues of the exact loss's Hessian on the embedding table at the tied unigram point."""
     loss = PopulationLoss(kernel_unigram_point(kernel, d_model, length), kernel, length)
-    hess = loss.hessian()
-    block = loss.slices()["wte.weight"]
-    return np.sort(torch.linalg.eigvalsh(hess[block, block]).numpy())
+    return np.sort(torch.linalg.eigvalsh(loss.hessian(loss.slices()["wte.weight"])).numpy())
 
 
 def excess_loss(logits: Tensor, inputs: Tensor, kernel: np.ndarray) -> Tensor:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -50,8 +51,9 @@ class ReducedFlow:
     def __post_init__(self) -> None:
         binary_kernel(self.p, self.q)
 
-    @property
+    @cached_property
     def pi1(self) -> float:
+        """The stationary chance of a one, read at every step of the flow: computed once."""
         return float(stationary_law(binary_kernel(self.p, self.q))[1])
 
     @property
