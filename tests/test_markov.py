@@ -9,6 +9,7 @@ import torch
 from sandboxes.chapters import markov
 from sandboxes.chapters.markov import judge, measure
 from sandboxes.data.markov import binary_kernel
+from sandboxes.model import GPT
 from sandboxes.theory import markov as theory
 from sandboxes.theory.markov_flow import ReducedFlow
 
@@ -155,6 +156,26 @@ def _stalled_halfway(monkeypatch):  # a broken model: every run settles between 
     )
 
 
+def _untrained_weights(monkeypatch):  # an untrained model: settled runs whose weights are still the initialisation
+    runs = []
+    for p, q, tied in ((0.2, 0.3, True), (0.2, 0.3, False), (0.5, 0.8, False)):
+        torch.manual_seed(0)
+        models = [GPT(theory.binary_config(8, 64, tied)) for _ in range(3)]
+        runs.append({**_run(p, q, tied, [0.0] * 3), **measure.weight_shapes(models)})
+    return judge.training_rows(runs, 0.02)
+
+
+def test_the_weight_shapes_read_a_rank_one_matrix_and_a_constant_table_as_such():
+    model = GPT(theory.binary_config(8, 16, True))
+    with torch.no_grad():
+        model.blocks[0].mlp.fc.weight.copy_(torch.outer(torch.arange(1.0, 33.0), torch.ones(8)))
+        model.wpe.copy_(torch.ones(16, 8))
+    shapes = measure.weight_shapes([model])
+    assert judge.top_share(shapes["spectra"]["blocks.0.mlp.fc.weight"])[0] == pytest.approx(1.0)
+    assert shapes["positions_constant"] == [pytest.approx(1.0)]
+    assert {"blocks.0.attn.query.weight", "blocks.0.attn.value.weight"} <= set(shapes["spectra"])
+
+
 def _tying_changes_nothing(monkeypatch):  # a wrong theory: tied runs leave the plateau as early as untied ones
     return judge.training_rows([_run(0.5, 0.8, True, [0.0] * 3, EARLY), _run(0.5, 0.8, False, [0.0] * 3, EARLY)], 0.02)
 
@@ -262,6 +283,8 @@ COUNTERFACTUALS = {
     r"\(0.2, 0.3\) tied: every seed reaches the entropy rate": _stalled_halfway,
     r"untied: every seed reaches the entropy rate": _stalled_halfway,
     r"tied runs leave the unigram plateau after every untied run": _tying_changes_nothing,
+    r"MLP weights W_1 and W_2 approximately rank one": _untrained_weights,
+    r"positional embeddings approximately constant": _untrained_weights,
     r"phase diagram: tied runs trapped where p\+q<1": _phase("tied", "<"),
     r"phase diagram: untied runs trapped where p\+q<1": _phase("untied", "<"),
     r"phase diagram: untied runs trapped where p\+q>1": _phase("untied", ">"),

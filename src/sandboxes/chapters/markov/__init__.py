@@ -158,7 +158,7 @@ CHAPTER = Chapter(
             training,
             trains=True,
             rows=training_section_rows,
-            figures=("loss_curves", "predictions"),
+            figures=("loss_curves", "predictions", "weight_shapes"),
             reference=True,
             paper=training_vs_paper,
         ),

@@ -12,6 +12,7 @@ from ...data.markov import binary_kernel, stationary_law
 from ...plotting import COLORS, curves_with_band, reference_line
 from ...theory import markov as theory
 from ...theory.markov_flow import ReducedFlow
+from .judge import top_share
 
 if TYPE_CHECKING:
     from .measure import (
@@ -74,6 +75,32 @@ def predictions(data: TrainingData) -> Figure:
             ylim=(0, 1),
         )
         ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def weight_shapes(data: TrainingData) -> Figure:
+    """Appendix D on the trained weights, per chain: each matrix's share of the squared norm in its top singular
+    direction and the positional table's share in its mean over positions, a dot per seed; the rows judge the MLP's
+    two matrices and the positions against one half."""
+    runs = [run for run in data["runs"] if "spectra" in run]
+    chains = list(dict.fromkeys((r["p"], r["q"]) for r in runs))
+    fig, axes = plt.subplots(1, max(1, len(chains)), figsize=(5.0 * max(1, len(chains)), 3.6), squeeze=False)
+    for ax, (p, q) in zip(axes[0], chains):
+        chain = [r for r in runs if (r["p"], r["q"]) == (p, q)]
+        names = list(dict.fromkeys(name for run in chain for name in run["spectra"])) + ["positions"]
+        for offset, run in zip((-0.12, 0.12), chain):
+            shares = {name: top_share(values) for name, values in run["spectra"].items()}
+            shares["positions"] = np.asarray(run["positions_constant"])
+            kind = "tied" if run["tied"] else "untied"
+            for i, (name, seeds) in enumerate(shares.items()):
+                x = np.full(len(seeds), names.index(name) + offset)
+                ax.plot(x, seeds, "o", ms=3, color=COLORS[kind], label=kind if i == 0 else None)
+        labels = [name.removeprefix("blocks.0.").removesuffix(".weight") for name in names]
+        reference_line(ax, 0.5, "half")
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+        ax.set(title=f"p = {p}, q = {q}: trained weights", ylabel="share of the squared norm", ylim=(0, 1.02))
+        ax.legend(loc="lower left")
     fig.tight_layout()
     return fig
 

@@ -393,7 +393,60 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
                 "",
             )
         )
+        if "spectra" in run:  # results made before the weights were kept carry no spectra
+            claims += weight_shape_rows(label, run, waiting)
     return claims
+
+
+RANK_ONE = {"blocks.0.mlp.fc.weight": "W_1", "blocks.0.mlp.proj.weight": "W_2"}  # the MLP of Eq. (19)
+MOSTLY = 0.5  # "approximately" read as: more than half of the squared norm in the one direction the paper names
+
+
+def top_share(singular_values: np.ndarray) -> np.ndarray:
+    """The share of a matrix's squared (Frobenius) norm in its top singular direction, per row of singular values:
+    1 for a rank-one matrix, about 1 / rank for a random square one."""
+    squared = np.square(np.asarray(singular_values, dtype=float))
+    return squared.max(axis=-1) / squared.sum(axis=-1)
+
+
+def weight_shape_rows(label: str, run: TrainingRun, waiting: np.ndarray) -> list[Claim]:
+    """Appendix D's two observations on trained weights, every seed: the MLP's matrices approximately rank one and
+    the positional embeddings approximately constant over positions; undecided while a seed short of the mark was
+    still descending or on the plateau."""
+    shares = np.min([top_share(run["spectra"][name]) for name in RANK_ONE], axis=0)
+    constant = np.asarray(run["positions_constant"], dtype=float)
+    reason = (
+        "Makkuva et al., App. D: in their trained models {what}; 'approximately' with no number, read here as more "
+        "than half of the squared norm ({how}); an untrained model's share is about {untrained}"
+    )
+    rows = []
+    for name, values, what, how, untrained in (
+        (
+            f"{label}: MLP weights W_1 and W_2 approximately rank one (every seed, the smaller of the two: share of "
+            "the squared norm in the top singular direction)",
+            shares,
+            "the MLP's W_1 and W_2 are rank one (their Eq. 19)",
+            "in the top singular direction",
+            "1 / width",
+        ),
+        (
+            f"{label}: positional embeddings approximately constant over positions (every seed: share of their "
+            "squared norm in their mean over positions)",
+            constant,
+            "the positional embedding is the same vector at every position (their Eq. 16)",
+            "in the mean over positions",
+            "1 / T",
+        ),
+    ):
+        short = values < MOSTLY
+        rows.append(
+            Claim.at_least(
+                name, MOSTLY, float(values.min()), reason.format(what=what, how=how, untrained=untrained), digits=3
+            )
+            .eventually(*budget_ran_out(int((short & waiting).sum()), "runs short of it were still moving", "steps"))
+            .held_to_spread(MOSTLY, values, upper=False)
+        )
+    return rows
 
 
 def by_kind(stored: Mapping[str, Any], dtype: type) -> dict[str, np.ndarray]:

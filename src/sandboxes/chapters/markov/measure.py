@@ -253,6 +253,10 @@ class TrainingRun(TypedDict):
     still_descending: list[bool]  # per seed: the loss had not settled when the budget ran out
     escape_step: list[float]  # per seed: first evaluated step below the unigram plateau (inf: none)
     prediction: Prediction  # of the first seed
+    # per seed, each weight matrix's singular values (attention's W_Q, W_K and W_V apart), largest first, and the
+    # share of the positional embeddings' squared norm in their mean over positions: what appendix D reads
+    spectra: dict[str, list[list[float]]]
+    positions_constant: list[float]
 
 
 class TrainingData(TypedDict):
@@ -294,10 +298,40 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
                         trained.eval_steps, trained.eval_loss[block], H_pi, information_gap(p, q)
                     ),
                     "prediction": _predictions(trained.models[i * n], tasks[i * n]),
+                    **weight_shapes(trained.models[block]),
                 }
             )
     data: TrainingData = {"runs": runs}
     return data
+
+
+def matrix_spectra(model: GPT) -> dict[str, list[float]]:
+    """Every weight matrix's singular values, largest first, the fused query-key-value matrix as its three parts;
+    the positional table is left to :func:`constant_share`."""
+    spectra = {}
+    for name, weight in model.named_parameters():
+        if weight.dim() != 2 or name == "wpe":
+            continue
+        parts = weight.detach().double().chunk(3) if name.endswith("attn.qkv.weight") else [weight.detach().double()]
+        labels = [name.replace("qkv", part) for part in ("query", "key", "value")] if len(parts) == 3 else [name]
+        spectra.update({label: torch.linalg.svdvals(part).tolist() for label, part in zip(labels, parts)})
+    return spectra
+
+
+def constant_share(table: torch.Tensor) -> float:
+    """The share of a positional table's squared norm in its mean over positions: 1 for the same vector at every
+    position, about 1 / T for independent random rows."""
+    table = table.detach().double()
+    return float(table.shape[0] * table.mean(dim=0).square().sum() / table.square().sum())
+
+
+def weight_shapes(models: list[GPT]) -> dict[str, Any]:
+    """Per seed, what appendix D of the paper reads off trained weights: the spectra and the constant positions."""
+    spectra = [matrix_spectra(model) for model in models]
+    return {
+        "spectra": {name: [seed[name] for seed in spectra] for name in spectra[0]},
+        "positions_constant": [constant_share(model.wpe) for model in models],
+    }
 
 
 def _predictions(model: GPT, task: MarkovChain) -> Prediction:
