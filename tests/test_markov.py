@@ -8,10 +8,11 @@ import torch
 
 from sandboxes.chapters import markov
 from sandboxes.chapters.markov import judge, measure
-from sandboxes.data.markov import binary_kernel
+from sandboxes.data.markov import MarkovChain, binary_kernel
 from sandboxes.model import GPT
 from sandboxes.theory import markov as theory
 from sandboxes.theory.markov_flow import ReducedFlow
+from sandboxes.trainer import TrainConfig, train
 
 from conftest import TINY
 
@@ -156,24 +157,67 @@ def _stalled_halfway(monkeypatch):  # a broken model: every run settles between 
     )
 
 
-def _untrained_weights(monkeypatch):  # an untrained model: settled runs whose weights are still the initialisation
-    runs = []
-    for p, q, tied in ((0.2, 0.3, True), (0.2, 0.3, False), (0.5, 0.8, False)):
-        torch.manual_seed(0)
-        models = [GPT(theory.binary_config(8, 64, tied)) for _ in range(3)]
-        runs.append({**_run(p, q, tied, [0.0] * 3), **measure.weight_shapes(models)})
-    return judge.training_rows(runs, 0.02)
+def _weights_run(models: list, initial: list, tied: bool = True) -> dict:
+    """A settled run of the contrast chain whose weights are ``models``, started from ``initial``."""
+    return {
+        **_run(0.2, 0.3, tied, [0.0] * len(models)),
+        **measure.weight_shapes(models),
+        "initial": measure.weight_shapes(initial),
+    }
 
 
-def test_the_weight_shapes_read_a_rank_one_matrix_and_a_constant_table_as_such():
-    model = GPT(theory.binary_config(8, 16, True))
+def _untrained(d_model: int = 8, length: int = 64, tied: bool = True) -> list:
+    return measure.initial_models(lambda: GPT(theory.binary_config(d_model, length, tied)), [0, 1, 2])
+
+
+def _untrained_weights(monkeypatch):  # an untrained model: a settled run whose weights are still the initialisation
+    return judge.weight_rows([_weights_run(_untrained(), _untrained())])[0]
+
+
+def _rank_one_and_constant(d_model: int = 8, length: int = 64) -> list:
+    """Models whose MLP matrices are rank one and whose positional table is one vector at every position."""
+    models = _untrained(d_model, length)
     with torch.no_grad():
-        model.blocks[0].mlp.fc.weight.copy_(torch.outer(torch.arange(1.0, 33.0), torch.ones(8)))
-        model.wpe.copy_(torch.ones(16, 8))
+        for model in models:
+            mlp = model.blocks[0].mlp
+            mlp.fc.weight.copy_(torch.outer(torch.arange(1.0, 4 * d_model + 1), torch.ones(d_model)))
+            mlp.proj.weight.copy_(torch.outer(torch.ones(d_model), torch.arange(1.0, 4 * d_model + 1)))
+            model.wpe.copy_(torch.ones(length, d_model))
+    return models
+
+
+def test_the_weight_rows_hold_on_rank_one_weights_and_constant_positions_and_only_for_tied_runs_below_the_line():
+    runs = [_weights_run(_rank_one_and_constant(), _untrained()), _weights_run(_untrained(), _untrained(), tied=False)]
+    claims, silent = judge.weight_rows(runs)
+    assert len(claims) == 2 and all(c.holds for c in claims) and silent == ()
+
+
+def test_no_weight_row_where_untrained_weights_already_pass():
+    # at d_model = 2 every 8 x 2 MLP matrix has rank 2 and puts at least half its norm in one direction
+    claims, silent = judge.weight_rows([_weights_run(_rank_one_and_constant(2, 64), _untrained(2, 64))])
+    assert [c.name for c in claims] == [judge.weight_rows([_weights_run(_untrained(), _untrained())])[0][1].name]
+    assert len(silent) == 1 and "untrained weights already reach" in silent[0]
+
+
+def test_the_initial_models_are_the_trainers_initialisation_and_leave_the_generators_alone():
+    make = measure._binary_model({"d_model": 8, "init_std": 0.02}, True, 16)
+    before = torch.get_rng_state()
+    initial = measure.initial_models(make, [3, 5])
+    assert torch.equal(before, torch.get_rng_state())
+    trained = train(make, MarkovChain.binary(0.2, 0.3, 16), TrainConfig(steps=1, batch_size=2, lr=0.0), [3, 5])
+    for a, b in zip(initial, trained.models):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_the_weight_shapes_split_attention_and_read_a_rank_one_matrix_and_a_constant_table_as_such():
+    model = _rank_one_and_constant(8, 16)[0]
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight[:8].copy_(torch.outer(torch.ones(8), torch.arange(1.0, 9.0)))  # the query
     shapes = measure.weight_shapes([model])
     assert judge.top_share(shapes["spectra"]["blocks.0.mlp.fc.weight"])[0] == pytest.approx(1.0)
+    assert judge.top_share(shapes["spectra"]["blocks.0.attn.query.weight"])[0] == pytest.approx(1.0)
+    assert judge.top_share(shapes["spectra"]["blocks.0.attn.key.weight"])[0] < 0.9
     assert shapes["positions_constant"] == [pytest.approx(1.0)]
-    assert {"blocks.0.attn.query.weight", "blocks.0.attn.value.weight"} <= set(shapes["spectra"])
 
 
 def _tying_changes_nothing(monkeypatch):  # a wrong theory: tied runs leave the plateau as early as untied ones

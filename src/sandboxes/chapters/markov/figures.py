@@ -81,26 +81,33 @@ def predictions(data: TrainingData) -> Figure:
 
 def weight_shapes(data: TrainingData) -> Figure:
     """Appendix D on the trained weights, per chain: each matrix's share of the squared norm in its top singular
-    direction and the positional table's share in its mean over positions, a dot per seed; the rows judge the MLP's
-    two matrices and the positions against one half."""
+    direction and the positional table's share in its mean over positions, a dot per seed, and each seed's weights
+    before training as a grey cross; the rows judge the MLP's two matrices and the positions of the tied runs with
+    p+q<1 against one half."""
     runs = [run for run in data["runs"] if "spectra" in run]
     chains = list(dict.fromkeys((r["p"], r["q"]) for r in runs))
     fig, axes = plt.subplots(1, max(1, len(chains)), figsize=(5.0 * max(1, len(chains)), 3.6), squeeze=False)
     for ax, (p, q) in zip(axes[0], chains):
         chain = [r for r in runs if (r["p"], r["q"]) == (p, q)]
         names = list(dict.fromkeys(name for run in chain for name in run["spectra"])) + ["positions"]
-        for offset, run in zip((-0.12, 0.12), chain):
-            shares = {name: top_share(values) for name, values in run["spectra"].items()}
-            shares["positions"] = np.asarray(run["positions_constant"])
+        for offset, run in zip(np.linspace(-0.15, 0.15, len(chain)), chain):
             kind = "tied" if run["tied"] else "untied"
-            for i, (name, seeds) in enumerate(shares.items()):
-                x = np.full(len(seeds), names.index(name) + offset)
-                ax.plot(x, seeds, "o", ms=3, color=COLORS[kind], label=kind if i == 0 else None)
+            for shapes, marker, color, label in (
+                (run["initial"], "x", "0.6", "before training"),
+                (run, "o", COLORS[kind], kind),
+            ):
+                shares = {name: top_share(values) for name, values in shapes["spectra"].items()}
+                shares["positions"] = np.asarray(shapes["positions_constant"])
+                for i, (name, seeds) in enumerate(shares.items()):
+                    x = np.full(len(seeds), names.index(name) + offset)
+                    ax.plot(x, seeds, marker, ms=3, color=color, linestyle="none", label=label if i == 0 else None)
         labels = [name.removeprefix("blocks.0.").removesuffix(".weight") for name in names]
         reference_line(ax, 0.5, "half")
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
         ax.set(title=f"p = {p}, q = {q}: trained weights", ylabel="share of the squared norm", ylim=(0, 1.02))
-        ax.legend(loc="lower left")
+        handles, texts = ax.get_legend_handles_labels()
+        unique = dict(zip(texts, handles))
+        ax.legend(unique.values(), unique.keys(), loc="lower left", fontsize="small")
     fig.tight_layout()
     return fig
 

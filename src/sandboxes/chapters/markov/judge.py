@@ -337,7 +337,8 @@ def training_section_rows(config: dict[str, Any], data: TrainingData) -> tuple[l
     )
     if config["init_std"] > GPT2_INIT_STD:
         silent += (NO_ORDER_ROW.format(std=config["init_std"]),)
-    return training_rows(data["runs"], config["init_std"]), silent
+    weights, quiet = weight_rows(data["runs"])
+    return training_rows(data["runs"], config["init_std"]) + weights, silent + quiet
 
 
 def reaches_entropy_rate_row(
@@ -393,8 +394,6 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
                 "",
             )
         )
-        if "spectra" in run:  # results made before the weights were kept carry no spectra
-            claims += weight_shape_rows(label, run, waiting)
     return claims
 
 
@@ -404,49 +403,76 @@ MOSTLY = 0.5  # "approximately" read as: more than half of the squared norm in t
 
 def top_share(singular_values: np.ndarray) -> np.ndarray:
     """The share of a matrix's squared (Frobenius) norm in its top singular direction, per row of singular values:
-    1 for a rank-one matrix, about 1 / rank for a random square one."""
+    1 for a rank-one matrix; for a random n x m one (n >= m, large) about (1 + sqrt(m / n))^2 / m (Marchenko and
+    Pastur), 0.28 for the MLP's 32 x 8 at d_model = 8."""
     squared = np.square(np.asarray(singular_values, dtype=float))
     return squared.max(axis=-1) / squared.sum(axis=-1)
 
 
-def weight_shape_rows(label: str, run: TrainingRun, waiting: np.ndarray) -> list[Claim]:
-    """Appendix D's two observations on trained weights, every seed: the MLP's matrices approximately rank one and
-    the positional embeddings approximately constant over positions; undecided while a seed short of the mark was
-    still descending or on the plateau."""
-    shares = np.min([top_share(run["spectra"][name]) for name in RANK_ONE], axis=0)
-    constant = np.asarray(run["positions_constant"], dtype=float)
-    reason = (
-        "Makkuva et al., App. D: in their trained models {what}; 'approximately' with no number, read here as more "
-        "than half of the squared norm ({how}); an untrained model's share is about {untrained}"
-    )
-    rows = []
-    for name, values, what, how, untrained in (
-        (
-            f"{label}: MLP weights W_1 and W_2 approximately rank one (every seed, the smaller of the two: share of "
-            "the squared norm in the top singular direction)",
-            shares,
-            "the MLP's W_1 and W_2 are rank one (their Eq. 19)",
-            "in the top singular direction",
-            "1 / width",
-        ),
-        (
-            f"{label}: positional embeddings approximately constant over positions (every seed: share of their "
-            "squared norm in their mean over positions)",
-            constant,
-            "the positional embedding is the same vector at every position (their Eq. 16)",
-            "in the mean over positions",
-            "1 / T",
-        ),
-    ):
-        short = values < MOSTLY
-        rows.append(
-            Claim.at_least(
-                name, MOSTLY, float(values.min()), reason.format(what=what, how=how, untrained=untrained), digits=3
+WEIGHT_SHAPES = {
+    "rank one": (
+        "MLP weights W_1 and W_2 approximately rank one (every seed, the smaller of the two: share of the squared "
+        "norm in the top singular direction)",
+        "the MLP's W_1 and W_2 are rank one (their Eq. 19)",
+        "in the top singular direction; an untrained matrix's share is about (1 + 1/2)^2 / d_model",
+    ),
+    "constant": (
+        "positional embeddings approximately constant over positions (every seed: share of their squared norm in "
+        "their mean over positions)",
+        "the positional embedding is the same vector at every position (their Eq. 16)",
+        "in the mean over positions; an untrained table's share is about 1 / T",
+    ),
+}
+
+
+def _shape_values(shapes: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Per seed, the two shares the rows read: the MLP's smaller top share, and the positions' constant share."""
+    return {
+        "rank one": np.min([top_share(shapes["spectra"][name]) for name in RANK_ONE], axis=0),
+        "constant": np.asarray(shapes["positions_constant"], dtype=float),
+    }
+
+
+def weight_rows(runs: list[TrainingRun]) -> tuple[list[Claim], tuple[str, ...]]:
+    """Appendix D's two observations on the weights of its trained runs (weight-tied, p+q<1), every seed: the MLP's
+    matrices approximately rank one and the positional embeddings approximately constant; undecided while a seed short
+    of the mark was still descending or on the plateau, and not made where a seed's weights already reached the mark
+    before training (at a small width or length, where an untrained model passes)."""
+    claims: list[Claim] = []
+    silent: list[str] = []
+    for run in runs:
+        p, q = run["p"], run["q"]
+        if not run["tied"] or p + q >= 1 or "spectra" not in run:  # results made before the weights were kept
+            continue
+        H_pi = theory.unigram_entropy(binary_kernel(p, q))
+        gap = information_gap(p, q)
+        waiting = np.asarray(run["still_descending"]) | on_plateau(run["eval_loss"], H_pi, gap)
+        trained, initial = _shape_values(run), _shape_values(run["initial"])
+        for key, (name, what, how) in WEIGHT_SHAPES.items():
+            label = f"({p}, {q}) tied: {name}"
+            if np.any(initial[key] >= MOSTLY):
+                silent.append(
+                    f"{label}: a seed's untrained weights already reach {MOSTLY:g} here (d_model or T too small), "
+                    f"so the row could not tell trained from untrained"
+                )
+                continue
+            short = trained[key] < MOSTLY
+            claims.append(
+                Claim.at_least(
+                    label,
+                    MOSTLY,
+                    float(trained[key].min()),
+                    f"Makkuva et al., App. D, on their weight-tied runs with p+q<1: {what}; 'approximately' with no "
+                    f"number, read here as more than half of the squared norm ({how}; these seeds before training: "
+                    f"at most {initial[key].max():.2g})",
+                    digits=3,
+                )
+                .eventually(
+                    *budget_ran_out(int((short & waiting).sum()), "runs short of it were still moving", "steps")
+                )
+                .held_to_spread(MOSTLY, trained[key], upper=False)
             )
-            .eventually(*budget_ran_out(int((short & waiting).sum()), "runs short of it were still moving", "steps"))
-            .held_to_spread(MOSTLY, values, upper=False)
-        )
-    return rows
+    return claims, tuple(silent)
 
 
 def by_kind(stored: Mapping[str, Any], dtype: type) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@ that fill each section's data (one ``TypedDict`` per section, which ``figures`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypedDict
 
@@ -257,6 +258,7 @@ class TrainingRun(TypedDict):
     # share of the positional embeddings' squared norm in their mean over positions: what appendix D reads
     spectra: dict[str, list[list[float]]]
     positions_constant: list[float]
+    initial: dict[str, Any]  # the same two, of each seed's weights before training
 
 
 class TrainingData(TypedDict):
@@ -272,8 +274,9 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
         members = [(p, q) for p, q, t in settings if t == tied]
         tasks = [MarkovChain.binary(p, q, config["length"]) for p, q in members for _ in ctx.seeds]
         seeds = [s for _ in members for s in ctx.seeds]
+        make_model = _binary_model(config, tied, config["length"])
         trained = train(
-            _binary_model(config, tied, config["length"]),
+            make_model,
             tasks,
             _train_config(config),
             seeds,
@@ -299,6 +302,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
                     ),
                     "prediction": _predictions(trained.models[i * n], tasks[i * n]),
                     **weight_shapes(trained.models[block]),
+                    "initial": weight_shapes(initial_models(make_model, seeds[block])),
                 }
             )
     data: TrainingData = {"runs": runs}
@@ -323,6 +327,17 @@ def constant_share(table: torch.Tensor) -> float:
     position, about 1 / T for independent random rows."""
     table = table.detach().double()
     return float(table.shape[0] * table.mean(dim=0).square().sum() / table.square().sum())
+
+
+def initial_models(make_model: Callable[[], GPT], seeds: list[int]) -> list[GPT]:
+    """Each seed's model as the trainer initialised it (seeded, then made; the initialisation draws from torch's
+    generator alone), every generator left as it was."""
+    models = []
+    with torch.random.fork_rng(devices=[]):
+        for seed in seeds:
+            torch.manual_seed(seed)
+            models.append(make_model())
+    return models
 
 
 def weight_shapes(models: list[GPT]) -> dict[str, Any]:
