@@ -214,9 +214,9 @@ def test_the_weight_shapes_split_attention_and_read_a_rank_one_matrix_and_a_cons
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight[:8].copy_(torch.outer(torch.ones(8), torch.arange(1.0, 9.0)))  # the query
     shapes = measure.weight_shapes([model])
-    assert judge.top_share(shapes["spectra"]["blocks.0.mlp.fc.weight"])[0] == pytest.approx(1.0)
-    assert judge.top_share(shapes["spectra"]["blocks.0.attn.query.weight"])[0] == pytest.approx(1.0)
-    assert judge.top_share(shapes["spectra"]["blocks.0.attn.key.weight"])[0] < 0.9
+    assert theory.top_share(shapes["spectra"]["blocks.0.mlp.fc.weight"])[0] == pytest.approx(1.0)
+    assert theory.top_share(shapes["spectra"]["blocks.0.attn.query.weight"])[0] == pytest.approx(1.0)
+    assert theory.top_share(shapes["spectra"]["blocks.0.attn.key.weight"])[0] < 0.9
     assert shapes["positions_constant"] == [pytest.approx(1.0)]
 
 

@@ -260,3 +260,11 @@ def excess_loss(logits: Tensor, inputs: Tensor, kernel: np.ndarray) -> Tensor:
     logq = logits.log_softmax(dim=-1)
     logp = torch.where(target > 0, target.clamp_min(1e-300).log(), torch.zeros_like(target))
     return (target * (logp - logq)).sum(dim=-1).mean(dim=-1)
+
+
+def top_share(singular_values: np.ndarray) -> np.ndarray:
+    """The share of a matrix's squared (Frobenius) norm in its top singular direction, per row of singular values:
+    1 for a rank-one matrix; for a random n x m one (n >= m, large) about (1 + sqrt(m / n))^2 / m (Marchenko and
+    Pastur), 0.28 for the MLP's 32 x 8 at d_model = 8."""
+    squared = np.square(np.asarray(singular_values, dtype=float))
+    return squared.max(axis=-1) / squared.sum(axis=-1)

@@ -12,7 +12,6 @@ from ...data.markov import binary_kernel, stationary_law
 from ...plotting import COLORS, curves_with_band, reference_line
 from ...theory import markov as theory
 from ...theory.markov_flow import ReducedFlow
-from .judge import top_share
 
 if TYPE_CHECKING:
     from .measure import (
@@ -96,7 +95,7 @@ def weight_shapes(data: TrainingData) -> Figure:
                 (run["initial"], "x", "0.6", "before training"),
                 (run, "o", COLORS[kind], kind),
             ):
-                shares = {name: top_share(values) for name, values in shapes["spectra"].items()}
+                shares = {name: theory.top_share(values) for name, values in shapes["spectra"].items()}
                 shares["positions"] = np.asarray(shapes["positions_constant"])
                 for i, (name, seeds) in enumerate(shares.items()):
                     x = np.full(len(seeds), names.index(name) + offset)

@@ -401,14 +401,6 @@ RANK_ONE = {"blocks.0.mlp.fc.weight": "W_1", "blocks.0.mlp.proj.weight": "W_2"} 
 MOSTLY = 0.5  # "approximately" read as: more than half of the squared norm in the one direction the paper names
 
 
-def top_share(singular_values: np.ndarray) -> np.ndarray:
-    """The share of a matrix's squared (Frobenius) norm in its top singular direction, per row of singular values:
-    1 for a rank-one matrix; for a random n x m one (n >= m, large) about (1 + sqrt(m / n))^2 / m (Marchenko and
-    Pastur), 0.28 for the MLP's 32 x 8 at d_model = 8."""
-    squared = np.square(np.asarray(singular_values, dtype=float))
-    return squared.max(axis=-1) / squared.sum(axis=-1)
-
-
 WEIGHT_SHAPES = {
     "rank one": (
         "MLP weights W_1 and W_2 approximately rank one (every seed, the smaller of the two: share of the squared "
@@ -428,7 +420,7 @@ WEIGHT_SHAPES = {
 def _shape_values(shapes: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Per seed, the two shares the rows read: the MLP's smaller top share, and the positions' constant share."""
     return {
-        "rank one": np.min([top_share(shapes["spectra"][name]) for name in RANK_ONE], axis=0),
+        "rank one": np.min([theory.top_share(shapes["spectra"][name]) for name in RANK_ONE], axis=0),
         "constant": np.asarray(shapes["positions_constant"], dtype=float),
     }
 
