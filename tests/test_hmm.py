@@ -670,6 +670,32 @@ def test_the_counterfactual_builders_hold_without_a_change(rows, request):
     assert failed == []
 
 
+def _ideal(errors_at_first_n: float, slope: float) -> judge.IdealRecovery:
+    sizes = [1000, 10000, 100000]
+    rng = np.random.default_rng(0)  # draws spread by 10 % about the power law
+    median = errors_at_first_n * (np.asarray(sizes) / sizes[0]) ** slope
+    errors = median[None, :, None] * np.exp(0.1 * rng.normal(size=(2, len(sizes), judge.IDEAL_DRAWS)))
+    return {"label": "", "factor_condition": 3.0, "samples": sizes, "errors": errors.tolist()}
+
+
+def test_the_slope_row_is_made_only_where_an_ideal_learner_recovers_linearly():
+    # the theorem's N^-1/2 is due only inside the recovery map's linear range, which the ideal learner shows or not
+    assert judge.linear_range_silence(_ideal(0.3, -0.5)) is None
+    assert "at least 1" in judge.linear_range_silence(_ideal(3.0, -0.5))  # errors too large to say anything
+    assert "more than 3 standard errors" in judge.linear_range_silence(_ideal(0.3, -0.1))  # not yet linear
+
+
+def test_no_slope_row_at_a_pair_whose_ideal_recovery_is_not_linear(tiny_result):
+    # the reader: k = 4, d = 5 at the quick sample sizes, where even an ideal learner's error exceeds 1
+    config = chapter.CHAPTER.reference_config("k4") | {"samples": "1000,3000,10000,30000"}
+    data = tiny_result("hmm")["data"]["learning"]
+    claims, silent = judge.learning_rows(config, data)
+    assert not any(judge.SLOPE_ROW in c.name for c in claims)
+    assert len(silent) == 1 and "ideal learner" in silent[0]
+    made, _ = judge.learning_rows(tiny_result("hmm")["config"], data)  # the unit scale's pair is linear there
+    assert sum(judge.SLOPE_ROW in c.name for c in made) == 1
+
+
 def test_learning_rows_of_a_run_cut_short_are_undecided_not_failed(tiny_result):
     # 2 steps at unit scale: the predictors were still descending, so no learning row may say "fails"
     claims = judge.learning_claims(tiny_result("hmm")["data"]["learning"])

@@ -1,7 +1,7 @@
 """The HMM chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge`` reads) and
 the function that computes it: the exact checks (Theorems 4-9, Claim 1, Lemmas 7 and 9) keep the arrays their rows
-compare, the learning section trains its predictors here; every section takes its rows from ``judge``. The ideal
-learner that the page sets beside the learned predictors is computed here too."""
+compare, the learning section trains its predictors here; every section takes its rows from ``judge``, which also
+computes the ideal learner that the page and the recovery's slope row set beside the learned predictors."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import hmm as theory
 from ...trainer import TrainConfig, train
-from .judge import PRONY_MAX_K, RECOVERY_TOL, pairwise_gap, two_token_gap, validity
+from .judge import PRONY_MAX_K, RECOVERY_TOL, pairwise_gap, stream, two_token_gap, validity
 
 LOSS_NOISE = 1e-3  # a held-out squared loss that moved less than this has hardly started
 EXTRA_STARTS = 50  # further random starts of a G-HMM fit while none of the first has converged
@@ -39,11 +39,6 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     if not shapes or any(len(s) != 2 or not 2 <= s[1] <= min(s[0], 8) for s in shapes):
         raise ValueError(f"each size is d x k with d >= k and 2 <= k <= 8, got {text!r}")
     return shapes
-
-
-def _rng(config: dict[str, Any], part: int) -> np.random.Generator:
-    """One independent random stream per section, all fixed by the ``seed`` parameter."""
-    return np.random.default_rng([config["seed"], part])
 
 
 # ---------------------------------------------------------------- the paper's example (Theorem 6)
@@ -96,7 +91,7 @@ class CounterexampleData(TypedDict):
 
 def counterexample(config: dict[str, Any], ctx: RunContext) -> CounterexampleData:
     """A large-rotation pair for the chapter's (d, k): valid, pairwise-identical, not a relabelling."""
-    pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
+    pair = theory.counterexample(config["d"], config["k"], stream(config, 1), config["candidates"])
     O, T, O2, T2 = pair["emission"], pair["transition"], pair["other_emission"], pair["other_transition"]
     data: CounterexampleData = {
         "emission": O,
@@ -172,7 +167,7 @@ def recovery_errors(
 
 def recovery(config: dict[str, Any], ctx: RunContext) -> RecoveryData:
     """Exact two-token predictors of random HMMs -> (O, T) up to relabelling, for all six task orders."""
-    errors = recovery_errors(parse_shapes(config["shapes"]), config["random_hmms"], _rng(config, 2))
+    errors = recovery_errors(parse_shapes(config["shapes"]), config["random_hmms"], stream(config, 2))
     return {"errors": errors, "tolerance": RECOVERY_TOL}
 
 
@@ -324,43 +319,6 @@ def learning(config: dict[str, Any], ctx: RunContext, counterexample: Counterexa
     return data
 
 
-IDEAL_DRAWS = 20  # sample draws per N of the ideal learner: enough for a median
-
-
-class IdealRecovery(TypedDict):
-    label: str  # the pair's (d, k)
-    factor_condition: float  # largest condition number of the pair's CP factors
-    samples: list[int]
-    errors: list[list[float]]  # N x draw: error of (O, T) recovered from the ideal learner's predictor
-
-
-def ideal_recovery(config: dict[str, Any]) -> IdealRecovery:
-    """The learning section's pair (the counterexample for ``config``) recovered from an ideal learner's predictor,
-    the conditional frequencies of N sampled triples: the error any learner would pass on at each N."""
-    pair = theory.counterexample(config["d"], config["k"], _rng(config, 1), config["candidates"])
-    sizes = int_list(config["samples"])
-    errors = theory.ideal_recovery_errors(pair["emission"], pair["transition"], sizes, IDEAL_DRAWS, _rng(config, 9))
-    return {
-        "label": f"d = {config['d']}, k = {config['k']}",
-        "factor_condition": float(pair["factor_condition"]),
-        "samples": sizes,
-        "errors": errors.tolist(),
-    }
-
-
-def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
-    """One sentence per pair: its factor condition, the median error at the largest N and the log-log slope."""
-    parts = []
-    for run in runs:
-        sizes, median = np.asarray(run["samples"], dtype=float), np.median(np.asarray(run["errors"]), axis=1)
-        slope = float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
-        parts.append(
-            f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
-            f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {slope:.2f}"
-        )
-    return "Recovered from the best fit to N samples: " + "; ".join(parts) + "."
-
-
 # ---------------------------------------------------------------- G-HMM: Theorem 5, Lemma 7
 class GhmmData(TypedDict):
     means: list[list[float]]  # M (d x k), unit-norm columns
@@ -404,7 +362,7 @@ def ghmm_fit_outcomes(
 
 def ghmm(config: dict[str, Any], ctx: RunContext) -> GhmmData:
     """Householder partner keeps the posterior; fits of the pairwise predictor land on it only without stochasticity."""
-    rng = _rng(config, 3)
+    rng = stream(config, 3)
     d, k = config["d"], config["k"]
     M, T = theory.random_ghmm(d, k, rng)
     HM = theory.householder_partner(M)
@@ -553,4 +511,4 @@ def ghmm_tensor_data(
 def ghmm_tensor(config: dict[str, Any], ctx: RunContext, ghmm: GhmmData) -> GhmmTensorData:
     """Two-token tasks identify a generic G-HMM (Thm 8), the conditional law any (Thm 9); the partner fails both."""
     M, T, HM, HT = (np.asarray(ghmm[key]) for key in ("means", "transition", "partner_means", "partner_transition"))
-    return ghmm_tensor_data(config, M, T, HM, HT, _rng(config, 4))
+    return ghmm_tensor_data(config, M, T, HM, HT, stream(config, 4))
