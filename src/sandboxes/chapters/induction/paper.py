@@ -46,6 +46,11 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
 
+def _gap_to_graph(values: list[float]) -> str:
+    """A range of distances from the graph's adjacency, in scientific notation: near 0 is where they differ."""
+    return f"{min(values):.1e} to {max(values):.1e}" if len(values) > 1 else f"{values[0]:.1e}"
+
+
 def _formed(run: TriggerData | MemoriesData) -> list[str]:
     """Per seed, the step at which each memory formed ("never" where it did not)."""
     return [", ".join("never" if np.isinf(x) else f"{x:.0f}" for x in seed) for seed in formation_steps(run)]
@@ -54,15 +59,17 @@ def _formed(run: TriggerData | MemoriesData) -> list[str]:
 def staged_vs_paper(data: StagedData) -> list[Row]:
     """Nichani et al.'s two theorems beside the stages' runs."""
     worst = [
-        f"{run['graph']}, {run['loss']}: {_spread([float(np.nanmin(w)) for w in run['parent_weight']])}"
+        f"{run['graph']}, {run['loss']}: " + _gap_to_graph([1 - float(np.nanmin(w)) for w in run["parent_weight"]])
         for run in data["runs"]
     ]
+    length = len(data["runs"][0]["parents"])
     return [
         (
             "layer 1 after the first stage (Nichani et al., Thm (2): ‖A - G‖∞ ≲ 1/T; their k = 10 and "
             "alpha = 0.1, their experiment's T = 20 against T = 64 here)",
             "the causal graph's adjacency, at every position, for the last token's loss",
-            "weight on the parent, worst of the positions that have one: " + "; ".join(worst),
+            f"1 - weight on the parent, worst of the positions that have one (1/T = {1 / length:.1e}): "
+            + "; ".join(worst),
         ),
         second_stage_row(data["second"]),
     ]
@@ -94,7 +101,7 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
         (
             "the GPT's layer 1, trained end to end (no row: Thm (2) is about the staged disentangled model)",
             "the causal graph's adjacency, for the theorem's model",
-            "weight on the parent in the head that reads it, worst of the judged positions: "
+            "weight on the parent in the head that reads it, worst of the first half of the positions: "
             + _spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
         ),
         (
@@ -224,7 +231,8 @@ def second_stage_row(second: dict[str, Any]) -> Row:
     return (
         "after both stages (Nichani et al., Thm (1): L - OPT ≲ T^-cγ)",
         "L - OPT vanishes as T grows (no constant stated)",
-        f"loss minus the smoothed count estimator's {min(excess):.3f} to {max(excess):.3f} nats; share of the gap "
+        f"loss minus the smoothed count estimator's {min(excess):.3f} to {max(excess):.3f} nats (at most L - OPT, "
+        f"since OPT is at most that estimator's loss); share of the gap "
         f"from the in-context unigram closed {min(shares):.3f} to {max(shares):.3f} (the graph with its best "
         f"scale: {gap_share(min(second['scale_loss']), levels):.3f})",
     )
