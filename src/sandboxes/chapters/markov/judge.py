@@ -397,7 +397,7 @@ def training_rows(runs: list[TrainingRun], init_std: float) -> list[Claim]:
     return claims
 
 
-RANK_ONE = {"blocks.0.mlp.fc.weight": "W_1", "blocks.0.mlp.proj.weight": "W_2"}  # the MLP of Eq. (19)
+RANK_ONE = ("blocks.0.mlp.fc.weight", "blocks.0.mlp.proj.weight")  # W_1 and W_2, the MLP of Eq. (19)
 MOSTLY = 0.5  # "approximately" read as: more than half of the squared norm in the one direction the paper names
 
 
