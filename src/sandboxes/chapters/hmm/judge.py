@@ -317,10 +317,15 @@ def stream(config: dict[str, Any], part: int) -> np.random.Generator:
     return np.random.default_rng([config["seed"], part])
 
 
+def pooled_median(errors: np.ndarray) -> np.ndarray:
+    """The median of ``errors`` (HMM x N x run) over HMMs and runs together, at each N."""
+    errors = np.asarray(errors)
+    return np.median(errors.transpose(1, 0, 2).reshape(errors.shape[1], -1), axis=1)
+
+
 def median_slope(sizes: np.ndarray, errors: np.ndarray) -> float:
-    """Log-log slope against N of the median of ``errors`` (HMM x N x run) over HMMs and runs at each N."""
-    median = np.median(np.asarray(errors).transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
-    return float(np.polyfit(np.log(sizes), np.log(median), 1)[0])
+    """Log-log slope against N of :func:`pooled_median` of ``errors`` (HMM x N x run)."""
+    return float(np.polyfit(np.log(sizes), np.log(pooled_median(errors)), 1)[0])
 
 
 def slope_error(sizes: np.ndarray, errors: np.ndarray) -> float:
@@ -377,7 +382,7 @@ def ideal_recovery_summary(runs: list[IdealRecovery]) -> str:
     parts = []
     for run in runs:
         sizes, errors = np.asarray(run["samples"], dtype=float), np.asarray(run["errors"])
-        median = np.median(errors.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
+        median = pooled_median(errors)
         parts.append(
             f"at {run['label']} (factor condition {run['factor_condition']:.1f}) the median error at "
             f"N = {sizes[-1]:.0e} is {median[-1]:.2g} and its log-log slope over N is {median_slope(sizes, errors):.2f}"
@@ -391,7 +396,7 @@ def linear_range_silence(ideal: IdealRecovery) -> str | None:
     its median error must stay below ``UNINFORMATIVE`` and its slope within ``SLOPE_SPREAD`` standard errors of
     -1/2. Outside that range no learner, however well optimised, is due to show the slope."""
     sizes, errors = np.asarray(ideal["samples"], dtype=float), np.asarray(ideal["errors"])
-    median = np.median(errors.transpose(1, 0, 2).reshape(len(sizes), -1), axis=1)
+    median = pooled_median(errors)
     slope, error = median_slope(sizes, errors), slope_error(sizes, errors)
     ideal_learner = (
         f"recovery slope: an ideal learner (the conditional frequencies of N sampled triples, {IDEAL_DRAWS} draws "

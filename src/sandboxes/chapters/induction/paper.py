@@ -47,7 +47,8 @@ def _spread(values: list[float]) -> str:
 
 
 def _gap_to_graph(values: list[float]) -> str:
-    """A range of distances from the graph's adjacency, in scientific notation: near 0 is where they differ."""
+    """A range of distances from the graph's adjacency, in scientific notation, so that a small one is not rounded to
+    0 (as a weight near 1 would be rounded to 1.00)."""
     return f"{min(values):.1e} to {max(values):.1e}" if len(values) > 1 else f"{values[0]:.1e}"
 
 
