@@ -240,7 +240,7 @@ PARAMS = with_reference(
         "separate_steps": 1500,
         "order_T": 64,
         "order_d": 32,
-        "order_steps": 20000,
+        "order_steps": 8000,
     },
 )
 
