@@ -364,6 +364,29 @@ class AssociativeMemories(nn.Module):
         return logits, [w[:, None] for w in weights]
 
 
+class LinearAttentionRecall(nn.Module):
+    """Nichani, Lee and Bietti's one-layer model of factual recall: one-hot tokens, one linear-attention head read at
+    the last position, no normalisation and no MLP.
+
+    With one-hot embeddings the score of key ``z_j`` for the last token's query is the entry ``A[z_T, z_j]`` of the
+    key-query matrix, and the value-output matrix ``V`` maps token ``z_j`` to answer logits, so the logits are
+    ``sum_j A[z_T, z_j] V[z_j]`` (the attention is not normalised). Every entry of both starts at ``init``: the
+    small positive initialisation of their gradient-flow theorem.
+    """
+
+    def __init__(self, vocab_size: int, n_outputs: int, init: float) -> None:
+        super().__init__()
+        self.key_query = nn.Parameter(torch.full((vocab_size, vocab_size), float(init)))
+        self.value_output = nn.Parameter(torch.full((vocab_size, n_outputs), float(init)))
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Answer logits ``(B, n_outputs)`` of sequences ``idx`` ``(B, T)``."""
+        scores = self.key_query[idx[:, -1]].gather(1, idx)
+        per_token = torch.zeros(idx.shape[0], self.key_query.shape[0], dtype=scores.dtype, device=scores.device)
+        per_token = per_token.scatter_add(1, idx, scores)
+        return per_token @ self.value_output
+
+
 class LSTM(nn.Module):
     """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
 

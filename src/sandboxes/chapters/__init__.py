@@ -10,11 +10,18 @@ from ..sections import Chapter
 
 
 def _registry() -> dict[str, Chapter]:
-    from . import dilution, hmm, induction, markov, shortcuts
+    from . import dilution, hmm, induction, markov, memories, shortcuts
 
     return {
         chapter.name: chapter
-        for chapter in (markov.CHAPTER, shortcuts.CHAPTER, dilution.CHAPTER, hmm.CHAPTER, induction.CHAPTER)
+        for chapter in (
+            markov.CHAPTER,
+            shortcuts.CHAPTER,
+            dilution.CHAPTER,
+            hmm.CHAPTER,
+            induction.CHAPTER,
+            memories.CHAPTER,
+        )
     }
 
 

@@ -1,0 +1,68 @@
+"""Figures of the memories chapter, each drawn from one section's data (fresh or loaded from JSON)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from ...plotting import COLORS, curves_with_band, reference_line
+from ...theory.memories import ASYMPTOTIC_CONSTANT
+
+if TYPE_CHECKING:
+    from .measure import CapacityData, GradientData, HallucinationData
+
+
+def one_step(data: GradientData) -> Figure:
+    """The memory one gradient step from zero writes: u_k^T W_1 e_z, inputs sorted by their target."""
+    scores, targets = np.asarray(data["one_step_scores"]), np.asarray(data["targets"])
+    order = np.argsort(targets, kind="stable")
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    image = ax.imshow(scores[order].T, aspect="auto", cmap="RdBu_r", vmin=-1.5, vmax=1.5)
+    ax.plot(np.arange(len(order)), targets[order], "k.", markersize=3, label="the target f(z)")
+    ax.set(xlabel="input z (sorted by its target)", ylabel="output k", title="u_k^T W_1 e_z after one step of size N")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
+def capacity(data: CapacityData) -> Figure:
+    """The most associations each memory recalls, per dimension and seed, against the prediction; and N ln N / d^2."""
+    dims = np.asarray(data["dims"], dtype=float)
+    predicted = np.asarray(data["predicted"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    for kind, color, shift in (("construction", COLORS["untied"], 0.97), ("one_step", COLORS["tied"], 1.03)):
+        runs = np.asarray(data[kind], dtype=float)  # type: ignore[literal-required]
+        label = "construction" if kind == "construction" else "one gradient step"
+        for side, values in ((left, runs), (right, runs * np.log(runs) / dims[:, None] ** 2)):
+            side.plot(np.repeat(dims * shift, runs.shape[1]), values.ravel(), ".", color=color, alpha=0.4)
+            side.plot(dims * shift, np.median(values, axis=1), "o", color=color, label=f"{label} (median)")
+    judged = np.asarray(data["single_share"]) < 0.5
+    left.loglog(dims, predicted, "-", color=COLORS["theory"], label="predicted N* (Gaussian model)")
+    left.loglog(dims[judged], predicted[judged], "s", color=COLORS["theory"], mfc="none", label="judged")
+    for side in (left, right):
+        side.set_xticks(dims, [str(int(d)) for d in dims])
+        side.minorticks_off()
+    left.set(xlabel="dimension d", ylabel="associations all recalled")
+    left.legend(fontsize=8)
+    right.semilogx(dims, predicted * np.log(predicted) / dims**2, "-", color=COLORS["theory"], label="predicted")
+    reference_line(right, ASYMPTOTIC_CONSTANT, "1/8 (d to infinity)")
+    right.set(xlabel="dimension d", ylabel="N ln N / d^2")
+    fig.tight_layout()
+    return fig
+
+
+def hallucination(data: HallucinationData) -> Figure:
+    """The held-out loss and its relation and subject parts over training, against the four levels."""
+    steps, parts, levels = np.asarray(data["eval_steps"]), np.asarray(data["parts"]), data["levels"]
+    fig, ax = plt.subplots()
+    curves_with_band(ax, steps, parts[..., 0], COLORS["theory"], "loss")
+    curves_with_band(ax, steps, parts[..., 1], COLORS["untied"], "relation part")
+    curves_with_band(ax, steps, parts[..., 2], COLORS["tied"], "subject part")
+    for key, label in (("uniform", "uniform"), ("relation", "H(a | r)"), ("subject", "H(a | s)")):
+        reference_line(ax, levels[key], label, style=":")
+    ax.set(xlabel="gradient step", ylabel="held-out loss (nats)")
+    ax.legend(fontsize=8)
+    return fig

@@ -1,0 +1,235 @@
+"""The memories chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge`` reads) and
+the function that computes it: the lemma's gradient against autograd, the capacity of the outer-product memory and of
+the memory one gradient step writes, and the factual recall model trained from a small initialisation."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from ...curves import still_descending
+from ...data.facts import FactRecall
+from ...model import LinearAttentionRecall
+from ...profiles import int_list
+from ...runtime import member_seed
+from ...sections import RunContext
+from ...theory import memories as theory
+from ...trainer import TrainConfig, train
+
+LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
+PROBE_SIZE = 4096  # held-out sequences on which each evaluation splits the loss into its relation and subject parts
+EVALUATIONS = 128  # evaluations of each factual recall run, as in the authors' notebook (every steps / 128)
+
+
+def unit_embeddings(n: int, d: int, rng: np.random.Generator, rank: int | None = None) -> np.ndarray:
+    """``n`` embeddings drawn uniformly on the unit sphere of R^d (nearly orthonormal when d is large); ``rank``
+    confines them to its first coordinates (a counterfactual with fewer dimensions than it claims)."""
+    x = rng.standard_normal((n, d))
+    if rank is not None:
+        x[:, rank:] = 0.0
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------- the lemma: gradients are memories
+class GradientData(TypedDict):
+    inputs: int
+    outputs: int
+    dim: int
+    lemma_error: float  # max |autograd - lemma| over max |autograd|, at a random W
+    one_step_error: float  # max |W_1 - (lr/N) sum (1{f(z)=k} - 1/K) u_k e_z^T| over max |W_1|, one step from W = 0
+    one_step_scores: list[list[float]]  # u_k^T W_1 e_z, input x output, of that step (lr = N)
+    targets: list[int]  # f(z)
+    one_step_recall: float  # share of inputs whose target scores highest after that step
+
+
+def autograd_gradient(W: np.ndarray, U: np.ndarray, E: np.ndarray, joint: np.ndarray) -> np.ndarray:
+    """The gradient of the population cross-entropy of ``u_k^T W e_z``, by autograd in float64."""
+    w = torch.tensor(W, requires_grad=True)
+    logits = torch.from_numpy(E) @ w.T @ torch.from_numpy(U).T
+    loss = -(torch.from_numpy(joint) * torch.log_softmax(logits, dim=1)).sum()
+    (grad,) = torch.autograd.grad(loss, w)
+    return grad.numpy()
+
+
+def gradient_problem(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The lemma's example: unit embeddings of ``grad_inputs`` inputs and ``grad_outputs`` outputs in R^grad_d, a
+    uniform input and a target f(z) drawn uniformly: (U, E, f, joint law)."""
+    rng = np.random.default_rng(member_seed("gradient", config["seed"]))
+    n, k, d = config["grad_inputs"], config["grad_outputs"], config["grad_d"]
+    U, E = unit_embeddings(k, d, rng), unit_embeddings(n, d, rng)
+    f = rng.integers(k, size=n)
+    joint = np.zeros((n, k))
+    joint[np.arange(n), f] = 1.0 / n
+    return U, E, f, joint
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| over max |want|."""
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def gradient(config: dict[str, Any], ctx: RunContext) -> GradientData:
+    """The lemma at a random W and at W = 0 (one step), against autograd."""
+    U, E, f, joint = gradient_problem(config)
+    n, d = len(E), U.shape[1]
+    W = np.random.default_rng(member_seed("gradient W", config["seed"])).standard_normal((d, d))
+    step = -n * autograd_gradient(np.zeros((d, d)), U, E, joint)  # one step of size N from zero
+    scores = theory.scores(step, U, E)
+    data: GradientData = {
+        "inputs": n,
+        "outputs": len(U),
+        "dim": d,
+        "lemma_error": relative_error(theory.memory_gradient(W, U, E, joint), autograd_gradient(W, U, E, joint)),
+        "one_step_error": relative_error(theory.one_step_memory(f, U, E, float(n)), step),
+        "one_step_scores": scores,
+        "targets": f,
+        "one_step_recall": float((scores.argmax(axis=1) == f).mean()),
+    }  # type: ignore[typeddict-item]
+    return data
+
+
+# ---------------------------------------------------------------- capacity
+class CapacityData(TypedDict):
+    dims: list[int]
+    construction: list[list[int]]  # dim x seed: the most associations the outer-product memory recalls all of
+    one_step: list[list[int]]  # the same for the memory one gradient step from zero writes
+    predicted: list[float]  # per dim: N at which the Gaussian model gives even odds of recalling all
+    single_share: list[float]  # per dim: the share of a candidate's margin variance in single dot products at N*
+
+
+CHUNK = 2**22  # scores held at once while checking recall: a chunk of inputs against every output
+
+
+def recalls_all(U: np.ndarray, E: np.ndarray, n: int, one_step: bool) -> bool:
+    """Whether the memory of the first ``n`` associations x -> x recalls each of them (its target scores above every
+    other of the n outputs): the construction sum_x u_x e_x^T, or the one-step memory sum_x (u_x - mean u) e_x^T.
+    Inputs are scored a chunk at a time, so memory stays bounded at any n."""
+    u, e = U[:n], E[:n]
+    W = (u - u.mean(axis=0) if one_step else u).T @ e
+    rows = max(1, CHUNK // n)
+    for start in range(0, n, rows):
+        scores = (e[start : start + rows] @ W.T) @ u.T  # scores[x, y] = u_y^T W e_x
+        if not (scores.argmax(axis=1) == np.arange(start, start + len(scores))).all():
+            return False
+    return True
+
+
+def largest_recalled(d: int, seed: int, one_step: bool, guess: float, rank: int | None = None) -> int:
+    """The largest n such that the first n associations of one draw are all recalled, by bisection over nested
+    prefixes (from twice the predicted capacity, doubled until some association is lost). Inputs and outputs come
+    from streams of their own, so a prefix does not depend on how many were drawn."""
+    high = max(4, int(2 * guess))
+    while True:
+        U, E = (
+            unit_embeddings(high, d, np.random.default_rng(member_seed("capacity", side, d, seed)), rank)
+            for side in ("outputs", "inputs")
+        )
+        if not recalls_all(U, E, high, one_step):
+            break
+        high *= 2
+    low = 1
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if recalls_all(U, E, middle, one_step) else (low, middle)
+    return low
+
+
+def capacity(config: dict[str, Any], ctx: RunContext) -> CapacityData:
+    """Per dimension and seed, the most associations each memory recalls, beside the Gaussian model's prediction."""
+    dims, seeds = int_list(config["capacity_dims"]), range(config["capacity_seeds"])
+    predicted = [theory.predicted_capacity(d) for d in dims]
+    kinds = ("construction", "one_step")
+    progress = sys.stderr.isatty() if ctx.progress is None else ctx.progress
+    bar = tqdm(total=len(dims) * len(seeds) * 2, desc="capacity", disable=not progress, leave=False, file=sys.stderr)
+    measured: dict[str, list[list[int]]] = {kind: [] for kind in kinds}
+    for d, guess in zip(dims, predicted):
+        for kind in kinds:
+            measured[kind].append([largest_recalled(d, s, kind == "one_step", guess) for s in seeds])
+            bar.update(len(seeds))
+    bar.close()
+    data: CapacityData = {
+        "dims": dims,
+        "construction": measured["construction"],
+        "one_step": measured["one_step"],
+        "predicted": predicted,
+        "single_share": [theory.single_product_share(n, d) for n, d in zip(predicted, dims)],
+    }
+    return data
+
+
+# ---------------------------------------------------------------- the hallucination stage
+class HallucinationData(TypedDict):
+    levels: dict[str, float]  # the four predictors' losses (theory.fact_levels)
+    eval_steps: list[int]
+    parts: list[list[list[float]]]  # seed x evaluation x (loss, relation part, subject part), held out
+    still_descending: list[bool]  # per seed
+
+
+def fact_task(config: dict[str, Any]) -> FactRecall:
+    """The factual recall task of the chapter's values."""
+    return FactRecall(
+        config["subjects"],
+        config["relations"],
+        config["per_relation"],
+        config["noise"],
+        config["fact_T"],
+        config["seed"],
+    )
+
+
+def loss_parts(
+    model: LinearAttentionRecall, held_out: tuple[torch.Tensor, torch.Tensor], per_relation: int
+) -> list[float]:
+    """The held-out loss and its two parts: -log of the mass on the relation's answers (the relation part) plus
+    -log of the answer's share of that mass (the subject part)."""
+    tokens, answers = held_out
+    with torch.no_grad():
+        log_p = F.log_softmax(model(tokens).double(), dim=-1)
+    groups = log_p.reshape(len(answers), -1, per_relation)
+    relation = answers // per_relation
+    on_relation = torch.logsumexp(groups[torch.arange(len(answers)), relation], dim=-1)
+    answer = log_p[torch.arange(len(answers)), answers]
+    return [float(-answer.mean()), float(-on_relation.mean()), float(-(answer - on_relation).mean())]
+
+
+def fact_schedule(config: dict[str, Any]) -> TrainConfig:
+    """Plain gradient steps of constant size on fresh sequences, as the authors' notebook takes them."""
+    steps = config["fact_steps"]
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["fact_batch"],
+        lr=config["fact_lr"],
+        schedule="constant",
+        optimizer="sgd",
+        eval_every=max(1, steps // EVALUATIONS),
+        eval_size=256,
+    )
+
+
+def hallucination(config: dict[str, Any], ctx: RunContext) -> HallucinationData:
+    """The one-layer linear-attention model trained on the facts from a small positive start, its loss split into
+    the relation and the subject parts along the way."""
+    task = fact_task(config)
+    held_out = task.sample(PROBE_SIZE, torch.Generator().manual_seed(member_seed("facts held out", config["seed"])))
+    run = train(
+        lambda: LinearAttentionRecall(task.vocabulary, task.answers, config["fact_init"]),
+        task,
+        fact_schedule(config),
+        ctx.seeds,
+        ctx.device,
+        progress=ctx.progress,
+        probe=lambda model: loss_parts(model, held_out, task.per_relation),
+    )
+    parts = np.asarray(run.probes)
+    data: HallucinationData = {
+        "levels": theory.fact_levels(task.facts, task.per_relation),
+        "eval_steps": run.eval_steps,
+        "parts": parts,
+        "still_descending": list(still_descending(run, LOSS_NOISE, curve=parts[..., 0])),
+    }  # type: ignore[typeddict-item]
+    return data

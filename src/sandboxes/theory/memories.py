@@ -1,0 +1,107 @@
+"""Exact theory of associative memories (Bietti et al. 2023; Cabannes, Dohmatob, Bietti 2024; Nichani, Lee, Bietti
+2025): the gradient of a linear memory's cross-entropy as a sum of outer products, the memory one step writes, the
+capacity of the outer-product construction under a Gaussian model of its margins, and the loss levels of the factual
+recall task. Nothing here trains.
+
+Conventions: input embeddings ``E`` (one row ``e_z`` per input), output embeddings ``U`` (one row ``u_k`` per output),
+a memory ``W`` (d x d) scores output ``k`` for input ``z`` as ``u_k^T W e_z``; a joint law ``joint[z, k] = p(z, k)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import integrate, optimize
+from scipy.special import log_softmax, softmax
+from scipy.stats import norm
+
+ASYMPTOTIC_CONSTANT = 1 / 8  # N ln N / d^2 at the capacity of the construction as d grows (derived on the page)
+CAPACITY_ODDS = 0.5  # the capacity is the N at which the construction recalls every association with this probability
+
+
+def scores(W: np.ndarray, U: np.ndarray, E: np.ndarray) -> np.ndarray:
+    """``scores[z, k] = u_k^T W e_z``: the logits a linear memory gives every output for every input."""
+    return E @ W.T @ U.T
+
+
+def memory_loss(W: np.ndarray, U: np.ndarray, E: np.ndarray, joint: np.ndarray) -> float:
+    """The population cross-entropy E_{(z, y) ~ p}[-log softmax(u^T W e_z)_y] of a linear memory."""
+    return float(-(joint * log_softmax(scores(W, U, E), axis=1)).sum())
+
+
+def memory_gradient(W: np.ndarray, U: np.ndarray, E: np.ndarray, joint: np.ndarray) -> np.ndarray:
+    """The lemma (Bietti et al. 2023): grad L(W) = sum_k E_z[(p_W(k | z) - p(k | z)) u_k e_z^T], a sum of outer
+    products weighted by the prediction errors."""
+    errors = joint.sum(axis=1, keepdims=True) * softmax(scores(W, U, E), axis=1) - joint  # p(z) (p_W(k|z) - p(k|z))
+    return U.T @ errors.T @ E
+
+
+def one_step_memory(f: np.ndarray, U: np.ndarray, E: np.ndarray, lr: float) -> np.ndarray:
+    """One gradient step of size ``lr`` from W = 0 on z uniform over the inputs and y = f(z):
+    W_1 = (lr / N) sum_z (u_f(z) - mean_k u_k) e_z^T, the lemma at uniform predictions (the slides' 1/N is 1/K)."""
+    return lr / len(E) * (U[f] - U.mean(axis=0)).T @ E
+
+
+def margin_spreads(n: float, d: int) -> tuple[float, float]:
+    """Standard deviations of the two parts of the construction's margin (u_f(x) - u_y)^T W e_x around its mean 1,
+    for n associations of unit embeddings in dimension d: the part every candidate y of one input shares
+    (sum over x' of u_f(x).u_f(x') e_x'.e_x, variance (n - 1) / d^2) and each candidate's own part (its two single
+    dot products, 2 / d, and its share of the sum, (n - 1) / d^2)."""
+    return math.sqrt((n - 1) / d**2), math.sqrt(2 / d + (n - 1) / d**2)
+
+
+def single_product_share(n: float, d: int) -> float:
+    """The share of a candidate's own margin variance carried by its two single dot products, whose bounded law the
+    Gaussian model replaces by a normal one: the model holds where this is small."""
+    return (2 / d) / (2 / d + (n - 1) / d**2)
+
+
+def perfect_recall_probability(n: float, d: int) -> float:
+    """P(the construction W = sum_x u_f(x) e_x^T recalls all n associations) in dimension d, under a Gaussian model
+    of the margins: given an input's shared part, its n - 1 candidates err independently; inputs err independently."""
+    common, own = margin_spreads(n, d)
+    rivals = n - 1
+
+    def input_errs(a: float) -> float:  # P(some rival beats the answer | shared part = common * a)
+        return norm.pdf(a) * -math.expm1(rivals * math.log1p(-min(norm.sf((1 + common * a) / own), 1 - 1e-16)))
+
+    errs, _ = integrate.quad(input_errs, -40, 40, points=[-0.5 / common], limit=200)
+    return math.exp(n * math.log1p(-min(errs, 1 - 1e-16)))
+
+
+def predicted_capacity(d: int) -> float:
+    """The n at which the construction recalls every association with probability CAPACITY_ODDS (Gaussian model)."""
+    return math.exp(
+        optimize.brentq(
+            lambda log_n: perfect_recall_probability(math.exp(log_n), d) - CAPACITY_ODDS,
+            math.log(2),
+            math.log(4 * d * d),
+        )
+    )
+
+
+def capacity_constant(n: float, d: int) -> float:
+    """N ln N / d^2: the constant of the capacity law N ln N ~ c d^2."""
+    return n * math.log(n) / d**2
+
+
+def _mean_entropy(rows: np.ndarray) -> float:
+    """Mean over rows of the entropy (nats) of each row's empirical law of values."""
+    total = 0.0
+    for row in rows:
+        p = np.unique(row, return_counts=True)[1] / len(row)
+        total -= float((p * np.log(p)).sum())
+    return total / len(rows)
+
+
+def fact_levels(facts: np.ndarray, per_relation: int) -> dict[str, float]:
+    """The losses of the four predictors of the factual recall task on uniform subjects and relations: uniform over
+    every answer, from the relation alone (H(a | r), the hallucination), from the subject alone (H(a | s)), and
+    from both (0, the facts)."""
+    return {
+        "uniform": math.log(facts.shape[1] * per_relation),
+        "relation": _mean_entropy(facts.T),
+        "subject": _mean_entropy(facts),
+        "facts": 0.0,
+    }

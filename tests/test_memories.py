@@ -1,0 +1,253 @@
+"""The memories chapter: the lemma and the one-step memory against autograd, the capacity prediction, the factual
+recall task and model, and a counterfactual for every row."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import brentq
+
+from sandboxes.chapters.memories import judge, measure
+from sandboxes.data.facts import FactRecall, balanced_facts
+from sandboxes.model import LinearAttentionRecall
+from sandboxes.theory import memories as theory
+
+CONFIG = {"seed": 0, "grad_inputs": 24, "grad_outputs": 16, "grad_d": 32}
+
+
+# ---------------------------------------------------------------- the lemma
+def test_the_lemma_is_autograd_s_gradient_at_random_weights():
+    U, E, _, joint = measure.gradient_problem(CONFIG)
+    W = np.random.default_rng(1).standard_normal((32, 32))
+    got = theory.memory_gradient(W, U, E, joint)
+    assert measure.relative_error(got, measure.autograd_gradient(W, U, E, joint)) < 1e-13
+
+
+def test_the_lemma_holds_for_a_joint_law_that_is_not_a_function():
+    rng = np.random.default_rng(2)
+    U, E = measure.unit_embeddings(5, 8, rng), measure.unit_embeddings(7, 8, rng)
+    joint = rng.random((7, 5))
+    joint /= joint.sum()
+    W = rng.standard_normal((8, 8))
+    got, want = theory.memory_gradient(W, U, E, joint), measure.autograd_gradient(W, U, E, joint)
+    assert measure.relative_error(got, want) < 1e-13
+
+
+def test_one_step_from_zero_recalls_every_association_when_n_is_small_against_d_squared():
+    data = measure.gradient({**CONFIG, "grad_inputs": 8, "grad_outputs": 8, "grad_d": 256}, None)
+    assert data["one_step_recall"] == 1.0
+
+
+def test_the_loss_falls_along_minus_the_lemma_s_gradient():
+    U, E, _, joint = measure.gradient_problem(CONFIG)
+    W = np.zeros((32, 32))
+    step = -1e-3 * theory.memory_gradient(W, U, E, joint)
+    assert theory.memory_loss(W + step, U, E, joint) < theory.memory_loss(W, U, E, joint)
+
+
+# ---------------------------------------------------------------- capacity
+def test_the_fitted_exponent_of_an_exact_power_law_is_its_power_with_no_spread():
+    dims = [64, 128, 256]
+    runs = np.asarray([[brentq(lambda m, d=d: m * np.log(m) - d**2, 2, d**2)] * 2 for d in dims])  # N ln N = d^2
+    slope, error = judge.capacity_exponent(dims, runs)
+    assert slope == pytest.approx(2.0) and error < 1e-9
+
+
+def test_the_recall_probability_falls_through_one_half_at_the_predicted_capacity():
+    n = theory.predicted_capacity(128)
+    assert theory.perfect_recall_probability(0.8 * n, 128) > 0.5 > theory.perfect_recall_probability(1.25 * n, 128)
+
+
+def test_the_predicted_constant_comes_down_to_one_eighth_past_its_peak_as_slowly_as_ln_ln_n_over_ln_n():
+    constants = [theory.capacity_constant(theory.predicted_capacity(2**e), 2**e) for e in (12, 18, 24)]
+    assert constants == sorted(constants, reverse=True) and constants[-1] > theory.ASYMPTOTIC_CONSTANT
+
+
+def test_a_prefix_of_the_capacity_draw_does_not_depend_on_how_many_were_drawn():
+    small = measure.largest_recalled(32, 0, False, guess=10)
+    large = measure.largest_recalled(32, 0, False, guess=200)
+    assert small == large
+
+
+def test_recall_is_perfect_below_the_capacity_and_lost_far_above_it():
+    rng = np.random.default_rng(3)
+    U, E = measure.unit_embeddings(2000, 64, rng), measure.unit_embeddings(2000, 64, rng)
+    assert measure.recalls_all(U, E, 20, False) and not measure.recalls_all(U, E, 2000, False)
+
+
+# ---------------------------------------------------------------- the factual recall task and model
+def test_balanced_facts_give_the_relation_level_ln_a_r_and_the_subject_level_ln_r():
+    facts = balanced_facts(16, 4, 8, np.random.default_rng(0))
+    levels = theory.fact_levels(facts, 8)
+    assert levels["relation"] == pytest.approx(math.log(8)) and levels["subject"] == pytest.approx(math.log(4))
+    assert levels["uniform"] == pytest.approx(math.log(32))
+    assert all(set(facts[:, r]) == set(range(8 * r, 8 * r + 8)) for r in range(4))
+
+
+def test_a_sequence_holds_its_subject_and_relation_once_and_ends_with_the_end_token():
+    task = FactRecall(16, 4, 8, 20, 32, seed=0)
+    tokens, subject, relation = task.sample_facts(500, torch.Generator().manual_seed(0))
+    assert (tokens[:, -1] == task.vocabulary - 1).all()
+    assert ((tokens < 16).sum(dim=1) == 1).all() and (((tokens >= 16) & (tokens < 20)).sum(dim=1) == 1).all()
+    assert (tokens[tokens < 16] == subject).all() and (tokens[(tokens >= 16) & (tokens < 20)] - 16 == relation).all()
+    _, answers = task.sample(500, torch.Generator().manual_seed(0))
+    assert (answers == torch.from_numpy(task.facts)[subject, relation]).all()
+
+
+def test_the_model_is_linear_attention_on_one_hot_tokens_read_at_the_last_position():
+    torch.manual_seed(0)
+    model = LinearAttentionRecall(9, 5, 0.1)
+    with torch.no_grad():
+        model.key_query.normal_()
+        model.value_output.normal_()
+    tokens = torch.randint(9, (4, 6))
+    x = torch.nn.functional.one_hot(tokens, 9).double()
+    A, V = model.key_query.double(), model.value_output.double()
+    scores = torch.einsum("bd,de,bte->bt", x[:, -1], A, x)
+    want = torch.einsum("bt,btd,do->bo", scores, x, V)
+    assert torch.allclose(model(tokens).double(), want, atol=1e-5)
+
+
+def test_the_loss_is_its_relation_part_plus_its_subject_part():
+    task = FactRecall(8, 3, 4, 5, 10, seed=1)
+    torch.manual_seed(1)
+    model = LinearAttentionRecall(task.vocabulary, task.answers, 0.3)
+    with torch.no_grad():
+        model.value_output.normal_()
+    held_out = task.sample(300, torch.Generator().manual_seed(2))
+    loss, relation, subject = measure.loss_parts(model, held_out, task.per_relation)
+    assert loss == pytest.approx(relation + subject) and relation > 0 and subject > 0
+    with torch.no_grad():
+        assert loss == pytest.approx(float(task.loss(model(held_out[0]).double(), held_out[1])), rel=1e-6)
+
+
+# ---------------------------------------------------------------- counterfactuals
+def _gradient_rows(change: str) -> list:
+    """The lemma's rows with the lemma's errors flipped in sign, or the slides' 1/N in place of 1/K (K != N)."""
+    U, E, f, joint = measure.gradient_problem(CONFIG)
+    data = measure.gradient(CONFIG, None)
+    n, d = len(E), U.shape[1]
+    W = np.random.default_rng(5).standard_normal((d, d))
+    if change == "the prediction errors' sign flipped":
+        data["lemma_error"] = measure.relative_error(
+            -theory.memory_gradient(W, U, E, joint), measure.autograd_gradient(W, U, E, joint)
+        )
+    if change == "the slides' 1/N in place of 1/K":
+        slides = (U[f] - U.sum(axis=0) / n).T @ E  # a step of size N with the slides' 1/N
+        data["one_step_error"] = measure.relative_error(
+            slides, -n * measure.autograd_gradient(np.zeros((d, d)), U, E, joint)
+        )
+    return judge.gradient_claims(data)
+
+
+def _capacity_rows(change: str) -> list:
+    """The capacity rows at d = 128 and 256 on 4 seeds each; for the change the embeddings are confined to 32
+    dimensions whatever d (a memory that does not grow with d)."""
+    dims = [128, 256]
+    guesses = [theory.predicted_capacity(d) for d in dims]
+    rank = 32 if change == "embeddings in 32 dimensions whatever d" else None
+    data = {
+        "dims": dims,
+        "predicted": guesses,
+        "single_share": [theory.single_product_share(g, d) for g, d in zip(guesses, dims)],
+    }
+    for kind in ("construction", "one_step"):
+        data[kind] = [
+            [measure.largest_recalled(d, s, kind == "one_step", g, rank) for s in range(4)]
+            for d, g in zip(dims, guesses)
+        ]
+    return judge.capacity_rows({}, data)[0]
+
+
+LEVELS = theory.fact_levels(balanced_facts(16, 4, 8, np.random.default_rng(0)), 8)
+FACTS = {"subjects": 16, "relations": 4}
+
+
+def _parts(path: list[tuple[float, float]], steps: int = 40) -> np.ndarray:
+    """Evaluations along straight stretches between (relation part, subject part) corners, ten per stretch."""
+    points = [np.linspace(a, b, steps // len(path), endpoint=False) for a, b in zip(path, [*path[1:], path[-1]])]
+    rel_sub = np.concatenate(points)
+    return np.stack([rel_sub.sum(axis=1), rel_sub[:, 0], rel_sub[:, 1]], axis=1)
+
+
+def _hallucination_rows(change: str) -> list:
+    """Rows on curves made to order: the theorem's path (uniform, then the relation, a rest, then the facts), or
+    the change's."""
+    ln_r, ln_a, ln_s, half = LEVELS["relation"], LEVELS["uniform"], LEVELS["subject"], math.log(2)
+    paths = {
+        "the theorem's path": [(ln_a - ln_r, ln_r), (0, ln_r), (0, ln_r), (0, ln_r), (0, 0)],
+        "the subject first": [(ln_a - ln_r, ln_r), (ln_s, 0), (ln_s, 0), (ln_s, 0), (0, 0)],
+        "half the relation and half the subject at rest": [(ln_a - ln_r, ln_r), *[(half, ln_r - half)] * 3, (0, 0)],
+        "training stopped on the rest": [(ln_a - ln_r, ln_r), (0, ln_r), (0, ln_r), (0, ln_r), (0, ln_r)],
+    }
+    parts = _parts(paths[change])
+    data = {
+        "levels": LEVELS,
+        "eval_steps": np.arange(len(parts)) * 64,
+        "parts": np.stack([parts, parts]),
+        "still_descending": [False, False],
+    }
+    return judge.hallucination_rows(FACTS, data)[0]
+
+
+COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
+    (r"gradients are memories", "the prediction errors' sign flipped", _gradient_rows),
+    (r"one step from W = 0 writes", "the slides' 1/N in place of 1/K", _gradient_rows),
+    (r"capacity of the construction", "embeddings in 32 dimensions whatever d", _capacity_rows),
+    (r"capacity of the memory one gradient step", "embeddings in 32 dimensions whatever d", _capacity_rows),
+    (r"rests at the hallucination level", "the subject first", _hallucination_rows),
+    (r"the relation is known", "half the relation and half the subject at rest", _hallucination_rows),
+    (r"the subject is ignored", "half the relation and half the subject at rest", _hallucination_rows),
+    (r"then every fact", "training stopped on the rest", _hallucination_rows),
+]
+
+
+@pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])
+def test_every_row_fails_in_its_counterfactual(key, change, rows):
+    claims = [c for c in rows(change) if re.search(key, c.name)]
+    assert len(claims) == 1, f"{key!r} matches {len(claims)} rows"
+    assert claims[0].holds is False, f"{claims[0].name} holds although {change}: {claims[0].measured}"
+
+
+@pytest.mark.parametrize(
+    "rows, change",
+    [(_gradient_rows, "none"), (_capacity_rows, "none"), (_hallucination_rows, "the theorem's path")],
+)
+def test_every_row_holds_where_the_theory_does(rows, change):
+    assert [c.name for c in rows(change) if c.holds is not True] == []
+
+
+def test_every_row_has_a_counterfactual(tiny_result):
+    names = [c["name"] for c in tiny_result("memories")["claims"]]
+    for name in names:
+        assert sum(bool(re.search(key, name)) for key, *_ in COUNTERFACTUALS) == 1, name
+    assert len(names) == len(COUNTERFACTUALS)
+
+
+def test_hallucination_rows_are_undecided_while_a_seed_still_descends():
+    ln_r, ln_a = LEVELS["relation"], LEVELS["uniform"]
+    parts = _parts([(ln_a - ln_r, ln_r), (ln_a - ln_r, ln_r)])  # still at the start: no rest yet
+    data = {"levels": LEVELS, "eval_steps": np.arange(len(parts)), "parts": parts[None], "still_descending": [True]}
+    assert [c.holds for c in judge.hallucination_rows(FACTS, data)[0]] == [None] * 4
+
+
+def test_no_hallucination_row_where_the_relation_tells_no_less_than_the_subject():
+    levels = theory.fact_levels(balanced_facts(16, 4, 2, np.random.default_rng(0)), 2)  # 2 answers, 4 relations
+    claims, silences = judge.hallucination_rows(FACTS, {"levels": levels})
+    assert claims == [] and "H(a | r) <= H(a | s)" in silences[0]
+
+
+def test_no_hallucination_row_with_fewer_subjects_per_relation_than_the_authors():
+    claims, silences = judge.hallucination_rows({"subjects": 12, "relations": 4}, {"levels": LEVELS})
+    assert claims == [] and "S >= 4 R" in silences[0]
+
+
+def test_no_capacity_row_with_fewer_than_two_dimensions_where_the_single_products_are_a_minority():
+    data = {"dims": [16, 128], "construction": [[9] * 6, [300] * 6], "one_step": [[9] * 6, [300] * 6]}
+    data |= {"predicted": [8.9, 314.7], "single_share": [0.8, 0.45]}
+    claims, silences = judge.capacity_rows({}, data)
+    assert claims == [] and "fewer than two" in silences[0]
