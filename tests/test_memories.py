@@ -126,18 +126,30 @@ def test_the_loss_is_its_relation_part_plus_its_subject_part():
 
 
 # ---------------------------------------------------------------- counterfactuals
+def squared_loss_gradient(W: np.ndarray, U: np.ndarray, E: np.ndarray, joint: np.ndarray) -> np.ndarray:
+    """Autograd's gradient of the squared loss of the logits against one-hot targets: the lemma's cross-entropy
+    hypothesis dropped."""
+    w = torch.tensor(W, requires_grad=True)
+    logits = torch.from_numpy(E) @ w.T @ torch.from_numpy(U).T
+    pz = torch.from_numpy(joint.sum(axis=1))
+    targets = torch.from_numpy(joint) / pz[:, None]
+    loss = 0.5 * (pz[:, None] * (logits - targets) ** 2).sum()
+    (grad,) = torch.autograd.grad(loss, w)
+    return grad.numpy()
+
+
 def _gradient_rows(change: str) -> list:
-    """The lemma's rows with the lemma's errors flipped in sign, or the slides' 1/N in place of 1/K (K != N)."""
+    """The lemma's rows against autograd of the squared loss, or with the 1/N of a K = N example in place of 1/K."""
     U, E, f, joint = measure.gradient_problem(CONFIG)
     data = measure.gradient(CONFIG, None)
     n, d = len(E), U.shape[1]
     W = np.random.default_rng(5).standard_normal((d, d))
-    if change == "the prediction errors' sign flipped":
+    if change == "autograd of the squared loss":
         data["lemma_error"] = measure.relative_error(
-            -theory.memory_gradient(W, U, E, joint), measure.autograd_gradient(W, U, E, joint)
+            theory.memory_gradient(W, U, E, joint), squared_loss_gradient(W, U, E, joint)
         )
-    if change == "the slides' 1/N in place of 1/K":
-        slides = (U[f] - U.sum(axis=0) / n).T @ E  # a step of size N with the slides' 1/N
+    if change == "1/N in place of 1/K (K != N)":
+        slides = (U[f] - U.sum(axis=0) / n).T @ E  # a step of size N with the 1/N of the slides' K = N example
         data["one_step_error"] = measure.relative_error(
             slides, -n * measure.autograd_gradient(np.zeros((d, d)), U, E, joint)
         )
@@ -145,21 +157,23 @@ def _gradient_rows(change: str) -> list:
 
 
 def _capacity_rows(change: str) -> list:
-    """The capacity rows at d = 128 and 256 on 4 seeds each; for the change the embeddings are confined to 32
-    dimensions whatever d (a memory that does not grow with d)."""
+    """The capacity rows at d = 128 and 256 on 4 seeds each, or for the change the one-hot law (d one-hot
+    embeddings store d associations, and no more inputs have one)."""
     dims = [128, 256]
     guesses = [theory.predicted_capacity(d) for d in dims]
-    rank = 32 if change == "embeddings in 32 dimensions whatever d" else None
     data = {
         "dims": dims,
         "predicted": guesses,
         "single_share": [theory.single_product_share(g, d) for g, d in zip(guesses, dims)],
     }
     for kind in ("construction", "one_step"):
-        data[kind] = [
-            [measure.largest_recalled(d, s, kind == "one_step", g, rank) for s in range(4)]
-            for d, g in zip(dims, guesses)
-        ]
+        data[kind] = (
+            [[d] * 4 for d in dims]
+            if change == "the one-hot law N = d"
+            else [
+                [measure.largest_recalled(d, s, kind == "one_step", g) for s in range(4)] for d, g in zip(dims, guesses)
+            ]
+        )
     return judge.capacity_rows({}, data)[0]
 
 
@@ -177,10 +191,10 @@ def _parts(path: list[tuple[float, float]], steps: int = 40) -> np.ndarray:
 def _hallucination_rows(change: str) -> list:
     """Rows on curves made to order: the theorem's path (uniform, then the relation, a rest, then the facts), or
     the change's."""
-    ln_r, ln_a, ln_s, half = LEVELS["relation"], LEVELS["uniform"], LEVELS["subject"], math.log(2)
+    ln_r, ln_a, half = LEVELS["relation"], LEVELS["uniform"], math.log(2)
     paths = {
         "the theorem's path": [(ln_a - ln_r, ln_r), (0, ln_r), (0, ln_r), (0, ln_r), (0, 0)],
-        "the subject first": [(ln_a - ln_r, ln_r), (ln_s, 0), (ln_s, 0), (ln_s, 0), (0, 0)],
+        "a straight fall from the uniform level to 0": [(ln_a - ln_r, ln_r), (ln_a - ln_r, ln_r), (0, 0), (0, 0)],
         "half the relation and half the subject at rest": [(ln_a - ln_r, ln_r), *[(half, ln_r - half)] * 3, (0, 0)],
         "training stopped on the rest": [(ln_a - ln_r, ln_r), (0, ln_r), (0, ln_r), (0, ln_r), (0, ln_r)],
     }
@@ -195,11 +209,11 @@ def _hallucination_rows(change: str) -> list:
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
-    (r"gradients are memories", "the prediction errors' sign flipped", _gradient_rows),
-    (r"one step from W = 0 writes", "the slides' 1/N in place of 1/K", _gradient_rows),
-    (r"capacity of the construction", "embeddings in 32 dimensions whatever d", _capacity_rows),
-    (r"capacity of the memory one gradient step", "embeddings in 32 dimensions whatever d", _capacity_rows),
-    (r"rests at the hallucination level", "the subject first", _hallucination_rows),
+    (r"gradients are memories", "autograd of the squared loss", _gradient_rows),
+    (r"one step from W = 0 writes", "1/N in place of 1/K (K != N)", _gradient_rows),
+    (r"capacity of the construction", "the one-hot law N = d", _capacity_rows),
+    (r"capacity of the memory one gradient step", "the one-hot law N = d", _capacity_rows),
+    (r"rests at the hallucination level", "a straight fall from the uniform level to 0", _hallucination_rows),
     (r"the relation is known", "half the relation and half the subject at rest", _hallucination_rows),
     (r"the subject is ignored", "half the relation and half the subject at rest", _hallucination_rows),
     (r"then every fact", "training stopped on the rest", _hallucination_rows),

@@ -26,12 +26,9 @@ PROBE_SIZE = 4096  # held-out sequences on which each evaluation splits the loss
 EVALUATIONS = 128  # evaluations of each factual recall run, as in the authors' notebook (every steps / 128)
 
 
-def unit_embeddings(n: int, d: int, rng: np.random.Generator, rank: int | None = None) -> np.ndarray:
-    """``n`` embeddings drawn uniformly on the unit sphere of R^d (nearly orthonormal when d is large); ``rank``
-    confines them to its first coordinates (a counterfactual with fewer dimensions than it claims)."""
+def unit_embeddings(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` embeddings drawn uniformly on the unit sphere of R^d (nearly orthonormal when d is large)."""
     x = rng.standard_normal((n, d))
-    if rank is not None:
-        x[:, rank:] = 0.0
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
@@ -119,14 +116,16 @@ def recalls_all(U: np.ndarray, E: np.ndarray, n: int, one_step: bool) -> bool:
     return True
 
 
-def largest_recalled(d: int, seed: int, one_step: bool, guess: float, rank: int | None = None) -> int:
-    """The largest n such that the first n associations of one draw are all recalled, by bisection over nested
-    prefixes (from twice the predicted capacity, doubled until some association is lost). Inputs and outputs come
-    from streams of their own, so a prefix does not depend on how many were drawn."""
+def largest_recalled(d: int, seed: int, one_step: bool, guess: float) -> int:
+    """The n at which recall of the first n associations of one draw is lost, less one, found by bisection over
+    nested prefixes (from twice the predicted capacity, doubled until some association is lost). Adding an
+    association can now and then repair an earlier loss, so this is a boundary of the bisection, the largest n
+    recalled in all but such rare draws. Inputs and outputs come from streams of their own, so a prefix does not
+    depend on how many were drawn."""
     high = max(4, int(2 * guess))
     while True:
         U, E = (
-            unit_embeddings(high, d, np.random.default_rng(member_seed("capacity", side, d, seed)), rank)
+            unit_embeddings(high, d, np.random.default_rng(member_seed("capacity", side, d, seed)))
             for side in ("outputs", "inputs")
         )
         if not recalls_all(U, E, high, one_step):
