@@ -157,9 +157,9 @@ def _gradient_rows(change: str) -> list:
 
 
 def _capacity_rows(change: str) -> list:
-    """The capacity rows at d = 128 and 256 on 4 seeds each, or for the change the one-hot law (d one-hot
+    """The capacity rows at d = 128 and 180 on 4 seeds each, or for the change the one-hot law (d one-hot
     embeddings store d associations, and no more inputs have one)."""
-    dims = [128, 256]
+    dims = [128, 180]
     guesses = [theory.predicted_capacity(d) for d in dims]
     data = {
         "dims": dims,

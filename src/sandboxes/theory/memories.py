@@ -10,6 +10,7 @@ a memory ``W`` (d x d) scores output ``k`` for input ``z`` as ``u_k^T W e_z``; a
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from scipy import integrate, optimize
@@ -70,8 +71,10 @@ def perfect_recall_probability(n: float, d: int) -> float:
     return math.exp(n * math.log1p(-min(errs, 1 - 1e-16)))
 
 
+@lru_cache(maxsize=64)
 def predicted_capacity(d: int) -> float:
-    """The n at which the construction recalls every association with probability CAPACITY_ODDS (Gaussian model)."""
+    """The n at which the construction recalls every association with probability CAPACITY_ODDS (Gaussian model);
+    cached, since a page asks for each d twice and each solve takes about a second."""
     return math.exp(
         optimize.brentq(
             lambda log_n: perfect_recall_probability(math.exp(log_n), d) - CAPACITY_ODDS,

@@ -23,9 +23,9 @@ DIM_RANGE = in_range(8, 4096)
 
 
 def _draw_dims(rng: np.random.Generator, near: str) -> str:
-    """One to three dimensions from half to 1.4 times those a chapter uses (the work grows as d^5 / ln d)."""
+    """One to three dimensions from half to all of those a chapter uses (the work grows as d^5 / ln d)."""
     scale = int_list(near)
-    picks = {int(scale[int(rng.integers(len(scale)))] * 2 ** rng.uniform(-1, 0.5)) for _ in range(1 + rng.integers(3))}
+    picks = {int(scale[int(rng.integers(len(scale)))] * 2 ** rng.uniform(-1, 0)) for _ in range(1 + rng.integers(3))}
     return ",".join(str(d) for d in sorted({max(8, d) for d in picks}))
 
 
@@ -67,7 +67,7 @@ PARAMS = (
 PARAMS = with_reference(PARAMS, {"capacity_dims": "32,64,128,256,512", "capacity_seeds": 20})
 
 
-UNIT_SCALE = {"capacity_dims": "16,128,256", "capacity_seeds": 3, "fact_steps": 64, "fact_batch": 64}
+UNIT_SCALE = {"capacity_dims": "16,128,180", "capacity_seeds": 3, "fact_steps": 64, "fact_batch": 64}
 FULL_SHRUNK = {"capacity_dims": "16,32", "capacity_seeds": 2, "fact_steps": 4, "fact_batch": 16}
 
 CHAPTER = Chapter(
