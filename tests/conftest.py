@@ -3,6 +3,7 @@ CI machine's two cores; two otherwise), and tiny overrides of every chapter."""
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -83,3 +84,10 @@ def tiny_result(tmp_path_factory):
         return made[chapter]
 
     return result
+
+
+def assert_fails_in_its_counterfactual(claims: list, key: str, change: str) -> None:
+    """Exactly one of ``claims`` has a name matching ``key``, and it fails: the row's counterfactual ``change``."""
+    matching = [c for c in claims if re.search(key, c.name)]
+    assert len(matching) == 1, f"{key!r} matches {len(matching)} rows"
+    assert matching[0].holds is False, f"{matching[0].name} holds although {change}: {matching[0].measured}"
