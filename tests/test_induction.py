@@ -29,6 +29,7 @@ from sandboxes.theory.induction import (
     MATCH_SCALES,
     MAX_PERMUTED_STATES,
     PARENT_MASS,
+    STRATEGIES,
     bayes_predictive,
     blank_second_gradient,
     blocks_predictive,
@@ -445,6 +446,40 @@ def _staged_rows(change: str) -> list:
     return judge.staged_rows({}, {"runs": runs, "second": _second_stage("nothing")})[0]
 
 
+class _Mixture(torch.nn.Module):
+    """A model that predicts ``(1 - weight)`` times the uniform guess plus ``weight`` times the Bayes predictor."""
+
+    def __init__(self, task: InContextMarkov, weight: float) -> None:
+        super().__init__()
+        self.bayes, self.weight = _Estimator(task, "bayes"), weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        bayes = self.bayes(idx).exp()
+        return torch.log((1 - self.weight) / bayes.shape[-1] + self.weight * bayes)
+
+
+STRAIGHT = "two layers straight from the uniform guess to the Bayes predictor"
+
+
+def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[list[float]]:
+    """A two-layer seed's distances to the strategies at five evaluations: through the unigram, or ``STRAIGHT``."""
+    probe = measure.strategy_probe(task, seq[:256])
+    if change == STRAIGHT:
+        return [probe(_Mixture(task, w)) for w in np.linspace(0, 1, 5)]
+    names = ("uniform", "unigram", "unigram", "bayes", "bayes")
+    return [probe(_Estimator(task, name)) for name in names]
+
+
+def test_no_mixture_of_the_uniform_guess_and_the_bayes_predictor_is_nearest_the_unigram():
+    # the stages row's reason: a model that goes straight from one to the other never passes the unigram stage, on
+    # the quick profile's chain and the reference profile's tree
+    for task in (InContextMarkov.chain(3, 1.0, 32), InContextMarkov(3, 1.0, tree_parents(64, 8, seed=0))):
+        probe = measure.strategy_probe(task, task.sequences(256, _gen(8)))
+        nearest = [int(np.argmin(probe(_Mixture(task, w)))) for w in np.linspace(0, 1, 41)]
+        assert STRATEGIES.index("unigram") not in nearest
+        assert nearest[0] == STRATEGIES.index("uniform") and nearest[-1] == STRATEGIES.index("bayes")
+
+
 def _training_rows(change: str) -> list:
     task = InContextMarkov.chain(3, 1.0, 16)
     seq, ood = task.sequences(1000, _gen(6)), replace(task, alpha=0.3).sequences(1000, _gen(7))
@@ -467,8 +502,11 @@ def _training_rows(change: str) -> list:
         "parents": parents,
         "parent_weight": {"two_layers": [weight], "one_layer": [weight]},
         "still_descending": {"two_layers": 0, "one_layer": 0},
+        "eval_steps": [0, 10, 20, 30, 40],
+        "strategies": list(STRATEGIES),
+        "strategy_distance": {"two_layers": [_stage_path(task, seq, change)]},
     }
-    return judge.training_claims(data)
+    return [*judge.training_claims(data), judge.stages_claim(data)]
 
 
 ORDER_CHANGES = {  # a change to one shape's model -> what that shape is replaced by
@@ -658,6 +696,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"first stage on the chain, the last token's loss", "layer 1 as initialised", _staged_rows),
     (r"both stages \(layer 2 trained after layer 1\)", "layer 2 left at its first stage's scale", _second_stage_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
+    (r"stages \(Edelman", STRAIGHT, _training_rows),
     (r"order m, three layers of one head", "three layers window read unordered", _order_training_rows),
     (r"order m, two layers of one head", "two layers untrained", _order_training_rows),
     (

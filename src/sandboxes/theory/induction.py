@@ -7,6 +7,7 @@ context ``c`` counted in the sequence so far (Nichani, Damian and Lee 2024; Edel
 The chi-square mutual information ``E_pi[sum P(s_i, s_j)^2 / (P(s_i) P(s_j)) - 1]`` between two
 positions is computed exactly for each drawn kernel of a one-parent graph (chain or tree) and
 averaged over the prior; the first gradient step on layer-1 attention ranks earlier positions by it.
+Edelman et al.'s strategies (uniform, in-context unigram, Bayes) and a model's KL distance to each.
 Weight constructions: a two-layer induction head and an order-m one in three layers (Rajaraman et
 al.'s shape), each with its leakage bound; the staged initialisation whose first gradient is taken.
 """
@@ -174,6 +175,24 @@ def unigram_predictive(task: InContextMarkov, seq: np.ndarray) -> np.ndarray:
     onehot = np.eye(k)[seq[:, :-1]]
     seen = np.cumsum(onehot, axis=1)
     return (seen + task.alpha) / (np.arange(1, task.length + 1)[None, :, None] + k * task.alpha)
+
+
+STRATEGIES = ("uniform", "unigram", "bayes")  # Edelman et al.'s stages, in the order they predict training meets them
+
+
+def strategy_predictions(task: InContextMarkov, seq: np.ndarray) -> dict[str, np.ndarray]:
+    """Each of ``STRATEGIES``'s next-symbol laws on ``seq``, ``(n, length, k)``: the uniform guess, the in-context
+    unigram and the Bayes predictor (the in-context bigram of the task's graph)."""
+    uniform = np.full((*seq[:, :-1].shape, task.n_states), 1.0 / task.n_states)
+    return {"uniform": uniform, "unigram": unigram_predictive(task, seq), "bayes": bayes_predictive(task, seq)}
+
+
+def strategy_distances(log_model: np.ndarray, strategies: dict[str, np.ndarray]) -> list[float]:
+    """The mean over sequences and positions of KL(strategy || model) for each strategy, in ``STRATEGIES``'s order:
+    how far a model's log-probabilities ``log_model`` ``(n, length, k)`` lie from predicting as each one does."""
+    return [
+        float((strategies[name] * (np.log(strategies[name]) - log_model)).sum(axis=-1).mean()) for name in STRATEGIES
+    ]
 
 
 def sequence_losses(probs: np.ndarray, seq: np.ndarray) -> np.ndarray:

@@ -393,7 +393,7 @@ CHAPTER = Chapter(
             training,
             trains=True,
             rows=training_rows,
-            figures=("training", "attention", "parent_weight", "out_of_distribution"),
+            figures=("training", "stages", "attention", "parent_weight", "out_of_distribution"),
             reference=True,
             paper=training_vs_paper,
         ),

@@ -209,6 +209,28 @@ def training(data: TrainingData) -> Figure:
     return fig
 
 
+STRATEGY_COLORS = {"uniform": COLORS["theory"], "unigram": COLORS["full"], "bayes": COLORS["depth2"]}
+
+
+def stages(data: TrainingData) -> Figure:
+    """Edelman et al.'s stages: each model's distance to each strategy over training (KL from the strategy's
+    prediction to the model's), two layers beside one; each panel's first seed's nearest strategy shaded."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.6), sharey=True)
+    steps = np.asarray(data["eval_steps"])
+    for ax, (kind, title) in zip(axes, (("two_layers", "two layers"), ("one_layer", "one layer"))):
+        distances = np.asarray(data["strategy_distance"][kind], dtype=float)  # seed x evaluation x strategy
+        for i, name in enumerate(data["strategies"]):
+            curves_with_band(ax, steps, distances[..., i], STRATEGY_COLORS[name], LEVEL_NAMES[name])
+        nearest = distances[0].argmin(axis=-1)
+        edges = np.concatenate([[steps[0]], (steps[1:] + steps[:-1]) / 2, [steps[-1]]])
+        for e, i in enumerate(nearest):
+            ax.axvspan(edges[e], edges[e + 1], color=STRATEGY_COLORS[data["strategies"][i]], alpha=0.08, linewidth=0)
+        ax.set(xlabel="step", title=title)
+    axes[0].set(ylabel="KL(strategy || model), nats", ylim=(0, None))
+    axes[1].legend(loc="upper right", fontsize=8, title="strategy", title_fontsize=8)
+    return fig
+
+
 ORDER_LEVEL_NAMES = {
     "uniform": "uniform (ln k)",
     "unigram": "in-context unigram",

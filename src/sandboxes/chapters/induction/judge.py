@@ -298,7 +298,7 @@ def staged_claim(run: StageRun) -> Claim:
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
     """The training section's rows and the reasons for the rows it does not make, from its data alone (as run, or
     as read back from a result file, where the reference check recomputes them)."""
-    return training_claims(data), (one_layer_silence(config), GPT_ATTENTION_SILENCE)
+    return [*training_claims(data), stages_claim(data)], (one_layer_silence(config), GPT_ATTENTION_SILENCE)
 
 
 def support_rows(config: dict[str, Any], data: SupportData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -581,6 +581,54 @@ def training_claims(data: TrainingData) -> list[Claim]:
         .eventually(*settled)
         .held_to_spread(GAP_CLOSED, outside["gap_closed"]["two_layers"], upper=False),
     ]
+
+
+STAGES_IN_ORDER = "unigram before Bayes in every seed"
+
+
+def stage_starts(data: TrainingData) -> list[dict[str, int | None]]:
+    """Per two-layer seed, the step of the first evaluation at which each strategy is the nearest (None if never)."""
+    names, steps = data["strategies"], data["eval_steps"]
+    starts = []
+    for distances in np.asarray(data["strategy_distance"]["two_layers"], dtype=float):
+        nearest = distances.argmin(axis=-1)
+        starts.append(
+            {name: next((steps[e] for e in np.flatnonzero(nearest == i)), None) for i, name in enumerate(names)}
+        )
+    return starts
+
+
+def stages_claim(data: TrainingData) -> Claim:
+    """Edelman et al.'s stages: in every two-layer seed the nearest strategy is the in-context unigram at some
+    evaluation before it is first the Bayes predictor. Bayes first fails the row whatever the budget; a stage not
+    reached makes it undecided while runs still descend, and fails it once they rest."""
+    starts = stage_starts(data)
+    skipped = [k for k, s in enumerate(starts) if s["bayes"] is not None and (s["unigram"] or math.inf) > s["bayes"]]
+    never = [k for k, s in enumerate(starts) if k not in skipped and s["bayes"] is None]
+    measured = (
+        "; ".join(
+            [f"Bayes before the unigram in seed {', '.join(map(str, skipped))}"] * bool(skipped)
+            + [f"the Bayes stage never reached in seed {', '.join(map(str, never))}"] * bool(never)
+        )
+        or STAGES_IN_ORDER
+    )
+    rests = ", ".join(
+        f"{s['bayes'] - s['unigram']}" for s in starts if s["unigram"] is not None and s["bayes"] is not None
+    )
+    settled, unsettled = budget_ran_out(
+        data["still_descending"]["two_layers"], "two-layer runs were still descending", "steps"
+    )
+    return Claim.exact(
+        "stages (Edelman et al.), two layers, every seed: the strategy nearest the model (KL from the strategy's "
+        "prediction to the model's) is the in-context unigram at some evaluation before it is first the Bayes "
+        "predictor",
+        STAGES_IN_ORDER,
+        measured,
+        "Edelman et al. see training predict uniformly, then by in-context unigram statistics, then by the "
+        "bigram's; a model that went from the uniform guess straight to the Bayes predictor, along either mixture "
+        "of the two, is never nearest the unigram. Steps nearest the unigram before the Bayes stage, per seed: "
+        f"{rests or 'none'}",
+    ).eventually(settled or bool(skipped), unsettled)
 
 
 ORDER_SHAPES = {

@@ -604,6 +604,9 @@ class TrainingData(TypedDict):
     # weight on t's parent, mean over held-out sequences (NaN at a root)
     attention: list[list[list[float]]]  # layer 1 of the first two-layer seed, one table per head, mean over held-out
     still_descending: dict[str, int]
+    strategies: list[str]  # Edelman et al.'s strategies (theory.STRATEGIES), in the order they see training meet them
+    strategy_distance: dict[str, list[list[list[float]]]]  # kind -> seed -> evaluation -> strategy: the mean
+    # KL(strategy || model) over the positions of STAGE_PROBES held-out sequences (theory.strategy_distances)
 
 
 def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "T") -> GPTConfig:
@@ -686,12 +689,31 @@ def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
     )
 
 
+STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
+
+
+def strategy_probe(task: InContextMarkov, seq: Tensor) -> Callable[[nn.Module], list[float]]:
+    """A probe of a model's distance to each of Edelman et al.'s strategies on ``seq``
+    (:func:`theory.strategy_distances`), for the trainer to read at each evaluation."""
+    strategies = theory.strategy_predictions(task, seq.numpy())
+
+    def probe(model: nn.Module) -> list[float]:
+        logits = model(seq[:, :-1].to(next(model.parameters(), seq).device)).double().cpu()
+        return theory.strategy_distances(torch.log_softmax(logits, -1).numpy(), strategies)
+
+    return probe
+
+
 def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
-    """One- and two-layer transformers trained online; final losses, layer 1's attention, kernels off the prior."""
+    """One- and two-layer transformers trained online, probed for their distance to each of Edelman et al.'s
+    strategies along the way; final losses, layer 1's attention, kernels off the prior."""
     task = task_of(config)
     schedule = _schedule(config)
+    probe = strategy_probe(task, task.sequences(STAGE_PROBES, _generator(config, "stages")))
     runs = {
-        kind: train(lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress)
+        kind: train(
+            lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress, probe=probe
+        )
         for kind, n in KINDS.items()
     }
     models = {kind: [m.cpu() for m in run.models] for kind, run in runs.items()}
@@ -710,6 +732,8 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
         "parent_weight": weights,
         "attention": tables["two_layers"][0],
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+        "strategies": list(theory.STRATEGIES),
+        "strategy_distance": {kind: run.probes.tolist() for kind, run in runs.items()},
     }  # type: ignore[typeddict-item]
     return data
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory.induction import carried_weight, formed_apart, formed_together
-from .judge import formation_steps, gap_share
+from .judge import formation_steps, gap_share, stage_starts
 
 if TYPE_CHECKING:
     from .measure import (
@@ -93,6 +93,15 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
             f"gap closed {_spread(inside['gap_closed']['two_layers'])}; longest rest within a quarter of the "
             f"unigram-to-Bayes gap of the unigram level ({levels['unigram']:.3f}; Bayes {levels['bayes']:.3f}), "
             f"per seed: {'; '.join(rests)}",
+        ),
+        (
+            "the two-layer GPT's nearest strategy over training (Edelman et al., Fig. 1: KL to each strategy)",
+            "uniform, then the in-context unigram, then a rapid switch to the bigram (Bayes)",
+            "first step nearest the unigram → first nearest Bayes, per seed: "
+            + "; ".join(
+                f"{'never' if s['unigram'] is None else s['unigram']} → {'never' if s['bayes'] is None else s['bayes']}"
+                for s in stage_starts(run)
+            ),
         ),
         (
             "one layer (Sanford et al.; slides)",
