@@ -12,6 +12,7 @@ import torch
 
 from sandboxes.chapters import induction as chapter
 from sandboxes.chapters.induction import judge, measure
+from sandboxes.claims import Claim
 from sandboxes.data.incontext import (
     InContextMarkov,
     LastTokenTask,
@@ -465,7 +466,7 @@ def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[l
     """A two-layer seed's distances to the strategies at five evaluations: through the unigram, or ``STRAIGHT``."""
     probe = measure.strategy_probe(task, seq[:256])
     if change == STRAIGHT:
-        return [probe(_Mixture(task, w)) for w in np.linspace(0, 1, 5)]
+        return [probe(_Mixture(task, w)) for w in np.linspace(0, 1, 21)]
     names = ("uniform", "unigram", "unigram", "bayes", "bayes")
     return [probe(_Estimator(task, name)) for name in names]
 
@@ -478,6 +479,39 @@ def test_no_mixture_of_the_uniform_guess_and_the_bayes_predictor_is_nearest_the_
         nearest = [int(np.argmin(probe(_Mixture(task, w)))) for w in np.linspace(0, 1, 41)]
         assert STRATEGIES.index("unigram") not in nearest
         assert nearest[0] == STRATEGIES.index("uniform") and nearest[-1] == STRATEGIES.index("bayes")
+
+
+def _stage_rows(two_layers: list[list[list[float]]], still_descending: int = 0) -> Claim:
+    """The stages row on given distances (seed x evaluation x strategy), one evaluation every ten steps."""
+    steps = list(range(0, 10 * len(two_layers[0]), 10))
+    data = {
+        "eval_steps": steps,
+        "strategies": list(STRATEGIES),
+        "strategy_distance": {"two_layers": two_layers},
+        "still_descending": {"two_layers": still_descending},
+    }
+    return judge.stages_claim(data)
+
+
+U, G, B = [0.0, 0.1, 0.2], [0.1, 0.0, 0.1], [0.3, 0.2, 0.0]  # nearest the uniform guess, the unigram, Bayes
+
+
+def test_the_stages_row_holds_in_order_and_fails_where_the_evaluations_see_bayes_first():
+    assert _stage_rows([[U, G, B, B], [U, U, G, B]]).holds is True
+    fine = [[0.0, 0.2, 0.3], [0.08, 0.2, 0.2], [0.11, 0.2, 0.12], [0.12, 0.2, 0.1], [0.15, 0.2, 0.05], [0.2, 0.2, 0]]
+    # uniform, then Bayes, the switch in a small move: the unigram was never nearer
+    assert _stage_rows([[U, G, B, B, B, B], fine]).holds is False
+
+
+def test_the_stages_row_is_undecided_where_one_interval_holds_the_whole_switch_or_a_distance_is_not_finite():
+    coarse = [[0.0, 0.1, 0.3], [0.1, 0.1, 0.0]]  # uniform, then Bayes at once: a unigram stage may lie between
+    assert _stage_rows([coarse]).holds is None
+    assert _stage_rows([[U, [np.nan] * 3, B]]).holds is None
+
+
+def test_the_stages_row_waits_for_a_descending_run_and_fails_a_settled_one_that_never_reaches_bayes():
+    assert _stage_rows([[U, G, G]], still_descending=1).holds is None
+    assert _stage_rows([[U, G, G]]).holds is False
 
 
 def _training_rows(change: str) -> list:
@@ -496,15 +530,16 @@ def _training_rows(change: str) -> list:
         head = GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=2, n_head=1, d_model=32, mlp=False)).double()
     parents = measure.parent_positions(task, 16)
     weight = measure.parent_weight(measure.layer_one_attention(head, seq), parents)
+    path = _stage_path(task, seq, change)
     data = {
         "in_distribution": measure.held_out(task, seq, models),
         "out_of_distribution": measure.held_out(task, ood, off_prior),
         "parents": parents,
         "parent_weight": {"two_layers": [weight], "one_layer": [weight]},
         "still_descending": {"two_layers": 0, "one_layer": 0},
-        "eval_steps": [0, 10, 20, 30, 40],
+        "eval_steps": list(range(0, 10 * len(path), 10)),
         "strategies": list(STRATEGIES),
-        "strategy_distance": {"two_layers": [_stage_path(task, seq, change)]},
+        "strategy_distance": {"two_layers": [path]},
     }
     return [*judge.training_claims(data), judge.stages_claim(data)]
 

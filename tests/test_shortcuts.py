@@ -12,6 +12,7 @@ import torch
 
 from sandboxes.chapters import shortcuts as chapter
 from sandboxes.chapters.shortcuts import judge, measure
+from sandboxes.chapters.shortcuts.paper import boundary_vs_paper
 from sandboxes.data.automata import (
     AutomatonTask,
     ScratchpadParity,
@@ -647,3 +648,13 @@ def test_an_automaton_in_the_sweep_does_not_depend_on_its_neighbours():
         return np.asarray(data["accuracy"])[data["names"].index("C2")]
 
     assert np.allclose(accuracy_of_c2("C2,A5"), accuracy_of_c2("Grid4,C3,C2,Q8,A5"), atol=1e-6)
+
+
+def test_the_boundary_row_names_the_heads_above_uniform_attention_and_none_where_none_is():
+    def row(mass: list[float]) -> str:
+        data = {"grid_attention": {"boundary_mass": mass, "boundary_rate": 0.34}}
+        return boundary_vs_paper(data)[0][2]
+
+    assert row([0.32, 0.61]).endswith("head 1 above uniform")
+    assert "no head attends to walls more than uniform" in row([0.32, 0.27])
+    assert boundary_vs_paper({"grid_attention": None}) == []

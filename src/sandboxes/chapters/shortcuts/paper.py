@@ -98,9 +98,32 @@ def brittleness_vs_paper(out: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def boundary_vs_paper(data: SweepData) -> list[tuple[str, str, str]]:
+    """The thesis's boundary detector (Fig. 3.6) beside the trained depth-2 gridworld's last attention layer: the mass
+    each head puts on positions at a wall against what uniform attention puts there (none without that GPT)."""
+    att = data["grid_attention"]
+    if att is None:
+        return []
+    mass, rate = att["boundary_mass"], att["boundary_rate"]
+    above = [h for h, m in enumerate(mass) if m > rate]
+    return [
+        (
+            "the gridworld's boundary detector: a trained depth-2 GPT's last layer, attention on times at a wall, "
+            "averaged over held-out sequences",
+            "heads attend to the last time the walk stood at a wall (Fig. 3.6; Algorithm 1 of Thm 12)",
+            f"per head {', '.join(f'{m:.2f}' for m in mass)} against {rate:.2f} under uniform attention: "
+            + (
+                f"head {', '.join(map(str, above))} above uniform"
+                if above
+                else "no head attends to walls more than uniform attention does, so no detector shows here"
+            ),
+        )
+    ]
+
+
 def sweep_vs_paper(data: SweepData) -> list[tuple[str, str, str]]:
-    """The thesis's depths beside the sweep's."""
-    return _depths_vs_paper(data)
+    """The thesis's depths beside the sweep's, and its boundary detector beside the trained gridworld's heads."""
+    return [*_depths_vs_paper(data), *boundary_vs_paper(data)]
 
 
 def hard_vs_paper(data: HardData) -> list[tuple[str, str, str]]:
