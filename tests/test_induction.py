@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sandboxes.chapters import induction as chapter
-from sandboxes.chapters.induction import judge, measure
+from sandboxes.chapters.induction import judge, measure, tasks
 from sandboxes.claims import Claim
 from sandboxes.data.incontext import (
     InContextMarkov,
@@ -24,6 +24,7 @@ from sandboxes.data.incontext import (
 from sandboxes.data.trigger import TriggerTask, stationary
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
+from sandboxes.profiles import resolve
 from sandboxes.theory.induction import (
     FORMED,
     LEMMA_BETA,
@@ -53,6 +54,8 @@ from sandboxes.theory.induction import (
     predictor_loss,
     sequence_losses,
     squared_norm,
+    strategy_predictions,
+    strategy_separation,
     successor_average,
     unigram_predictive,
     window_gap,
@@ -448,15 +451,25 @@ def _staged_rows(change: str) -> list:
 
 
 class _Mixture(torch.nn.Module):
-    """A model that predicts ``(1 - weight)`` times the uniform guess plus ``weight`` times the Bayes predictor."""
+    """A model that predicts a mixture of two strategies: ``(1 - weight)`` times ``start``'s law plus ``weight`` times
+    ``end``'s (``geometric``: their normalised geometric mean with those weights)."""
 
-    def __init__(self, task: InContextMarkov, weight: float) -> None:
+    def __init__(
+        self, task: InContextMarkov, weight: float, start: str = "uniform", end: str = "bayes", geometric: bool = False
+    ) -> None:
         super().__init__()
-        self.bayes, self.weight = _Estimator(task, "bayes"), weight
+        self.start, self.end, self.weight, self.geometric = (
+            _Estimator(task, start),
+            _Estimator(task, end),
+            weight,
+            geometric,
+        )
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        bayes = self.bayes(idx).exp()
-        return torch.log((1 - self.weight) / bayes.shape[-1] + self.weight * bayes)
+        start, end = self.start(idx), self.end(idx)
+        if self.geometric:
+            return torch.log_softmax((1 - self.weight) * start + self.weight * end, dim=-1)
+        return torch.log((1 - self.weight) * start.exp() + self.weight * end.exp())
 
 
 STRAIGHT = "two layers straight from the uniform guess to the Bayes predictor"
@@ -471,17 +484,38 @@ def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[l
     return [probe(_Estimator(task, name)) for name in names]
 
 
-def test_no_mixture_of_the_uniform_guess_and_the_bayes_predictor_is_nearest_the_unigram():
+def _chapter_tasks() -> list[InContextMarkov]:
+    """The quick profile's chain and the reference profile's tree (window 4), from the profiles' own values."""
+    return [tasks.task_of(resolve(chapter.PARAMS, profile, {})) for profile in ("quick", "reference")]
+
+
+@pytest.mark.parametrize("geometric", [False, True], ids=["arithmetic", "geometric"])
+def test_no_mixture_of_the_uniform_guess_and_the_bayes_predictor_is_nearest_the_unigram(geometric):
     # the stages row's reason: a model that goes straight from one to the other never passes the unigram stage, on
     # the quick profile's chain and the reference profile's tree
-    for task in (InContextMarkov.chain(3, 1.0, 32), InContextMarkov(3, 1.0, tree_parents(64, 8, seed=0))):
+    for task in _chapter_tasks():
         probe = measure.strategy_probe(task, task.sequences(256, _gen(8)))
-        nearest = [int(np.argmin(probe(_Mixture(task, w)))) for w in np.linspace(0, 1, 41)]
+        nearest = [int(np.argmin(probe(_Mixture(task, w, geometric=geometric)))) for w in np.linspace(0, 1, 41)]
         assert STRATEGIES.index("unigram") not in nearest
         assert nearest[0] == STRATEGIES.index("uniform") and nearest[-1] == STRATEGIES.index("bayes")
 
 
-def _stage_rows(two_layers: list[list[list[float]]], still_descending: int = 0) -> Claim:
+def test_a_path_through_the_unigram_seen_on_either_side_of_its_stage_is_undecided_not_failed():
+    # RESOLVED: evaluations that miss the unigram stage of a path through it see a switch that moved most of the way
+    for task in _chapter_tasks():
+        probe = measure.strategy_probe(task, task.sequences(256, _gen(8)))
+        path = [_Mixture(task, w, "uniform", "unigram") for w in np.linspace(0, 1, 21)]
+        path += [_Mixture(task, w, "unigram", "bayes") for w in np.linspace(0, 1, 21)[1:]]
+        distances = [probe(m) for m in path]
+        nearest = np.argmin(distances, axis=1)
+        unigram, bayes = STRATEGIES.index("unigram"), STRATEGIES.index("bayes")
+        before = np.flatnonzero(nearest == unigram)[0] - 1  # the last evaluation nearest the uniform guess
+        after = np.flatnonzero(nearest == bayes)[0]  # the first nearest the Bayes predictor
+        seen = [distances[0], distances[before], distances[after], distances[-1]]
+        assert judge.stage_outcome(np.asarray(seen), list(STRATEGIES)) == "unresolved"
+
+
+def _stage_rows(two_layers: list[list[list[float]]], still_descending: int = 0, separation: float = 1.0) -> Claim:
     """The stages row on given distances (seed x evaluation x strategy), one evaluation every ten steps."""
     steps = list(range(0, 10 * len(two_layers[0]), 10))
     data = {
@@ -490,7 +524,7 @@ def _stage_rows(two_layers: list[list[list[float]]], still_descending: int = 0) 
         "strategy_distance": {"two_layers": two_layers},
         "still_descending": {"two_layers": still_descending},
     }
-    return judge.stages_claim(data)
+    return judge.stages_claim(data, separation)
 
 
 U, G, B = [0.0, 0.1, 0.2], [0.1, 0.0, 0.1], [0.3, 0.2, 0.0]  # nearest the uniform guess, the unigram, Bayes
@@ -507,6 +541,25 @@ def test_the_stages_row_is_undecided_where_one_interval_holds_the_whole_switch_o
     coarse = [[0.0, 0.1, 0.3], [0.1, 0.1, 0.0]]  # uniform, then Bayes at once: a unigram stage may lie between
     assert _stage_rows([coarse]).holds is None
     assert _stage_rows([[U, [np.nan] * 3, B]]).holds is None
+
+
+def test_the_stages_row_is_undecided_where_the_strategies_lie_nearer_each_other_than_the_models_to_bayes():
+    assert _stage_rows([[U, G, B, B]], separation=0.5).holds is True
+    assert _stage_rows([[U, G, B, B]], separation=0.0).holds is None  # the models end 0.0 from Bayes: not nearer
+
+
+def test_the_stage_separation_is_the_smallest_divergence_between_two_strategies():
+    task = InContextMarkov.chain(3, 1.0, 16)
+    strategies = strategy_predictions(task, task.sequences(64, _gen(9)).numpy())
+    probe = measure.strategy_probe(task, task.sequences(64, _gen(9)))
+    assert strategy_separation(strategies) == pytest.approx(
+        min(
+            probe(_Estimator(task, model))[STRATEGIES.index(strategy)]
+            for model in STRATEGIES
+            for strategy in STRATEGIES
+            if model != strategy
+        )
+    )
 
 
 def test_the_stages_row_waits_for_a_descending_run_and_fails_a_settled_one_that_never_reaches_bayes():
@@ -541,7 +594,8 @@ def _training_rows(change: str) -> list:
         "strategies": list(STRATEGIES),
         "strategy_distance": {"two_layers": [path]},
     }
-    return [*judge.training_claims(data), judge.stages_claim(data)]
+    separation = strategy_separation(strategy_predictions(task, seq[:256].numpy()))
+    return [*judge.training_claims(data), judge.stages_claim(data, separation)]
 
 
 ORDER_CHANGES = {  # a change to one shape's model -> what that shape is replaced by

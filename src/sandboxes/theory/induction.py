@@ -195,6 +195,17 @@ def strategy_distances(log_model: np.ndarray, strategies: dict[str, np.ndarray])
     ]
 
 
+def strategy_separation(strategies: dict[str, np.ndarray]) -> float:
+    """The smallest mean KL divergence from one of the strategies to another, over ``strategies``' sequences and
+    positions: how far apart the stages lie, against which a model's distance to its nearest one is read."""
+    return min(
+        float((p * (np.log(p) - np.log(q))).sum(axis=-1).mean())
+        for a, p in strategies.items()
+        for b, q in strategies.items()
+        if a != b
+    )
+
+
 def sequence_losses(probs: np.ndarray, seq: np.ndarray) -> np.ndarray:
     """Cross-entropy of ``probs`` on the next symbols of ``seq``, averaged over each sequence's positions."""
     return -np.log(np.take_along_axis(probs, seq[:, 1:, None], axis=-1)[..., 0]).mean(axis=1)

@@ -34,26 +34,16 @@ from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
 from .judge import GRADIENT_CHUNKS, parent_margins
+from .tasks import generator as _generator
+from .tasks import stage_probes, task_of
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 
 
-def task_of(config: dict[str, Any]) -> InContextMarkov:
-    """The chapter's in-context chain: the chain, or the tree drawn with ``seed``."""
-    T = config["T"]
-    parents = chain_parents(T) if config["graph"] == "chain" else tree_parents(T, config["window"], config["seed"])
-    return InContextMarkov(config["k"], config["alpha"], parents)
-
-
 def parent_positions(task: InContextMarkov, length: int | None = None) -> list[int]:
     """Each position's one parent, -1 at a root (JSON has no None in an int list), for the first ``length``."""
     return [-1 if p is None else p for p in theory.single_parents(task)][:length]
-
-
-def _generator(config: dict[str, Any], purpose: str) -> torch.Generator:
-    """A generator for one purpose, fixed by the chapter's own settings and not by the order of the sections."""
-    return torch.Generator().manual_seed(member_seed("induction", purpose, config["seed"]))
 
 
 # ---------------------------------------------------------------- loss levels and the chi-square information
@@ -689,9 +679,6 @@ def parent_weight(attention: np.ndarray, parents: list[int]) -> np.ndarray:
     )
 
 
-STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
-
-
 def strategy_probe(task: InContextMarkov, seq: Tensor) -> Callable[[nn.Module], list[float]]:
     """A probe of a model's distance to each of Edelman et al.'s strategies on ``seq``
     (:func:`theory.strategy_distances`), for the trainer to read at each evaluation."""
@@ -709,7 +696,7 @@ def training(config: dict[str, Any], ctx: RunContext) -> TrainingData:
     strategies along the way; final losses, layer 1's attention, kernels off the prior."""
     task = task_of(config)
     schedule = _schedule(config)
-    probe = strategy_probe(task, task.sequences(STAGE_PROBES, _generator(config, "stages")))
+    probe = strategy_probe(task, stage_probes(config))
     runs = {
         kind: train(
             lambda n=n: GPT(_gpt(config, n)), task, schedule, ctx.seeds, ctx.device, progress=ctx.progress, probe=probe

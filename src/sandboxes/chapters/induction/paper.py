@@ -95,7 +95,7 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
             f"per seed: {'; '.join(rests)}",
         ),
         (
-            "the two-layer GPT's nearest strategy over training (Edelman et al., Fig. 1: KL to each strategy)",
+            "the two-layer GPT's nearest strategy over training (Edelman et al., Fig. 1: a distance to each strategy)",
             "uniform, then the in-context unigram, then a rapid switch to the bigram (Bayes)",
             "first step nearest the unigram → first nearest Bayes, per seed: "
             + "; ".join(
