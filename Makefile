@@ -71,7 +71,7 @@ check: $(STAMP)
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
 	SANDBOXES_PROFILE=quick SANDBOXES_KERNEL_PATHS=required OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
-		--dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book \
+		--durations=20 --dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book \
 		tests/test_kernel_paths.py::test_the_default_kernel_path_gives_the_stored_page_its_verdicts
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sandboxes.chapters import induction as chapter
-from sandboxes.chapters.induction import judge, measure, tasks
+from sandboxes.chapters.induction import judge, measure, paper, tasks
 from sandboxes.claims import Claim
 from sandboxes.data.incontext import (
     InContextMarkov,
@@ -560,6 +560,12 @@ def test_the_stage_separation_is_the_smallest_divergence_between_two_strategies(
             if model != strategy
         )
     )
+
+
+def test_the_unigram_approach_is_read_before_the_bayes_stage_only():
+    run = {"strategies": list(STRATEGIES), "strategy_distance": {"two_layers": [[U, [0.1, 0.05, 0.2], B, G]]}}
+    assert paper.unigram_approach(run) == [0.05]  # the later 0.0 comes after the Bayes stage began
+    assert math.isnan(paper.unigram_approach({**run, "strategy_distance": {"two_layers": [[B, G]]}})[0])
 
 
 def test_the_stages_row_waits_for_a_descending_run_and_fails_a_settled_one_that_never_reaches_bayes():

@@ -131,20 +131,32 @@ def test_every_module_imports_only_the_layers_its_layer_may_use(path):
 
 
 # A chapter package's rows are judged again from stored data (the reference check), so its judge and paper modules
-# may not train: they import no trainer, model, worker, calibration or memory planning, at any depth.
+# may not train: they import no trainer, model, worker, calibration or memory planning, at any depth, nor its
+# measurements; a sibling module they import is held to the same rule.
 TRAINING = {"trainer", "model", "workers", "calibration", "memory", "attention"}
 JUDGING = sorted(path for name in ("judge", "paper") for path in (PACKAGE / "chapters").glob(f"*/{name}.py"))
 
 
+def _training_imports(path: Path, seen: frozenset[str] = frozenset()) -> set[str]:
+    """What of TRAINING, or of the chapter's ``measure``, ``path`` imports at run time, itself or through the
+    sibling modules of its chapter package that it imports."""
+    source = path.read_text()
+    found = _imported_layers(source, path.relative_to(PACKAGE).parts[:-1]) & TRAINING
+    for node in _run_time_imports(source):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module not in seen:
+            found |= {"measure"} if node.module == "measure" else set()
+            found |= _training_imports(path.parent / f"{node.module}.py", seen | {node.module})
+    return found
+
+
 @pytest.mark.parametrize("path", JUDGING, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_a_chapters_judge_and_paper_import_nothing_that_trains(path):
-    imported = _imported_layers(path.read_text(), path.relative_to(PACKAGE).parts[:-1])
-    siblings = {
-        node.module
-        for node in _run_time_imports(path.read_text())
-        if isinstance(node, ast.ImportFrom) and node.level == 1
-    }
-    assert not imported & TRAINING and siblings <= {"judge"}, (imported & TRAINING, siblings)
+    assert not _training_imports(path)
+
+
+def test_a_module_that_imports_the_measurements_is_caught():
+    # the chapter's own package module imports its measurements (and through them the trainer): the rule above sees it
+    assert {"measure", "trainer"} <= _training_imports(PACKAGE / "chapters" / "induction" / "__init__.py")
 
 
 # A chapter's figures draw stored data alone: the page draws the committed reference run with them.

@@ -101,7 +101,9 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
             + "; ".join(
                 f"{'never' if s['unigram'] is None else s['unigram']} → {'never' if s['bayes'] is None else s['bayes']}"
                 for s in stage_starts(run)
-            ),
+            )
+            + "; nearest approach to the unigram before the Bayes stage (KL, nats), per seed: "
+            + ", ".join(f"{d:.3f}" for d in unigram_approach(run)),
         ),
         (
             "one layer (Sanford et al.; slides)",
@@ -215,6 +217,19 @@ def separate_vs_paper(run: SeparateData) -> list[Row]:
             "per seed: " + "; ".join(counts),
         )
     ]
+
+
+def unigram_approach(run: TrainingData) -> list[float]:
+    """Per two-layer seed, its smallest distance to the in-context unigram at the evaluations before it is first
+    nearest the Bayes predictor (all of them if it never is): how deep its rest at the unigram goes."""
+    names = run["strategies"]
+    unigram, bayes = names.index("unigram"), names.index("bayes")
+    depths = []
+    for distances in np.asarray(run["strategy_distance"]["two_layers"], dtype=float):
+        reached = np.flatnonzero(distances.argmin(axis=-1) == bayes)
+        stop = reached[0] if len(reached) else len(distances)
+        depths.append(float(distances[:stop, unigram].min()) if stop else float("nan"))
+    return depths
 
 
 def unigram_rests(steps: list[int], curves: list[list[float]], levels: dict[str, float]) -> list[tuple[float, float]]:
