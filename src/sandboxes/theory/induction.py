@@ -199,10 +199,10 @@ def strategy_separation(strategies: dict[str, np.ndarray]) -> float:
     """The smallest mean KL divergence from one of the strategies to another, over ``strategies``' sequences and
     positions: how far apart the stages lie, against which a model's distance to its nearest one is read."""
     return min(
-        float((p * (np.log(p) - np.log(q))).sum(axis=-1).mean())
-        for a, p in strategies.items()
-        for b, q in strategies.items()
-        if a != b
+        distance
+        for model, law in strategies.items()
+        for name, distance in zip(STRATEGIES, strategy_distances(np.log(law), strategies))
+        if name != model
     )
 
 

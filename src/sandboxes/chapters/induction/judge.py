@@ -601,15 +601,19 @@ RESOLVED = 0.25  # a switch from the uniform guess straight to the Bayes predict
 # k = 3, alpha = 1, in a read-only review); one that skips it along a mixture sampled 21 times moves about 0.05
 
 
+def first_nearest(distances: np.ndarray, strategy: int) -> int | None:
+    """The first evaluation at which ``strategy`` is the nearest of a seed's ``(evaluations, strategies)`` distances
+    (None if never)."""
+    return next((int(e) for e in np.flatnonzero(distances.argmin(axis=-1) == strategy)), None)
+
+
 def stage_starts(data: TrainingData) -> list[dict[str, int | None]]:
     """Per two-layer seed, the step of the first evaluation at which each strategy is the nearest (None if never)."""
     names, steps = data["strategies"], data["eval_steps"]
     starts = []
     for distances in np.asarray(data["strategy_distance"]["two_layers"], dtype=float):
-        nearest = distances.argmin(axis=-1)
-        starts.append(
-            {name: next((steps[e] for e in np.flatnonzero(nearest == i)), None) for i, name in enumerate(names)}
-        )
+        firsts = {name: first_nearest(distances, i) for i, name in enumerate(names)}
+        starts.append({name: None if e is None else steps[e] for name, e in firsts.items()})
     return starts
 
 
@@ -621,13 +625,13 @@ def stage_outcome(distances: np.ndarray, names: list[str]) -> str:
     never nearest) or "not finite"."""
     if not np.isfinite(distances).all():
         return "not finite"
-    nearest, unigram, bayes = distances.argmin(axis=-1), names.index("unigram"), names.index("bayes")
-    reached = np.flatnonzero(nearest == bayes)
-    if not len(reached):
+    unigram, bayes = names.index("unigram"), names.index("bayes")
+    first = first_nearest(distances, bayes)
+    if first is None:
         return "never"
-    if (nearest[: reached[0]] == unigram).any():
+    if (distances[:first].argmin(axis=-1) == unigram).any():
         return "in order"
-    first, to_bayes = reached[0], distances[:, bayes]
+    to_bayes = distances[:, bayes]
     fell = to_bayes[first - 1] - to_bayes[first] if first else math.inf
     return "skipped" if fell < RESOLVED * (to_bayes[0] - to_bayes.min()) else "unresolved"
 

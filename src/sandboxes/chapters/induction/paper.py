@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory.induction import carried_weight, formed_apart, formed_together
-from .judge import formation_steps, gap_share, stage_starts
+from .judge import first_nearest, formation_steps, gap_share, stage_starts
 
 if TYPE_CHECKING:
     from .measure import (
@@ -226,8 +226,8 @@ def unigram_approach(run: TrainingData) -> list[float]:
     unigram, bayes = names.index("unigram"), names.index("bayes")
     depths = []
     for distances in np.asarray(run["strategy_distance"]["two_layers"], dtype=float):
-        reached = np.flatnonzero(distances.argmin(axis=-1) == bayes)
-        stop = reached[0] if len(reached) else len(distances)
+        stop = first_nearest(distances, bayes)
+        stop = len(distances) if stop is None else stop
         depths.append(float(distances[:stop, unigram].min()) if stop else float("nan"))
     return depths
 
