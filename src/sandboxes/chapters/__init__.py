@@ -10,7 +10,7 @@ from ..sections import Chapter
 
 
 def _registry() -> dict[str, Chapter]:
-    from . import dilution, hmm, induction, markov, memories, shortcuts
+    from . import dilution, hmm, induction, markov, memories, onelayer, shortcuts
 
     return {
         chapter.name: chapter
@@ -21,6 +21,7 @@ def _registry() -> dict[str, Chapter]:
             hmm.CHAPTER,
             induction.CHAPTER,
             memories.CHAPTER,
+            onelayer.CHAPTER,
         )
     }
 

@@ -1,0 +1,110 @@
+"""The one-layer chapter's rows: pure functions of a section's config and stored data, with their tolerances, so that
+the tests can hand each a counterfactual in which it fails and a stored result can be judged again. Nothing here
+trains or imports the trainer (``tests/test_layout.py``)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ...claims import Claim
+
+if TYPE_CHECKING:
+    from .measure import MatchCheck, MatchData, NGramData, OrderCheck
+
+ROUND_OFF = 1e-12  # float64: a log-softmax of sums of a few dozen terms of size at most Lambda (measured ~1e-15)
+
+
+# ---------------------------------------------------------------- Match2
+def match2_rows(config: dict[str, Any], data: MatchData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The unit against Match2 on every small input and on random larger ones, and its weights against the proof's."""
+    checks = [data["every"], *data["random"]]
+    return [
+        every_input_claim(data["every"]),
+        *[random_input_claim(check) for check in data["random"]],
+        weights_claim(checks),
+    ], ()
+
+
+def every_input_claim(check: MatchCheck) -> Claim:
+    """Exhaustive: the theorem says f(X) = Match2(X) for every X, so one wrong position fails it."""
+    return Claim.exact(
+        f"Match2 in embedding dimension 3 (Sanford et al.): wrong outputs on every input of [{check['M']}]^"
+        f"{check['N']} ({check['inputs']} inputs)",
+        "0",
+        str(check["wrong"]),
+        f"the theorem: f(X) = Match2(X) for all X; c = M^2 ln(6N) = {check['c']:.4g}; "
+        f"{check['paired']:.2f} of the positions have a partner",
+    )
+
+
+def random_input_claim(check: MatchCheck) -> Claim:
+    """The same at a size too large to enumerate, where M = N^2 (the theorem's M = poly(N))."""
+    return Claim.exact(
+        f"Match2 in embedding dimension 3: wrong outputs on {check['inputs']} random inputs at N = {check['N']}, "
+        f"M = {check['M']}",
+        "0",
+        str(check["wrong"]),
+        f"the theorem: f(X) = Match2(X) for all X; c = M^2 ln(6N) = {check['c']:.4g}; half the odd positions "
+        f"given a partner, {check['paired']:.2f} of the positions have one",
+    )
+
+
+def weights_claim(checks: list[MatchCheck]) -> Claim:
+    """The proof's step: a key that is neither a partner nor the blank weighs at most 1/(6N)."""
+    worst = max(check["stray_weight"] for check in checks)
+    return Claim.at_most(
+        "Match2 unit: largest weight on a key that is neither a partner nor the blank, in units of 1/(6N), every "
+        "input checked",
+        1.0,
+        worst,
+        "the proof: such a key scores at most c (1 - 1/M^2) against the blank's c, so with c = M^2 ln(6N) it weighs "
+        "at most 1/(6N); N of them then carry at most 1/6, below psi's threshold",
+        digits=3,
+    )
+
+
+# ---------------------------------------------------------------- n-gram language models
+def ngram_rows(config: dict[str, Any], data: NGramData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Per order: the hard layer equals the n-gram, and the softmax layer's error sits under our bound at every
+    scale where the bound is finite (or why no such row is made)."""
+    claims, silences = [], []
+    for order in data["orders"]:
+        claims.append(hard_claim(order, data))
+        judged = [i for i, bound in enumerate(order["bound"]) if math.isfinite(bound)]
+        if judged:
+            claims.append(soft_claim(order, data, judged))
+        else:
+            silences.append(
+                f"order {order['n']}: at no chosen scale is a head's stray weight below 1/2, where our bound starts; "
+                "a scale above ln 5 makes the row"
+            )
+    return claims, tuple(silences)
+
+
+def hard_claim(order: OrderCheck, data: NGramData) -> Claim:
+    """Svete and Cotterell's Thm 3.1: with hard attention the layer's law is the n-gram's, exactly."""
+    return Claim.at_most(
+        f"{order['n']}-gram LM as one layer of {order['n'] - 1} hard-attention head{'s' if order['n'] > 2 else ''} "
+        f"(Svete and Cotterell): largest "
+        f"|log p_layer - log p| over every string of length <= {data['length']} ({data['strings']} strings)",
+        ROUND_OFF,
+        order["hard_error"],
+        "Thm 3.1: the layer's next-symbol law is the n-gram's on every history (weakly equivalent); float64 round-off",
+        digits=2,
+    )
+
+
+def soft_claim(order: OrderCheck, data: NGramData, judged: list[int]) -> Claim:
+    """Softmax heads at scale beta: the measured error over our bound, at its worst over the judged scales."""
+    ratios = [order["soft_error"][i] / (order["bound"][i] + ROUND_OFF) for i in judged]
+    scales = ", ".join(f"{data['scales'][i]:g}" for i in judged)
+    return Claim.at_most(
+        f"{order['n']}-gram LM, softmax heads at scale beta = {scales}: largest error over our bound "
+        f"4 (n - 1) Lambda delta(beta) plus float64 round-off",
+        1.0,
+        max(ratios),
+        "our bound (the theorem says only that soft attention approximates hard attention as the scale grows): "
+        "each head's stray weight delta(beta) <= 2 sum_d exp(-beta d^2); judged where delta < 1/2",
+        digits=3,
+    )

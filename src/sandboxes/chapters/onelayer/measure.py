@@ -1,0 +1,188 @@
+"""The one-layer chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge`` reads) and
+the function that computes it: Sanford et al.'s Match2 unit on every input of a small size, on random larger ones and
+in float32, and an n-gram language model as one layer of n - 1 heads, with hard attention and with softmax at a range
+of scales. Nothing here trains."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import numpy as np
+
+from ...profiles import float_list, int_list
+from ...runtime import member_seed
+from ...sections import RunContext
+from ...theory import onelayer as theory
+
+ROWS_AT_ONCE = 2**21  # attention weights held at once while checking the unit: a chunk of inputs of (N + 1)^2 each
+FLOAT32_BITS = 24  # significant bits of a float32
+
+
+# ---------------------------------------------------------------- Match2
+class MatchCheck(TypedDict):
+    M: int
+    N: int
+    c: float
+    inputs: int
+    paired: float  # share of positions whose token has a partner
+    wrong: int  # positions where psi of the unit's output is not Match2
+    stray_weight: float  # the largest weight on a key that is neither a partner nor the blank, times 6N (the proof:
+    # at most 1)
+
+
+class PrecisionData(TypedDict):
+    N: int
+    M: list[int]
+    score_error: list[float]  # c 2^-24: a float32 score's rounding error is of this order
+    wrong_share: list[float]  # share of positions wrong with the scores in float32
+
+
+class MatchData(TypedDict):
+    every: MatchCheck  # every input of [M]^N
+    random: list[MatchCheck]  # random inputs at larger N, M = N^2, half the odd positions given a partner
+    precision: PrecisionData
+    example: list[int]  # one input, drawn for the figure of the weights
+    example_weights: list[list[float]]  # its (N + 1) x (N + 1) attention weights
+
+
+def strays(X: np.ndarray, M: int) -> np.ndarray:
+    """Which keys of ``X`` with the blank appended are strays for each query, ``(B, N, N + 1)``: neither a partner of
+    it (``x_i + x_j = 0 mod M``) nor the blank."""
+    partner = (X[:, :, None] + X[:, None, :]) % M == 0
+    return np.concatenate([~partner, np.zeros((*partner.shape[:2], 1), dtype=bool)], axis=2)
+
+
+def check_unit(X: np.ndarray, M: int, c: float) -> MatchCheck:
+    """The unit at inverse temperature ``c`` on every row of ``X``: its wrong outputs after psi, and its largest weight
+    on a stray key, in chunks."""
+    N = X.shape[1]
+    unit, wrong, stray = theory.match2_unit(M, c), 0, 0.0
+    rows = max(1, ROWS_AT_ONCE // (N + 1) ** 2)
+    for start in range(0, len(X), rows):
+        chunk = X[start : start + rows]
+        out, weights = unit(theory.with_blank(chunk, M))
+        wrong += int((theory.match2_output(out[:, :N]) != theory.match2(chunk, M)).sum())
+        stray = max(stray, float(np.where(strays(chunk, M), weights[:, :N], 0.0).max()) * 6 * N)
+    return {
+        "M": M,
+        "N": N,
+        "c": c,
+        "inputs": len(X),
+        "paired": float(theory.match2(X, M).mean()),
+        "wrong": wrong,
+        "stray_weight": stray,
+    }
+
+
+def random_inputs(N: int, M: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` inputs in ``[0, M)^N``, uniform, then each odd position given the partner of the one before it with
+    odds one half (uniform tokens at ``M = N^2`` seldom have one)."""
+    X = rng.integers(0, M, size=(count, N))
+    give = rng.random((count, N // 2)) < 0.5
+    X[:, 1 : 2 * (N // 2) : 2] = np.where(give, (-X[:, 0 : 2 * (N // 2) : 2]) % M, X[:, 1 : 2 * (N // 2) : 2])
+    return X
+
+
+def float32_wrong_share(X: np.ndarray, M: int) -> float:
+    """The share of positions the unit gets wrong when its embedding, maps and scores are float32 (the softmax and
+    what follows in float64, so that only the scores' precision changes)."""
+    N = X.shape[1]
+    unit = theory.match2_unit(M, theory.match2_scale(M, N))
+    x = unit.phi[theory.with_blank(X, M)].astype(np.float32)
+    scores = (x @ unit.query.astype(np.float32)) @ (x @ unit.key.astype(np.float32)).transpose(0, 2, 1)
+    weights = np.exp(scores - scores.max(axis=2, keepdims=True), dtype=np.float64)
+    weights /= weights.sum(axis=2, keepdims=True)
+    out = (weights @ (x.astype(np.float64) @ unit.value))[..., 0]
+    return float((theory.match2_output(out[:, :N]) != theory.match2(X, M)).mean())
+
+
+def match2(config: dict[str, Any], ctx: RunContext) -> MatchData:
+    """The unit on every input of ``[match_M]^match_N``, on random inputs at each of ``match_random_N`` (with
+    ``M = N^2``), and with float32 scores at each of ``precision_M``."""
+    M, N = config["match_M"], config["match_N"]
+    every = check_unit(theory.every_input(M, N), M, theory.match2_scale(M, N))
+    count = config["match_random_inputs"]
+    random = []
+    for n in int_list(config["match_random_N"]):
+        X = random_inputs(n, n**2, count, np.random.default_rng(member_seed("match2", n, config["seed"])))
+        random.append(check_unit(X, n**2, theory.match2_scale(n**2, n)))
+    n_precision, wrong_share, score_error = config["precision_N"], [], []
+    for m in int_list(config["precision_M"]):
+        X = random_inputs(n_precision, m, count, np.random.default_rng(member_seed("precision", m, config["seed"])))
+        wrong_share.append(float32_wrong_share(X, m))
+        score_error.append(theory.match2_scale(m, n_precision) * 2.0**-FLOAT32_BITS)
+    example = random_inputs(8, 10, 1, np.random.default_rng(member_seed("example", config["seed"])))
+    _, weights = theory.match2_unit(10, theory.match2_scale(10, 8))(theory.with_blank(example, 10))
+    return {
+        "every": every,
+        "random": random,
+        "precision": {
+            "N": n_precision,
+            "M": int_list(config["precision_M"]),
+            "score_error": score_error,
+            "wrong_share": wrong_share,
+        },
+        "example": example[0].tolist(),
+        "example_weights": weights[0].tolist(),
+    }
+
+
+# ---------------------------------------------------------------- n-gram language models
+class OrderCheck(TypedDict):
+    n: int
+    histories: int  # the MLP's units, one per history a padded string can show
+    log_prob_range: float  # Lambda, the largest |log p| of the model's laws
+    hard_error: float  # max |log p_layer - log p| with hard attention, over every string and position
+    soft_error: list[float]  # the same with softmax heads, per scale
+    bound: list[float]  # our bound at each scale (inf where the leakage is not below 1/2)
+    scale_needed: dict[str, float]  # the scale our bound asks for each error, keyed by the error
+
+
+class NGramData(TypedDict):
+    symbols: int
+    length: int
+    strings: int
+    scales: list[float]
+    orders: list[OrderCheck]
+
+
+ERRORS_SHOWN = (1e-3, 1e-6)  # the errors whose scale the page tabulates
+
+
+def worst_error(model: theory.NGram, strings: list[tuple[int, ...]], beta: float | None, gap: float = 1.0) -> float:
+    """max |log p_layer - log p| over every position of every string."""
+    worst = 0.0
+    for string in strings:
+        got = theory.ngram_layer(model, theory.padded(string, model), beta, gap)
+        worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, string))).max()))
+    return worst
+
+
+def check_order(n: int, config: dict[str, Any], gap: float = 1.0) -> OrderCheck:
+    """One random n-gram LM of order ``n`` against its layer, hard and at every scale (positional scores a ``gap``
+    times the construction's: the tests' counterfactual)."""
+    symbols, scales = config["ngram_symbols"], float_list(config["ngram_scales"])
+    model = theory.random_ngram(n, symbols, np.random.default_rng(member_seed("ngram", n, symbols, config["seed"])))
+    strings = theory.strings_up_to(symbols, config["ngram_length"])
+    return {
+        "n": n,
+        "histories": len(model.histories),
+        "log_prob_range": float(np.abs(np.log(model.laws)).max()),
+        "hard_error": worst_error(model, strings, None, gap),
+        "soft_error": [worst_error(model, strings, beta, gap) for beta in scales],
+        "bound": [theory.ngram_error_bound(model, beta) for beta in scales],
+        "scale_needed": {f"{e:g}": theory.ngram_scale_needed(model, e) for e in ERRORS_SHOWN},
+    }
+
+
+def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
+    """Per order, a random n-gram LM (Dirichlet(1) laws) against one layer of n - 1 heads on every string up to
+    ``ngram_length``."""
+    orders = int_list(config["ngram_orders"])
+    return {
+        "symbols": config["ngram_symbols"],
+        "length": config["ngram_length"],
+        "strings": len(theory.strings_up_to(config["ngram_symbols"], config["ngram_length"])),
+        "scales": float_list(config["ngram_scales"]),
+        "orders": [check_order(n, config) for n in orders],
+    }

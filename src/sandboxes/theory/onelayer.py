@@ -1,0 +1,228 @@
+"""What one attention layer represents exactly: Sanford, Hsu and Telgarsky's Match2 unit of embedding dimension 3, and
+an n-gram language model as one layer of n - 1 heads (the shape of Svete and Cotterell's Thm 3.1; the weights are
+ours). Everything here is computed in float64 on every input it is given; nothing trains."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_softmax, softmax
+
+
+# ---------------------------------------------------------------- Match2 (Sanford, Hsu and Telgarsky 2023)
+def match2(X: np.ndarray, M: int) -> np.ndarray:
+    """``Match2(X)_i = 1{exists j: x_i + x_j = 0 mod M}`` for each row of ``X`` (``(B, N)`` tokens in ``[0, M)``);
+    ``j`` ranges over every position, ``i`` included, as the definition reads."""
+    total = X[:, :, None] + X[:, None, :]
+    return (total % M == 0).any(axis=2)
+
+
+def match2_scale(M: int, N: int) -> float:
+    """The proof's inverse temperature ``c = M^2 ln(6N)``: a score short of ``c`` by ``c / M^2`` weighs at most
+    ``1 / (6N)`` of the blank's weight."""
+    return M**2 * math.log(6 * N)
+
+
+def match2_embedding(M: int) -> np.ndarray:
+    """The input map phi as a table, ``(M + 1, 3)``: token ``x`` to ``(cos 2 pi x / M, sin 2 pi x / M, 1)``, the blank
+    (row ``M``) to the origin."""
+    angle = 2 * np.pi * np.arange(M) / M
+    table = np.zeros((M + 1, 3))
+    table[:M] = np.stack([np.cos(angle), np.sin(angle), np.ones(M)], axis=1)
+    return table
+
+
+@dataclass(frozen=True)
+class AttentionUnit:
+    """One self-attention unit over every position (no mask): input table phi, query, key and value maps, and the
+    softmax of ``phi Q (phi K)^T`` averaging ``phi V``."""
+
+    phi: np.ndarray  # (vocab, m)
+    query: np.ndarray  # (m, m)
+    key: np.ndarray  # (m, m)
+    value: np.ndarray  # (m, 1)
+
+    def weights(self, tokens: np.ndarray) -> np.ndarray:
+        """The attention weights ``(B, T, T)`` of each query position over every key position."""
+        x = self.phi[tokens]
+        scores = (x @ self.query) @ (x @ self.key).transpose(0, 2, 1)
+        return softmax(scores, axis=-1)
+
+    def __call__(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The unit's outputs ``(B, T)`` (before the output map) and its weights."""
+        weights = self.weights(tokens)
+        return (weights @ (self.phi[tokens] @ self.value))[..., 0], weights
+
+
+def match2_unit(M: int, c: float) -> AttentionUnit:
+    """The unit of the proof at inverse temperature ``c``, in embedding dimension 3.
+
+    The slides' vectors (query ``c (cos, sin, 1)``, key ``(cos, -sin, 0)``, blank key ``e_3``) cannot all be linear maps
+    of one embedding in R^3 once M >= 3 (the three functions cos, sin and 1 of a token are independent, so the key map
+    is fixed by the tokens and sends nothing to e_3). Taking ``c`` off every score of a row, which the softmax ignores,
+    gives query ``c (cos, sin, -1)``, key ``(cos, -sin, 1)`` and the blank at the origin: the same weights, and linear
+    maps of the table of :func:`match2_embedding`. The value is 1 on tokens and 0 on the blank.
+    """
+    return AttentionUnit(
+        phi=match2_embedding(M),
+        query=c * np.diag([1.0, 1.0, -1.0]),
+        key=np.diag([1.0, -1.0, 1.0]),
+        value=np.array([[0.0], [0.0], [1.0]]),
+    )
+
+
+MATCH2_LOW, MATCH2_HIGH = 1 / 6, 1 / 3  # the output map psi: 0 at or below 1/6, 1 at or above 1/3
+
+
+def match2_output(z: np.ndarray) -> np.ndarray:
+    """psi, the output MLP: ``0`` where ``z <= 1/6``, ``1`` where ``z >= 1/3``, linear between (a difference of two
+    ReLUs, written as the clip it equals so that its ends are exactly 0 and 1)."""
+    return np.clip((z - MATCH2_LOW) / (MATCH2_HIGH - MATCH2_LOW), 0.0, 1.0)
+
+
+def with_blank(X: np.ndarray, M: int) -> np.ndarray:
+    """``X`` with the blank token (id ``M``) appended to every row."""
+    return np.concatenate([X, np.full((len(X), 1), M, dtype=X.dtype)], axis=1)
+
+
+def every_input(M: int, N: int) -> np.ndarray:
+    """Every ``X`` in ``[0, M)^N``, ``(M^N, N)``."""
+    return np.asarray(list(itertools.product(range(M), repeat=N)), dtype=np.int64).reshape(-1, N)
+
+
+def pair_counts(X: np.ndarray, M: int) -> np.ndarray:
+    """beta_i: the positions ``j`` (``i`` included) with ``x_i + x_j = 0 mod M``, ``(B, N)``."""
+    return ((X[:, :, None] + X[:, None, :]) % M == 0).sum(axis=2)
+
+
+# ---------------------------------------------------------------- n-gram language models (Svete and Cotterell 2024)
+@dataclass(frozen=True)
+class NGram:
+    """An n-gram language model over ``symbols`` symbols: ``laws[h]`` is the next-symbol law (over the symbols and
+    EOS, last) after the history ``histories[h]`` of ``n - 1`` symbols, where BOS (id ``symbols``) pads the start."""
+
+    n: int
+    symbols: int
+    histories: tuple[tuple[int, ...], ...]
+    laws: np.ndarray  # (histories, symbols + 1)
+
+    @property
+    def bos(self) -> int:
+        return self.symbols
+
+    def law(self, history: tuple[int, ...]) -> np.ndarray:
+        return self.laws[self.histories.index(history)]
+
+
+def valid_histories(n: int, symbols: int) -> tuple[tuple[int, ...], ...]:
+    """Every history of ``n - 1`` tokens a padded string can show: some BOS, then symbols."""
+    return tuple(
+        (symbols,) * pads + rest
+        for pads in range(n - 1, -1, -1)
+        for rest in itertools.product(range(symbols), repeat=n - 1 - pads)
+    )
+
+
+def random_ngram(n: int, symbols: int, rng: np.random.Generator, concentration: float = 1.0) -> NGram:
+    """An n-gram LM whose next-symbol laws (EOS included) are drawn from a symmetric Dirichlet."""
+    histories = valid_histories(n, symbols)
+    laws = rng.dirichlet(np.full(symbols + 1, concentration), size=len(histories))
+    return NGram(n, symbols, histories, laws)
+
+
+def padded(string: tuple[int, ...], model: NGram) -> np.ndarray:
+    """The transformer's input for ``string``: ``n - 1`` BOS tokens, then the string."""
+    return np.asarray((model.bos,) * (model.n - 1) + tuple(string), dtype=np.int64)
+
+
+def ngram_targets(model: NGram, string: tuple[int, ...]) -> np.ndarray:
+    """The n-gram's next-symbol laws after each prefix of ``string`` (the empty one first), ``(len + 1, symbols + 1)``:
+    the law of the ``n - 1`` tokens before, BOS padding the start."""
+    tokens = padded(string, model)
+    return np.stack([model.law(tuple(tokens[t - model.n + 2 : t + 1])) for t in range(model.n - 2, len(tokens))])
+
+
+def position_features(T: int) -> np.ndarray:
+    """``(1, j, j^2)`` for each position ``j``: a query linear in its own features scores key ``j`` by
+    ``-(j - target)^2``, whose largest value, 0, is at the target alone."""
+    j = np.arange(T, dtype=float)
+    return np.stack([np.ones(T), j, j**2], axis=1)
+
+
+def head_query(back: int) -> np.ndarray:
+    """The query map of the head that reads ``back`` positions before its own: ``p_t`` to
+    ``(-(t - back)^2, 2 (t - back), -1)``, so that the score of key ``j`` is ``-(j - t + back)^2``."""
+    b = float(back)
+    return np.array([[-(b**2), -2 * b, -1.0], [2 * b, 2.0, 0.0], [-1.0, 0.0, 0.0]])
+
+
+def ngram_layer(model: NGram, tokens: np.ndarray, beta: float | None, gap: float = 1.0) -> np.ndarray:
+    """The log next-symbol laws ``(T - n + 2, symbols + 1)`` of one layer of ``n - 1`` heads on the padded ``tokens``,
+    at each position from the last BOS on.
+
+    Head ``h`` (``h = 0 .. n - 2``) scores key ``j`` from query ``t`` by ``-gap (j - t + h)^2`` (position features
+    only, causal) and averages the one-hot tokens there; with ``beta=None`` its attention is hard (the argmax). The
+    MLP has one ReLU unit per history ``g``, ``relu(sum_h v_h[g_h] - (n - 2))``, which is 1 on the history read and 0 on
+    the others under hard attention; the output layer writes ``log p(. | g)`` from unit ``g``.
+    """
+    T, vocab, heads = len(tokens), model.symbols + 1, model.n - 1
+    features = position_features(T)
+    onehot = np.eye(vocab)[tokens]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    read = []
+    for back in range(heads):
+        scores = gap * (features @ head_query(back)) @ features.T
+        scores = np.where(causal, scores, -np.inf)
+        if beta is None:
+            weights = (scores == scores.max(axis=1, keepdims=True)).astype(float)
+        else:
+            weights = softmax(beta * scores, axis=1)
+        read.append(weights @ onehot)
+    values = np.stack(read, axis=1)[heads - 1 :]  # (positions, heads, vocab) from the last BOS on
+    members = np.asarray(model.histories)[:, ::-1]  # unit g's token for head h: g's entry h places back
+    units = np.maximum(values[:, np.arange(heads), members].sum(axis=2) - (heads - 1), 0.0)
+    logits = units @ np.log(model.laws)
+    return log_softmax(logits, axis=1)
+
+
+def leakage_bound(beta: float, gap: float = 1.0) -> float:
+    """The most weight a softmax head at scale ``beta`` can leave off its target: every other key scores at most
+    ``-gap d^2`` at distance ``d`` (twice, before and after), against 0 at the target."""
+    d = np.arange(1, 2 + int(np.ceil(np.sqrt(800 / (beta * gap)))))  # the terms beyond are below e^-800: 0.0
+    return float(2 * np.exp(-beta * gap * d**2).sum())
+
+
+def ngram_error_bound(model: NGram, beta: float) -> float:
+    """Our bound on ``max |log p_soft - log p|`` over every next symbol, where the leakage ``delta`` is below 1/2:
+    ``4 (n - 1) Lambda delta``, with ``Lambda`` the largest ``|log p|`` of the model's laws; ``inf`` elsewhere.
+
+    Each head's read ``v_h`` is within ``delta`` of its token in the sense ``v_h[a_h] >= 1 - delta``; the unit of the
+    history read is in ``[1 - (n - 1) delta, 1]``; a unit of a history differing in one place is at most that place's
+    stray weight, and one differing in two places is 0 while ``delta < 1/2``; so the units are within
+    ``2 (n - 1) delta`` of the one-hot in l1, the logits within ``2 (n - 1) delta Lambda`` of ``log p`` in max norm,
+    and the log-softmax within twice that.
+    """
+    delta = leakage_bound(beta)
+    if not delta < 0.5:
+        return math.inf
+    return 4 * (model.n - 1) * float(np.abs(np.log(model.laws)).max()) * delta
+
+
+def ngram_scale_needed(model: NGram, error: float) -> float:
+    """The smallest ``beta`` at which :func:`ngram_error_bound` is at most ``error`` (bisection; the bound falls with
+    ``beta``)."""
+    low, high = 0.0, 1.0
+    while ngram_error_bound(model, high) > error:
+        low, high = high, 2 * high
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if ngram_error_bound(model, mid) > error else (low, mid)
+    return high
+
+
+def strings_up_to(symbols: int, length: int) -> list[tuple[int, ...]]:
+    """Every string over ``symbols`` symbols of length 0 to ``length``."""
+    return [s for n in range(length + 1) for s in itertools.product(range(symbols), repeat=n)]

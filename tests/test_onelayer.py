@@ -1,0 +1,186 @@
+"""The one-layer chapter: the Match2 unit against Match2, the n-gram layer against its n-gram, our soft-attention
+bound, and a counterfactual for every row."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import numpy as np
+import pytest
+
+from sandboxes.chapters import onelayer
+from sandboxes.chapters.onelayer import judge, measure
+from sandboxes.profiles import int_list, resolve
+from sandboxes.theory import onelayer as theory
+
+from conftest import TINY, assert_fails_in_its_counterfactual
+
+CONFIG = resolve(onelayer.PARAMS, "quick", TINY["onelayer"])
+
+
+# ---------------------------------------------------------------- Match2
+def test_match2_is_its_definition_read_position_by_position():
+    X = theory.every_input(4, 3)
+    want = [[any((x[i] + x[j]) % 4 == 0 for j in range(3)) for i in range(3)] for x in X.tolist()]
+    assert theory.match2(X, 4).tolist() == want
+
+
+def test_the_slides_vectors_are_no_linear_maps_of_one_embedding_in_three_dimensions():
+    # cos, sin and 1 of the tokens span R^3 from M = 3 on, so the key map is fixed by the tokens' keys (cos, -sin, 0)
+    # and its image has no third coordinate: nothing maps to the blank's e_3
+    angle = 2 * np.pi * np.arange(3) / 3
+    tokens = np.stack([np.cos(angle), np.sin(angle), np.ones(3)], axis=1)
+    assert np.linalg.matrix_rank(tokens) == 3
+    key_map = np.linalg.solve(tokens, np.stack([np.cos(angle), -np.sin(angle), np.zeros(3)], axis=1))
+    assert np.allclose(key_map[:, 2], 0.0)
+
+
+def test_the_shifted_unit_gives_the_weights_of_the_slides_vectors():
+    M, N = 5, 4
+    c = theory.match2_scale(M, N)
+    X = theory.with_blank(theory.every_input(M, N)[::37], M)
+    angle = 2 * np.pi * np.minimum(X, M - 1) / M
+    query = c * np.stack([np.cos(angle), np.sin(angle), np.ones_like(angle)], axis=2)
+    key = np.stack([np.cos(angle), -np.sin(angle), np.zeros_like(angle)], axis=2)
+    key[:, -1] = [0.0, 0.0, 1.0]  # the blank's key
+    scores = query @ key.transpose(0, 2, 1)
+    slides = np.exp(scores - scores.max(axis=2, keepdims=True))
+    slides /= slides.sum(axis=2, keepdims=True)
+    ours = theory.match2_unit(M, c).weights(X)
+    assert np.abs(ours[:, :N] - slides[:, :N]).max() < 1e-12
+
+
+def test_a_stray_key_weighs_at_most_one_sixth_n_at_the_proof_s_scale_and_far_more_without_m_squared():
+    X = theory.every_input(5, 4)
+    assert measure.check_unit(X, 5, theory.match2_scale(5, 4))["stray_weight"] <= 1.0
+    assert measure.check_unit(X, 5, math.log(24))["stray_weight"] > 1.0
+
+
+def test_half_the_odd_positions_of_a_random_input_get_a_partner():
+    X = measure.random_inputs(64, 64**2, 400, np.random.default_rng(0))
+    given = (X[:, 0::2] + X[:, 1::2]) % 64**2 == 0
+    assert 0.45 < given.mean() < 0.55
+
+
+def test_float32_scores_keep_the_unit_exact_while_their_rounding_is_small_and_break_it_past_one():
+    rng = np.random.default_rng(0)
+    assert measure.float32_wrong_share(measure.random_inputs(16, 256, 200, rng), 256) == 0.0  # c 2^-24 about 0.02
+    assert measure.float32_wrong_share(measure.random_inputs(16, 16384, 200, rng), 16384) > 0.01  # about 73
+
+
+# ---------------------------------------------------------------- n-gram language models
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_the_hard_layer_is_the_n_gram_on_every_short_string(n):
+    model = theory.random_ngram(n, 2, np.random.default_rng(n))
+    assert measure.worst_error(model, theory.strings_up_to(2, 6), None) < 1e-12
+
+
+def test_every_history_a_padded_string_shows_is_a_unit_of_the_layer():
+    model = theory.random_ngram(3, 2, np.random.default_rng(0))
+    shown = {
+        tuple(theory.padded(s, model)[t - 1 : t + 1]) for s in theory.strings_up_to(2, 4) for t in range(1, len(s) + 2)
+    }
+    assert shown == set(model.histories)
+
+
+def test_a_head_s_stray_weight_stays_under_the_leakage_bound_at_its_worst_position():
+    for beta in (0.5, 2.0, 8.0):
+        scores = -((np.arange(40) - 20.0) ** 2)  # a target in the middle of a long prefix: strays on both sides
+        weights = np.exp(beta * scores) / np.exp(beta * scores).sum()
+        assert 1 - weights[20] <= theory.leakage_bound(beta)
+
+
+def test_the_bound_falls_with_the_scale_and_the_scale_needed_meets_its_error():
+    model = theory.random_ngram(3, 3, np.random.default_rng(1))
+    bounds = [theory.ngram_error_bound(model, b) for b in (1.0, 2.0, 4.0, 8.0)]
+    assert math.isinf(bounds[0]) and bounds[1:] == sorted(bounds[1:], reverse=True)
+    beta = theory.ngram_scale_needed(model, 1e-6)
+    assert theory.ngram_error_bound(model, beta) <= 1e-6 < theory.ngram_error_bound(model, 0.99 * beta)
+
+
+def test_the_chapter_refuses_an_exhaustive_check_too_large_in_one_line():
+    with pytest.raises(ValueError, match="inputs to check exceeds"):
+        onelayer.check({**CONFIG, "match_M": 10, "match_N": 7}, 1)
+    with pytest.raises(ValueError, match="strings, more than"):
+        onelayer.check({**CONFIG, "ngram_symbols": 4, "ngram_length": 10}, 1)
+    with pytest.raises(ValueError, match="more than 10000"):
+        onelayer.check({**CONFIG, "ngram_symbols": 16, "ngram_orders": "5"}, 1)
+
+
+# ---------------------------------------------------------------- counterfactuals
+def _match2_rows(change: str) -> list:
+    """The section's rows at the unit scale, with the proof's c, or with c = 1."""
+    scale = theory.match2_scale if change == "none" else (lambda M, N: 1.0)
+    data = measure.match2(CONFIG, None)
+    data["every"] = measure.check_unit(theory.every_input(CONFIG["match_M"], CONFIG["match_N"]), 4, scale(4, 4))
+    data["random"] = [measure.check_unit(measure.random_inputs(8, 64, 20, np.random.default_rng(0)), 64, scale(64, 8))]
+    return judge.match2_rows(CONFIG, data)[0]
+
+
+def _ngram_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The section's rows, or with every head reading one place too far back, or with positional scores a quarter of
+    the construction's (the bound is for the construction's)."""
+    if change == "heads one place too far back":
+        query = theory.head_query
+        monkeypatch.setattr(theory, "head_query", lambda back: query(back + 1))
+    data = measure.ngram(CONFIG, None)
+    if change == "positional scores a quarter of the construction's":
+        data["orders"] = [measure.check_order(n, CONFIG, gap=0.25) for n in int_list(CONFIG["ngram_orders"])]
+    return judge.ngram_rows(CONFIG, data)[0]
+
+
+COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
+    (r"wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"largest weight on a key that is neither", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"^2-gram LM as one layer", "heads one place too far back", _ngram_rows),
+    (r"^3-gram LM as one layer", "heads one place too far back", _ngram_rows),
+    (r"^4-gram LM as one layer", "heads one place too far back", _ngram_rows),
+    (r"^2-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^3-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^4-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+]
+
+
+def _rows(builder, change: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    return builder(change, monkeypatch) if builder is _ngram_rows else builder(change)
+
+
+@pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])
+def test_every_row_fails_in_its_counterfactual(key, change, rows, monkeypatch):
+    assert_fails_in_its_counterfactual(_rows(rows, change, monkeypatch), key, change)
+
+
+@pytest.mark.parametrize("rows", [_match2_rows, _ngram_rows])
+def test_every_row_holds_where_the_theory_does(rows, monkeypatch):
+    assert [c.name for c in _rows(rows, "none", monkeypatch) if c.holds is not True] == []
+
+
+def test_every_row_has_a_counterfactual(tiny_result):
+    names = [c["name"] for c in tiny_result("onelayer")["claims"]]
+    for name in names:
+        assert sum(bool(re.search(key, name)) for key, *_ in COUNTERFACTUALS) == 1, name
+    assert len(names) == len(COUNTERFACTUALS)
+
+
+def test_no_soft_row_where_no_scale_brings_the_stray_weight_below_one_half():
+    data = measure.ngram({**CONFIG, "ngram_scales": "0.5,1"}, None)
+    claims, silences = judge.ngram_rows(CONFIG, data)
+    assert not [c for c in claims if "softmax" in c.name] and len(silences) == len(data["orders"])
+
+
+def test_a_whole_input_table_is_every_combination_once():
+    X = theory.every_input(3, 2)
+    assert sorted(map(tuple, X.tolist())) == list(itertools.product(range(3), repeat=2))
+
+
+def test_the_chapter_refuses_random_checks_too_large_in_one_line():
+    with pytest.raises(ValueError, match="attention weights, more than"):
+        onelayer.check({**CONFIG, "match_random_N": "1024", "match_random_inputs": 5000}, 1)
+
+
+def test_a_soft_row_at_a_scale_past_float64_resolution_holds_on_round_off():
+    data = measure.ngram({**CONFIG, "ngram_scales": "64,128"}, None)
+    assert all(c.holds for c in judge.ngram_rows(CONFIG, data)[0])
