@@ -12,7 +12,7 @@ import pytest
 
 from sandboxes.chapters import onelayer
 from sandboxes.chapters.onelayer import judge, measure
-from sandboxes.profiles import int_list, resolve
+from sandboxes.profiles import resolve
 from sandboxes.theory import onelayer as theory
 
 from conftest import TINY, assert_fails_in_its_counterfactual
@@ -72,9 +72,21 @@ def test_float32_scores_keep_the_unit_exact_while_their_rounding_is_small_and_br
 
 # ---------------------------------------------------------------- n-gram language models
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_the_hard_layer_is_the_n_gram_on_every_short_string(n):
+@pytest.mark.parametrize("shape", theory.SHAPES)
+def test_the_hard_transformer_is_the_n_gram_on_every_short_string(n, shape):
     model = theory.random_ngram(n, 2, np.random.default_rng(n))
-    assert measure.worst_error(model, theory.strings_up_to(2, 6), None) < 1e-12
+    assert measure.worst_error(model, theory.strings_up_to(2, 6), None, shape=shape) < 1e-12
+
+
+def test_a_slot_of_the_deeper_model_keeps_the_token_it_copied_to_its_bound():
+    model = theory.random_ngram(4, 2, np.random.default_rng(0))
+    tokens = theory.padded((0, 1, 1, 0, 1, 0, 0), model)
+    beta = 2.0
+    slots = theory.read_history(model, tokens, beta, 1.0, "layers")
+    delta = theory.leakage_bound(beta)
+    for h in range(3):
+        kept = slots[np.arange(h, len(tokens)), h, tokens[: len(tokens) - h]]  # slot h at t holds the token at t - h
+        assert kept.min() >= (1 - delta) ** (h + 1) - 1e-12
 
 
 def test_every_history_a_padded_string_shows_is_a_unit_of_the_layer():
@@ -96,6 +108,8 @@ def test_the_bound_falls_with_the_scale_and_the_scale_needed_meets_its_error():
     model = theory.random_ngram(3, 3, np.random.default_rng(1))
     bounds = [theory.ngram_error_bound(model, b) for b in (1.0, 2.0, 4.0, 8.0)]
     assert math.isinf(bounds[0]) and bounds[1:] == sorted(bounds[1:], reverse=True)
+    deeper = [theory.ngram_error_bound(model, b, "layers") for b in (4.0, 8.0)]
+    assert deeper == pytest.approx([1.5 * b for b in bounds[2:]])  # n (n - 1) / 2 against n - 1 at n = 3
     beta = theory.ngram_scale_needed(model, 1e-6)
     assert theory.ngram_error_bound(model, beta) <= 1e-6 < theory.ngram_error_bound(model, 0.99 * beta)
 
@@ -127,7 +141,7 @@ def _ngram_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
         monkeypatch.setattr(theory, "head_query", lambda back: query(back + 1))
     data = measure.ngram(CONFIG, None)
     if change == "positional scores a quarter of the construction's":
-        data["orders"] = [measure.check_order(n, CONFIG, gap=0.25) for n in int_list(CONFIG["ngram_orders"])]
+        data["orders"] = [measure.check_order(o["n"], o["shape"], CONFIG, gap=0.25) for o in data["orders"]]
     return judge.ngram_rows(CONFIG, data)[0]
 
 
@@ -135,12 +149,16 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"largest weight on a key that is neither", "c = 1 in place of M^2 ln 6N", _match2_rows),
-    (r"^2-gram LM as one layer", "heads one place too far back", _ngram_rows),
-    (r"^3-gram LM as one layer", "heads one place too far back", _ngram_rows),
-    (r"^4-gram LM as one layer", "heads one place too far back", _ngram_rows),
-    (r"^2-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
-    (r"^3-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
-    (r"^4-gram LM, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^2-gram LM as one layer of 1 head, hard", "heads one place too far back", _ngram_rows),
+    (r"^3-gram LM as one layer of 2 heads, hard", "heads one place too far back", _ngram_rows),
+    (r"^4-gram LM as one layer of 3 heads, hard", "heads one place too far back", _ngram_rows),
+    (r"^3-gram LM as 2 layers of one head, hard", "heads one place too far back", _ngram_rows),
+    (r"^4-gram LM as 3 layers of one head, hard", "heads one place too far back", _ngram_rows),
+    (r"^2-gram LM as one layer of 1 head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^3-gram LM as one layer of 2 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^3-gram LM as 2 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^4-gram LM as 3 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
 ]
 
 

@@ -1,6 +1,7 @@
 """What one attention layer represents exactly: Sanford, Hsu and Telgarsky's Match2 unit of embedding dimension 3, and
-an n-gram language model as one layer of n - 1 heads (the shape of Svete and Cotterell's Thm 3.1; the weights are
-ours). Everything here is computed in float64 on every input it is given; nothing trains."""
+an n-gram language model as one layer of n - 1 heads or n - 1 layers of one head (the shapes of Svete and Cotterell's
+Thms 3.1 and 3.2; the weights are ours). Everything here is computed in float64 on every input it is given; nothing
+trains."""
 
 from __future__ import annotations
 
@@ -159,33 +160,54 @@ def head_query(back: int) -> np.ndarray:
     return np.array([[-(b**2), -2 * b, -1.0], [2 * b, 2.0, 0.0], [-1.0, 0.0, 0.0]])
 
 
-def ngram_layer(model: NGram, tokens: np.ndarray, beta: float | None, gap: float = 1.0) -> np.ndarray:
-    """The log next-symbol laws ``(T - n + 2, symbols + 1)`` of one layer of ``n - 1`` heads on the padded ``tokens``,
+SHAPES = ("heads", "layers")  # Thm 3.1: n - 1 heads in one layer; Thm 3.2: one head in each of n - 1 layers
+
+
+def head_weights(T: int, back: int, beta: float | None, gap: float = 1.0) -> np.ndarray:
+    """The ``(T, T)`` causal weights of a head that scores key ``j`` from query ``t`` by ``-gap (j - t + back)^2``
+    (position features only): hard (the argmax) with ``beta=None``, else a softmax at scale ``beta``."""
+    features = position_features(T)
+    scores = gap * (features @ head_query(back)) @ features.T
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+    if beta is None:
+        return (scores == scores.max(axis=1, keepdims=True)).astype(float)
+    return softmax(beta * scores, axis=1)
+
+
+def read_history(model: NGram, tokens: np.ndarray, beta: float | None, gap: float, shape: str) -> np.ndarray:
+    """What the attention leaves at each position: ``n - 1`` slots of token weights, slot ``h`` for the token ``h``
+    places back, ``(T, n - 1, symbols + 1)``.
+
+    ``"heads"``: head ``h`` of one layer reads the token ``h`` places back. ``"layers"``: the head of layer 1 reads
+    the token at its own position into slot 0, and the head of layer ``l`` (``l = 2 .. n - 1``) copies slot ``l - 2``
+    of the position before into slot ``l - 1``, so the token ``h`` places back arrives through ``h`` copies.
+    """
+    onehot = np.eye(model.symbols + 1)[tokens]
+    T, slots = len(tokens), model.n - 1
+    if shape == "heads":
+        return np.stack([head_weights(T, back, beta, gap) @ onehot for back in range(slots)], axis=1)
+    read = [head_weights(T, 0, beta, gap) @ onehot]
+    previous = head_weights(T, 1, beta, gap)
+    for _ in range(slots - 1):
+        read.append(previous @ read[-1])
+    return np.stack(read, axis=1)
+
+
+def ngram_transformer(
+    model: NGram, tokens: np.ndarray, beta: float | None, gap: float = 1.0, shape: str = "heads"
+) -> np.ndarray:
+    """The log next-symbol laws ``(T - n + 2, symbols + 1)`` of the transformer of ``shape`` on the padded ``tokens``,
     at each position from the last BOS on.
 
-    Head ``h`` (``h = 0 .. n - 2``) scores key ``j`` from query ``t`` by ``-gap (j - t + h)^2`` (position features
-    only, causal) and averages the one-hot tokens there; with ``beta=None`` its attention is hard (the argmax). The
-    MLP has one ReLU unit per history ``g``, ``relu(sum_h v_h[g_h] - (n - 2))``, which is 1 on the history read and 0 on
-    the others under hard attention; the output layer writes ``log p(. | g)`` from unit ``g``.
+    The attention (:func:`read_history`) leaves slots ``v_h``; the MLP has one ReLU unit per history ``g``,
+    ``relu(sum_h v_h[g_h] - (n - 2))``, which is 1 on the history read and 0 on the others under hard attention; the
+    output layer writes ``log p(. | g)`` from unit ``g``.
     """
-    T, vocab, heads = len(tokens), model.symbols + 1, model.n - 1
-    features = position_features(T)
-    onehot = np.eye(vocab)[tokens]
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    read = []
-    for back in range(heads):
-        scores = gap * (features @ head_query(back)) @ features.T
-        scores = np.where(causal, scores, -np.inf)
-        if beta is None:
-            weights = (scores == scores.max(axis=1, keepdims=True)).astype(float)
-        else:
-            weights = softmax(beta * scores, axis=1)
-        read.append(weights @ onehot)
-    values = np.stack(read, axis=1)[heads - 1 :]  # (positions, heads, vocab) from the last BOS on
-    members = np.asarray(model.histories)[:, ::-1]  # unit g's token for head h: g's entry h places back
+    heads = model.n - 1
+    values = read_history(model, tokens, beta, gap, shape)[heads - 1 :]  # from the last BOS on
+    members = np.asarray(model.histories)[:, ::-1]  # unit g's token for slot h: g's entry h places back
     units = np.maximum(values[:, np.arange(heads), members].sum(axis=2) - (heads - 1), 0.0)
-    logits = units @ np.log(model.laws)
-    return log_softmax(logits, axis=1)
+    return log_softmax(units @ np.log(model.laws), axis=1)
 
 
 def leakage_bound(beta: float, gap: float = 1.0) -> float:
@@ -195,31 +217,36 @@ def leakage_bound(beta: float, gap: float = 1.0) -> float:
     return float(2 * np.exp(-beta * gap * d**2).sum())
 
 
-def ngram_error_bound(model: NGram, beta: float) -> float:
-    """Our bound on ``max |log p_soft - log p|`` over every next symbol, where the leakage ``delta`` is below 1/2:
-    ``4 (n - 1) Lambda delta``, with ``Lambda`` the largest ``|log p|`` of the model's laws; ``inf`` elsewhere.
+def ngram_error_bound(model: NGram, beta: float, shape: str = "heads") -> float:
+    """Our bound on ``max |log p_soft - log p|`` over every next symbol: ``2 Lambda sum_h delta_h``, with ``Lambda``
+    the largest ``|log p|`` of the model's laws and ``delta_h`` what slot ``h`` may miss of its token, while every
+    ``delta_h`` is below 1/2; ``inf`` elsewhere.
 
-    Each head's read ``v_h`` is within ``delta`` of its token in the sense ``v_h[a_h] >= 1 - delta``; the unit of the
-    history read is in ``[1 - (n - 1) delta, 1]``; a unit of a history differing in one place is at most that place's
-    stray weight, and one differing in two places is 0 while ``delta < 1/2``; so the units are within
-    ``2 (n - 1) delta`` of the one-hot in l1, the logits within ``2 (n - 1) delta Lambda`` of ``log p`` in max norm,
-    and the log-softmax within twice that.
+    One softmax head leaves at most ``delta`` (:func:`leakage_bound`) off its target. In one layer every slot misses
+    at most ``delta``; through ``h`` copies slot ``h`` keeps at least ``(1 - delta)^(h + 1)``, so it misses at most
+    ``(h + 1) delta``. The unit of the history read is at least ``1 - sum_h delta_h``; a unit whose history differs in
+    one place is at most the weight that place's slot puts on the wrong token, and these sum to ``sum_h delta_h``;
+    a unit that differs in two places is 0 while every ``delta_h < 1/2``. So the units are within
+    ``2 sum_h delta_h`` of the one-hot in l1, the logits within ``Lambda`` times that of ``log p`` in max norm, and
+    the log-softmax, which shifts every logit by one log-sum-exp, within twice that. One layer:
+    ``4 (n - 1) Lambda delta``; n - 1 layers: ``2 n (n - 1) Lambda delta``.
     """
     delta = leakage_bound(beta)
-    if not delta < 0.5:
+    missed = [delta if shape == "heads" else (h + 1) * delta for h in range(model.n - 1)]
+    if not max(missed) < 0.5:
         return math.inf
-    return 4 * (model.n - 1) * float(np.abs(np.log(model.laws)).max()) * delta
+    return 4 * float(np.abs(np.log(model.laws)).max()) * sum(missed)
 
 
-def ngram_scale_needed(model: NGram, error: float) -> float:
+def ngram_scale_needed(model: NGram, error: float, shape: str = "heads") -> float:
     """The smallest ``beta`` at which :func:`ngram_error_bound` is at most ``error`` (bisection; the bound falls with
     ``beta``)."""
     low, high = 0.0, 1.0
-    while ngram_error_bound(model, high) > error:
+    while ngram_error_bound(model, high, shape) > error:
         low, high = high, 2 * high
     for _ in range(60):
         mid = (low + high) / 2
-        low, high = (mid, high) if ngram_error_bound(model, mid) > error else (low, mid)
+        low, high = (mid, high) if ngram_error_bound(model, mid, shape) > error else (low, mid)
     return high
 
 

@@ -45,14 +45,21 @@ def match2(data: MatchData) -> Figure:
 
 
 def ngram(data: NGramData) -> Figure:
-    """Each order's largest error with softmax heads against the scale, beside our bound, log scale."""
+    """Each order's largest error with softmax heads against the scale, beside our bound (dashed), log scale: one
+    layer of n - 1 heads (left), n - 1 layers of one head (right; at n = 2 the two are one model)."""
     scales = np.asarray(data["scales"])
-    fig, ax = plt.subplots()
-    for order, color in zip(data["orders"], ORDER_COLORS):
-        ax.semilogy(scales, order["soft_error"], "o-", color=color, label=f"n = {order['n']}: measured")
-        bound = np.asarray(order["bound"])
-        finite = np.isfinite(bound)
-        ax.semilogy(scales[finite], bound[finite], "--", color=color, label=f"n = {order['n']}: our bound")
-    ax.set(xlabel="scale beta of the softmax heads", ylabel="largest |log p_layer - log p| (nats)")
-    ax.legend(fontsize=7, ncol=2)
+    orders = sorted({order["n"] for order in data["orders"]})
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
+    for ax, shape, title in zip(axes, ("heads", "layers"), ("one layer of n - 1 heads", "n - 1 layers of one head")):
+        for order in (o for o in data["orders"] if o["shape"] == shape):
+            color = ORDER_COLORS[orders.index(order["n"]) % len(ORDER_COLORS)]
+            bound = np.asarray(order["bound"])
+            finite = np.isfinite(bound)
+            ax.semilogy(scales, order["soft_error"], "o-", color=color, label=f"n = {order['n']}")
+            ax.semilogy(scales[finite], bound[finite], "--", color=color)
+        ax.set(xlabel="scale beta of the softmax heads", title=title)
+        if ax.lines:
+            ax.legend(fontsize=8, title="measured; dashed: our bound", title_fontsize=7)
+    axes[0].set_ylabel("largest |log p_model - log p| (nats)")
+    fig.tight_layout()
     return fig

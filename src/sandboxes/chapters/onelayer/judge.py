@@ -65,9 +65,21 @@ def weights_claim(checks: list[MatchCheck]) -> Claim:
 
 
 # ---------------------------------------------------------------- n-gram language models
+def shape_words(order: OrderCheck) -> str:
+    """How a row names the transformer of ``order``: its heads and layers."""
+    n = order["n"]
+    plural = "s" if n > 2 else ""
+    if order["shape"] == "heads":
+        return f"one layer of {n - 1} head{plural}"
+    return f"{n - 1} layer{plural} of one head"
+
+
+THEOREMS = {"heads": "Thm 3.1", "layers": "Thm 3.2"}
+
+
 def ngram_rows(config: dict[str, Any], data: NGramData) -> tuple[list[Claim], tuple[str, ...]]:
-    """Per order: the hard layer equals the n-gram, and the softmax layer's error sits under our bound at every
-    scale where the bound is finite (or why no such row is made)."""
+    """Per order and shape: the hard transformer equals the n-gram, and the softmax one's error sits under our bound
+    at every scale where the bound is finite (or why no such row is made)."""
     claims, silences = [], []
     for order in data["orders"]:
         claims.append(hard_claim(order, data))
@@ -76,35 +88,38 @@ def ngram_rows(config: dict[str, Any], data: NGramData) -> tuple[list[Claim], tu
             claims.append(soft_claim(order, data, judged))
         else:
             silences.append(
-                f"order {order['n']}: at no chosen scale is a head's stray weight below 1/2, where our bound starts; "
-                "a scale above ln 5 makes the row"
+                f"order {order['n']}, {shape_words(order)}: at no chosen scale does every slot miss less than half "
+                "its token, where our bound starts; a larger scale makes the row"
             )
     return claims, tuple(silences)
 
 
 def hard_claim(order: OrderCheck, data: NGramData) -> Claim:
-    """Svete and Cotterell's Thm 3.1: with hard attention the layer's law is the n-gram's, exactly."""
+    """Svete and Cotterell's Thms 3.1 and 3.2: with hard attention the model's law is the n-gram's, exactly."""
     return Claim.at_most(
-        f"{order['n']}-gram LM as one layer of {order['n'] - 1} hard-attention head{'s' if order['n'] > 2 else ''} "
-        f"(Svete and Cotterell): largest "
-        f"|log p_layer - log p| over every string of length <= {data['length']} ({data['strings']} strings)",
+        f"{order['n']}-gram LM as {shape_words(order)}, hard attention (Svete and Cotterell): largest "
+        f"|log p_model - log p| over every string of length <= {data['length']} ({data['strings']} strings)",
         ROUND_OFF,
         order["hard_error"],
-        "Thm 3.1: the layer's next-symbol law is the n-gram's on every history (weakly equivalent); float64 round-off",
+        f"{THEOREMS[order['shape']]}: the model's next-symbol law is the n-gram's on every history (weakly "
+        "equivalent); float64 round-off",
         digits=2,
     )
 
 
 def soft_claim(order: OrderCheck, data: NGramData, judged: list[int]) -> Claim:
-    """Softmax heads at scale beta: the measured error over our bound, at its worst over the judged scales."""
+    """Softmax heads at scale beta: the measured error over our bound plus round-off, at its worst over the judged
+    scales."""
     ratios = [order["soft_error"][i] / (order["bound"][i] + ROUND_OFF) for i in judged]
     scales = ", ".join(f"{data['scales'][i]:g}" for i in judged)
+    bound = "4 (n - 1)" if order["shape"] == "heads" else "2 n (n - 1)"
     return Claim.at_most(
-        f"{order['n']}-gram LM, softmax heads at scale beta = {scales}: largest error over our bound "
-        f"4 (n - 1) Lambda delta(beta) plus float64 round-off",
+        f"{order['n']}-gram LM as {shape_words(order)}, softmax at scale beta = {scales}: largest error over our "
+        f"bound {bound} Lambda delta(beta) plus float64 round-off",
         1.0,
         max(ratios),
         "our bound (the theorem says only that soft attention approximates hard attention as the scale grows): "
-        "each head's stray weight delta(beta) <= 2 sum_d exp(-beta d^2); judged where delta < 1/2",
+        "each head's stray weight delta(beta) <= 2 sum_d exp(-beta d^2), compounded through the copies of a "
+        "deeper model; judged where every slot misses less than half its token",
         digits=3,
     )

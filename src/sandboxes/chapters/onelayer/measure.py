@@ -130,11 +130,12 @@ def match2(config: dict[str, Any], ctx: RunContext) -> MatchData:
 # ---------------------------------------------------------------- n-gram language models
 class OrderCheck(TypedDict):
     n: int
+    shape: str  # "heads": n - 1 heads in one layer (Thm 3.1); "layers": one head in each of n - 1 layers (Thm 3.2)
     histories: int  # the MLP's units, one per history a padded string can show
     log_prob_range: float  # Lambda, the largest |log p| of the model's laws
-    hard_error: float  # max |log p_layer - log p| with hard attention, over every string and position
+    hard_error: float  # max |log p_model - log p| with hard attention, over every string and position
     soft_error: list[float]  # the same with softmax heads, per scale
-    bound: list[float]  # our bound at each scale (inf where the leakage is not below 1/2)
+    bound: list[float]  # our bound at each scale (inf where a slot may miss half its token or more)
     scale_needed: dict[str, float]  # the scale our bound asks for each error, keyed by the error
 
 
@@ -143,46 +144,53 @@ class NGramData(TypedDict):
     length: int
     strings: int
     scales: list[float]
-    orders: list[OrderCheck]
+    orders: list[OrderCheck]  # per order, each shape
 
 
 ERRORS_SHOWN = (1e-3, 1e-6)  # the errors whose scale the page tabulates
 
 
-def worst_error(model: theory.NGram, strings: list[tuple[int, ...]], beta: float | None, gap: float = 1.0) -> float:
-    """max |log p_layer - log p| over every position of every string."""
+def worst_error(
+    model: theory.NGram, strings: list[tuple[int, ...]], beta: float | None, gap: float = 1.0, shape: str = "heads"
+) -> float:
+    """max |log p_model - log p| over every position of every string."""
     worst = 0.0
     for string in strings:
-        got = theory.ngram_layer(model, theory.padded(string, model), beta, gap)
+        got = theory.ngram_transformer(model, theory.padded(string, model), beta, gap, shape)
         worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, string))).max()))
     return worst
 
 
-def check_order(n: int, config: dict[str, Any], gap: float = 1.0) -> OrderCheck:
-    """One random n-gram LM of order ``n`` against its layer, hard and at every scale (positional scores a ``gap``
-    times the construction's: the tests' counterfactual)."""
+def check_order(n: int, shape: str, config: dict[str, Any], gap: float = 1.0) -> OrderCheck:
+    """One random n-gram LM of order ``n`` against the transformer of ``shape``, hard and at every scale (positional
+    scores ``gap`` times the construction's: the tests' counterfactual)."""
     symbols, scales = config["ngram_symbols"], float_list(config["ngram_scales"])
     model = theory.random_ngram(n, symbols, np.random.default_rng(member_seed("ngram", n, symbols, config["seed"])))
     strings = theory.strings_up_to(symbols, config["ngram_length"])
     return {
         "n": n,
+        "shape": shape,
         "histories": len(model.histories),
         "log_prob_range": float(np.abs(np.log(model.laws)).max()),
-        "hard_error": worst_error(model, strings, None, gap),
-        "soft_error": [worst_error(model, strings, beta, gap) for beta in scales],
-        "bound": [theory.ngram_error_bound(model, beta) for beta in scales],
-        "scale_needed": {f"{e:g}": theory.ngram_scale_needed(model, e) for e in ERRORS_SHOWN},
+        "hard_error": worst_error(model, strings, None, gap, shape),
+        "soft_error": [worst_error(model, strings, beta, gap, shape) for beta in scales],
+        "bound": [theory.ngram_error_bound(model, beta, shape) for beta in scales],
+        "scale_needed": {f"{e:g}": theory.ngram_scale_needed(model, e, shape) for e in ERRORS_SHOWN},
     }
 
 
 def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
-    """Per order, a random n-gram LM (Dirichlet(1) laws) against one layer of n - 1 heads on every string up to
-    ``ngram_length``."""
-    orders = int_list(config["ngram_orders"])
+    """Per order, a random n-gram LM (Dirichlet(1) laws) against one layer of n - 1 heads and, from n = 3 on, against
+    n - 1 layers of one head, on every string up to ``ngram_length``."""
     return {
         "symbols": config["ngram_symbols"],
         "length": config["ngram_length"],
         "strings": len(theory.strings_up_to(config["ngram_symbols"], config["ngram_length"])),
         "scales": float_list(config["ngram_scales"]),
-        "orders": [check_order(n, config) for n in orders],
+        "orders": [
+            check_order(n, shape, config)
+            for n in int_list(config["ngram_orders"])
+            for shape in theory.SHAPES
+            if n > 2 or shape == "heads"  # at n = 2 both shapes are one layer of one head
+        ],
     }
