@@ -27,14 +27,15 @@ def test_match2_is_its_definition_read_position_by_position():
     assert theory.match2(X, 4).tolist() == want
 
 
-def test_the_slides_vectors_are_no_linear_maps_of_one_embedding_in_three_dimensions():
-    # cos, sin and 1 of the tokens span R^3 from M = 3 on, so the key map is fixed by the tokens' keys (cos, -sin, 0)
-    # and its image has no third coordinate: nothing maps to the blank's e_3
-    angle = 2 * np.pi * np.arange(3) / 3
-    tokens = np.stack([np.cos(angle), np.sin(angle), np.ones(3)], axis=1)
-    assert np.linalg.matrix_rank(tokens) == 3
-    key_map = np.linalg.solve(tokens, np.stack([np.cos(angle), -np.sin(angle), np.zeros(3)], axis=1))
-    assert np.allclose(key_map[:, 2], 0.0)
+@pytest.mark.parametrize("M", [3, 4, 7, 16])
+def test_the_slides_vectors_are_no_linear_maps_of_any_one_embedding_in_three_dimensions(M):
+    # the tokens' queries c (cos, sin, 1) span R^3 from M = 3 on, so (Q^T being linear) their embeddings do too; the
+    # key map is then fixed by the tokens' keys (cos, -sin, 0), whose third coordinates are all 0, and so is every
+    # key it gives: none is the blank's e_3, whatever the embedding
+    angle = 2 * np.pi * np.arange(M) / M
+    assert np.linalg.matrix_rank(np.stack([np.cos(angle), np.sin(angle), np.ones(M)], axis=1)) == 3
+    keys = np.stack([np.cos(angle), -np.sin(angle), np.zeros(M)], axis=1)
+    assert np.linalg.matrix_rank(keys) == 2 and not keys[:, 2].any()
 
 
 def test_the_shifted_unit_gives_the_weights_of_the_slides_vectors():
@@ -52,10 +53,30 @@ def test_the_shifted_unit_gives_the_weights_of_the_slides_vectors():
     assert np.abs(ours[:, :N] - slides[:, :N]).max() < 1e-12
 
 
-def test_a_stray_key_weighs_at_most_one_sixth_n_at_the_proof_s_scale_and_far_more_without_m_squared():
+def test_a_stray_key_weighs_at_most_our_bound_which_is_below_the_proof_s_one_sixth_n():
     X = theory.every_input(5, 4)
-    assert measure.check_unit(X, 5, theory.match2_scale(5, 4))["stray_weight"] <= 1.0
-    assert measure.check_unit(X, 5, math.log(24))["stray_weight"] > 1.0
+    c = theory.match2_scale(5, 4)
+    check = measure.check_unit(X, 5, c)
+    assert check["stray_excess"] <= check["stray_allowance"]
+    assert theory.log_stray_bound(5, c) <= -math.log(6 * 4)
+    for M in range(2, 200):  # 1 - cos(2 pi / M) >= 1 / M^2: ours implies the slides' gap
+        assert 2 * math.sin(math.pi / M) ** 2 >= 1 / M**2
+
+
+def test_sparse_attention_at_scale_one_is_the_hard_attention_of_the_n_gram_heads():
+    # the target scores 0 and the next key -1 or less: sparsemax keeps the target alone (the theorem's sparse variant)
+    for T in (1, 2, 5, 9):
+        for back in range(4):
+            scores = (theory.position_features(T) @ theory.head_query(back)) @ theory.position_features(T).T
+            scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+            assert np.array_equal(theory.sparsemax(scores), theory.head_weights(T, back, None))
+
+
+def test_sparsemax_is_the_projection_onto_the_simplex():
+    scores = np.array([[0.3, 0.1, -0.2], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    projected = theory.sparsemax(scores)
+    assert np.allclose(projected.sum(axis=1), 1.0) and (projected >= 0).all()
+    assert np.allclose(projected, [[17 / 30, 11 / 30, 2 / 30], [1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
 
 
 def test_half_the_odd_positions_of_a_random_input_get_a_partner():
@@ -98,6 +119,7 @@ def test_every_history_a_padded_string_shows_is_a_unit_of_the_layer():
 
 
 def test_a_head_s_stray_weight_stays_under_the_leakage_bound_at_its_worst_position():
+    assert theory.leakage_bound(1e-20) == 1.0  # a tiny scale bounds nothing, and costs nothing
     for beta in (0.5, 2.0, 8.0):
         scores = -((np.arange(40) - 20.0) ** 2)  # a target in the middle of a long prefix: strays on both sides
         weights = np.exp(beta * scores) / np.exp(beta * scores).sum()
@@ -117,7 +139,7 @@ def test_the_bound_falls_with_the_scale_and_the_scale_needed_meets_its_error():
 def test_the_chapter_refuses_an_exhaustive_check_too_large_in_one_line():
     with pytest.raises(ValueError, match="inputs to check exceeds"):
         onelayer.check({**CONFIG, "match_M": 10, "match_N": 7}, 1)
-    with pytest.raises(ValueError, match="strings, more than"):
+    with pytest.raises(ValueError, match="runs of a transformer on a string"):
         onelayer.check({**CONFIG, "ngram_symbols": 4, "ngram_length": 10}, 1)
     with pytest.raises(ValueError, match="more than 10000"):
         onelayer.check({**CONFIG, "ngram_symbols": 16, "ngram_orders": "5"}, 1)
@@ -125,9 +147,15 @@ def test_the_chapter_refuses_an_exhaustive_check_too_large_in_one_line():
 
 # ---------------------------------------------------------------- counterfactuals
 def _match2_rows(change: str) -> list:
-    """The section's rows at the unit scale, with the proof's c, or with c = 1."""
-    scale = theory.match2_scale if change == "none" else (lambda M, N: 1.0)
+    """The section's rows at the unit scale, with the proof's c, with c = 1, or with the unit at half the c its
+    check states."""
+    scale = (lambda M, N: 1.0) if change == "c = 1 in place of M^2 ln 6N" else theory.match2_scale
     data = measure.match2(CONFIG, None)
+    if change == "the unit at half the c it states":
+        check = measure.check_unit(theory.every_input(4, 4), 4, scale(4, 4) / 2)
+        check["stray_excess"] -= theory.log_stray_bound(4, scale(4, 4)) - theory.log_stray_bound(4, scale(4, 4) / 2)
+        data["every"] = check
+        return judge.match2_rows(CONFIG, data)[0]
     data["every"] = measure.check_unit(theory.every_input(CONFIG["match_M"], CONFIG["match_N"]), 4, scale(4, 4))
     data["random"] = [measure.check_unit(measure.random_inputs(8, 64, 20, np.random.default_rng(0)), 64, scale(64, 8))]
     return judge.match2_rows(CONFIG, data)[0]
@@ -148,7 +176,7 @@ def _ngram_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
-    (r"largest weight on a key that is neither", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"largest log-weight on a key that is neither", "the unit at half the c it states", _match2_rows),
     (r"^2-gram LM as one layer of 1 head, hard", "heads one place too far back", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, hard", "heads one place too far back", _ngram_rows),
     (r"^4-gram LM as one layer of 3 heads, hard", "heads one place too far back", _ngram_rows),

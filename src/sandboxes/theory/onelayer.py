@@ -46,11 +46,14 @@ class AttentionUnit:
     key: np.ndarray  # (m, m)
     value: np.ndarray  # (m, 1)
 
+    def log_weights(self, tokens: np.ndarray) -> np.ndarray:
+        """The logarithms of the attention weights ``(B, T, T)``, exact where the weights underflow."""
+        x = self.phi[tokens]
+        return log_softmax((x @ self.query) @ (x @ self.key).transpose(0, 2, 1), axis=-1)
+
     def weights(self, tokens: np.ndarray) -> np.ndarray:
         """The attention weights ``(B, T, T)`` of each query position over every key position."""
-        x = self.phi[tokens]
-        scores = (x @ self.query) @ (x @ self.key).transpose(0, 2, 1)
-        return softmax(scores, axis=-1)
+        return np.exp(self.log_weights(tokens))
 
     def __call__(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The unit's outputs ``(B, T)`` (before the output map) and its weights."""
@@ -73,6 +76,13 @@ def match2_unit(M: int, c: float) -> AttentionUnit:
         key=np.diag([1.0, -1.0, 1.0]),
         value=np.array([[0.0], [0.0], [1.0]]),
     )
+
+
+def log_stray_bound(M: int, c: float) -> float:
+    """The log of the most a stray key (neither a partner nor the blank) can weigh: it scores at least
+    ``c (1 - cos 2 pi / M) = 2 c sin^2(pi / M)`` below the blank. The slides' gap ``c / M^2`` is smaller by about
+    ``2 pi^2``; with ``c = M^2 ln(6N)`` either gives the proof's ``1 / (6N)`` (this one is ours)."""
+    return -2 * c * math.sin(math.pi / M) ** 2
 
 
 MATCH2_LOW, MATCH2_HIGH = 1 / 6, 1 / 3  # the output map psi: 0 at or below 1/6, 1 at or above 1/3
@@ -163,6 +173,19 @@ def head_query(back: int) -> np.ndarray:
 SHAPES = ("heads", "layers")  # Thm 3.1: n - 1 heads in one layer; Thm 3.2: one head in each of n - 1 layers
 
 
+def sparsemax(scores: np.ndarray) -> np.ndarray:
+    """Martins and Astudillo's sparsemax of each row: the Euclidean projection onto the simplex, exactly 0 on every
+    entry more than the threshold below the largest (``-inf`` entries are 0)."""
+    z = np.where(np.isfinite(scores), scores, np.nan)
+    ranked = -np.sort(-np.nan_to_num(z, nan=-np.inf), axis=-1)
+    k = np.arange(1, scores.shape[-1] + 1)
+    cumulative = np.cumsum(np.where(np.isfinite(ranked), ranked, 0.0), axis=-1)
+    support = (1 + k * ranked > cumulative) & np.isfinite(ranked)
+    size = support.sum(axis=-1, keepdims=True)
+    tau = (np.take_along_axis(cumulative, size - 1, axis=-1) - 1) / size
+    return np.maximum(np.nan_to_num(z, nan=-np.inf) - tau, 0.0)
+
+
 def head_weights(T: int, back: int, beta: float | None, gap: float = 1.0) -> np.ndarray:
     """The ``(T, T)`` causal weights of a head that scores key ``j`` from query ``t`` by ``-gap (j - t + back)^2``
     (position features only): hard (the argmax) with ``beta=None``, else a softmax at scale ``beta``."""
@@ -212,7 +235,10 @@ def ngram_transformer(
 
 def leakage_bound(beta: float, gap: float = 1.0) -> float:
     """The most weight a softmax head at scale ``beta`` can leave off its target: every other key scores at most
-    ``-gap d^2`` at distance ``d`` (twice, before and after), against 0 at the target."""
+    ``-gap d^2`` at distance ``d`` (twice, before and after), against 0 at the target; 1 (no bound) below
+    ``beta gap = 1``."""
+    if beta * gap < 1:  # the nearest strays alone carry 2 e^-1 > 1/2 of the target's weight: say only "at most 1"
+        return 1.0
     d = np.arange(1, 2 + int(np.ceil(np.sqrt(800 / (beta * gap)))))  # the terms beyond are below e^-800: 0.0
     return float(2 * np.exp(-beta * gap * d**2).sum())
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...profiles import Interval, Param, at_least, each, in_range, int_list
+from ...profiles import Interval, Param, at_least, each, float_list, in_range, int_list
 from ...sections import Chapter, Section
 from .judge import match2_rows, ngram_rows
 from .measure import match2, ngram
@@ -18,7 +18,7 @@ __all__ = ["CHAPTER", "PARAMS"]
 
 MOST_INPUTS = 10**6  # every input of [M]^N is checked: at most this many
 MOST_WEIGHTS = 2 * 10**9  # attention weights computed for the random checks: inputs times (N + 1)^2, about a minute
-MOST_STRINGS = 10**5  # strings of length up to ngram_length, each run through the layer
+MOST_RUNS = 2 * 10**5  # strings through a transformer: strings x (scales + 1) x (order, shape) pairs, about 0.5 ms each
 MOST_HISTORIES = 10**4  # the layer's MLP has a unit per history: (symbols + 1)^(n - 1) at most
 
 PARAMS = (
@@ -66,8 +66,13 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
             f"match_random_inputs and the largest N give {weights} attention weights, more than {MOST_WEIGHTS}"
         )
     strings = sum(config["ngram_symbols"] ** k for k in range(config["ngram_length"] + 1))
-    if strings > MOST_STRINGS:
-        raise ValueError(f"ngram_symbols and ngram_length give {strings} strings, more than {MOST_STRINGS}")
+    orders = int_list(config["ngram_orders"])
+    runs = strings * (len(float_list(config["ngram_scales"])) + 1) * (2 * len(orders) - orders.count(2))
+    if runs > MOST_RUNS:
+        raise ValueError(
+            f"ngram_symbols, ngram_length, ngram_scales and ngram_orders give {runs} runs of a transformer on a "
+            f"string, more than {MOST_RUNS}"
+        )
     histories = (config["ngram_symbols"] + 1) ** (max(int_list(config["ngram_orders"])) - 1)
     if histories > MOST_HISTORIES:
         raise ValueError(

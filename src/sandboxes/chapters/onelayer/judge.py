@@ -51,15 +51,17 @@ def random_input_claim(check: MatchCheck) -> Claim:
 
 
 def weights_claim(checks: list[MatchCheck]) -> Claim:
-    """The proof's step: a key that is neither a partner nor the blank weighs at most 1/(6N)."""
-    worst = max(check["stray_weight"] for check in checks)
+    """The proof's step, sharpened: a key that is neither a partner nor the blank weighs at most
+    exp(-2 c sin^2(pi / M)), to float64 round-off of the scores."""
+    worst = max(check["stray_excess"] / check["stray_allowance"] for check in checks)
     return Claim.at_most(
-        "Match2 unit: largest weight on a key that is neither a partner nor the blank, in units of 1/(6N), every "
-        "input checked",
+        "Match2 unit: largest log-weight on a key that is neither a partner nor the blank, above our bound "
+        "-2 c sin^2(pi/M), in units of the scores' float64 round-off, every input checked",
         1.0,
         worst,
-        "the proof: such a key scores at most c (1 - 1/M^2) against the blank's c, so with c = M^2 ln(6N) it weighs "
-        "at most 1/(6N); N of them then carry at most 1/6, below psi's threshold",
+        "such a key scores at least c (1 - cos 2 pi/M) = 2 c sin^2(pi/M) below the blank (ours; the slides' gap "
+        "c/M^2 is about 2 pi^2 times smaller and gives their 1/(6N) at c = M^2 ln 6N, which this implies); "
+        "round-off 16 c 2^-53 in nats",
         digits=3,
     )
 

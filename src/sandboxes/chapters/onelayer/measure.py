@@ -26,8 +26,9 @@ class MatchCheck(TypedDict):
     inputs: int
     paired: float  # share of positions whose token has a partner
     wrong: int  # positions where psi of the unit's output is not Match2
-    stray_weight: float  # the largest weight on a key that is neither a partner nor the blank, times 6N (the proof:
-    # at most 1)
+    stray_excess: float  # the largest log-weight on a key that is neither a partner nor the blank, less our bound
+    # -2 c sin^2(pi / M) (nats; at most the round-off allowance where the bound holds)
+    stray_allowance: float  # float64 round-off of the scores, 16 c 2^-53 (a score sums three products of size <= c)
 
 
 class PrecisionData(TypedDict):
@@ -53,16 +54,18 @@ def strays(X: np.ndarray, M: int) -> np.ndarray:
 
 
 def check_unit(X: np.ndarray, M: int, c: float) -> MatchCheck:
-    """The unit at inverse temperature ``c`` on every row of ``X``: its wrong outputs after psi, and its largest weight
-    on a stray key, in chunks."""
+    """The unit at inverse temperature ``c`` on every row of ``X``: its wrong outputs after psi, and its largest
+    log-weight on a stray key against our bound, in chunks."""
     N = X.shape[1]
-    unit, wrong, stray = theory.match2_unit(M, c), 0, 0.0
+    unit, wrong, stray = theory.match2_unit(M, c), 0, -np.inf
     rows = max(1, ROWS_AT_ONCE // (N + 1) ** 2)
     for start in range(0, len(X), rows):
         chunk = X[start : start + rows]
-        out, weights = unit(theory.with_blank(chunk, M))
+        tokens = theory.with_blank(chunk, M)
+        log_weights = unit.log_weights(tokens)
+        out = (np.exp(log_weights) @ (unit.phi[tokens] @ unit.value))[..., 0]
         wrong += int((theory.match2_output(out[:, :N]) != theory.match2(chunk, M)).sum())
-        stray = max(stray, float(np.where(strays(chunk, M), weights[:, :N], 0.0).max()) * 6 * N)
+        stray = max(stray, float(np.where(strays(chunk, M), log_weights[:, :N], -np.inf).max()))
     return {
         "M": M,
         "N": N,
@@ -70,7 +73,8 @@ def check_unit(X: np.ndarray, M: int, c: float) -> MatchCheck:
         "inputs": len(X),
         "paired": float(theory.match2(X, M).mean()),
         "wrong": wrong,
-        "stray_weight": stray,
+        "stray_excess": stray - theory.log_stray_bound(M, c),
+        "stray_allowance": 16 * c * 2.0**-53,
     }
 
 
@@ -85,15 +89,21 @@ def random_inputs(N: int, M: int, count: int, rng: np.random.Generator) -> np.nd
 
 def float32_wrong_share(X: np.ndarray, M: int) -> float:
     """The share of positions the unit gets wrong when its embedding, maps and scores are float32 (the softmax and
-    what follows in float64, so that only the scores' precision changes)."""
+    what follows in float64, so that only the scores' precision changes), in chunks."""
     N = X.shape[1]
     unit = theory.match2_unit(M, theory.match2_scale(M, N))
-    x = unit.phi[theory.with_blank(X, M)].astype(np.float32)
-    scores = (x @ unit.query.astype(np.float32)) @ (x @ unit.key.astype(np.float32)).transpose(0, 2, 1)
-    weights = np.exp(scores - scores.max(axis=2, keepdims=True), dtype=np.float64)
-    weights /= weights.sum(axis=2, keepdims=True)
-    out = (weights @ (x.astype(np.float64) @ unit.value))[..., 0]
-    return float((theory.match2_output(out[:, :N]) != theory.match2(X, M)).mean())
+    query, key = unit.query.astype(np.float32), unit.key.astype(np.float32)
+    wrong = 0
+    rows = max(1, ROWS_AT_ONCE // (N + 1) ** 2)
+    for start in range(0, len(X), rows):
+        chunk = X[start : start + rows]
+        x = unit.phi[theory.with_blank(chunk, M)].astype(np.float32)
+        scores = ((x @ query) @ (x @ key).transpose(0, 2, 1)).astype(np.float64)
+        weights = np.exp(scores - scores.max(axis=2, keepdims=True))
+        weights /= weights.sum(axis=2, keepdims=True)
+        out = (weights @ (x.astype(np.float64) @ unit.value))[..., 0]
+        wrong += int((theory.match2_output(out[:, :N]) != theory.match2(chunk, M)).sum())
+    return wrong / X.size
 
 
 def match2(config: dict[str, Any], ctx: RunContext) -> MatchData:
