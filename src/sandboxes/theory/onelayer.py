@@ -144,16 +144,30 @@ def random_ngram(n: int, symbols: int, rng: np.random.Generator, concentration: 
     return NGram(n, symbols, histories, laws)
 
 
-def padded(string: tuple[int, ...], model: NGram) -> np.ndarray:
-    """The transformer's input for ``string``: ``n - 1`` BOS tokens, then the string."""
-    return np.asarray((model.bos,) * (model.n - 1) + tuple(string), dtype=np.int64)
+def padded(strings: np.ndarray, model: NGram) -> np.ndarray:
+    """The transformer's input for each row of ``strings`` (``(B, L)`` symbols): ``n - 1`` BOS tokens, then the
+    string."""
+    return np.concatenate([np.full((len(strings), model.n - 1), model.bos, dtype=np.int64), strings], axis=1)
 
 
-def ngram_targets(model: NGram, string: tuple[int, ...]) -> np.ndarray:
-    """The n-gram's next-symbol laws after each prefix of ``string`` (the empty one first), ``(len + 1, symbols + 1)``:
-    the law of the ``n - 1`` tokens before, BOS padding the start."""
-    tokens = padded(string, model)
-    return np.stack([model.law(tuple(tokens[t - model.n + 2 : t + 1])) for t in range(model.n - 2, len(tokens))])
+def ngram_targets(model: NGram, strings: np.ndarray) -> np.ndarray:
+    """The n-gram's next-symbol laws after each prefix of each string (the empty one first),
+    ``(B, L + 1, symbols + 1)``: the law of the ``n - 1`` tokens before, BOS padding the start."""
+    tokens, base = padded(strings, model), model.symbols + 1
+    index = np.full(base ** (model.n - 1), -1)
+    for g, history in enumerate(model.histories):  # a history's code: its tokens as digits, the oldest first
+        index[int(np.polyval(history, base))] = g
+    starts = np.arange(tokens.shape[1] - model.n + 2)
+    windows = tokens[:, starts[:, None] + np.arange(model.n - 1)]  # (B, L + 1, n - 1): the history at each prefix
+    codes = (windows * base ** np.arange(model.n - 2, -1, -1)).sum(axis=2)
+    return model.laws[index[codes]]
+
+
+def strings_of_length(symbols: int, length: int) -> np.ndarray:
+    """Every string over ``symbols`` symbols of length ``length``, ``(symbols^length, length)``."""
+    if length == 0:
+        return np.zeros((1, 0), dtype=np.int64)
+    return every_input(symbols, length)
 
 
 def position_features(T: int) -> np.ndarray:
@@ -198,39 +212,39 @@ def head_weights(T: int, back: int, beta: float | None, gap: float = 1.0) -> np.
 
 
 def read_history(model: NGram, tokens: np.ndarray, beta: float | None, gap: float, shape: str) -> np.ndarray:
-    """What the attention leaves at each position: ``n - 1`` slots of token weights, slot ``h`` for the token ``h``
-    places back, ``(T, n - 1, symbols + 1)``.
+    """What the attention leaves at each position of each row of ``tokens`` (``(..., T)``): ``n - 1`` slots of token
+    weights, slot ``h`` for the token ``h`` places back, ``(..., T, n - 1, symbols + 1)``.
 
     ``"heads"``: head ``h`` of one layer reads the token ``h`` places back. ``"layers"``: the head of layer 1 reads
     the token at its own position into slot 0, and the head of layer ``l`` (``l = 2 .. n - 1``) copies slot ``l - 2``
     of the position before into slot ``l - 1``, so the token ``h`` places back arrives through ``h`` copies.
     """
     onehot = np.eye(model.symbols + 1)[tokens]
-    T, slots = len(tokens), model.n - 1
+    T, slots = tokens.shape[-1], model.n - 1
     if shape == "heads":
-        return np.stack([head_weights(T, back, beta, gap) @ onehot for back in range(slots)], axis=1)
+        return np.stack([head_weights(T, back, beta, gap) @ onehot for back in range(slots)], axis=-2)
     read = [head_weights(T, 0, beta, gap) @ onehot]
     previous = head_weights(T, 1, beta, gap)
     for _ in range(slots - 1):
         read.append(previous @ read[-1])
-    return np.stack(read, axis=1)
+    return np.stack(read, axis=-2)
 
 
 def ngram_transformer(
     model: NGram, tokens: np.ndarray, beta: float | None, gap: float = 1.0, shape: str = "heads"
 ) -> np.ndarray:
-    """The log next-symbol laws ``(T - n + 2, symbols + 1)`` of the transformer of ``shape`` on the padded ``tokens``,
-    at each position from the last BOS on.
+    """The log next-symbol laws ``(..., T - n + 2, symbols + 1)`` of the transformer of ``shape`` on the padded
+    ``tokens`` (``(..., T)``), at each position from the last BOS on.
 
     The attention (:func:`read_history`) leaves slots ``v_h``; the MLP has one ReLU unit per history ``g``,
     ``relu(sum_h v_h[g_h] - (n - 2))``, which is 1 on the history read and 0 on the others under hard attention; the
     output layer writes ``log p(. | g)`` from unit ``g``.
     """
     heads = model.n - 1
-    values = read_history(model, tokens, beta, gap, shape)[heads - 1 :]  # from the last BOS on
+    values = read_history(model, tokens, beta, gap, shape)[..., heads - 1 :, :, :]  # from the last BOS on
     members = np.asarray(model.histories)[:, ::-1]  # unit g's token for slot h: g's entry h places back
-    units = np.maximum(values[:, np.arange(heads), members].sum(axis=2) - (heads - 1), 0.0)
-    return log_softmax(units @ np.log(model.laws), axis=1)
+    units = np.maximum(values[..., np.arange(heads), members].sum(axis=-1) - (heads - 1), 0.0)
+    return log_softmax(units @ np.log(model.laws), axis=-1)
 
 
 def leakage_bound(beta: float, gap: float = 1.0) -> float:
@@ -276,6 +290,34 @@ def ngram_scale_needed(model: NGram, error: float, shape: str = "heads") -> floa
     return high
 
 
-def strings_up_to(symbols: int, length: int) -> list[tuple[int, ...]]:
-    """Every string over ``symbols`` symbols of length 0 to ``length``."""
-    return [s for n in range(length + 1) for s in itertools.product(range(symbols), repeat=n)]
+# ---------------------------------------------------------------- PARITY with softmax attention (Chiang and Cholak)
+def every_string(n: int) -> np.ndarray:
+    """Every bit string of length ``n``, ``(2^n, n)``."""
+    return every_input(2, n)
+
+
+def parity_output(bits: np.ndarray, beta: float | None) -> np.ndarray:
+    """The two-layer construction's output at the last position, ``(B,)``: ``(-1)^k`` for ``k`` ones with hard
+    attention (``beta=None``), near it with softmax at scale ``beta``; its sign is the decision (odd below 0).
+
+    A BOS at position 0 makes ``N = n + 1`` positions with encodings ``p_j = j / N``, ``p_j^2`` and ``(-1)^j``. Layer 1
+    attends uniformly (every score 0) and averages the bits: ``k / N``. Layer 2 scores key ``j`` from the last
+    position by ``beta (2 (k / N) p_j - p_j^2)``, which is ``-beta (j - k)^2 / N^2`` up to a constant the softmax
+    ignores, and averages ``(-1)^j``.
+    """
+    N = bits.shape[1] + 1
+    k = bits.sum(axis=1)
+    position = np.arange(N) / N
+    scores = 2 * (k / N)[:, None] * position[None, :] - position[None, :] ** 2
+    if beta is None:
+        weights = (scores == scores.max(axis=1, keepdims=True)).astype(float)
+    else:
+        weights = softmax(beta * scores, axis=1)
+    return weights @ (-1.0) ** np.arange(N)
+
+
+def parity_margin_bound(scale: float) -> float:
+    """Our lower bound on ``|output|`` at ``beta = scale N^2``: ``1 - 2 delta`` with ``delta`` the most weight layer 2
+    leaves off position ``k``, whose neighbours score ``scale d^2`` lower at distance ``d`` (:func:`leakage_bound`);
+    each stray unit of weight moves the output by at most 2. The same at every length."""
+    return 1 - 2 * leakage_bound(scale)

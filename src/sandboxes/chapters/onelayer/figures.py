@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from .measure import MatchData, NGramData
+    from .measure import MatchData, NGramData, ParityData
 
 ORDER_COLORS = (COLORS["untied"], COLORS["tied"], COLORS["depth2"], COLORS["lstm"], COLORS["full"])
 
@@ -61,5 +61,28 @@ def ngram(data: NGramData) -> Figure:
         if ax.lines:
             ax.legend(fontsize=8, title="measured; dashed: our bound", title_fontsize=7)
     axes[0].set_ylabel("largest |log p_model - log p| (nats)")
+    fig.tight_layout()
+    return fig
+
+
+def parity(data: ParityData) -> Figure:
+    """Left: the least |output| over every string of each length at a scale growing as N^2, beside our bound. Right:
+    the share of strings decided wrongly at fixed scales, hollow where our bound no longer covers the length."""
+    lengths = np.asarray(data["lengths"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    left.plot(lengths, data["scaled_margin"], "o-", color=COLORS["untied"], label=f"scale {data['scaled']:g} N^2")
+    if data["margin_bound"] > 0:
+        left.axhline(data["margin_bound"], color=COLORS["theory"], linestyle=":", label="our bound at that scale")
+    left.set(xlabel="length n", ylabel="least |output| over every string", ylim=(0, 1.05))
+    left.legend(fontsize=8)
+    for beta, wrong, covered, color in zip(
+        data["fixed_scales"], data["fixed_wrong"], data["fixed_covered"], ORDER_COLORS[1:]
+    ):
+        right.plot(lengths, wrong, "-", color=color, label=f"fixed scale {beta:g}")
+        inside = np.asarray(covered)
+        right.plot(lengths[inside], np.asarray(wrong)[inside], "o", color=color)
+        right.plot(lengths[~inside], np.asarray(wrong)[~inside], "o", color=color, mfc="none")
+    right.set(xlabel="length n", ylabel="share of strings decided wrongly", title="filled: covered by our bound")
+    right.legend(fontsize=8)
     fig.tight_layout()
     return fig

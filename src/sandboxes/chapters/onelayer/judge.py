@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...claims import Claim
 
 if TYPE_CHECKING:
-    from .measure import MatchCheck, MatchData, NGramData, OrderCheck
+    from .measure import MatchCheck, MatchData, NGramData, OrderCheck, ParityData
 
 ROUND_OFF = 1e-12  # float64: a log-softmax of sums of a few dozen terms of size at most Lambda (measured ~1e-15)
 
@@ -125,3 +125,43 @@ def soft_claim(order: OrderCheck, data: NGramData, judged: list[int]) -> Claim:
         "deeper model; judged where every slot misses less than half its token",
         digits=3,
     )
+
+
+# ---------------------------------------------------------------- PARITY
+def parity_rows(config: dict[str, Any], data: ParityData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Hard attention decides PARITY on every string; softmax at scale b N^2 does too, with the margin our bound gives,
+    where that bound is positive (or why no such row is made)."""
+    lengths = ", ".join(str(n) for n in data["lengths"])
+    claims = [
+        Claim.exact(
+            f"PARITY in two layers, hard attention in layer 2: wrong decisions on every bit string of length "
+            f"{lengths} ({sum(data['strings'])} strings)",
+            "0",
+            str(sum(data["hard_wrong"])),
+            "our construction with Chiang and Cholak's encodings i/N and (-1)^i (and (i/N)^2): layer 1 averages "
+            "the bits to k/N, layer 2 reads (-1)^k at position k",
+        )
+    ]
+    if not data["margin_bound"] > 0:
+        return claims, (
+            f"PARITY at scale {data['scaled']:g} N^2: a head may leave half its weight or more off position k there, "
+            "so our bound says nothing; parity_scale above 1.41 makes the rows",
+        )
+    claims += [
+        Claim.exact(
+            f"PARITY in two layers, softmax at scale {data['scaled']:g} N^2: wrong decisions on every bit string of "
+            f"length {lengths}",
+            "0",
+            str(sum(data["scaled_wrong"])),
+            "our bound: the output is within 2 delta(b) of (-1)^k, delta(b) = 2 sum_d exp(-b d^2) < 1/2",
+        ),
+        Claim.at_least(
+            f"PARITY in two layers, softmax at scale {data['scaled']:g} N^2: least |output| over every string, "
+            "every length",
+            data["margin_bound"],
+            min(data["scaled_margin"]),
+            "our bound 1 - 2 delta(b): with the scale growing as N^2 the margin does not shrink with the length",
+            digits=4,
+        ),
+    ]
+    return claims, ()

@@ -160,15 +160,19 @@ class NGramData(TypedDict):
 ERRORS_SHOWN = (1e-3, 1e-6)  # the errors whose scale the page tabulates
 
 
-def worst_error(
-    model: theory.NGram, strings: list[tuple[int, ...]], beta: float | None, gap: float = 1.0, shape: str = "heads"
-) -> float:
-    """max |log p_model - log p| over every position of every string."""
+def worst_error(model: theory.NGram, length: int, beta: float | None, gap: float = 1.0, shape: str = "heads") -> float:
+    """max |log p_model - log p| over every position of every string of length 0 to ``length``, a length at a time."""
     worst = 0.0
-    for string in strings:
-        got = theory.ngram_transformer(model, theory.padded(string, model), beta, gap, shape)
-        worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, string))).max()))
+    for size in range(length + 1):
+        strings = theory.strings_of_length(model.symbols, size)
+        got = theory.ngram_transformer(model, theory.padded(strings, model), beta, gap, shape)
+        worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, strings))).max()))
     return worst
+
+
+def string_count(symbols: int, length: int) -> int:
+    """How many strings have length 0 to ``length``."""
+    return sum(symbols**size for size in range(length + 1))
 
 
 def check_order(n: int, shape: str, config: dict[str, Any], gap: float = 1.0) -> OrderCheck:
@@ -176,14 +180,14 @@ def check_order(n: int, shape: str, config: dict[str, Any], gap: float = 1.0) ->
     scores ``gap`` times the construction's: the tests' counterfactual)."""
     symbols, scales = config["ngram_symbols"], float_list(config["ngram_scales"])
     model = theory.random_ngram(n, symbols, np.random.default_rng(member_seed("ngram", n, symbols, config["seed"])))
-    strings = theory.strings_up_to(symbols, config["ngram_length"])
+    length = config["ngram_length"]
     return {
         "n": n,
         "shape": shape,
         "histories": len(model.histories),
         "log_prob_range": float(np.abs(np.log(model.laws)).max()),
-        "hard_error": worst_error(model, strings, None, gap, shape),
-        "soft_error": [worst_error(model, strings, beta, gap, shape) for beta in scales],
+        "hard_error": worst_error(model, length, None, gap, shape),
+        "soft_error": [worst_error(model, length, beta, gap, shape) for beta in scales],
         "bound": [theory.ngram_error_bound(model, beta, shape) for beta in scales],
         "scale_needed": {f"{e:g}": theory.ngram_scale_needed(model, e, shape) for e in ERRORS_SHOWN},
     }
@@ -195,7 +199,7 @@ def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
     return {
         "symbols": config["ngram_symbols"],
         "length": config["ngram_length"],
-        "strings": len(theory.strings_up_to(config["ngram_symbols"], config["ngram_length"])),
+        "strings": string_count(config["ngram_symbols"], config["ngram_length"]),
         "scales": float_list(config["ngram_scales"]),
         "orders": [
             check_order(n, shape, config)
@@ -203,4 +207,47 @@ def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
             for shape in theory.SHAPES
             if n > 2 or shape == "heads"  # at n = 2 both shapes are one layer of one head
         ],
+    }
+
+
+# ---------------------------------------------------------------- PARITY with softmax attention
+class ParityData(TypedDict):
+    lengths: list[int]
+    strings: list[int]  # every bit string of each length is read
+    hard_wrong: list[int]  # per length: wrong decisions with hard attention in layer 2
+    scaled: float  # b: layer 2 at scale beta = b N^2 (N = n + 1 positions)
+    scaled_wrong: list[int]  # per length: wrong decisions at that scale
+    scaled_margin: list[float]  # per length: the least |output| at that scale
+    margin_bound: float  # our bound 1 - 2 delta(b), the same at every length
+    fixed_scales: list[float]  # beta held fixed while the length grows
+    fixed_wrong: list[list[float]]  # per fixed scale, per length: the share of strings decided wrongly
+    fixed_covered: list[list[bool]]  # per fixed scale, per length: whether our bound covers it (beta / N^2 >= 1.41)
+
+
+def parity(config: dict[str, Any], ctx: RunContext) -> ParityData:
+    """The construction on every bit string of each length: hard, at a scale that grows as N^2, and at fixed scales
+    (where our bound stops covering the longer strings)."""
+    lengths, b = int_list(config["parity_lengths"]), config["parity_scale"]
+    fixed = float_list(config["parity_fixed_scales"])
+    strings = [theory.every_string(n) for n in lengths]
+    truth = [bits.sum(axis=1) % 2 == 1 for bits in strings]
+
+    def wrong(output: np.ndarray, odd: np.ndarray) -> int:
+        return int(np.where(odd, output >= 0, output <= 0).sum())  # odd below 0, even above; 0 decides nothing
+
+    scaled = [theory.parity_output(bits, b * (n + 1) ** 2) for n, bits in zip(lengths, strings)]
+    return {
+        "lengths": lengths,
+        "strings": [len(bits) for bits in strings],
+        "hard_wrong": [wrong(theory.parity_output(bits, None), odd) for bits, odd in zip(strings, truth)],
+        "scaled": b,
+        "scaled_wrong": [wrong(out, odd) for out, odd in zip(scaled, truth)],
+        "scaled_margin": [float(np.abs(out).min()) for out in scaled],
+        "margin_bound": theory.parity_margin_bound(b),
+        "fixed_scales": fixed,
+        "fixed_wrong": [
+            [wrong(theory.parity_output(bits, beta), odd) / len(bits) for bits, odd in zip(strings, truth)]
+            for beta in fixed
+        ],
+        "fixed_covered": [[theory.parity_margin_bound(beta / (n + 1) ** 2) > 0 for n in lengths] for beta in fixed],
     }
