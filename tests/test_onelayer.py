@@ -235,7 +235,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^4-gram LM as 3 layers of one head, hard", "heads one place too far back", _ngram_rows),
     (r"PARITY in two layers, hard attention", "layer 1 averages without the BOS", _parity_rows),
     (r"PARITY in two layers, softmax .*: wrong decisions", "layer 2 at a quarter of the stated scale", _parity_rows),
-    (r"PARITY in two layers, softmax .*: least", "layer 2 at a quarter of the stated scale", _parity_rows),
+    (r"PARITY in two layers, softmax .*: largest", "layer 2 at a quarter of the stated scale", _parity_rows),
     (r"^2-gram LM as one layer of 1 head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
@@ -279,6 +279,15 @@ def test_a_whole_input_table_is_every_combination_once():
 def test_the_chapter_refuses_random_checks_too_large_in_one_line():
     with pytest.raises(ValueError, match="attention weights, more than"):
         onelayer.check({**CONFIG, "match_random_N": "256,255,254,253,252,251,250,249", "match_random_inputs": 2000}, 1)
+    with pytest.raises(ValueError, match="MLP unit values to compute"):
+        onelayer.check({**CONFIG, "ngram_symbols": 2, "ngram_length": 14, "ngram_orders": "2,3,4,5,6"}, 1)
+
+
+def test_the_chapter_refuses_a_list_that_repeats_a_value_which_would_make_two_rows_of_one_name():
+    with pytest.raises(ValueError, match="ngram_orders repeats a value"):
+        onelayer.check({**CONFIG, "ngram_orders": "3,3"}, 1)
+    with pytest.raises(ValueError, match="parity_lengths repeats a value"):
+        onelayer.check({**CONFIG, "parity_lengths": "4,2,4"}, 1)
 
 
 def test_a_soft_row_at_a_scale_past_float64_resolution_holds_on_round_off():

@@ -154,12 +154,14 @@ def ngram_targets(model: NGram, strings: np.ndarray) -> np.ndarray:
     """The n-gram's next-symbol laws after each prefix of each string (the empty one first),
     ``(B, L + 1, symbols + 1)``: the law of the ``n - 1`` tokens before, BOS padding the start."""
     tokens, base = padded(strings, model), model.symbols + 1
+    powers = base ** np.arange(model.n - 2, -1, -1)  # a history's code: its tokens as digits, the oldest first
     index = np.full(base ** (model.n - 1), -1)
-    for g, history in enumerate(model.histories):  # a history's code: its tokens as digits, the oldest first
-        index[int(np.polyval(history, base))] = g
+    index[np.asarray(model.histories) @ powers] = np.arange(len(model.histories))
     starts = np.arange(tokens.shape[1] - model.n + 2)
     windows = tokens[:, starts[:, None] + np.arange(model.n - 1)]  # (B, L + 1, n - 1): the history at each prefix
-    codes = (windows * base ** np.arange(model.n - 2, -1, -1)).sum(axis=2)
+    codes = windows @ powers
+    if (index[codes] < 0).any():
+        raise ValueError("a string shows a history the model has no law for: BOS only at the start")
     return model.laws[index[codes]]
 
 
@@ -243,7 +245,8 @@ def ngram_transformer(
     heads = model.n - 1
     values = read_history(model, tokens, beta, gap, shape)[..., heads - 1 :, :, :]  # from the last BOS on
     members = np.asarray(model.histories)[:, ::-1]  # unit g's token for slot h: g's entry h places back
-    units = np.maximum(values[..., np.arange(heads), members].sum(axis=-1) - (heads - 1), 0.0)
+    total = sum(values[..., h, members[:, h]] for h in range(heads))  # (..., positions, histories), slot by slot
+    units = np.maximum(total - (heads - 1), 0.0)
     return log_softmax(units @ np.log(model.laws), axis=-1)
 
 
@@ -310,7 +313,8 @@ def parity_output(bits: np.ndarray, beta: float | None) -> np.ndarray:
     position = np.arange(N) / N
     scores = 2 * (k / N)[:, None] * position[None, :] - position[None, :] ** 2
     if beta is None:
-        weights = (scores == scores.max(axis=1, keepdims=True)).astype(float)
+        peak = (scores == scores.max(axis=1, keepdims=True)).astype(float)
+        weights = peak / peak.sum(axis=1, keepdims=True)  # one position here; ties would share the weight
     else:
         weights = softmax(beta * scores, axis=1)
     return weights @ (-1.0) ** np.arange(N)

@@ -17,8 +17,9 @@ from .measure import match2, ngram, parity
 __all__ = ["CHAPTER", "PARAMS"]
 
 MOST_INPUTS = 10**6  # every input of [M]^N is checked: at most this many
-MOST_WEIGHTS = 10**9  # attention weights of the random and float32 checks: inputs times (N + 1)^2 per size, ~30 s
+MOST_WEIGHTS = 5 * 10**8  # attention weights of the Match2 checks, inputs times (N + 1)^2 (2.3e8 took 9 s)
 MOST_UNITS = 2 * 10**7  # MLP units held at once by the n-gram check: the longest strings x positions x histories
+MOST_NGRAM_WORK = 10**9  # MLP unit values over the whole n-gram check (2.2e8 took 3 s)
 
 PARAMS = (
     Param("seed", int, 0, 0, "seed of the random inputs and of the n-gram models", at_least(0)),
@@ -49,7 +50,12 @@ PARAMS = (
         each(Interval(0.0, 1e3, open_low=True)),
     ),
     Param(
-        "parity_lengths", str, "2,4,6,8,10,12,14,16", "2,4,6,8,10,12,14,16,18", "bit-string lengths n", each(in_range(1, 18))
+        "parity_lengths",
+        str,
+        "2,4,6,8,10,12,14,16",
+        "2,4,6,8,10,12,14,16,18",
+        "bit-string lengths n",
+        each(in_range(1, 18)),
     ),
     Param(
         "parity_scale",
@@ -75,25 +81,54 @@ def histories(symbols: int, n: int) -> int:
     return sum(symbols**m for m in range(n))
 
 
+LISTS = ("match_random_N", "precision_M", "ngram_orders", "ngram_scales", "parity_lengths", "parity_fixed_scales")
+
+
+def attention_weights(config: dict[str, Any]) -> int:
+    """The attention weights the Match2 section computes: inputs times ``(N + 1)^2``, every check together."""
+    exhaustive = config["match_M"] ** config["match_N"] * (config["match_N"] + 1) ** 2
+    sizes = [(n + 1) ** 2 for n in int_list(config["match_random_N"])]
+    sizes += [(config["precision_N"] + 1) ** 2] * len(int_list(config["precision_M"]))
+    return exhaustive + config["match_random_inputs"] * sum(sizes)
+
+
+def ngram_work(config: dict[str, Any]) -> tuple[int, int]:
+    """The n-gram section's MLP unit values over every string, scale, order and shape (times the slots summed), and
+    the most held at once (the longest strings of the largest order)."""
+    symbols, length, scales = config["ngram_symbols"], config["ngram_length"], len(config["ngram_scales"].split(","))
+    positions = sum(symbols**size * (size + 1) for size in range(length + 1))
+    total = sum(
+        (2 if n > 2 else 1) * (scales + 1) * positions * histories(symbols, n) * (n - 1)
+        for n in int_list(config["ngram_orders"])
+    )
+    largest = max(int_list(config["ngram_orders"]))
+    return total, symbols**length * (length + 1) * histories(symbols, largest)
+
+
 def check(config: dict[str, Any], n_seeds: int) -> None:
-    """Refuse, before any work, sizes whose exhaustive checks would not end in a minute or would not fit in memory."""
+    """Refuse, before any work, lists that repeat a value (two rows of one name) and sizes whose checks would not end
+    in about half a minute per section or would not fit in memory."""
+    for name in LISTS:
+        values = config[name].split(",")
+        if len({float(v) for v in values}) < len(values):
+            raise ValueError(f"{name} repeats a value: {config[name]}")
     if config["match_M"] ** config["match_N"] > MOST_INPUTS:
         raise ValueError(
             f"match_M^match_N = {config['match_M']}^{config['match_N']} inputs to check exceeds {MOST_INPUTS}"
         )
-    sizes = [(n + 1) ** 2 for n in int_list(config["match_random_N"])]
-    sizes += [(config["precision_N"] + 1) ** 2] * len(int_list(config["precision_M"]))
-    weights = config["match_random_inputs"] * sum(sizes)
+    weights = attention_weights(config)
     if weights > MOST_WEIGHTS:
+        raise ValueError(f"the Match2 checks would compute {weights} attention weights, more than {MOST_WEIGHTS}")
+    total, held = ngram_work(config)
+    if held > MOST_UNITS:
         raise ValueError(
-            f"the random and float32 checks would compute {weights} attention weights, more than {MOST_WEIGHTS}"
-        )
-    symbols, length = config["ngram_symbols"], config["ngram_length"]
-    units = symbols**length * (length + 1) * histories(symbols, max(int_list(config["ngram_orders"])))
-    if units > MOST_UNITS:
-        raise ValueError(
-            f"ngram_symbols, ngram_length and the largest order would hold {units} MLP units at once, more than "
+            f"ngram_symbols, ngram_length and the largest order would hold {held} MLP units at once, more than "
             f"{MOST_UNITS}"
+        )
+    if total > MOST_NGRAM_WORK:
+        raise ValueError(
+            f"ngram_symbols, ngram_length, ngram_orders and ngram_scales give {total} MLP unit values to compute, "
+            f"more than {MOST_NGRAM_WORK}"
         )
 
 

@@ -57,21 +57,23 @@ def check_unit(X: np.ndarray, M: int, c: float) -> MatchCheck:
     """The unit at inverse temperature ``c`` on every row of ``X``: its wrong outputs after psi, and its largest
     log-weight on a stray key against our bound, in chunks."""
     N = X.shape[1]
-    unit, wrong, stray = theory.match2_unit(M, c), 0, -np.inf
+    unit, wrong, stray, paired = theory.match2_unit(M, c), 0, -np.inf, 0
     rows = max(1, ROWS_AT_ONCE // (N + 1) ** 2)
     for start in range(0, len(X), rows):
         chunk = X[start : start + rows]
         tokens = theory.with_blank(chunk, M)
         log_weights = unit.log_weights(tokens)
         out = (np.exp(log_weights) @ (unit.phi[tokens] @ unit.value))[..., 0]
-        wrong += int((theory.match2_output(out[:, :N]) != theory.match2(chunk, M)).sum())
+        truth = theory.match2(chunk, M)
+        wrong += int((theory.match2_output(out[:, :N]) != truth).sum())
+        paired += int(truth.sum())
         stray = max(stray, float(np.where(strays(chunk, M), log_weights[:, :N], -np.inf).max()))
     return {
         "M": M,
         "N": N,
         "c": c,
         "inputs": len(X),
-        "paired": float(theory.match2(X, M).mean()),
+        "paired": paired / X.size,
         "wrong": wrong,
         "stray_excess": stray - theory.log_stray_bound(M, c),
         "stray_allowance": 16 * c * 2.0**-53,
@@ -218,10 +220,12 @@ class ParityData(TypedDict):
     scaled: float  # b: layer 2 at scale beta = b N^2 (N = n + 1 positions)
     scaled_wrong: list[int]  # per length: wrong decisions at that scale
     scaled_margin: list[float]  # per length: the least |output| at that scale
+    scaled_deviation: list[float]  # per length: the largest |output - (-1)^k| at that scale
     margin_bound: float  # our bound 1 - 2 delta(b), the same at every length
     fixed_scales: list[float]  # beta held fixed while the length grows
     fixed_wrong: list[list[float]]  # per fixed scale, per length: the share of strings decided wrongly
-    fixed_covered: list[list[bool]]  # per fixed scale, per length: whether our bound covers it (beta / N^2 >= 1.41)
+    fixed_covered: list[list[bool]]  # per fixed scale, per length: whether our bound covers it (beta / N^2 above
+    # about 1.40)
 
 
 def parity(config: dict[str, Any], ctx: RunContext) -> ParityData:
@@ -243,6 +247,9 @@ def parity(config: dict[str, Any], ctx: RunContext) -> ParityData:
         "scaled": b,
         "scaled_wrong": [wrong(out, odd) for out, odd in zip(scaled, truth)],
         "scaled_margin": [float(np.abs(out).min()) for out in scaled],
+        "scaled_deviation": [
+            float(np.abs(out - (-1.0) ** bits.sum(axis=1)).max()) for out, bits in zip(scaled, strings)
+        ],
         "margin_bound": theory.parity_margin_bound(b),
         "fixed_scales": fixed,
         "fixed_wrong": [
