@@ -72,6 +72,19 @@ def test_sparse_attention_at_scale_one_is_the_hard_attention_of_the_n_gram_heads
             assert np.array_equal(theory.sparsemax(scores), theory.head_weights(T, back, None))
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8])
+def test_the_window_curvature_keeps_exactly_the_last_m_positions_and_its_bounds_are_sharp(m):
+    a = theory.window_curvature(m)
+    for T in (m, m + 1, 3 * m + 4):
+        kept = theory.window_weights(T, m, a)[m - 1 :] > 0
+        assert (kept.sum(axis=1) == m).all() and kept[:, -1].all() == (T == m)
+    low = 6 / (m * (m + 1) * (m + 2))
+    assert (theory.window_weights(3 * m + 4, m, 0.9 * low)[-1] > 0).sum() > m  # below: the next key comes in
+    if m > 2:
+        high = 6 / (m * (m - 1) * (m - 2))
+        assert (theory.window_weights(3 * m + 4, m, 1.1 * high)[-1] > 0).sum() < m  # above: the ends drop out
+
+
 def test_sparsemax_is_the_projection_onto_the_simplex():
     scores = np.array([[0.3, 0.1, -0.2], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     projected = theory.sparsemax(scores)
@@ -197,6 +210,10 @@ def _ngram_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
     data = measure.ngram(CONFIG, None)
     if change == "positional scores a quarter of the construction's":
         data["orders"] = [measure.check_order(o["n"], o["shape"], CONFIG, gap=0.25) for o in data["orders"]]
+    if change == "a third of the construction's curvature":
+        data["one_head"] = [
+            measure.check_one_head(c["n"], CONFIG, theory.window_curvature(c["n"] - 1) / 3) for c in data["one_head"]
+        ]
     return judge.ngram_rows(CONFIG, data)[0]
 
 
@@ -236,6 +253,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"PARITY in two layers, hard attention", "layer 1 averages without the BOS", _parity_rows),
     (r"PARITY in two layers, softmax .*: wrong decisions", "layer 2 at a quarter of the stated scale", _parity_rows),
     (r"PARITY in two layers, softmax .*: largest", "layer 2 at a quarter of the stated scale", _parity_rows),
+    (r"^3-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
+    (r"^4-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
     (r"^2-gram LM as one layer of 1 head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),

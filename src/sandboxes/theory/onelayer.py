@@ -325,3 +325,50 @@ def parity_margin_bound(scale: float) -> float:
     leaves off position ``k``, whose neighbours score ``scale d^2`` lower at distance ``d`` (:func:`leakage_bound`);
     each stray unit of weight moves the output by at most 2. The same at every length."""
     return 1 - 2 * leakage_bound(scale)
+
+
+# ---------------------------------------------------------------- one sparse head (Svete and Cotterell's 3.3 shape)
+def window_curvature(m: int) -> float:
+    """A curvature ``a`` at which sparsemax of ``-a (j - c)^2``, centred on a window of ``m`` consecutive keys, keeps
+    exactly those keys: ``a >= 6 / (m (m + 1) (m + 2))`` drops the next key, ``a < 6 / (m (m - 1) (m - 2))`` keeps the
+    window's ends; the geometric mean of the two (twice the first where the second is infinite, m <= 2)."""
+    low = 6 / (m * (m + 1) * (m + 2))
+    high = 6 / (m * (m - 1) * (m - 2)) if m > 2 else math.inf
+    return math.sqrt(low * high) if math.isfinite(high) else 2 * low
+
+
+def window_weights(T: int, m: int, curvature: float) -> np.ndarray:
+    """The ``(T, T)`` causal sparsemax weights of one head that scores key ``j`` from query ``t`` by
+    ``-a (j - t + (m - 1) / 2)^2``: a linear map of the positions' features ``(1, j, j^2)`` (the query's part of the
+    square is one constant per row, which sparsemax ignores)."""
+    j = np.arange(T, dtype=float)
+    centre = j - (m - 1) / 2
+    scores = -curvature * (j[None, :] - centre[:, None]) ** 2
+    return sparsemax(np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf))
+
+
+def ngram_one_head(model: NGram, tokens: np.ndarray, curvature: float | None = None) -> np.ndarray:
+    """The log next-symbol laws ``(..., T - n + 2, symbols + 1)`` of one layer of one sparse head on the padded
+    ``tokens``, with the richer positional encoding ``j mod (n - 1)``.
+
+    The head spreads its weight over the last ``m = n - 1`` positions, ``p_h`` on the token ``h`` back (the same at
+    every query). Each token's value is the one-hot of (its symbol, its position mod m), so the m tokens land in m
+    different places. The MLP has a unit per history ``g`` and residue ``r``,
+    ``relu(sum_h v[g_h, (r - h) mod m] / p_h + L 1{t mod m = r} - (m - 1) - L)``, with ``L`` at least m times the
+    largest ``p`` over the smallest: 1 on the history read at the query's own residue and 0 everywhere else.
+    """
+    m, vocab = model.n - 1, model.symbols + 1
+    a = window_curvature(m) if curvature is None else curvature
+    T = tokens.shape[-1]
+    weights = window_weights(T, m, a)
+    lag_weight = window_weights(4 * m, m, window_curvature(m))[-1, ::-1][:m]  # p_h for h = 0 .. m - 1
+    onehot = np.eye(vocab)[tokens][..., :, :, None] * np.eye(m)[np.arange(T) % m][:, None, :]  # (..., T, vocab, m)
+    values = np.einsum("tj,...jvr->...tvr", weights, onehot)[..., m - 1 :, :, :]  # from the last BOS on
+    gate = m * lag_weight.max() / lag_weight.min()
+    members = np.asarray(model.histories)[:, ::-1]  # g's token h places back
+    residue = np.arange(m - 1, T) % m
+    units = []
+    for r in range(m):
+        total = sum(values[..., members[:, h], (r - h) % m] / lag_weight[h] for h in range(m))
+        units.append(np.maximum(total + gate * (residue == r)[:, None] - (m - 1) - gate, 0.0))
+    return log_softmax(sum(units) @ np.log(model.laws), axis=-1)

@@ -93,12 +93,13 @@ def attention_weights(config: dict[str, Any]) -> int:
 
 
 def ngram_work(config: dict[str, Any]) -> tuple[int, int]:
-    """The n-gram section's MLP unit values over every string, scale, order and shape (times the slots summed), and
-    the most held at once (the longest strings of the largest order)."""
+    """The n-gram section's MLP unit values over every string, scale, order and shape (times the slots summed; the one
+    sparse head has n - 1 units per history), and the most held at once (the longest strings of the largest
+    order)."""
     symbols, length, scales = config["ngram_symbols"], config["ngram_length"], len(config["ngram_scales"].split(","))
     positions = sum(symbols**size * (size + 1) for size in range(length + 1))
     total = sum(
-        (2 if n > 2 else 1) * (scales + 1) * positions * histories(symbols, n) * (n - 1)
+        ((2 if n > 2 else 1) * (scales + 1) + (n - 1 if n > 2 else 0)) * positions * histories(symbols, n) * (n - 1)
         for n in int_list(config["ngram_orders"])
     )
     largest = max(int_list(config["ngram_orders"]))

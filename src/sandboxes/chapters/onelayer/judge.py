@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...claims import Claim
 
 if TYPE_CHECKING:
-    from .measure import MatchCheck, MatchData, NGramData, OrderCheck, ParityData
+    from .measure import MatchCheck, MatchData, NGramData, OneHeadCheck, OrderCheck, ParityData
 
 ROUND_OFF = 1e-12  # float64: a log-softmax of sums of a few dozen terms of size at most Lambda (measured ~1e-15)
 
@@ -93,7 +93,22 @@ def ngram_rows(config: dict[str, Any], data: NGramData) -> tuple[list[Claim], tu
                 f"order {order['n']}, {shape_words(order)}: at no chosen scale does every slot miss less than half "
                 "its token, where our bound starts; a larger scale makes the row"
             )
+    claims += [one_head_claim(check, data) for check in data["one_head"]]
     return claims, tuple(silences)
+
+
+def one_head_claim(check: OneHeadCheck, data: NGramData) -> Claim:
+    """Svete and Cotterell's Thm 3.3 shape: one head in one layer, sparse attention and a richer positional encoding,
+    gives the n-gram's law exactly."""
+    return Claim.at_most(
+        f"{check['n']}-gram LM as one layer of one sparse head, positions mod {check['n'] - 1} (Svete and Cotterell): "
+        f"largest |log p_model - log p| over every string of length <= {data['length']}",
+        ROUND_OFF,
+        check["error"],
+        "Thm 3.3: one head and one layer suffice with a richer positional encoding; sparsemax keeps exactly the "
+        "last n - 1 positions at the construction's curvature; float64 round-off",
+        digits=2,
+    )
 
 
 def hard_claim(order: OrderCheck, data: NGramData) -> Claim:

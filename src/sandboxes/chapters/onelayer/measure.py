@@ -151,12 +151,19 @@ class OrderCheck(TypedDict):
     scale_needed: dict[str, float]  # the scale our bound asks for each error, keyed by the error
 
 
+class OneHeadCheck(TypedDict):
+    n: int
+    units: int  # the MLP's units: a history and a residue mod n - 1 each
+    error: float  # max |log p_model - log p| with one sparse head, over every string and position
+
+
 class NGramData(TypedDict):
     symbols: int
     length: int
     strings: int
     scales: list[float]
     orders: list[OrderCheck]  # per order, each shape
+    one_head: list[OneHeadCheck]  # per order: one layer of one sparse head (Thm 3.3's shape)
 
 
 ERRORS_SHOWN = (1e-3, 1e-6)  # the errors whose scale the page tabulates
@@ -170,6 +177,19 @@ def worst_error(model: theory.NGram, length: int, beta: float | None, gap: float
         got = theory.ngram_transformer(model, theory.padded(strings, model), beta, gap, shape)
         worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, strings))).max()))
     return worst
+
+
+def check_one_head(n: int, config: dict[str, Any], curvature: float | None = None) -> OneHeadCheck:
+    """The order-n model of :func:`check_order` against one layer of one sparse head, on every string (the head's
+    curvature ``curvature``, or the construction's: the tests' counterfactual)."""
+    symbols = config["ngram_symbols"]
+    model = theory.random_ngram(n, symbols, np.random.default_rng(member_seed("ngram", n, symbols, config["seed"])))
+    worst = 0.0
+    for size in range(config["ngram_length"] + 1):
+        strings = theory.strings_of_length(symbols, size)
+        got = theory.ngram_one_head(model, theory.padded(strings, model), curvature)
+        worst = max(worst, float(np.abs(got - np.log(theory.ngram_targets(model, strings))).max()))
+    return {"n": n, "units": len(model.histories) * (n - 1), "error": worst}
 
 
 def string_count(symbols: int, length: int) -> int:
@@ -197,7 +217,7 @@ def check_order(n: int, shape: str, config: dict[str, Any], gap: float = 1.0) ->
 
 def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
     """Per order, a random n-gram LM (Dirichlet(1) laws) against one layer of n - 1 heads and, from n = 3 on, against
-    n - 1 layers of one head, on every string up to ``ngram_length``."""
+    n - 1 layers of one head and against one layer of one sparse head, on every string up to ``ngram_length``."""
     return {
         "symbols": config["ngram_symbols"],
         "length": config["ngram_length"],
@@ -209,6 +229,7 @@ def ngram(config: dict[str, Any], ctx: RunContext) -> NGramData:
             for shape in theory.SHAPES
             if n > 2 or shape == "heads"  # at n = 2 both shapes are one layer of one head
         ],
+        "one_head": [check_one_head(n, config) for n in int_list(config["ngram_orders"]) if n > 2],
     }
 
 
