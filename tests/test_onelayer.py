@@ -85,6 +85,20 @@ def test_the_window_curvature_keeps_exactly_the_last_m_positions_and_its_bounds_
         assert (theory.window_weights(3 * m + 4, m, 1.1 * high)[-1] > 0).sum() < m  # above: the ends drop out
 
 
+def test_k_hops_follow_the_table_k_times_and_a_layer_doubles_the_reach():
+    tables = np.array([[1, 2, 3, 0], [0, 0, 1, 2]])
+    assert theory.khop_truth(tables, np.array([0, 3]), 3).tolist() == [3, 0]  # 0>1>2>3 and 3>2>1>0
+    starts = np.zeros(2, dtype=int)
+    for layers in range(1, 4):  # 2^layers - 1 hops are within reach of layers layers, 2^layers are not
+        reach = 2**layers - 1
+        assert np.array_equal(
+            theory.khop_answer(tables, starts, reach, layers), theory.khop_truth(tables, starts, reach)
+        )
+    cycle = np.roll(np.arange(16), -1)[None]  # one 16-cycle: 8 hops from 0 end at 8
+    start = np.zeros(1, dtype=int)
+    assert theory.khop_answer(cycle, start, 8)[0] == 8 != theory.khop_answer(cycle, start, 8, 3)[0]
+
+
 def test_sparsemax_is_the_projection_onto_the_simplex():
     scores = np.array([[0.3, 0.1, -0.2], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     projected = theory.sparsemax(scores)
@@ -241,6 +255,13 @@ def _parity_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
     return judge.parity_rows(CONFIG, measure.parity(CONFIG, None))[0]
 
 
+def _khop_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The section's rows, or with one layer fewer than the bits of k."""
+    if change == "one layer fewer than the bits of k":
+        monkeypatch.setattr(theory, "hop_layers", lambda k: k.bit_length() - 1)
+    return judge.khop_rows(CONFIG, measure.khop(CONFIG, None))[0]
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
@@ -255,6 +276,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"PARITY in two layers, softmax .*: largest", "layer 2 at a quarter of the stated scale", _parity_rows),
     (r"^3-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
     (r"^4-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
+    (r"k-hop in context", "one layer fewer than the bits of k", _khop_rows),
     (r"^2-gram LM as one layer of 1 head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
@@ -272,7 +294,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows, monkeypatch):
     assert_fails_in_its_counterfactual(_rows(rows, change, monkeypatch), key, change)
 
 
-@pytest.mark.parametrize("rows", [_match2_rows, _ngram_rows, _parity_rows])
+@pytest.mark.parametrize("rows", [_match2_rows, _ngram_rows, _parity_rows, _khop_rows])
 def test_every_row_holds_where_the_theory_does(rows, monkeypatch):
     assert [c.name for c in _rows(rows, "none", monkeypatch) if c.holds is not True] == []
 

@@ -372,3 +372,48 @@ def ngram_one_head(model: NGram, tokens: np.ndarray, curvature: float | None = N
         total = sum(values[..., members[:, h], (r - h) % m] / lag_weight[h] for h in range(m))
         units.append(np.maximum(total + gate * (residue == r)[:, None] - (m - 1) - gate, 0.0))
     return log_softmax(sum(units) @ np.log(model.laws), axis=-1)
+
+
+# ---------------------------------------------------------------- k-hop composition in context (pointer doubling)
+def every_function(V: int) -> np.ndarray:
+    """Every function ``[V] -> [V]`` as its table of values, ``(V^V, V)``."""
+    return every_input(V, V)
+
+
+def hop_layers(k: int) -> int:
+    """The layers our construction uses for k hops: the bits of k."""
+    return k.bit_length()
+
+
+def khop_answer(tables: np.ndarray, starts: np.ndarray, k: int, layers: int | None = None) -> np.ndarray:
+    """The query position's pointer after ``layers`` layers (default :func:`hop_layers`) of one hard head each, for
+    the facts ``a -> tables[a]`` given in context and the query ``starts``: ``f^k(start)`` when the layers suffice.
+
+    Fact position ``a`` holds its source ``a`` and a pointer, first ``f(a)``; the query position holds no source and
+    the pointer ``start``. In layer ``l`` every position attends to the fact whose source equals its pointer (a
+    one-hot match, the largest score) and reads that fact's pointer: a fact's pointer becomes ``f^(2^(l+1))`` of its
+    source, and the query's takes the hop when bit ``l`` of ``k`` is set (its MLP gates the update by its flag and
+    the bit), so the query composes the powers of two that sum to ``k``.
+    """
+    V = tables.shape[1]
+    sources = np.eye(V)  # fact a's source, one-hot
+    facts = np.eye(V)[tables]  # (B, V, V): fact a's pointer, one-hot
+    query = np.eye(V)[starts]  # (B, V)
+    for layer in range(hop_layers(k) if layers is None else layers):
+        scores = query @ sources.T  # the query's match against every fact's source
+        read = (scores == scores.max(axis=1, keepdims=True)).astype(float)
+        read = np.einsum("bj,bjv->bv", read / read.sum(axis=1, keepdims=True), facts)
+        if k >> layer & 1:
+            query = read
+        fact_scores = facts @ sources.T  # (B, V, V): each fact's pointer against every source
+        match = (fact_scores == fact_scores.max(axis=2, keepdims=True)).astype(float)
+        facts = np.einsum("baj,bjv->bav", match / match.sum(axis=2, keepdims=True), facts)
+    return query.argmax(axis=1)
+
+
+def khop_truth(tables: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
+    """``f^k(start)`` by following the table k times."""
+    at = starts.copy()
+    for _ in range(k):
+        at = tables[np.arange(len(tables)), at]
+    return at

@@ -11,8 +11,8 @@ from typing import Any
 
 from ...profiles import Interval, Param, at_least, each, in_range, int_list
 from ...sections import Chapter, Section
-from .judge import match2_rows, ngram_rows, parity_rows
-from .measure import match2, ngram, parity
+from .judge import khop_rows, match2_rows, ngram_rows, parity_rows
+from .measure import khop, match2, ngram, parity
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -73,6 +73,8 @@ PARAMS = (
         "scales held fixed while the length grows",
         each(Interval(0.0, 1e5, open_low=True)),
     ),
+    Param("khop_V", int, 4, 5, "symbols of the k-hop facts: every function [V] -> [V] is checked", in_range(1, 5)),
+    Param("khop_max_k", int, 8, 16, "hops k = 1 .. this", in_range(1, 64)),
 )
 
 
@@ -144,6 +146,8 @@ UNIT_SCALE = {
     "ngram_scales": "1,4,16",
     "parity_lengths": "2,5",
     "parity_fixed_scales": "20",
+    "khop_V": 3,
+    "khop_max_k": 4,
 }
 FULL_SHRUNK = {"match_M": 4, "match_N": 4, "match_random_inputs": 10, "ngram_length": 2, "parity_lengths": "2,4"}
 
@@ -156,6 +160,7 @@ CHAPTER = Chapter(
         Section("match2", "Match2 in embedding dimension 3", match2, rows=match2_rows, figures=("match2",)),
         Section("ngram", "An n-gram language model in one layer", ngram, rows=ngram_rows, figures=("ngram",)),
         Section("parity", "PARITY with softmax attention", parity, rows=parity_rows, figures=("parity",)),
+        Section("khop", "k hops in log k layers", khop, rows=khop_rows, figures=("khop",)),
     ),
     check=check,
     unit_scale=UNIT_SCALE,

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from .measure import MatchData, NGramData, ParityData
+    from .measure import KhopData, MatchData, NGramData, ParityData
 
 ORDER_COLORS = (COLORS["untied"], COLORS["tied"], COLORS["depth2"], COLORS["lstm"], COLORS["full"])
 
@@ -84,5 +84,20 @@ def parity(data: ParityData) -> Figure:
         right.plot(lengths[~inside], np.asarray(wrong)[~inside], "o", color=color, mfc="none")
     right.set(xlabel="length n", ylabel="share of strings decided wrongly", title="filled: covered by our bound")
     right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def khop(data: KhopData) -> Figure:
+    """The layers the construction uses for each k (the bits of k, beside log2 k), and the share of queries still
+    answered right with one layer fewer."""
+    ks = np.asarray(data["ks"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.4))
+    left.step(ks, data["layers"], where="post", color=COLORS["untied"], label="layers used (bits of k)")
+    left.plot(ks, np.log2(ks), "--", color=COLORS["theory"], label="log2 k")
+    left.set(xlabel="hops k", ylabel="layers")
+    left.legend(fontsize=8)
+    right.plot(ks, data["fewer_right"], "o-", color=COLORS["tied"])
+    right.set(xlabel="hops k", ylabel="share right with one layer fewer", ylim=(0, 1.05))
     fig.tight_layout()
     return fig

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...claims import Claim
 
 if TYPE_CHECKING:
-    from .measure import MatchCheck, MatchData, NGramData, OneHeadCheck, OrderCheck, ParityData
+    from .measure import KhopData, MatchCheck, MatchData, NGramData, OneHeadCheck, OrderCheck, ParityData
 
 ROUND_OFF = 1e-12  # float64: a log-softmax of sums of a few dozen terms of size at most Lambda (measured ~1e-15)
 
@@ -181,3 +181,19 @@ def parity_rows(config: dict[str, Any], data: ParityData) -> tuple[list[Claim], 
         ),
     ]
     return claims, ()
+
+
+# ---------------------------------------------------------------- k-hop
+def khop_rows(config: dict[str, Any], data: KhopData) -> tuple[list[Claim], tuple[str, ...]]:
+    """Pointer doubling answers every k-hop query in the bits of k layers."""
+    return [
+        Claim.exact(
+            f"k-hop in context, k = 1 to {data['ks'][-1]}, in bit_length(k) layers of one hard head (log k layers, "
+            f"Liu et al.; Sanford et al.): wrong answers over every function [{data['V']}] -> [{data['V']}] and "
+            f"every start ({data['inputs']} queries per k)",
+            "0",
+            str(sum(data["wrong"])),
+            "the talk: k hops can be solved with only log k layers; our construction doubles every fact's pointer in "
+            "each layer and lets the query hop by 2^l where bit l of k is set",
+        )
+    ], ()

@@ -279,3 +279,31 @@ def parity(config: dict[str, Any], ctx: RunContext) -> ParityData:
         ],
         "fixed_covered": [[theory.parity_margin_bound(beta / (n + 1) ** 2) > 0 for n in lengths] for beta in fixed],
     }
+
+
+# ---------------------------------------------------------------- k-hop composition in context
+class KhopData(TypedDict):
+    V: int
+    inputs: int  # every function [V] -> [V] with every start
+    ks: list[int]
+    layers: list[int]  # per k: the layers our construction uses, the bits of k
+    wrong: list[int]  # per k: wrong answers with those layers
+    fewer_right: list[float]  # per k: the share still right with one layer fewer
+
+
+def khop(config: dict[str, Any], ctx: RunContext) -> KhopData:
+    """Pointer doubling for k = 1 .. khop_max_k hops on every function of ``khop_V`` symbols and every start."""
+    V, ks = config["khop_V"], list(range(1, config["khop_max_k"] + 1))
+    functions = theory.every_function(V)
+    tables, starts = np.repeat(functions, V, axis=0), np.tile(np.arange(V), len(functions))
+    truth = {k: theory.khop_truth(tables, starts, k) for k in ks}
+    return {
+        "V": V,
+        "inputs": len(tables),
+        "ks": ks,
+        "layers": [theory.hop_layers(k) for k in ks],
+        "wrong": [int((theory.khop_answer(tables, starts, k) != truth[k]).sum()) for k in ks],
+        "fewer_right": [
+            float((theory.khop_answer(tables, starts, k, theory.hop_layers(k) - 1) == truth[k]).mean()) for k in ks
+        ],
+    }
