@@ -106,6 +106,17 @@ def test_sparsemax_is_the_projection_onto_the_simplex():
     assert np.allclose(projected, [[17 / 30, 11 / 30, 2 / 30], [1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
 
 
+def test_match3_is_its_definition_read_position_by_position_and_the_layer_computes_it():
+    X = theory.every_input(4, 4)
+    want = [
+        [any((x[i] + x[a] + x[b]) % 4 == 0 for a in range(4) for b in range(4)) for i in range(4)] for x in X.tolist()
+    ]
+    assert theory.match3(X, 4).tolist() == want
+    assert np.array_equal(theory.match3_layer(X, 4), want)
+    shares = theory.token_shares(np.array([[0, 2, 2, 3]]), 4)
+    assert shares.tolist() == [[0.25, 0.0, 0.5, 0.25]]
+
+
 def test_half_the_odd_positions_of_a_random_input_get_a_partner():
     X = measure.random_inputs(64, 64**2, 400, np.random.default_rng(0))
     given = (X[:, 0::2] + X[:, 1::2]) % 64**2 == 0
@@ -262,9 +273,18 @@ def _khop_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
     return judge.khop_rows(CONFIG, measure.khop(CONFIG, None))[0]
 
 
+def _match3_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The section's rows on inputs of its own (every input of [5]^5, 400 random ones at N = 8), or with the layer's
+    presence left as counts (a token seen twice then pairs with an absent one)."""
+    clip = change != "presence left as counts"
+    random = measure.check_match3(np.random.default_rng(0).integers(0, 64, size=(400, 8)), 64, clip)
+    data = {"every": measure.check_match3(theory.every_input(5, 5), 5, clip), "random": [random]}
+    return judge.match3_rows(CONFIG, data)[0]
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
-    (r"wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
-    (r"wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"^Match2 .*wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
+    (r"^Match2 .*wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"largest log-weight on a key that is neither", "the unit at half the c it states", _match2_rows),
     (r"^2-gram LM as one layer of 1 head, hard", "heads one place too far back", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, hard", "heads one place too far back", _ngram_rows),
@@ -277,6 +297,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^3-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
     (r"^4-gram LM as one layer of one sparse head", "a third of the construction's curvature", _ngram_rows),
     (r"k-hop in context", "one layer fewer than the bits of k", _khop_rows),
+    (r"Match3 .*every input of", "presence left as counts", _match3_rows),
+    (r"Match3 .*random inputs at", "presence left as counts", _match3_rows),
     (r"^2-gram LM as one layer of 1 head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as one layer of 2 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
@@ -294,7 +316,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows, monkeypatch):
     assert_fails_in_its_counterfactual(_rows(rows, change, monkeypatch), key, change)
 
 
-@pytest.mark.parametrize("rows", [_match2_rows, _ngram_rows, _parity_rows, _khop_rows])
+@pytest.mark.parametrize("rows", [_match2_rows, _match3_rows, _ngram_rows, _parity_rows, _khop_rows])
 def test_every_row_holds_where_the_theory_does(rows, monkeypatch):
     assert [c.name for c in _rows(rows, "none", monkeypatch) if c.holds is not True] == []
 

@@ -417,3 +417,36 @@ def khop_truth(tables: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
     for _ in range(k):
         at = tables[np.arange(len(tables)), at]
     return at
+
+
+# ---------------------------------------------------------------- Match3 in one layer of width M
+def match3(X: np.ndarray, M: int) -> np.ndarray:
+    """``Match3(X)_i = 1{exists j1, j2: x_i + x_j1 + x_j2 = 0 mod M}``, every position allowed for ``j1`` and ``j2``
+    (row by row: the sums two tokens make, then which ``-x_i`` are among them)."""
+    out = np.empty(X.shape, dtype=bool)
+    for row, x in enumerate(X):
+        sums = np.unique((x[:, None] + x[None, :]) % M)
+        out[row] = np.isin((-x) % M, sums)
+    return out
+
+
+def token_shares(X: np.ndarray, M: int) -> np.ndarray:
+    """The share of each token in each row, ``(B, M)``: what a head that attends uniformly reads."""
+    counts = np.zeros((len(X), M))
+    np.add.at(counts, (np.arange(len(X))[:, None], X), 1.0)
+    return counts / X.shape[1]
+
+
+def match3_layer(X: np.ndarray, M: int, clip: bool = True) -> np.ndarray:
+    """One layer of one head and width M that computes Match3 (our construction): the head attends uniformly and
+    averages the one-hot tokens, so each position reads the share ``h_a`` of every token ``a``; the MLP turns the
+    shares into presence ``I_a = relu(N h_a) - relu(N h_a - 1)`` (``clip=False`` keeps the counts ``N h_a``, the
+    tests' counterfactual), has a unit ``relu(I_a + I_b + 1{x_i = c} - 2)`` for each ``c`` and ``a`` with
+    ``b = -c - a mod M``, and outputs ``1 - relu(1 - sum of the units)``. Only the units of ``c = x_i`` can be
+    positive, so only they are computed."""
+    N = X.shape[1]
+    shares = token_shares(X, M)  # the uniform head's read, the same at every position
+    present = np.maximum(N * shares, 0) - (np.maximum(N * shares - 1, 0) if clip else 0)
+    partners = (-X[:, :, None] - np.arange(M)[None, None, :]) % M  # (B, N, a): b for c = x_i
+    units = np.maximum(present[:, None, :] + np.take_along_axis(present[:, None, :], partners, axis=2) - 1, 0.0)
+    return 1 - np.maximum(1 - units.sum(axis=2), 0.0)

@@ -11,14 +11,15 @@ from typing import Any
 
 from ...profiles import Interval, Param, at_least, each, in_range, int_list
 from ...sections import Chapter, Section
-from .judge import khop_rows, match2_rows, ngram_rows, parity_rows
-from .measure import khop, match2, ngram, parity
+from .judge import khop_rows, match2_rows, match3_rows, ngram_rows, parity_rows
+from .measure import khop, match2, match3, ngram, parity
 
 __all__ = ["CHAPTER", "PARAMS"]
 
 MOST_INPUTS = 10**6  # every input of [M]^N is checked: at most this many
 MOST_WEIGHTS = 5 * 10**8  # attention weights of the Match2 checks, inputs times (N + 1)^2 (2.3e8 took 9 s)
 MOST_UNITS = 2 * 10**7  # MLP units held at once by the n-gram check: the longest strings x positions x histories
+MOST_MATCH3 = 2 * 10**8  # entries of the Match3 layer's MLP over every input, inputs x N x M (1.3e8 took 8 s)
 MOST_NGRAM_WORK = 10**9  # MLP unit values over the whole n-gram check (2.2e8 took 3 s)
 
 PARAMS = (
@@ -38,6 +39,10 @@ PARAMS = (
         "M of the float32 check",
         each(in_range(2, 10**6)),
     ),
+    Param("match3_M", int, 5, 6, "M of the exhaustive Match3 check", in_range(2, 32)),
+    Param("match3_N", int, 5, 6, "N of the exhaustive Match3 check: every input of [M]^N", in_range(1, 20)),
+    Param("match3_random_N", str, "16,32", "16,64", "N of the random Match3 checks (M = N^2)", each(in_range(2, 64))),
+    Param("match3_random_inputs", int, 200, 500, "random inputs per size of the Match3 check", in_range(1, 2000)),
     Param("ngram_symbols", int, 3, 3, "symbols of the n-gram models (EOS and BOS besides)", in_range(1, 8)),
     Param("ngram_orders", str, "2,3,4", "2,3,4,5", "orders n of the n-gram models", each(in_range(2, 6))),
     Param("ngram_length", int, 5, 7, "every string up to this length is checked", in_range(0, 16)),
@@ -83,7 +88,15 @@ def histories(symbols: int, n: int) -> int:
     return sum(symbols**m for m in range(n))
 
 
-LISTS = ("match_random_N", "precision_M", "ngram_orders", "ngram_scales", "parity_lengths", "parity_fixed_scales")
+LISTS = (
+    "match_random_N",
+    "match3_random_N",
+    "precision_M",
+    "ngram_orders",
+    "ngram_scales",
+    "parity_lengths",
+    "parity_fixed_scales",
+)
 
 
 def attention_weights(config: dict[str, Any]) -> int:
@@ -115,10 +128,14 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         values = config[name].split(",")
         if len({float(v) for v in values}) < len(values):
             raise ValueError(f"{name} repeats a value: {config[name]}")
-    if config["match_M"] ** config["match_N"] > MOST_INPUTS:
-        raise ValueError(
-            f"match_M^match_N = {config['match_M']}^{config['match_N']} inputs to check exceeds {MOST_INPUTS}"
-        )
+    for prefix in ("match", "match3"):
+        M, N = config[f"{prefix}_M"], config[f"{prefix}_N"]
+        if M**N > MOST_INPUTS:
+            raise ValueError(f"{prefix}_M^{prefix}_N = {M}^{N} inputs to check exceeds {MOST_INPUTS}")
+    match3 = config["match3_M"] ** config["match3_N"] * config["match3_N"] * config["match3_M"]
+    match3 += config["match3_random_inputs"] * sum(n**3 for n in int_list(config["match3_random_N"]))
+    if match3 > MOST_MATCH3:
+        raise ValueError(f"the Match3 checks would compute {match3} MLP entries, more than {MOST_MATCH3}")
     weights = attention_weights(config)
     if weights > MOST_WEIGHTS:
         raise ValueError(f"the Match2 checks would compute {weights} attention weights, more than {MOST_WEIGHTS}")
@@ -140,6 +157,10 @@ UNIT_SCALE = {
     "match_N": 4,
     "match_random_N": "8",
     "match_random_inputs": 20,
+    "match3_M": 4,
+    "match3_N": 4,
+    "match3_random_N": "8",
+    "match3_random_inputs": 20,
     "precision_M": "16,4096",
     "ngram_orders": "2,3,4",
     "ngram_length": 3,
@@ -158,6 +179,7 @@ CHAPTER = Chapter(
     seeds={"quick": 1, "reference": 1, "full": 1},
     sections=(
         Section("match2", "Match2 in embedding dimension 3", match2, rows=match2_rows, figures=("match2",)),
+        Section("match3", "Match3 in one layer of width M", match3, rows=match3_rows),
         Section("ngram", "An n-gram language model in one layer", ngram, rows=ngram_rows, figures=("ngram",)),
         Section("parity", "PARITY with softmax attention", parity, rows=parity_rows, figures=("parity",)),
         Section("khop", "k hops in log k layers", khop, rows=khop_rows, figures=("khop",)),

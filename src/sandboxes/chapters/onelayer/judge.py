@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any
 from ...claims import Claim
 
 if TYPE_CHECKING:
-    from .measure import KhopData, MatchCheck, MatchData, NGramData, OneHeadCheck, OrderCheck, ParityData
+    from .measure import (
+        KhopData,
+        Match3Check,
+        Match3Data,
+        MatchCheck,
+        MatchData,
+        NGramData,
+        OneHeadCheck,
+        OrderCheck,
+        ParityData,
+    )
 
 ROUND_OFF = 1e-12  # float64: a log-softmax of sums of a few dozen terms of size at most Lambda (measured ~1e-15)
 
@@ -197,3 +207,26 @@ def khop_rows(config: dict[str, Any], data: KhopData) -> tuple[list[Claim], tupl
             "each layer and lets the query hop by 2^l where bit l of k is set",
         )
     ], ()
+
+
+# ---------------------------------------------------------------- Match3
+def match3_rows(config: dict[str, Any], data: Match3Data) -> tuple[list[Claim], tuple[str, ...]]:
+    """Our width-M layer against Match3 on every small input and on random larger ones."""
+    return [
+        match3_claim(data["every"], "every input of"),
+        *[match3_claim(c, "random inputs at") for c in data["random"]],
+    ], ()
+
+
+def match3_claim(check: Match3Check, where: str) -> Claim:
+    """One layer whose width grows with M computes Match3 exactly; Sanford et al. show none of width below about
+    N / (p H log log N) does, so the width is not the point of the row, the exactness is."""
+    size = f"[{check['M']}]^{check['N']}" if where == "every input of" else f"N = {check['N']}, M = {check['M']}"
+    return Claim.exact(
+        f"Match3 in one layer of one head and width M (ours): wrong outputs on {where} {size} "
+        f"({check['inputs']} inputs)",
+        "0",
+        str(check["wrong"]),
+        f"our construction: a uniform head reads the token shares, the MLP the presence of a pair summing to -x_i; "
+        f"{check['positive']:.2f} of the positions are matched",
+    )

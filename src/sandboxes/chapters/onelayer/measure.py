@@ -307,3 +307,41 @@ def khop(config: dict[str, Any], ctx: RunContext) -> KhopData:
             float((theory.khop_answer(tables, starts, k, theory.hop_layers(k) - 1) == truth[k]).mean()) for k in ks
         ],
     }
+
+
+# ---------------------------------------------------------------- Match3 in one layer of width M
+class Match3Check(TypedDict):
+    M: int
+    N: int
+    inputs: int
+    positive: float  # share of positions where Match3 is 1
+    wrong: int  # positions where the layer's output is not Match3
+
+
+class Match3Data(TypedDict):
+    every: Match3Check  # every input of [M]^N
+    random: list[Match3Check]  # uniform random inputs at larger N, M = N^2
+
+
+def check_match3(X: np.ndarray, M: int, clip: bool = True) -> Match3Check:
+    """Our width-M layer against Match3 on every row of ``X`` (``clip=False``: counts for presence, the tests'
+    counterfactual)."""
+    truth = theory.match3(X, M)
+    return {
+        "M": M,
+        "N": X.shape[1],
+        "inputs": len(X),
+        "positive": float(truth.mean()),
+        "wrong": int((theory.match3_layer(X, M, clip) != truth).sum()),
+    }
+
+
+def match3(config: dict[str, Any], ctx: RunContext) -> Match3Data:
+    """The layer on every input of ``[match3_M]^match3_N`` and on uniform random inputs at each of
+    ``match3_random_N`` with ``M = N^2`` (at the theorem's smallest M, N + 1, almost every position is matched)."""
+    M, N, count = config["match3_M"], config["match3_N"], config["match3_random_inputs"]
+    random = []
+    for n in int_list(config["match3_random_N"]):
+        X = np.random.default_rng(member_seed("match3", n, config["seed"])).integers(0, n**2, size=(count, n))
+        random.append(check_match3(X, n**2))
+    return {"every": check_match3(theory.every_input(M, N), M), "random": random}
