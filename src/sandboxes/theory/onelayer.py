@@ -422,12 +422,15 @@ def khop_truth(tables: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
 # ---------------------------------------------------------------- Match3 in one layer of width M
 def match3(X: np.ndarray, M: int) -> np.ndarray:
     """``Match3(X)_i = 1{exists j1, j2: x_i + x_j1 + x_j2 = 0 mod M}``, every position allowed for ``j1`` and ``j2``
-    (row by row: the sums two tokens make, then which ``-x_i`` are among them)."""
-    out = np.empty(X.shape, dtype=bool)
-    for row, x in enumerate(X):
-        sums = np.unique((x[:, None] + x[None, :]) % M)
-        out[row] = np.isin((-x) % M, sums)
-    return out
+    (a chunk of rows at a time: every sum of two tokens against every ``-x_i``)."""
+    N = X.shape[1]
+    rows = max(1, 2**24 // N**3)
+    out = []
+    for start in range(0, len(X), rows):
+        x = X[start : start + rows]
+        sums = ((x[:, :, None] + x[:, None, :]) % M).reshape(len(x), 1, N * N)
+        out.append((sums == ((-x) % M)[:, :, None]).any(axis=2))
+    return np.concatenate(out)
 
 
 def token_shares(X: np.ndarray, M: int) -> np.ndarray:

@@ -19,7 +19,7 @@ __all__ = ["CHAPTER", "PARAMS"]
 MOST_INPUTS = 10**6  # every input of [M]^N is checked: at most this many
 MOST_WEIGHTS = 5 * 10**8  # attention weights of the Match2 checks, inputs times (N + 1)^2 (2.3e8 took 9 s)
 MOST_UNITS = 2 * 10**7  # MLP units held at once by the n-gram check: the longest strings x positions x histories
-MOST_MATCH3 = 2 * 10**8  # entries of the Match3 layer's MLP over every input, inputs x N x M (1.3e8 took 8 s)
+MOST_MATCH3 = 10**8  # entries of the Match3 layer's MLP over every input, inputs x N x M (1.3e8 took 8 s)
 MOST_NGRAM_WORK = 10**9  # MLP unit values over the whole n-gram check (2.2e8 took 3 s)
 
 PARAMS = (
@@ -41,7 +41,7 @@ PARAMS = (
     ),
     Param("match3_M", int, 5, 6, "M of the exhaustive Match3 check", in_range(2, 32)),
     Param("match3_N", int, 5, 6, "N of the exhaustive Match3 check: every input of [M]^N", in_range(1, 20)),
-    Param("match3_random_N", str, "16,32", "16,64", "N of the random Match3 checks (M = N^2)", each(in_range(2, 64))),
+    Param("match3_random_N", str, "16,32", "16,48", "N of the random Match3 checks (M = N^2)", each(in_range(2, 64))),
     Param("match3_random_inputs", int, 200, 500, "random inputs per size of the Match3 check", in_range(1, 2000)),
     Param("ngram_symbols", int, 3, 3, "symbols of the n-gram models (EOS and BOS besides)", in_range(1, 8)),
     Param("ngram_orders", str, "2,3,4", "2,3,4,5", "orders n of the n-gram models", each(in_range(2, 6))),
@@ -79,7 +79,7 @@ PARAMS = (
         each(Interval(0.0, 1e5, open_low=True)),
     ),
     Param("khop_V", int, 4, 5, "symbols of the k-hop facts: every function [V] -> [V] is checked", in_range(1, 5)),
-    Param("khop_max_k", int, 8, 16, "hops k = 1 .. this", in_range(1, 64)),
+    Param("khop_max_k", int, 8, 16, "hops k = 1 .. this", in_range(1, 32)),
 )
 
 
@@ -170,7 +170,18 @@ UNIT_SCALE = {
     "khop_V": 3,
     "khop_max_k": 4,
 }
-FULL_SHRUNK = {"match_M": 4, "match_N": 4, "match_random_inputs": 10, "ngram_length": 2, "parity_lengths": "2,4"}
+FULL_SHRUNK = {
+    "match_M": 4,
+    "match_N": 4,
+    "match_random_inputs": 10,
+    "match3_M": 4,
+    "match3_N": 4,
+    "match3_random_inputs": 10,
+    "ngram_length": 2,
+    "parity_lengths": "2,4",
+    "khop_V": 3,
+    "khop_max_k": 4,
+}
 
 CHAPTER = Chapter(
     "onelayer",
