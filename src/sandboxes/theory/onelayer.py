@@ -104,11 +104,6 @@ def every_input(M: int, N: int) -> np.ndarray:
     return np.asarray(list(itertools.product(range(M), repeat=N)), dtype=np.int64).reshape(-1, N)
 
 
-def pair_counts(X: np.ndarray, M: int) -> np.ndarray:
-    """beta_i: the positions ``j`` (``i`` included) with ``x_i + x_j = 0 mod M``, ``(B, N)``."""
-    return ((X[:, :, None] + X[:, None, :]) % M == 0).sum(axis=2)
-
-
 # ---------------------------------------------------------------- n-gram language models (Svete and Cotterell 2024)
 @dataclass(frozen=True)
 class NGram:
