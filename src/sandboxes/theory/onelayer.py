@@ -184,6 +184,13 @@ def head_query(back: int) -> np.ndarray:
 SHAPES = ("heads", "layers")  # Thm 3.1: n - 1 heads in one layer; Thm 3.2: one head in each of n - 1 layers
 
 
+def hard_attention(scores: np.ndarray) -> np.ndarray:
+    """Average-hard attention over the last axis: equal weight on the largest scores (one key where it is unique),
+    0 elsewhere."""
+    peak = (scores == scores.max(axis=-1, keepdims=True)).astype(float)
+    return peak / peak.sum(axis=-1, keepdims=True)
+
+
 def sparsemax(scores: np.ndarray) -> np.ndarray:
     """Martins and Astudillo's sparsemax of each row: the Euclidean projection onto the simplex, exactly 0 on every
     entry more than the threshold below the largest (``-inf`` entries are 0)."""
@@ -203,9 +210,7 @@ def head_weights(T: int, back: int, beta: float | None, gap: float = 1.0) -> np.
     features = position_features(T)
     scores = gap * (features @ head_query(back)) @ features.T
     scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
-    if beta is None:
-        return (scores == scores.max(axis=1, keepdims=True)).astype(float)
-    return softmax(beta * scores, axis=1)
+    return hard_attention(scores) if beta is None else softmax(beta * scores, axis=1)
 
 
 def read_history(model: NGram, tokens: np.ndarray, beta: float | None, gap: float, shape: str) -> np.ndarray:
@@ -307,11 +312,7 @@ def parity_output(bits: np.ndarray, beta: float | None) -> np.ndarray:
     k = bits.sum(axis=1)
     position = np.arange(N) / N
     scores = 2 * (k / N)[:, None] * position[None, :] - position[None, :] ** 2
-    if beta is None:
-        peak = (scores == scores.max(axis=1, keepdims=True)).astype(float)
-        weights = peak / peak.sum(axis=1, keepdims=True)  # one position here; ties would share the weight
-    else:
-        weights = softmax(beta * scores, axis=1)
+    weights = hard_attention(scores) if beta is None else softmax(beta * scores, axis=1)
     return weights @ (-1.0) ** np.arange(N)
 
 
@@ -395,14 +396,10 @@ def khop_answer(tables: np.ndarray, starts: np.ndarray, k: int, layers: int | No
     facts = np.eye(V)[tables]  # (B, V, V): fact a's pointer, one-hot
     query = np.eye(V)[starts]  # (B, V)
     for layer in range(hop_layers(k) if layers is None else layers):
-        scores = query @ sources.T  # the query's match against every fact's source
-        read = (scores == scores.max(axis=1, keepdims=True)).astype(float)
-        read = np.einsum("bj,bjv->bv", read / read.sum(axis=1, keepdims=True), facts)
+        read = np.einsum("bj,bjv->bv", hard_attention(query @ sources.T), facts)  # the fact matching the pointer
         if k >> layer & 1:
             query = read
-        fact_scores = facts @ sources.T  # (B, V, V): each fact's pointer against every source
-        match = (fact_scores == fact_scores.max(axis=2, keepdims=True)).astype(float)
-        facts = np.einsum("baj,bjv->bav", match / match.sum(axis=2, keepdims=True), facts)
+        facts = np.einsum("baj,bjv->bav", hard_attention(facts @ sources.T), facts)
     return query.argmax(axis=1)
 
 
