@@ -47,6 +47,8 @@ class GPTConfig:
     bias: bool = False  # biases inside attention and MLP layers
     head_bias: bool = True  # bias of the output layer (the ``b`` of the Markov paper)
     recency_slope: float = 0.0  # score penalty -slope * (i - j): Press et al.'s ALiBi with one slope
+    n_outputs: int | None = None  # logits per position; defaults to vocab_size (a classifier's classes otherwise)
+    causal: bool = True  # False: every position attends to every other (set tasks such as Match2 read the whole input)
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -54,6 +56,8 @@ class GPTConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.n_outputs is not None and (self.n_outputs < 1 or (self.tied and self.n_outputs != self.vocab_size)):
+            raise ValueError(f"n_outputs={self.n_outputs}: at least 1, and vocab_size where the head is tied")
         if self.positional not in ("learned", "sinusoidal", "linear", "none"):
             raise ValueError(f"unknown positional encoding {self.positional!r}")
         if self.activation not in ("relu", "gelu"):
@@ -81,11 +85,12 @@ def _distance(T: int, device: torch.device) -> Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal softmax attention that can hand back its weights."""
+    """Multi-head softmax attention, causal unless the config says otherwise, that can hand back its weights."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
+        self.causal = config.causal
         self.recency_slope = config.recency_slope
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
@@ -99,7 +104,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if not need_weights and T >= FUSED_FROM:
+        if not need_weights and T >= FUSED_FROM and self.causal:
             bias = None if not self.recency_slope else self._recency(_distance(T, x.device), q.dtype)
             out = causal_attention(q, k, v, bias)
             return self.proj(out.transpose(1, 2).reshape(B, T, C)), None
@@ -107,7 +112,9 @@ class CausalSelfAttention(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head)
         if self.recency_slope:
             scores = scores - self.recency_slope * distance.to(scores.dtype)
-        weights = scores.masked_fill(distance < 0, float("-inf")).softmax(dim=-1)
+        if self.causal:
+            scores = scores.masked_fill(distance < 0, float("-inf"))
+        weights = scores.softmax(dim=-1)
         out = (weights @ v).transpose(1, 2).reshape(B, T, C)
         return self.proj(out), weights
 
@@ -175,7 +182,8 @@ class GPT(nn.Module):
             self.register_buffer("wpe", sinusoidal_table(config.block_size, config.d_model))
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = _norm(config)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
+        outputs = config.vocab_size if config.n_outputs is None else config.n_outputs
+        self.head = nn.Linear(config.d_model, outputs, bias=config.head_bias)
         if config.tied:
             self.head.weight = self.wte.weight
         self.reset_parameters()

@@ -1,8 +1,8 @@
 """Chapter: what one attention layer can represent (Sanford, Hsu and Telgarsky 2023; Svete and Cotterell 2024).
 
 ``measure`` computes each section into its data (a ``TypedDict`` per section, which ``figures`` draws), ``judge``
-makes every section's rows from its config and data alone and holds the tolerances. The sections built so far are
-constructions checked exactly; none trains yet.
+makes every section's rows from its config and data alone and holds the tolerances. Five sections are
+constructions checked exactly; one trains: one-layer transformers on Match2 and Match3.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from ...profiles import Interval, Param, at_least, each, in_range, int_list
 from ...sections import Chapter, Section
-from .judge import khop_rows, match2_rows, match3_rows, ngram_rows, parity_rows
-from .measure import khop, match2, match3, ngram, parity
+from .judge import khop_rows, learning_rows, match2_rows, match3_rows, ngram_rows, parity_rows
+from .measure import khop, learning, match2, match3, ngram, parity
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -80,6 +80,34 @@ PARAMS = (
     ),
     Param("khop_V", int, 4, 5, "symbols of the k-hop facts: every function [V] -> [V] is checked", in_range(1, 5)),
     Param("khop_max_k", int, 8, 16, "hops k = 1 .. this", in_range(1, 32)),
+    Param(
+        "learn_N",
+        str,
+        "4,8",
+        "4,6,8",
+        "N of the trained Match2 and Match3 (M as Match3 is half matched)",
+        each(in_range(2, 24)),
+    ),
+    Param("learn_depths", str, "1", "1,2", "layers of the trained models (rows for 1 layer)", each(in_range(1, 4))),
+    Param(
+        "learn_widths",
+        str,
+        "8",
+        "8,16,32,64",
+        "widths of the trained one-layer models (one head); deeper models at the smallest",
+        each(in_range(1, 256)),
+    ),
+    Param("learn_steps", int, 1500, 6000, "training steps of each trained model", at_least(1)),
+    Param("learn_batch", int, 128, 128, "inputs per step", in_range(1, 4096)),
+    Param("learn_lr", float, 3e-3, 3e-3, "peak learning rate (AdamW)", Interval(0.0, 1.0, open_low=True)),
+    Param(
+        "solved",
+        float,
+        0.05,
+        0.05,
+        "balanced error at which a task counts as solved",
+        Interval(0.0, 0.5, open_low=True),
+    ),
 )
 
 
@@ -96,6 +124,9 @@ LISTS = (
     "ngram_scales",
     "parity_lengths",
     "parity_fixed_scales",
+    "learn_N",
+    "learn_widths",
+    "learn_depths",
 )
 
 
@@ -169,6 +200,9 @@ UNIT_SCALE = {
     "parity_fixed_scales": "20",
     "khop_V": 3,
     "khop_max_k": 4,
+    "learn_N": "3,4",
+    "learn_steps": 40,
+    "learn_batch": 16,
 }
 FULL_SHRUNK = {
     "match_M": 4,
@@ -181,19 +215,30 @@ FULL_SHRUNK = {
     "parity_lengths": "2,4",
     "khop_V": 3,
     "khop_max_k": 4,
+    "learn_N": "3,4",
+    "learn_steps": 4,
+    "learn_batch": 8,
 }
 
 CHAPTER = Chapter(
     "onelayer",
     "What one attention layer can represent",
     PARAMS,
-    seeds={"quick": 1, "reference": 1, "full": 1},
+    seeds={"quick": 3, "reference": 5, "full": 10},
     sections=(
         Section("match2", "Match2 in embedding dimension 3", match2, rows=match2_rows, figures=("match2",)),
         Section("match3", "Match3 in one layer of width M", match3, rows=match3_rows),
         Section("ngram", "An n-gram language model in one layer", ngram, rows=ngram_rows, figures=("ngram",)),
         Section("parity", "PARITY with softmax attention", parity, rows=parity_rows, figures=("parity",)),
         Section("khop", "k hops in log k layers", khop, rows=khop_rows, figures=("khop",)),
+        Section(
+            "learning",
+            "Match2 and Match3 trained",
+            learning,
+            trains=True,
+            rows=learning_rows,
+            figures=("learning",),
+        ),
     ),
     check=check,
     unit_scale=UNIT_SCALE,

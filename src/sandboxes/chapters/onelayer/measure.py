@@ -1,18 +1,24 @@
 """The one-layer chapter's sections: per section its ``TypedDict`` (which ``figures`` draws and ``judge`` reads) and
 the function that computes it: Sanford et al.'s Match2 unit on every input of a small size, on random larger ones and
-in float32, and an n-gram language model as one layer of n - 1 heads, with hard attention and with softmax at a range
-of scales. Nothing here trains."""
+in float32, Match3 in one layer of width M, n-gram language models, PARITY and k hops as constructions, all checked
+exactly; and one section that trains: one-layer transformers on Match2 and Match3."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, TypedDict
 
 import numpy as np
+import torch
 
+from ...curves import still_descending
+from ...data.matching import Matching, balanced_M
+from ...model import GPT, GPTConfig
 from ...profiles import float_list, int_list
 from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import onelayer as theory
+from ...trainer import TrainConfig, train
 
 ROWS_AT_ONCE = 2**21  # attention weights held at once while checking the unit: a chunk of inputs of (N + 1)^2 each
 FLOAT32_BITS = 24  # significant bits of a float32
@@ -345,3 +351,127 @@ def match3(config: dict[str, Any], ctx: RunContext) -> Match3Data:
         X = np.random.default_rng(member_seed("match3", n, config["seed"])).integers(0, n**2, size=(count, n))
         random.append(check_match3(X, n**2))
     return {"every": check_match3(theory.every_input(M, N), M), "random": random}
+
+
+# ---------------------------------------------------------------- Match2 and Match3 trained
+TASKS = ("match2", "match3")
+HELD_OUT = 4096  # held-out inputs per task and N: a balanced error of 0.05 is then measured to about +-0.01
+LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
+EVALUATIONS = 40  # held-out evaluations of each run
+
+
+class PairRun(TypedDict):
+    depth: int
+    width: int
+    N: int
+    M: int  # where about half the positions of Match3 are positive; Match2 reads inputs of the same law
+    positive: list[float]  # per task: share of held-out positions matched
+    balanced_error: list[list[float]]  # task x seed: mean of the error rates on matched and unmatched positions
+    eval_steps: list[int]
+    eval_loss: list[list[list[float]]]  # task x seed x evaluation
+    still_descending: list[list[bool]]  # task x seed
+
+
+class LearningData(TypedDict):
+    N: list[int]
+    widths: list[int]
+    depths: list[int]
+    runs: list[PairRun]  # one layer at every width and N; deeper models at the smallest width
+    solved: float  # the run's threshold, for the figure (the rows read the config's)
+
+
+def learning_model(N: int, M: int, depth: int, width: int) -> GPTConfig:
+    """A transformer of ``depth`` layers of one head of width ``width`` that reads the whole input (no causal mask, no
+    positions: Match2 and Match3 do not depend on order) and gives two logits per position."""
+    return GPTConfig(
+        vocab_size=M + 1,
+        block_size=N + 1,
+        n_layer=depth,
+        d_model=width,
+        positional="none",
+        tied=False,
+        n_outputs=2,
+        causal=False,
+        layer_norm=True,
+    )
+
+
+def learning_schedule(config: dict[str, Any]) -> TrainConfig:
+    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay."""
+    steps = config["learn_steps"]
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["learn_batch"],
+        lr=config["learn_lr"],
+        weight_decay=0.0,
+        warmup=min(100, steps // 10),
+        eval_every=max(1, steps // EVALUATIONS),
+    )
+
+
+def binary_entropy(p: float) -> float:
+    """The loss (nats) of the best constant answer where a share ``p`` of the positions is matched."""
+    return float(-sum(q * np.log(q) for q in (p, 1 - p) if q > 0))
+
+
+def balanced_error(model: torch.nn.Module, held_out: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """The mean of the error rates on matched and on unmatched positions (0.5 for any constant answer), or the one
+    class's error where the held-out set has only one."""
+    tokens, targets = held_out
+    with torch.no_grad():
+        predicted = model(tokens).argmax(dim=-1)
+    scored = targets >= 0
+    truth, guess = targets[scored], predicted[scored]
+    rates = [float((guess[truth == label] != label).float().mean()) for label in (0, 1) if (truth == label).any()]
+    return float(np.mean(rates))
+
+
+def train_pair(N: int, depth: int, width: int, config: dict[str, Any], ctx: RunContext) -> PairRun:
+    """Both tasks at one N, depth and width, the run's seeds of each trained as one ensemble, each member's balanced
+    error measured on held-out inputs."""
+    M, seeds = balanced_M("match3", N), list(ctx.seeds)
+    tasks = [Matching(task, N, M) for task in TASKS]
+    held = [
+        t.sample(HELD_OUT, torch.Generator().manual_seed(member_seed("matching", t.task, N, config["seed"])))
+        for t in tasks
+    ]
+    run = train(
+        partial(GPT, learning_model(N, M, depth, width)),
+        [t for t in tasks for _ in seeds],
+        learning_schedule(config),
+        seeds * len(tasks),
+        ctx.device,
+        progress=ctx.progress,
+    )
+    k, shape = len(seeds), (len(tasks), len(seeds))
+    positive = [float(y[y >= 0].float().mean()) for _, y in held]
+    # a loss that has not come below the best constant answer's (the entropy of the matched share) has not started
+    constant = np.repeat([binary_entropy(p) for p in positive], k)[:, None]
+    moving = still_descending(run, LOSS_NOISE, curve=np.minimum(run.eval_loss, constant))
+    return {
+        "depth": depth,
+        "width": width,
+        "N": N,
+        "M": M,
+        "positive": positive,
+        "balanced_error": [
+            [balanced_error(run.models[i * k + j], held[i]) for j in range(k)] for i in range(len(tasks))
+        ],
+        "eval_steps": run.eval_steps.tolist(),
+        "eval_loss": run.eval_loss.reshape(*shape, -1).tolist(),
+        "still_descending": moving.reshape(shape).tolist(),
+    }
+
+
+def learning(config: dict[str, Any], ctx: RunContext) -> LearningData:
+    """One layer at each width and N trained on Match2 and on Match3 over inputs of one law; deeper models at the
+    smallest width."""
+    sizes, widths, depths = (int_list(config[key]) for key in ("learn_N", "learn_widths", "learn_depths"))
+    shapes = [(depth, width) for depth in depths for width in widths if depth == 1 or width == min(widths)]
+    return {
+        "N": sizes,
+        "widths": widths,
+        "depths": depths,
+        "runs": [train_pair(N, depth, width, config, ctx) for depth, width in shapes for N in sizes],
+        "solved": config["solved"],
+    }
