@@ -13,7 +13,8 @@ from torch import Tensor
 
 from ..losses import IGNORE_INDEX, next_token_loss
 
-ARITIES = {"match2": 1, "match3": 2}  # partners each task asks for
+TASKS = ("match2", "match3")  # pairs, triples
+ROWS_TIMES_PAIRS = 2**21  # Match3's truth holds rows x N x M candidate partners at once
 
 
 def balanced_M(task: str, N: int) -> int:
@@ -26,17 +27,21 @@ def balanced_M(task: str, N: int) -> int:
 
 
 def matches(tokens: Tensor, M: int, task: str) -> Tensor:
-    """The task's truth at each of the ``(B, N)`` tokens, ``(B, N)`` booleans."""
+    """The task's truth at each of the ``(B, N)`` tokens, ``(B, N)`` booleans; Match3 a chunk of rows at a time."""
     wanted = (-tokens) % M  # what the partners must sum to, mod M
     if task == "match2":
         return (tokens[:, None, :] == wanted[:, :, None]).any(dim=2)
+    rows = max(1, ROWS_TIMES_PAIRS // (tokens.shape[1] * M))
+    return torch.cat([_triples(tokens[i : i + rows], wanted[i : i + rows], M) for i in range(0, len(tokens), rows)])
+
+
+def _triples(tokens: Tensor, wanted: Tensor, M: int) -> Tensor:
+    """Match3 of a chunk: a pair (a, b) sums to ``wanted_i`` iff some present a has ``wanted_i - a`` present."""
     present = torch.zeros(len(tokens), M, dtype=torch.bool, device=tokens.device)
     present.scatter_(1, tokens, True)
-    # a pair (a, b) with a + b = wanted_i exists iff some present a has wanted_i - a present
     partner = (wanted[:, :, None] - torch.arange(M, device=tokens.device)) % M  # (B, N, a): b for each a
-    return (present[:, None, :] & torch.gather(present[:, None, :].expand(-1, tokens.shape[1], -1), 2, partner)).any(
-        dim=2
-    )
+    expanded = present[:, None, :].expand(-1, tokens.shape[1], -1)
+    return (expanded & torch.gather(expanded, 2, partner)).any(dim=2)
 
 
 @dataclass(frozen=True)
@@ -48,8 +53,8 @@ class Matching:
     M: int
 
     def __post_init__(self) -> None:
-        if self.task not in ARITIES:
-            raise ValueError(f"task must be one of {sorted(ARITIES)}, got {self.task!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.N < 1 or self.M < 2:
             raise ValueError(f"need N >= 1 and M >= 2, got N={self.N}, M={self.M}")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...profiles import Interval, Param, at_least, each, in_range, int_list
+from ...profiles import Interval, Param, at_least, each, in_range, int_list, with_reference
 from ...sections import Chapter, Section
 from .judge import khop_rows, learning_rows, match2_rows, match3_rows, ngram_rows, parity_rows
 from .measure import khop, learning, match2, match3, ngram, parity
+from .paper import learning_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -84,7 +85,7 @@ PARAMS = (
         "learn_N",
         str,
         "4,8",
-        "4,6,8",
+        "4,6,8,12,16",
         "N of the trained Match2 and Match3 (M as Match3 is half matched)",
         each(in_range(2, 24)),
     ),
@@ -93,11 +94,11 @@ PARAMS = (
         "learn_widths",
         str,
         "8",
-        "8,16,32,64",
+        "8,16,32,64,128,256",
         "widths of the trained one-layer models (one head); deeper models at the smallest",
         each(in_range(1, 256)),
     ),
-    Param("learn_steps", int, 1500, 6000, "training steps of each trained model", at_least(1)),
+    Param("learn_steps", int, 1500, 20000, "training steps of each trained model", at_least(1)),
     Param("learn_batch", int, 128, 128, "inputs per step", in_range(1, 4096)),
     Param("learn_lr", float, 3e-3, 3e-3, "peak learning rate (AdamW)", Interval(0.0, 1.0, open_low=True)),
     Param(
@@ -108,6 +109,11 @@ PARAMS = (
         "balanced error at which a task counts as solved",
         Interval(0.0, 0.5, open_low=True),
     ),
+)
+# Reference: the trained section at three N, three widths and two depths, 6000 steps (sized in results/README.md); the
+# constructions as quick, which checks them in seconds.
+PARAMS = with_reference(
+    PARAMS, {"learn_N": "4,6,8", "learn_widths": "8,16,32", "learn_depths": "1,2", "learn_steps": 6000}
 )
 
 
@@ -201,6 +207,7 @@ UNIT_SCALE = {
     "khop_V": 3,
     "khop_max_k": 4,
     "learn_N": "3,4",
+    "learn_widths": "4",
     "learn_steps": 40,
     "learn_batch": 16,
 }
@@ -238,6 +245,8 @@ CHAPTER = Chapter(
             trains=True,
             rows=learning_rows,
             figures=("learning",),
+            reference=True,
+            paper=learning_vs_paper,
         ),
     ),
     check=check,

@@ -9,7 +9,6 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...plotting import COLORS
-from .judge import find_run
 
 if TYPE_CHECKING:
     from .measure import KhopData, LearningData, MatchData, NGramData, ParityData
@@ -110,10 +109,11 @@ def learning(data: LearningData) -> Figure:
     of one layer at each N where several widths ran, else the held-out loss of one layer along training at the
     largest N."""
     N, width = np.asarray(data["N"]), min(data["widths"])
+    runs = {(r["depth"], r["width"], r["N"]): r for r in data["runs"]}
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     colors = {"match2": COLORS["untied"], "match3": COLORS["tied"]}
     for depth in data["depths"]:
-        errors = np.asarray([find_run(data, depth, width, n)["balanced_error"] for n in N])  # N x task x seed
+        errors = np.asarray([runs[depth, width, n]["balanced_error"] for n in N])  # N x task x seed
         for t, task in enumerate(("match2", "match3")):
             label = f"{task}, {depth} layer{'s' if depth > 1 else ''}"
             left.plot(N, errors[:, t].mean(axis=1), "-" if depth == 1 else "--", color=colors[task], label=label)
@@ -121,19 +121,19 @@ def learning(data: LearningData) -> Figure:
                 left.plot(np.repeat(N, errors.shape[2]), errors[:, t].ravel(), "o", color=colors[task], alpha=0.5, ms=4)
     left.axhline(data["solved"], color=COLORS["theory"], linestyle=":", label="solved")
     left.set(xlabel="N", ylabel="held-out balanced error", ylim=(-0.02, 0.55), title=f"width {width}")
-    left.set_xticks(N, [f"{n}\nM={find_run(data, data['depths'][0], width, n)['M']}" for n in N])
+    left.set_xticks(N, [f"{n}\nM={runs[data['depths'][0], width, n]['M']}" for n in N])
     left.legend(fontsize=7)
     if len(data["widths"]) > 1 and 1 in data["depths"]:
         widths = np.asarray(sorted(data["widths"]))
         for n, color in zip(N, ORDER_COLORS):
-            errors = np.asarray([find_run(data, 1, w, n)["balanced_error"][1] for w in widths])  # width x seed
+            errors = np.asarray([runs[1, w, n]["balanced_error"][1] for w in widths])  # width x seed
             right.plot(widths, errors.mean(axis=1), "o-", color=color, label=f"N = {n}")
         right.axhline(data["solved"], color=COLORS["theory"], linestyle=":")
         right.set_xscale("log", base=2)
         right.set(xlabel="width of one layer", ylabel="Match3 balanced error (mean over seeds)", ylim=(-0.02, 0.55))
         right.legend(fontsize=7)
     else:
-        run = find_run(data, data["depths"][0], width, int(N[-1]))
+        run = runs[data["depths"][0], width, int(N[-1])]
         for t, task in enumerate(("match2", "match3")):
             for curve in np.asarray(run["eval_loss"][t]):
                 right.plot(run["eval_steps"], curve, color=colors[task], alpha=0.7, lw=1)

@@ -245,6 +245,13 @@ def find_run(data: LearningData, depth: int, width: int, N: int) -> PairRun:
     return next(r for r in data["runs"] if (r["depth"], r["width"], r["N"]) == (depth, width, N))
 
 
+def smallest_solving_width(data: LearningData, N: int, solved: float) -> int | None:
+    """The smallest width of one layer whose every seed solves Match3 at ``N`` (balanced error at most ``solved``)."""
+    return next(
+        (w for w in sorted(data["widths"]) if max(find_run(data, 1, w, N)["balanced_error"][1]) <= solved), None
+    )
+
+
 def learning_rows(config: dict[str, Any], data: LearningData) -> tuple[list[Claim], tuple[str, ...]]:
     """Of one trained layer: Match2 solved at the smallest width at every N, Match3 not, at the same width, inputs and
     budget; Match3's error rising with N; and the width that solves Match3 at the smallest N failing at the largest.
@@ -341,15 +348,13 @@ def wider_claim(config: dict[str, Any], data: LearningData) -> Claim | str:
     """The smallest width of the list whose every seed solves Match3 at the smallest N does not solve it at the
     largest (where that width is below the largest N's M): the width needed grows with N. Or why no such row."""
     low, high = data["N"][0], data["N"][-1]
-    solving = [
-        w for w in sorted(data["widths"]) if task_errors(find_run(data, 1, w, low), 1)[0].max() <= config["solved"]
-    ]
-    if not solving:
+    width = smallest_solving_width(data, low, config["solved"])
+    if width is None:
         return (
             f"Match3 trained at N = {high} with the width that solves N = {low}: no width of learn_widths solves "
             f"N = {low} on every seed; wider layers make the row"
         )
-    run = find_run(data, 1, solving[0], high)
-    if solving[0] >= run["M"]:
-        return f"Match3 trained at N = {high}, width {solving[0]}: our layer of width M = {run['M']} fits, no row"
+    run = find_run(data, 1, width, high)
+    if width >= run["M"]:
+        return f"Match3 trained at N = {high}, width {width}: our layer of width M = {run['M']} fits, no row"
     return unsolved_claim(config, run, f"the width that solves N = {low}")

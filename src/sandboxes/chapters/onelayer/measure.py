@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ...curves import still_descending
-from ...data.matching import Matching, balanced_M
+from ...data.matching import TASKS, Matching, balanced_M
 from ...model import GPT, GPTConfig
 from ...profiles import float_list, int_list
 from ...runtime import member_seed
@@ -354,7 +354,6 @@ def match3(config: dict[str, Any], ctx: RunContext) -> Match3Data:
 
 
 # ---------------------------------------------------------------- Match2 and Match3 trained
-TASKS = ("match2", "match3")
 HELD_OUT = 4096  # held-out inputs per task and N: a balanced error of 0.05 is then measured to about +-0.01
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 EVALUATIONS = 40  # held-out evaluations of each run

@@ -1,0 +1,61 @@
+"""What Sanford, Hsu and Telgarsky state of Match2 and Match3 beside a trained run's, for the page's comparison table
+(theorems and a conjecture: the paper reports no trained models of these tasks that the talk shows)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .judge import find_run, smallest_solving_width
+
+if TYPE_CHECKING:
+    from .measure import LearningData
+
+
+def learning_vs_paper(run: LearningData) -> list[tuple[str, str, str]]:
+    """Match2 and Match3 as the talk states them, beside the trained layers' balanced errors."""
+    width = min(run["widths"])
+    one = [find_run(run, 1, width, N) for N in run["N"]] if 1 in run["depths"] else []
+    rows = []
+    if one:
+        match2 = ", ".join(f"N = {r['N']}: {max(r['balanced_error'][0]):.3f}" for r in one)
+        match3 = ", ".join(f"N = {r['N']}: {min(r['balanced_error'][1]):.3f}" for r in one)
+        rows += [
+            (
+                "Match2 in one layer",
+                "one unit of embedding dimension 3 computes it for every N (M = poly(N), p = O(log M) bits)",
+                f"width {width}, worst seed's balanced error: {match2}",
+            ),
+            (
+                "Match3 in one layer",
+                "no single layer computes it if m <= c N / (p H log log N), for N large; c not given",
+                f"width {width}, best seed's balanced error: {match3}",
+            ),
+        ]
+    if 1 in run["depths"] and len(run["widths"]) > 1:
+        rows.append(
+            (
+                "width that solves Match3",
+                "grows at least linearly in N (up to log log N)",
+                "; ".join(f"N = {N}: {solving(run, N)}" for N in run["N"]),
+            )
+        )
+    deeper = [d for d in run["depths"] if d > 1]
+    for depth in deeper:
+        errors = [np.mean(find_run(run, depth, width, N)["balanced_error"][1]) for N in run["N"]]
+        rows.append(
+            (
+                f"Match3 in {depth} layers",
+                "conjecture: every multi-layer transformer needs width, depth or precision N^Omega(1)",
+                f"width {width}, mean balanced error: "
+                + ", ".join(f"N = {N}: {e:.3f}" for N, e in zip(run["N"], errors)),
+            )
+        )
+    return rows
+
+
+def solving(run: LearningData, N: int) -> str:
+    """The smallest width of the run that solves Match3 at ``N`` on every seed, in words."""
+    width = smallest_solving_width(run, N, run["solved"])
+    return f"none up to {max(run['widths'])}" if width is None else f"width {width}"
