@@ -21,7 +21,7 @@ FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shr
 # The chapters' quick runs, costliest first (one thread, default kernel path, 2-core AMD EPYC at a3d7ca2: induction
 # 349 s, dilution 189, markov 175, shortcuts 129, hmm 16; memories 41 s on 2026-11-29; each page under nbval takes
 # about as long natively; onelayer, which trains nothing, 2 s).
-BY_COST = ("induction", "dilution", "markov", "shortcuts", "memories", "hmm", "onelayer")
+BY_COST = ("induction", "dilution", "markov", "shortcuts", "memories", "onelayer", "hmm")
 
 
 def _chapter_run(item: pytest.Item) -> tuple[str, int] | None:

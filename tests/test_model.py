@@ -42,6 +42,19 @@ def test_attention_is_causal():
     assert torch.allclose(model(x)[:, :-1], model(y)[:, :-1])
 
 
+def test_attention_without_the_mask_reads_later_tokens_even_where_the_fused_kernel_would_run():
+    for T in (10, FUSED_FROM):
+        model = GPT(small(causal=False, block_size=T, positional="none"))
+        x = torch.randint(0, 5, (2, T))
+        y = x.clone()
+        y[:, -1] = (y[:, -1] + 1) % 5
+        assert not torch.allclose(model(x)[:, 0], model(y)[:, 0])
+
+
+def test_a_classifier_head_gives_its_own_number_of_logits():
+    assert GPT(small(tied=False, n_outputs=2))(torch.randint(0, 5, (3, 7))).shape == (3, 7, 2)
+
+
 def test_mlp_off_removes_the_mlp():
     assert not any("mlp" in name for name, _ in GPT(small(mlp=False)).named_parameters())
 
@@ -84,6 +97,7 @@ def test_sequence_longer_than_block_size_is_refused():
         ({"d_model": 9, "n_head": 2}, "divisible"),
         ({"positional": "rope"}, "positional"),
         ({"n_layer": 0}, "at least 1"),
+        ({"n_outputs": 2}, "tied"),
     ],
 )
 def test_bad_configs_are_refused(kw, message):

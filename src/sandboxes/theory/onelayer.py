@@ -21,6 +21,13 @@ def match2(X: np.ndarray, M: int) -> np.ndarray:
     return (total % M == 0).any(axis=2)
 
 
+def match2_share(N: int, M: int) -> float:
+    """The chance that a position of a uniform input of ``[M]^N`` has a partner: its token is its own
+    (``2x = 0 mod M``: one token, two where M is even), or one of the ``N - 1`` others is ``-x``."""
+    own = (2 if M % 2 == 0 else 1) / M
+    return own + (1 - own) * (1 - (1 - 1 / M) ** (N - 1))
+
+
 def match2_scale(M: int, N: int) -> float:
     """The proof's inverse temperature ``c = M^2 ln(6N)``: a score short of ``c`` by ``c / M^2`` weighs at most
     ``1 / (6N)`` of the blank's weight."""

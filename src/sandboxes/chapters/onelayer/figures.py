@@ -120,14 +120,16 @@ def learning(data: LearningData) -> Figure:
             if depth == 1:
                 left.plot(np.repeat(N, errors.shape[2]), errors[:, t].ravel(), "o", color=colors[task], alpha=0.5, ms=4)
     left.axhline(data["solved"], color=COLORS["theory"], linestyle=":", label="solved")
-    left.set(xlabel="N", ylabel="held-out balanced error", ylim=(-0.02, 0.55), title=f"width {width}")
-    left.set_xticks(N, [f"{n}\nM={runs[data['depths'][0], width, n]['M']}" for n in N])
+    M = data["runs"][0]["M"]
+    left.set(xlabel="N", ylabel="held-out balanced error", ylim=(-0.02, 0.55), title=f"width {width}, M = {M}")
+    left.set_xticks(N)
     left.legend(fontsize=7)
     if len(data["widths"]) > 1 and 1 in data["depths"]:
         widths = np.asarray(sorted(data["widths"]))
         for n, color in zip(N, ORDER_COLORS):
             errors = np.asarray([runs[1, w, n]["balanced_error"][1] for w in widths])  # width x seed
             right.plot(widths, errors.mean(axis=1), "o-", color=color, label=f"N = {n}")
+        right.axvline(M, color=COLORS["theory"], linestyle="--", lw=0.8, label="M: our layer's width")
         right.axhline(data["solved"], color=COLORS["theory"], linestyle=":")
         right.set_xscale("log", base=2)
         right.set(xlabel="width of one layer", ylabel="Match3 balanced error (mean over seeds)", ylim=(-0.02, 0.55))

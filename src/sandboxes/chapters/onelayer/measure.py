@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ...curves import still_descending
-from ...data.matching import TASKS, Matching, balanced_M
+from ...data.matching import TASKS, Matching
 from ...model import GPT, GPTConfig
 from ...profiles import float_list, int_list
 from ...runtime import member_seed
@@ -428,7 +428,7 @@ def balanced_error(model: torch.nn.Module, held_out: tuple[torch.Tensor, torch.T
 def train_pair(N: int, depth: int, width: int, config: dict[str, Any], ctx: RunContext) -> PairRun:
     """Both tasks at one N, depth and width, the run's seeds of each trained as one ensemble, each member's balanced
     error measured on held-out inputs."""
-    M, seeds = balanced_M("match3", N), list(ctx.seeds)
+    M, seeds = config["learn_M"], list(ctx.seeds)
     tasks = [Matching(task, N, M) for task in TASKS]
     held = [
         t.sample(HELD_OUT, torch.Generator().manual_seed(member_seed("matching", t.task, N, config["seed"])))
