@@ -294,7 +294,7 @@ def _learning_data(match2: dict, match3: dict, widths: list[int], moving: bool =
             "M": M,
             "positive": [0.2, 0.5],
             "balanced_error": [match2[width, N], match3[width, N]],
-            "eval_steps": [0, 1],
+            "eval_steps": [0, 1499],
             "eval_loss": [[[0.7, 0.1]] * 3] * 2,
             "still_descending": [[moving] * 3] * 2,
         }
@@ -320,6 +320,14 @@ def _learning_rows(change: str) -> list:
     return judge.learning_rows(CONFIG, _learning_data(match2, match3, [4]))[0]
 
 
+def _qsa_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The q-sparse averaging rows, or with the queries not scaled (alpha = 1: the softmax barely prefers the
+    support)."""
+    if change == "queries not scaled (alpha = 1)":
+        monkeypatch.setattr(theory, "qsa_scale", lambda N, eps: 1.0)
+    return judge.qsa_rows(CONFIG, measure.qsa(CONFIG, None))[0]
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"^Match2 .*wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"^Match2 .*wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
@@ -342,6 +350,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as 2 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as 3 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
+    (r"^qSA in one unit, N = \d+, q = \d+", "queries not scaled (alpha = 1)", _qsa_rows),
     (r"^Match2 trained, N = \d+,", "an untrained layer (balanced error 0.5)", _learning_rows),
     (r"^Match3 trained, N = \d+,", "Match2's errors for Match3's", _learning_rows),
 ]
@@ -358,7 +367,9 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows, monkeypatch):
     assert_fails_in_its_counterfactual(_rows(rows, change, monkeypatch), key, change)
 
 
-@pytest.mark.parametrize("rows", [_match2_rows, _match3_rows, _ngram_rows, _parity_rows, _khop_rows, _learning_rows])
+@pytest.mark.parametrize(
+    "rows", [_match2_rows, _match3_rows, _ngram_rows, _parity_rows, _khop_rows, _learning_rows, _qsa_rows]
+)
 def test_every_row_holds_where_the_theory_does(rows, monkeypatch):
     assert [c.name for c in _rows(rows, "none", monkeypatch) if c.holds is not True] == []
 
@@ -453,3 +464,41 @@ def test_a_constant_answer_has_balanced_error_one_half():
 @pytest.mark.parametrize("N, M", [(4, 12), (3, 26), (5, 7)])
 def test_the_exact_matched_share_of_match2_is_what_every_input_gives(N, M):
     assert abs(theory.match2(theory.every_input(M, N), M).mean() - theory.match2_share(N, M)) < 1e-12
+
+
+# ---------------------------------------------------------------- q-sparse averaging
+def test_qsa_is_the_mean_of_the_values_each_position_names():
+    Z = np.arange(12.0).reshape(4, 3)
+    Y = np.array([[0, 1], [2, 3], [0, 3], [1, 2]])
+    assert np.allclose(theory.qsa(Z, Y), [[1.5, 2.5, 3.5], [7.5, 8.5, 9.5], [4.5, 5.5, 6.5], [4.5, 5.5, 6.5]])
+
+
+def test_a_support_query_scores_its_own_keys_exactly_one():
+    rng = np.random.default_rng(0)
+    U = theory.rademacher_keys(40, 30, rng)
+    Y = np.argsort(rng.random((5, 30)), axis=1)[:, :3]
+    scores = theory.support_queries(U, Y) @ U
+    assert np.abs(np.take_along_axis(scores, Y, axis=1) - 1).max() < 1e-12
+
+
+def test_at_the_proof_s_margin_our_bound_is_under_eps_over_2q():
+    for N, q, eps in ((64, 2, 0.1), (1024, 8, 0.01), (4096, 16, 0.5)):
+        assert theory.qsa_error_bound(N, q, theory.qsa_scale(N, eps), 0.5) <= eps / (2 * q)
+
+
+def test_the_chapter_refuses_q_above_n_and_qsa_checks_too_large_in_one_line():
+    with pytest.raises(ValueError, match="a support is q distinct positions"):
+        onelayer.check({**CONFIG, "qsa_N": "8", "qsa_q": "16"}, 1)
+    with pytest.raises(ValueError, match="multiply-adds, more than"):
+        onelayer.check({**CONFIG, "qsa_N": "4096", "qsa_q": "64", "qsa_inputs": 100}, 1)
+
+
+def test_no_qsa_row_where_the_keys_are_too_narrow_for_the_lemma_s_margin():
+    claims, why = judge.qsa_rows(CONFIG, measure.qsa({**CONFIG, "qsa_factor": 2.0}, None))
+    assert claims == [] and len(why) == 1 and "short of the lemma's margin" in why[0]
+
+
+def test_a_run_too_short_to_leave_match2_s_plateau_leaves_its_rows_undecided():
+    data = _learning_data({key: [0.3] * 3 for key in SOLVED}, UNSOLVED, [4])
+    data["runs"][0]["eval_steps"] = [0, judge.PLATEAU_STEPS - 2]
+    assert [c.holds for c in judge.learning_rows(CONFIG, data)[0]] == [None]

@@ -452,3 +452,48 @@ def match3_layer(X: np.ndarray, M: int, clip: bool = True) -> np.ndarray:
     partners = (-X[:, :, None] - np.arange(M)[None, None, :]) % M  # (B, N, a): b for c = x_i
     units = np.maximum(present[:, None, :] + np.take_along_axis(present[:, None, :], partners, axis=2) - 1, 0.0)
     return 1 - np.maximum(1 - units.sum(axis=2), 0.0)
+
+
+# ---------------------------------------------------------------- q-sparse averaging (Sanford, Hsu and Telgarsky 2023)
+def qsa(Z: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """``qSA(X)_i``: the mean of the values ``z_j`` at the q positions ``y_i`` names; ``Z`` is ``(N, d')``, ``Y`` is
+    ``(N, q)``."""
+    return Z[Y].mean(axis=1)
+
+
+def rademacher_keys(width: int, N: int, rng: np.random.Generator) -> np.ndarray:
+    """The keys ``u_1 .. u_N`` as columns of a ``(width, N)`` matrix of independent signs scaled by ``1/sqrt(width)``:
+    Candes and Tao's random matrix with the restricted isometry property once width >~ q log N."""
+    return rng.choice([-1.0, 1.0], size=(width, N)) / math.sqrt(width)
+
+
+def support_queries(U: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """For each row of ``Y`` the least-norm ``w`` with ``<u_j, w> = 1`` for every ``j`` it names, ``(len(Y), width)``:
+    one choice of the vector Candes and Tao's lemma says exists (ours; the proof only needs one)."""
+    keys = U.T[Y]  # (B, q, width)
+    gram = keys @ keys.transpose(0, 2, 1)
+    return (keys.transpose(0, 2, 1) @ np.linalg.solve(gram, np.ones((*Y.shape, 1))))[..., 0]
+
+
+def qsa_scale(N: int, eps: float) -> float:
+    """The proof's inverse temperature ``alpha = ceil(2 ln(4N / eps))``: a key scored at most 1/2 below the support's
+    then weighs at most ``eps / (4N)`` of a support key."""
+    return float(math.ceil(2 * math.log(4 * N / eps)))
+
+
+def qsa_unit(Z: np.ndarray, Y: np.ndarray, U: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The unit of Sanford et al.'s proof on one input, at the positions whose supports are the rows of ``Y``: queries
+    ``alpha w_{y_i}``, keys ``u_j``, values ``z_j``; their outputs ``(len(Y), d')`` and each query's largest
+    ``|<u_j, w_{y_i}>|`` off its support ``(len(Y),)``."""
+    scores = support_queries(U, Y) @ U  # (N, N): <w_{y_i}, u_j>
+    outputs = softmax(alpha * scores, axis=1) @ Z
+    off = np.ones_like(scores, dtype=bool)
+    np.put_along_axis(off, Y, False, axis=1)
+    return outputs, np.where(off, np.abs(scores), 0.0).max(axis=1)
+
+
+def qsa_error_bound(N: int, q: int, alpha: float, off_score: float) -> float:
+    """Our bound on ``||f(X)_i - qSA(X)_i||`` where the support scores 1 and every other key at most ``off_score < 1``:
+    the weight off the support is at most ``(N - q) e^{-alpha (1 - s)} / q``, and each unit of it moves the output by
+    at most 2 (values in the unit ball). At ``s = 1/2`` and the proof's alpha this is under ``eps / (2q)``."""
+    return 2 * (N - q) * math.exp(-alpha * (1 - off_score)) / q

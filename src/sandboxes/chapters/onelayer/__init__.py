@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...profiles import Interval, Param, at_least, each, in_range, int_list, with_reference
+from ...profiles import Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
-from .judge import khop_rows, learning_rows, match2_rows, match3_rows, ngram_rows, parity_rows
-from .measure import khop, learning, match2, match3, ngram, parity
+from .judge import khop_rows, learning_rows, match2_rows, match3_rows, ngram_rows, parity_rows, qsa_rows
+from .measure import keys_width, khop, learning, match2, match3, ngram, parity, qsa
 from .paper import learning_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS"]
@@ -21,6 +21,7 @@ MOST_INPUTS = 10**6  # every input of [M]^N is checked: at most this many
 MOST_WEIGHTS = 5 * 10**8  # attention weights of the Match2 checks, inputs times (N + 1)^2 (2.3e8 took 9 s)
 MOST_UNITS = 2 * 10**7  # MLP units held at once by the n-gram check: the longest strings x positions x histories
 MOST_MATCH3 = 10**8  # entries of the Match3 layer's MLP over every input, inputs x N x M (1.3e8 took 8 s)
+MOST_QSA_WORK = 5 * 10**10  # multiply-adds of the q-sparse averaging checks and margins (3.6e10 took 35 s)
 MOST_NGRAM_WORK = 10**9  # MLP unit values over the whole n-gram check (2.2e8 took 3 s)
 
 PARAMS = (
@@ -81,6 +82,22 @@ PARAMS = (
     ),
     Param("khop_V", int, 4, 5, "symbols of the k-hop facts: every function [V] -> [V] is checked", in_range(1, 5)),
     Param("khop_max_k", int, 8, 16, "hops k = 1 .. this", in_range(1, 32)),
+    Param("qsa_N", str, "1024,4096", "1024,4096,8192", "N of the q-sparse averaging checks", each(at_least(2))),
+    Param("qsa_q", str, "2,4", "2,4,8", "q of the q-sparse averaging checks", each(at_least(1))),
+    Param("qsa_dim", int, 4, 4, "d': dimension of the averaged values", at_least(1)),
+    Param("qsa_eps", float, 0.1, 0.1, "eps of the approximation", Interval(0.0, 1.0, open_low=True)),
+    Param("qsa_factor", float, 24.0, 24.0, "keys of width factor q ln N (our constant)", positive),
+    Param("qsa_inputs", int, 2, 2, "random inputs per N and q", at_least(1)),
+    Param("qsa_queries", int, 256, 256, "positions checked per input (each reads every key)", at_least(1)),
+    Param(
+        "qsa_factors",
+        str,
+        "2,4,8,12,16,24,32",
+        "2,4,8,12,16,24,32",
+        "key widths, in units of q ln N, at which the margin is measured",
+        each(positive),
+    ),
+    Param("qsa_supports", int, 100, 100, "random supports per width of the margin's measurement", at_least(1)),
     Param(
         "learn_N",
         str,
@@ -89,9 +106,7 @@ PARAMS = (
         "N of the trained Match2 and Match3 (M as Match3 is half matched)",
         each(in_range(3, 24)),
     ),
-    Param(
-        "learn_M", int, 26, 46, "M of the trained tasks, one for every N (at least the largest N + 1)", in_range(4, 512)
-    ),
+    Param("learn_M", int, 26, 46, "M of the trained tasks, one for every N (at least the largest N + 1)", at_least(4)),
     Param("learn_depths", str, "1", "1,2", "layers of the trained models (rows for 1 layer)", each(in_range(1, 4))),
     Param(
         "learn_widths",
@@ -99,11 +114,11 @@ PARAMS = (
         "8",
         "8,16,32,64,128,256",
         "widths of the trained one-layer models (one head); deeper models at the smallest",
-        each(in_range(1, 256)),
+        each(at_least(1)),
     ),
     Param("learn_steps", int, 1500, 20000, "training steps of each trained model", at_least(1)),
-    Param("learn_batch", int, 128, 128, "inputs per step", in_range(1, 4096)),
-    Param("learn_lr", float, 3e-3, 3e-3, "peak learning rate (AdamW)", Interval(0.0, 1.0, open_low=True)),
+    Param("learn_batch", int, 128, 128, "inputs per step", at_least(1)),
+    Param("learn_lr", float, 3e-3, 3e-3, "peak learning rate (AdamW)", positive),
     Param(
         "solved",
         float,
@@ -137,6 +152,9 @@ LISTS = (
     "learn_N",
     "learn_widths",
     "learn_depths",
+    "qsa_N",
+    "qsa_q",
+    "qsa_factors",
 )
 
 
@@ -160,6 +178,18 @@ def ngram_work(config: dict[str, Any]) -> tuple[int, int]:
     )
     largest = max(int_list(config["ngram_orders"]))
     return total, symbols**length * (length + 1) * histories(symbols, largest)
+
+
+def qsa_work(config: dict[str, Any]) -> int:
+    """Multiply-adds of the q-sparse averaging section: each checked position's N scores through keys of width m', and
+    each width of the margin's grid over its supports."""
+    factors = [float(f) for f in config["qsa_factors"].split(",")]
+    return sum(
+        config["qsa_inputs"] * min(N, config["qsa_queries"]) * N * keys_width(N, q, config["qsa_factor"])
+        + config["qsa_supports"] * N * sum(keys_width(N, q, f) for f in factors)
+        for N in int_list(config["qsa_N"])
+        for q in int_list(config["qsa_q"])
+    )
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
@@ -186,6 +216,14 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     weights = attention_weights(config)
     if weights > MOST_WEIGHTS:
         raise ValueError(f"the Match2 checks would compute {weights} attention weights, more than {MOST_WEIGHTS}")
+    work = qsa_work(config)
+    if work > MOST_QSA_WORK:
+        raise ValueError(
+            f"the q-sparse averaging checks would take {work:.3g} multiply-adds, more than {MOST_QSA_WORK:.0e}"
+        )
+    for N in int_list(config["qsa_N"]):
+        if max(int_list(config["qsa_q"])) > N:
+            raise ValueError(f"qsa_q has a q above N = {N}: a support is q distinct positions")
     total, held = ngram_work(config)
     if held > MOST_UNITS:
         raise ValueError(
@@ -216,6 +254,11 @@ UNIT_SCALE = {
     "parity_fixed_scales": "20",
     "khop_V": 3,
     "khop_max_k": 4,
+    "qsa_N": "64",
+    "qsa_q": "2",
+    "qsa_inputs": 1,
+    "qsa_queries": 32,
+    "qsa_supports": 20,
     "learn_N": "4",
     "learn_widths": "4",
     "learn_steps": 40,
@@ -232,6 +275,9 @@ FULL_SHRUNK = {
     "parity_lengths": "2,4",
     "khop_V": 3,
     "khop_max_k": 4,
+    "qsa_N": "64",
+    "qsa_inputs": 1,
+    "qsa_supports": 20,
     "learn_N": "4",
     "learn_steps": 4,
     "learn_batch": 8,
@@ -255,6 +301,7 @@ CHAPTER = Chapter(
             reference=True,
             paper=learning_vs_paper,
         ),
+        Section("qsa", "q-sparse averaging in width of order q log N", qsa, rows=qsa_rows, figures=("qsa",)),
         Section("ngram", "An n-gram language model in one layer", ngram, rows=ngram_rows, figures=("ngram",)),
         Section("parity", "PARITY with softmax attention", parity, rows=parity_rows, figures=("parity",)),
         Section("khop", "k hops in log k layers", khop, rows=khop_rows, figures=("khop",)),

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from .measure import KhopData, LearningData, MatchData, NGramData, ParityData
+    from .measure import KhopData, LearningData, MatchData, NGramData, ParityData, QSAData
 
 ORDER_COLORS = (COLORS["untied"], COLORS["tied"], COLORS["depth2"], COLORS["lstm"], COLORS["full"])
 
@@ -140,5 +140,27 @@ def learning(data: LearningData) -> Figure:
             for curve in np.asarray(run["eval_loss"][t]):
                 right.plot(run["eval_steps"], curve, color=colors[task], alpha=0.7, lw=1)
         right.set(xlabel="step", ylabel="held-out loss (nats)", title=f"N = {N[-1]}, width {width}")
+    fig.tight_layout()
+    return fig
+
+
+def qsa(data: QSAData) -> Figure:
+    """Left: the unit's largest error at each N and q, beside our bound at its measured margin and eps (log scale).
+    Right: the largest off-support score against the keys' width in units of q ln N, one line per N and q: the lines
+    fall together, the theorem's order q log N; the proof asks for 1/2."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    labels = [f"N={c['N']}\nq={c['q']}" for c in data["checks"]]
+    x = np.arange(len(labels))
+    left.semilogy(x, [c["error"] for c in data["checks"]], "o", color=COLORS["untied"], label="largest error")
+    left.semilogy(x, [c["bound"] for c in data["checks"]], "_", ms=14, color=COLORS["theory"], label="our bound")
+    left.axhline(data["eps"], color=COLORS["tied"], linestyle=":", label="eps")
+    left.set_xticks(x, labels, fontsize=7)
+    left.set(ylabel="||f(X)_i - qSA(X)_i||")
+    left.legend(fontsize=7)
+    for law, color in zip(data["law"], ORDER_COLORS * 4):
+        right.plot(law["factors"], law["off_score"], "o-", color=color, ms=3, label=f"N={law['N']}, q={law['q']}")
+    right.axhline(0.5, color=COLORS["theory"], linestyle=":", label="the proof's 1/2")
+    right.set(xlabel="keys' width / (q ln N)", ylabel="largest off-support score")
+    right.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         OrderCheck,
         PairRun,
         ParityData,
+        QSACheck,
+        QSAData,
     )
 
 SOLVED_WORDS = (
@@ -242,6 +244,9 @@ def match3_claim(check: Match3Check, where: str) -> Claim:
 
 # ---------------------------------------------------------------- Match2 and Match3 trained
 MATCH2_WIDTH = 3  # Sanford et al.'s unit computes Match2 in embedding dimension 3
+# Match2's held-out loss rests on a plateau before it drops to 0: the quick runs left it between steps 200 and 700
+# (the section's loss curves), so a run of fewer steps may look settled on it, and its rows say "not yet"
+PLATEAU_STEPS = 1000
 
 
 def find_run(data: LearningData, depth: int, width: int, N: int) -> PairRun:
@@ -282,8 +287,10 @@ def learning_rows(config: dict[str, Any], data: LearningData) -> tuple[list[Clai
 
 
 def task_errors(run: PairRun, task: int) -> tuple[np.ndarray, np.ndarray]:
-    """One task's balanced error per seed and which seeds were still descending."""
-    return np.asarray(run["balanced_error"][task]), np.asarray(run["still_descending"][task], dtype=bool)
+    """One task's balanced error per seed and which seeds were still descending (every seed, in a run too short to
+    have left the plateau)."""
+    moving = np.asarray(run["still_descending"][task], dtype=bool)
+    return np.asarray(run["balanced_error"][task]), moving | (run["eval_steps"][-1] < PLATEAU_STEPS - 1)
 
 
 def solved_claim(config: dict[str, Any], run: PairRun) -> Claim:
@@ -323,3 +330,36 @@ def unsolved_claim(config: dict[str, Any], run: PairRun) -> Claim:
         f"(where a small layer is likeliest to) and below our construction's width M; {SOLVED_WORDS}",
         digits=3,
     ).so_far(*budget_ran_out(int(moving.sum()), "Match3 runs were still descending", "learn_steps"))
+
+
+# ---------------------------------------------------------------- q-sparse averaging
+OFF_SCORE = (
+    0.5  # the lemma's margin, which the proof needs: every key off the support scores at most half the support's
+)
+
+
+def qsa_rows(config: dict[str, Any], data: QSAData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The unit eps-approximates qSA at each N and q where its keys give every checked query the proof's margin (the
+    lemma's premise: the theorem's constant is not given, so at keys too narrow for the margin it says nothing)."""
+    narrow = [c for c in data["checks"] if c["off_score"] > OFF_SCORE]
+    return [qsa_claim(c, data["eps"]) for c in data["checks"] if c["off_score"] <= OFF_SCORE], tuple(
+        f"qSA at N = {c['N']}, q = {c['q']}: keys of width {c['width']} ({config['qsa_factor']:g} q ln N) leave an "
+        f"off-support score of {c['off_score']:.3f} > 1/2, short of the lemma's margin; the theorem's constant is not "
+        "given, so it says nothing at this width: a larger qsa_factor makes the row"
+        for c in narrow
+    )
+
+
+def qsa_claim(check: QSACheck, eps: float) -> Claim:
+    """The theorem: a unit of width of order d' + q log N eps-approximates qSA on every input; checked on random
+    inputs at our constant, where the keys give the proof's margin."""
+    return Claim.at_most(
+        f"qSA in one unit, N = {check['N']}, q = {check['q']}, keys of width {check['width']} (Sanford et al.): "
+        f"largest ||f(X)_i - qSA(X)_i|| at {check['queries']} positions of {check['inputs']} random inputs",
+        eps,
+        check["error"],
+        f"the theorem: f eps-approximates qSA for all X once m >= Omega(d' + q log N); random sign keys (Candes and "
+        f"Tao) whose largest off-support score here is {check['off_score']:.3f} <= 1/2, least-norm queries, "
+        f"alpha = ceil(2 ln(4N/eps)) = {check['alpha']:g}; our bound at that score: {check['bound']:.2g}",
+        digits=3,
+    )

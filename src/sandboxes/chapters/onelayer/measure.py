@@ -5,6 +5,7 @@ exactly; and one section that trains: one-layer transformers on Match2 and Match
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, TypedDict
 
@@ -473,4 +474,96 @@ def learning(config: dict[str, Any], ctx: RunContext) -> LearningData:
         "depths": depths,
         "runs": [train_pair(N, depth, width, config, ctx) for depth, width in shapes for N in sizes],
         "solved": config["solved"],
+    }
+
+
+# ---------------------------------------------------------------- q-sparse averaging
+class QSACheck(TypedDict):
+    N: int
+    q: int
+    width: int  # m' = ceil(factor q ln N), the keys' width (the unit's embedding is d' + 2 m' wide: value, query, key)
+    alpha: float
+    inputs: int
+    queries: int  # positions checked per input
+    error: float  # the largest ||f(X)_i - qSA(X)_i|| over the checked positions of every input
+    off_score: float  # the largest |<u_j, w_{y_i}>| off the support, over every query
+    bound: float  # our bound at that off-support score (values in the unit ball)
+
+
+class QSALaw(TypedDict):
+    N: int
+    q: int
+    factors: list[float]
+    off_score: list[float]  # per factor: the largest off-support score over the drawn supports, keys of that width
+
+
+class QSAData(TypedDict):
+    eps: float
+    checks: list[QSACheck]
+    law: list[QSALaw]
+
+
+def qsa_input(N: int, q: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One input of qSA: values uniform in the unit ball of R^dim, and for each position q distinct positions."""
+    Z = rng.standard_normal((N, dim))
+    Z *= rng.random((N, 1)) ** (1 / dim) / np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z, np.argsort(rng.random((N, N)), axis=1)[:, :q]
+
+
+def keys_width(N: int, q: int, factor: float) -> int:
+    """The keys' width ``ceil(factor q ln N)``: the theorem's order q log N with our constant."""
+    return math.ceil(factor * q * math.log(N))
+
+
+def check_qsa(N: int, q: int, config: dict[str, Any]) -> QSACheck:
+    """The proof's unit, with keys of width ``qsa_factor q ln N`` drawn once, at ``qsa_queries`` random positions (each
+    output reads every key) of each of ``qsa_inputs`` random inputs."""
+    rng = np.random.default_rng(member_seed("qsa", N, q, config["seed"]))
+    width, alpha = keys_width(N, q, config["qsa_factor"]), theory.qsa_scale(N, config["qsa_eps"])
+    U, queries = theory.rademacher_keys(width, N, rng), min(N, config["qsa_queries"])
+    error, off = 0.0, 0.0
+    for _ in range(config["qsa_inputs"]):
+        Z, Y = qsa_input(N, q, config["qsa_dim"], rng)
+        asked = Y[rng.choice(N, queries, replace=False)]
+        outputs, off_scores = theory.qsa_unit(Z, asked, U, alpha)
+        error = max(error, float(np.linalg.norm(outputs - theory.qsa(Z, asked), axis=1).max()))
+        off = max(off, float(off_scores.max()))
+    return {
+        "N": N,
+        "q": q,
+        "width": width,
+        "alpha": alpha,
+        "inputs": config["qsa_inputs"],
+        "queries": queries,
+        "error": error,
+        "off_score": off,
+        "bound": theory.qsa_error_bound(N, q, alpha, off) if off < 1 else math.inf,
+    }
+
+
+def qsa_law(N: int, q: int, config: dict[str, Any]) -> QSALaw:
+    """The largest off-support score at each width of the grid, keys nested (the first rows of one sign matrix, so a
+    wider key extends a narrower one), over ``qsa_supports`` random supports."""
+    rng = np.random.default_rng(member_seed("qsa law", N, q, config["seed"]))
+    factors = float_list(config["qsa_factors"])
+    signs = rng.choice([-1.0, 1.0], size=(keys_width(N, q, max(factors)), N))
+    Y = np.argsort(rng.random((config["qsa_supports"], N)), axis=1)[:, :q]
+    scores = []
+    for factor in factors:
+        width = keys_width(N, q, factor)
+        U = signs[:width] / math.sqrt(width)
+        s = theory.support_queries(U, Y) @ U
+        np.put_along_axis(s, Y, 0.0, axis=1)
+        scores.append(float(np.abs(s).max()))
+    return {"N": N, "q": q, "factors": factors, "off_score": scores}
+
+
+def qsa(config: dict[str, Any], ctx: RunContext) -> QSAData:
+    """Sanford et al.'s unit for q-sparse averaging at each N and q, and the off-support score against the keys'
+    width in units of q ln N."""
+    sizes = [(N, q) for N in int_list(config["qsa_N"]) for q in int_list(config["qsa_q"])]
+    return {
+        "eps": config["qsa_eps"],
+        "checks": [check_qsa(N, q, config) for N, q in sizes],
+        "law": [qsa_law(N, q, config) for N, q in sizes],
     }
