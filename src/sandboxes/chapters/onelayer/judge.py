@@ -333,9 +333,8 @@ def unsolved_claim(config: dict[str, Any], run: PairRun) -> Claim:
 
 
 # ---------------------------------------------------------------- q-sparse averaging
-OFF_SCORE = (
-    0.5  # the lemma's margin, which the proof needs: every key off the support scores at most half the support's
-)
+# the lemma's margin, which the proof needs: every key off the support scores at most half the support's
+OFF_SCORE = 0.5
 
 
 def qsa_rows(config: dict[str, Any], data: QSAData) -> tuple[list[Claim], tuple[str, ...]]:

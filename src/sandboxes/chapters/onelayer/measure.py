@@ -358,6 +358,9 @@ def match3(config: dict[str, Any], ctx: RunContext) -> Match3Data:
 HELD_OUT = 4096  # held-out inputs per task and N: a balanced error of 0.05 is then measured to about +-0.01
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 EVALUATIONS = 40  # held-out evaluations of each run
+MIN_EVAL_EVERY = (
+    10  # steps between them at least: a short run (a unit test, a reader's draw) is not evaluated at every step
+)
 
 
 class PairRun(TypedDict):
@@ -405,7 +408,7 @@ def learning_schedule(config: dict[str, Any]) -> TrainConfig:
         lr=config["learn_lr"],
         weight_decay=0.0,
         warmup=min(100, steps // 10),
-        eval_every=max(1, steps // EVALUATIONS),
+        eval_every=max(MIN_EVAL_EVERY, steps // EVALUATIONS),
     )
 
 
