@@ -321,10 +321,11 @@ def _learning_rows(change: str) -> list:
 
 
 def _qsa_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
-    """The q-sparse averaging rows, or with the queries not scaled (alpha = 1: the softmax barely prefers the
-    support)."""
-    if change == "queries not scaled (alpha = 1)":
-        monkeypatch.setattr(theory, "qsa_scale", lambda N, eps: 1.0)
+    """The q-sparse averaging rows, or with the queries at a quarter of the proof's alpha (keys off the support then
+    weigh too much)."""
+    if change == "a quarter of the proof's alpha":
+        scale = theory.qsa_scale
+        monkeypatch.setattr(theory, "qsa_scale", lambda N, eps: scale(N, eps) / 4)
     return judge.qsa_rows(CONFIG, measure.qsa(CONFIG, None))[0]
 
 
@@ -350,7 +351,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^4-gram LM as one layer of 3 heads, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^3-gram LM as 2 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as 3 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
-    (r"^qSA in one unit, N = \d+, q = \d+", "queries not scaled (alpha = 1)", _qsa_rows),
+    (r"^qSA in one unit, N = \d+, q = \d+", "a quarter of the proof's alpha", _qsa_rows),
     (r"^Match2 trained, N = \d+,", "an untrained layer (balanced error 0.5)", _learning_rows),
     (r"^Match3 trained, N = \d+,", "Match2's errors for Match3's", _learning_rows),
 ]

@@ -469,7 +469,7 @@ def rademacher_keys(width: int, N: int, rng: np.random.Generator) -> np.ndarray:
 
 def support_queries(U: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """For each row of ``Y`` the least-norm ``w`` with ``<u_j, w> = 1`` for every ``j`` it names, ``(len(Y), width)``:
-    one choice of the vector Candes and Tao's lemma says exists (ours; the proof only needs one)."""
+    our candidate for the vector Candes and Tao's lemma says exists, accepted where it shows the lemma's margin."""
     keys = U.T[Y]  # (B, q, width)
     gram = keys @ keys.transpose(0, 2, 1)
     return (keys.transpose(0, 2, 1) @ np.linalg.solve(gram, np.ones((*Y.shape, 1))))[..., 0]

@@ -146,8 +146,8 @@ def learning(data: LearningData) -> Figure:
 
 def qsa(data: QSAData) -> Figure:
     """Left: the unit's largest error at each N and q, beside our bound at its measured margin and eps (log scale).
-    Right: the largest off-support score against the keys' width in units of q ln N, one line per N and q: the lines
-    fall together, the theorem's order q log N; the proof asks for 1/2."""
+    Right: the largest off-support score over random supports against the keys' width in units of q ln N, one line
+    per N and q, beside the proof's 1/2."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     labels = [f"N={c['N']}\nq={c['q']}" for c in data["checks"]]
     x = np.arange(len(labels))

@@ -343,8 +343,8 @@ def qsa_rows(config: dict[str, Any], data: QSAData) -> tuple[list[Claim], tuple[
     narrow = [c for c in data["checks"] if c["off_score"] > OFF_SCORE]
     return [qsa_claim(c, data["eps"]) for c in data["checks"] if c["off_score"] <= OFF_SCORE], tuple(
         f"qSA at N = {c['N']}, q = {c['q']}: keys of width {c['width']} ({config['qsa_factor']:g} q ln N) leave an "
-        f"off-support score of {c['off_score']:.3f} > 1/2, short of the lemma's margin; the theorem's constant is not "
-        "given, so it says nothing at this width: a larger qsa_factor makes the row"
+        f"off-support score of {c['off_score']:.3f} > 1/2 with least-norm queries, short of the lemma's margin; the "
+        "theorem's constant is not given, so it says nothing at this width: a larger qsa_factor makes the row"
         for c in narrow
     )
 
