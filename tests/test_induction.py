@@ -107,6 +107,20 @@ def test_the_noisy_permutation_posterior_is_a_law_that_beats_counting_on_its_own
         permutation_predictive(replace(task, n_states=MAX_PERMUTED_STATES + 1), seq)
 
 
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        [InContextMarkov.chain(3, 0.5, 12, order=2)] * 3,  # one task: one loop over positions for every member
+        [replace(InContextMarkov.chain(3, 1.0, 12), scored="parent_query", rows="permutation", floor=0.1)] * 2,
+        [InContextMarkov.chain(3, 1.0, 12), InContextMarkov.chain(4, 1.0, 12)],  # differing tasks: one at a time
+    ],
+)
+def test_members_sampled_together_get_exactly_their_own_draws(tasks):
+    x, y = InContextMarkov.sample_members(tasks, 9, [_gen(s) for s in range(len(tasks))])
+    alone = [task.sample(9, _gen(s)) for s, task in enumerate(tasks)]
+    assert torch.equal(x, torch.stack([a[0] for a in alone])) and torch.equal(y, torch.stack([a[1] for a in alone]))
+
+
 def test_the_last_row_distance_of_the_true_kernel_is_zero():
     task = InContextMarkov(3, 1.0, tree_parents(10, 3, seed=1))
     seq, kernels = task.sequences_and_kernels(50, _gen(5))

@@ -142,6 +142,7 @@ class Ensemble(nn.Module):
         self.stacked = nn.ParameterDict({k.replace(".", ":"): nn.Parameter(v) for k, v in params.items()})
         self._buffers_stacked = buffers
         self._base = [copy.deepcopy(models[0])]  # a list keeps it out of the module tree
+        self._base_device: torch.device | None = None  # where the template was last moved
         self.size = len(models)
 
     def _params(self) -> dict[str, Tensor]:
@@ -149,7 +150,10 @@ class Ensemble(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` has a leading member axis of length K; so does the output."""
-        base = self._base[0].to(x.device)
+        base = self._base[0]
+        if x.device != self._base_device:  # moving it walks its module tree: once per device, not once per step
+            base.to(x.device)
+            self._base_device = x.device
 
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor) -> Tensor:
             return functional_call(base, (params, buffers), (inputs,))

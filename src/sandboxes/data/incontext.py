@@ -13,6 +13,7 @@ parents (the first ``m`` of an order-``m`` chain, the tree's root) are uniform.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,6 +137,11 @@ class InContextMarkov:
         """``n`` sequences ``(n, length + 1)`` and the kernels that drew them."""
         kernels = self.kernels(n, generator)
         uniform = torch.rand(n, len(self.parents), generator=generator, dtype=torch.float64).numpy()
+        return torch.from_numpy(self._states(kernels, uniform)), kernels
+
+    def _states(self, kernels: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """The sequences that ``uniform`` ``(n, length + 1)`` draws, row by row, from each row's own kernel."""
+        n = len(uniform)
         even = np.arange(1, self.n_states) / self.n_states
         # every row's cumulative edges at once (cumsum adds in order along a row, so the same numbers as row by row)
         edges = np.cumsum(kernels, axis=-1)[..., :-1].reshape(n * kernels.shape[1], -1)
@@ -146,7 +152,7 @@ class InContextMarkov:
                 seq[:, i] = inverse_cdf(uniform[:, i], even)
             else:
                 seq[:, i] = inverse_cdf(uniform[:, i], edges[first + self.contexts(seq, i)])
-        return torch.from_numpy(seq), kernels
+        return seq
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` sequences of ``length + 1`` symbols, each from its own kernel."""
@@ -157,11 +163,35 @@ class InContextMarkov:
         return torch.tensor([self.parents[t + 1] == (t,) for t in range(self.length)])
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        seq = self.sequences(n, generator)
-        targets = seq[:, 1:]
+        return self._pairs(self.sequences(n, generator))
+
+    def _pairs(self, seq: Tensor) -> tuple[Tensor, Tensor]:
+        """The inputs and scored targets of sequences ``(..., length + 1)``."""
+        targets = seq[..., 1:]
         if self.scored == "parent_query":
             targets = targets.masked_fill(~self.parent_queries(), IGNORE_INDEX)
-        return seq[:, :-1], targets
+        return seq[..., :-1], targets
+
+    @staticmethod
+    def sample_members(
+        tasks: Sequence[InContextMarkov], n: int, generators: Sequence[torch.Generator]
+    ) -> tuple[Tensor, Tensor]:
+        """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
+
+        Member ``k`` gets exactly ``tasks[k].sample(n, generators[k])``; where the tasks are one, their rows run
+        through one loop over positions (the trainer's hot path), since every step of it acts row by row.
+        """
+        task = tasks[0]
+        if any(t != task for t in tasks):
+            pairs = [t.sample(n, g) for t, g in zip(tasks, generators)]
+            return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        draws = [
+            (task.kernels(n, g), torch.rand(n, len(task.parents), generator=g, dtype=torch.float64).numpy())
+            for g in generators
+        ]
+        seq = task._states(np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
+        inputs, targets = task._pairs(torch.from_numpy(seq).view(len(tasks), n, -1))
+        return inputs.contiguous(), targets.contiguous()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
