@@ -326,6 +326,11 @@ def _qsa_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
     if change == "a quarter of the proof's alpha":
         scale = theory.qsa_scale
         monkeypatch.setattr(theory, "qsa_scale", lambda N, eps: scale(N, eps) / 4)
+    if change == "Alice's bits read the wrong way round":
+        encode = theory.disjointness_inputs
+        monkeypatch.setattr(theory, "disjointness_inputs", lambda a, b: encode(1 - a, b))
+    if change == "Bob attends uniformly (his softmax ignores the scores)":
+        monkeypatch.setattr(theory, "softmax", lambda x, axis: np.full_like(x, 1 / x.shape[axis]))
     return judge.qsa_rows(CONFIG, measure.qsa(CONFIG, None))[0]
 
 
@@ -352,6 +357,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^3-gram LM as 2 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^4-gram LM as 3 layers of one head, softmax", "positional scores a quarter of the construction's", _ngram_rows),
     (r"^qSA in one unit, N = \d+, q = \d+", "a quarter of the proof's alpha", _qsa_rows),
+    (r"^qSA lower bound \(Sanford et al\.\), q = \d+", "Alice's bits read the wrong way round", _qsa_rows),
+    (r"^the protocol, q = \d+", "Bob attends uniformly (his softmax ignores the scores)", _qsa_rows),
     (r"^Match2 trained, N = \d+,", "an untrained layer (balanced error 0.5)", _learning_rows),
     (r"^Match3 trained, N = \d+,", "Match2's errors for Match3's", _learning_rows),
 ]
@@ -496,7 +503,40 @@ def test_the_chapter_refuses_q_above_n_and_qsa_checks_too_large_in_one_line():
 
 def test_no_qsa_row_where_the_keys_are_too_narrow_for_the_lemma_s_margin():
     claims, why = judge.qsa_rows(CONFIG, measure.qsa({**CONFIG, "qsa_factor": 2.0}, None))
-    assert claims == [] and len(why) == 1 and "short of the lemma's margin" in why[0]
+    assert [c for c in claims if c.name.startswith("qSA in one unit")] == []
+    assert len([w for w in why if "short of the lemma's margin" in w]) == 1
+
+
+def test_the_reduction_s_input_averages_to_minus_e1_exactly_where_the_sets_are_disjoint():
+    a, b = np.array([[1, 0, 1], [1, 0, 1]]), np.array([[0, 1, 0], [0, 1, 1]])
+    Z, Y = theory.disjointness_inputs(a, b)
+    assert Y.tolist() == [[0, 3, 4], [0, 3, 4]]  # 1-based 2i - 1 where a_i = 1, else 2i
+    assert Z[0].tolist() == [-1, -1, 1, -1, -1, -1, 0] and Z[1].tolist() == [-1, -1, 1, -1, 1, -1, 0]
+    assert theory.qsa(Z[:, :, None][0], Y[:1])[0, 0] == -1 and not theory.intersect(a, b)[0]
+    assert theory.qsa(Z[:, :, None][1], Y[1:])[0, 0] == pytest.approx(-1 + 2 / 3) and theory.intersect(a, b)[1]
+    pairs = theory.bit_pairs(2)
+    assert sorted(map(tuple, np.hstack(pairs).tolist())) == list(itertools.product((0, 1), repeat=4))
+
+
+def test_a_number_rounded_to_p_bits_keeps_p_bits_of_its_mantissa():
+    assert theory.round_to_bits(np.array([0.7, -3.3, 1e-9]), 53).tolist() == [0.7, -3.3, 1e-9]  # float64: 53
+    assert theory.round_to_bits(np.array([0.7, -3.3]), 2).tolist() == [0.75, -3.0]
+
+
+def test_no_protocol_row_where_alice_s_rounding_takes_our_bound_past_1_over_q():
+    claims, why = judge.qsa_rows(CONFIG, measure.qsa({**CONFIG, "qsa_bits": 1}, None))
+    assert [c for c in claims if c.name.startswith("the protocol")] == []
+    assert len(why) == 1 and "not below the 1/q Bob's threshold allows" in why[0]
+
+
+def test_the_protocol_s_bound_is_the_unit_s_at_full_precision_and_grows_with_the_rounding():
+    assert theory.qsa_error_bound(64, 2, 12.0, 0.5, 0.0) == theory.qsa_error_bound(64, 2, 12.0, 0.5)
+    assert theory.qsa_error_bound(64, 2, 12.0, 0.5, 0.1) > theory.qsa_error_bound(64, 2, 12.0, 0.5) + 0.2
+
+
+def test_the_chapter_refuses_keys_narrower_than_q_in_one_line():
+    with pytest.raises(ValueError, match="leave no query that scores each of them 1"):
+        onelayer.check({**CONFIG, "qsa_factor": 0.1}, 1)
 
 
 def test_a_run_too_short_to_leave_match2_s_plateau_leaves_its_rows_undecided():

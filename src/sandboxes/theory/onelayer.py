@@ -492,8 +492,56 @@ def qsa_unit(Z: np.ndarray, Y: np.ndarray, U: np.ndarray, alpha: float) -> tuple
     return outputs, np.where(off, np.abs(scores), 0.0).max(axis=1)
 
 
-def qsa_error_bound(N: int, q: int, alpha: float, off_score: float) -> float:
-    """Our bound on ``||f(X)_i - qSA(X)_i||`` where the support scores 1 and every other key at most ``off_score < 1``:
-    the weight off the support is at most ``(N - q) e^{-alpha (1 - s)} / q``, and each unit of it moves the output by
-    at most 2 (values in the unit ball). At ``s = 1/2`` and the proof's alpha this is under ``eps / (2q)``."""
-    return 2 * (N - q) * math.exp(-alpha * (1 - off_score)) / q
+def qsa_error_bound(N: int, q: int, alpha: float, off_score: float, shift: float = 0.0) -> float:
+    """Our bound on ``||f(X)_i - qSA(X)_i||`` where the support scores 1 and every other key at most ``off_score < 1``,
+    each score of the unit (times alpha) then moved by at most ``shift`` (say by rounding the query): the weight off
+    the support is at most ``B = (N - q) e^{-alpha (1 - s) + 2 shift} / q`` and each unit of it moves the output by at
+    most 2 (values in the unit ball); the support's weights differ by a factor ``e^{2 shift}`` at most, which moves it
+    by ``e^{2 shift} - 1`` more. At ``s = 1/2``, no shift and the proof's alpha this is under ``eps / (2q)``."""
+    return math.expm1(2 * shift) + 2 * (N - q) * math.exp(-alpha * (1 - off_score) + 2 * shift) / q
+
+
+def bit_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair ``(a, b)`` of ``n``-bit vectors, ``(4^n, n)`` each; ``a`` is the slower index: pair ``k`` has as
+    ``a`` the bits of ``k // 2^n``."""
+    bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+    return np.repeat(bits, 2**n, axis=0), np.tile(bits, (2**n, 1))
+
+
+def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``DISJ(a, b) = max_i a_i b_i`` per pair: whether the sets the two bit vectors name meet."""
+    return (a & b).any(axis=-1)
+
+
+def disjointness_inputs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sanford et al.'s reduction of set disjointness to qSA at ``q = n`` on ``N = 2n + 1`` positions, per pair: the
+    values' first coordinate ``(P, 2n + 1)`` (Bob's: ``z_j = e_1`` at odd ``j`` with ``b_{(j+1)/2} = 1``, else ``-e_1``;
+    ``z_{2n+1} = 0``) and Alice's set ``y_{2n+1}`` ``(P, n)`` (``2i - 1`` where ``a_i = 1``, else ``2i``), 0-based."""
+    pairs, n = a.shape
+    Z = -np.ones((pairs, 2 * n + 1))
+    Z[:, 2 * n] = 0.0
+    Z[:, 0 : 2 * n : 2] = np.where(b == 1, 1.0, -1.0)
+    return Z, 2 * np.arange(n) + (1 - a)
+
+
+def round_to_bits(x: np.ndarray, bits: int) -> np.ndarray:
+    """``x`` with each entry's mantissa rounded to ``bits`` bits (its exponent kept): a number sent with ``bits``
+    bits of precision."""
+    mantissa, exponent = np.frexp(x)
+    return np.ldexp(np.round(mantissa * 2.0**bits) / 2.0**bits, exponent)
+
+
+def protocol_scores(U: np.ndarray, Y: np.ndarray, alpha: float, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The proof's protocol, Alice's side: for each of her sets (rows of ``Y``) the unit's scores ``<alpha w_y, u_j>``
+    at full precision, and as Bob gets them from her query rounded to ``bits`` bits, ``(sets, N)`` each."""
+    query = alpha * support_queries(U, Y)
+    return query @ U, round_to_bits(query, bits) @ U
+
+
+def protocol_answers(scores: np.ndarray, Z: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bob's side, on every pair (pair ``k`` has Alice's set number ``k // 2^q``): he attends with the scores she sent
+    over his values and says the sets meet where the first coordinate of ``f(X)_{2q+1}`` is above ``-1 + 1/q``. His
+    answers and that coordinate."""
+    weights = softmax(scores, axis=1)
+    out = np.einsum("pj,pj->p", weights[np.arange(len(Z)) // 2**q], Z)
+    return out > -1 + 1 / q, out

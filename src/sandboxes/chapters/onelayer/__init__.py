@@ -99,6 +99,17 @@ PARAMS = (
     ),
     Param("qsa_supports", int, 100, 100, "random supports per width of the margin's measurement", at_least(1)),
     Param(
+        "qsa_disjoint_q",
+        str,
+        "2,4,6",
+        "2,4,6,8",
+        "q of the lower bound's reduction from set disjointness: every pair of q-bit vectors",
+        each(in_range(1, 8)),
+    ),
+    Param(
+        "qsa_bits", int, 8, 8, "mantissa bits of each number Alice sends in the protocol (53: float64)", in_range(1, 53)
+    ),
+    Param(
         "learn_N",
         str,
         "4,8",
@@ -155,6 +166,7 @@ LISTS = (
     "qsa_N",
     "qsa_q",
     "qsa_factors",
+    "qsa_disjoint_q",
 )
 
 
@@ -224,6 +236,13 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     for N in int_list(config["qsa_N"]):
         if max(int_list(config["qsa_q"])) > N:
             raise ValueError(f"qsa_q has a q above N = {N}: a support is q distinct positions")
+    sizes = [(N, q) for N in int_list(config["qsa_N"]) for q in int_list(config["qsa_q"])]
+    for N, q in sizes + [(2 * q + 1, q) for q in int_list(config["qsa_disjoint_q"])]:
+        if keys_width(N, q, config["qsa_factor"]) < q:
+            raise ValueError(
+                f"qsa_factor = {config['qsa_factor']:g} gives keys of width {keys_width(N, q, config['qsa_factor'])} "
+                f"< q = {q} at N = {N}: q keys in fewer dimensions leave no query that scores each of them 1"
+            )
     total, held = ngram_work(config)
     if held > MOST_UNITS:
         raise ValueError(
@@ -259,6 +278,7 @@ UNIT_SCALE = {
     "qsa_inputs": 1,
     "qsa_queries": 32,
     "qsa_supports": 20,
+    "qsa_disjoint_q": "2",
     "learn_N": "4",
     "learn_widths": "4",
     "learn_steps": 40,

@@ -500,10 +500,25 @@ class QSALaw(TypedDict):
     off_score: list[float]  # per factor: the largest off-support score over the drawn supports, keys of that width
 
 
+class DisjointnessRun(TypedDict):
+    q: int
+    pairs: int  # 4^q: every pair (a, b) of q-bit vectors
+    qsa_wrong: int  # pairs where "qSA(X)_{2q+1} = -e_1" disagrees with DISJ(a, b) = 0
+    gap: float  # over the pairs whose sets meet, the least first coordinate of qSA(X)_{2q+1} above -1
+    width: int  # keys of the protocol's unit, qsa_factor q ln N at N = 2q + 1
+    bits: int  # mantissa bits of each coordinate of Alice's message
+    alpha: float  # the unit's scale, for eps = 1/(2q)
+    protocol_wrong: int  # pairs Bob misanswers
+    protocol_error: float  # the largest |f(X)_{2q+1} - qSA(X)_{2q+1}| of the protocol's unit
+    off_score: float  # the largest |<u_j, w_y>| off Alice's set, over her sets (nan where she has no query)
+    shift: float  # the most her rounding moves a score alpha <u_j, w_y>
+
+
 class QSAData(TypedDict):
     eps: float
     checks: list[QSACheck]
     law: list[QSALaw]
+    disjointness: list[DisjointnessRun]
 
 
 def qsa_input(N: int, q: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -561,12 +576,47 @@ def qsa_law(N: int, q: int, config: dict[str, Any]) -> QSALaw:
     return {"N": N, "q": q, "factors": factors, "off_score": scores}
 
 
+def disjointness(q: int, config: dict[str, Any]) -> DisjointnessRun:
+    """Sanford et al.'s lower-bound reduction on every pair of q-bit vectors: qSA at position 2q + 1 of the encoded
+    input against DISJ, then the protocol through the proof's unit (keys ``qsa_factor q ln N`` wide at N = 2q + 1, the
+    theorem's least N; alpha for eps = 1/(2q), the theorem's approximation) with Alice's query at ``qsa_bits`` bits."""
+    a, b = theory.bit_pairs(q)
+    Z, Y = theory.disjointness_inputs(a, b)
+    meet = theory.intersect(a, b)
+    first = Z[np.arange(len(Z))[:, None], Y].mean(axis=1)  # qSA(X)_{2q+1}'s first coordinate
+    N, bits = 2 * q + 1, config["qsa_bits"]
+    width, alpha = keys_width(N, q, config["qsa_factor"]), theory.qsa_scale(N, 1 / (2 * q))
+    U = theory.rademacher_keys(width, N, np.random.default_rng(member_seed("qsa disjointness", q, config["seed"])))
+    sets = Y[:: 2**q]  # Alice's set for each a, in the order of the pairs
+    try:
+        exact, sent = theory.protocol_scores(U, sets, alpha, bits)
+    except np.linalg.LinAlgError:  # q keys linearly dependent: no query scores each of them 1
+        exact = sent = np.full((len(sets), N), math.nan)
+    answers, out = theory.protocol_answers(sent, Z, q)
+    off = np.ones_like(exact, dtype=bool)
+    np.put_along_axis(off, sets, False, axis=1)
+    return {
+        "q": q,
+        "pairs": len(a),
+        "qsa_wrong": int(((first == -1.0) == meet).sum()),
+        "gap": float(first[meet].min() + 1) if meet.any() else math.nan,
+        "width": width,
+        "bits": bits,
+        "alpha": alpha,
+        "protocol_wrong": int((answers != meet).sum()),
+        "protocol_error": float(np.abs(out - first).max()),
+        "off_score": float(np.abs(exact[off]).max() / alpha),
+        "shift": float(np.abs(sent - exact).max()),
+    }
+
+
 def qsa(config: dict[str, Any], ctx: RunContext) -> QSAData:
-    """Sanford et al.'s unit for q-sparse averaging at each N and q, and the off-support score against the keys'
-    width in units of q ln N."""
+    """Sanford et al.'s unit for q-sparse averaging at each N and q, the off-support score against the keys' width in
+    units of q ln N, and the lower bound's reduction from set disjointness with its protocol run."""
     sizes = [(N, q) for N in int_list(config["qsa_N"]) for q in int_list(config["qsa_q"])]
     return {
         "eps": config["qsa_eps"],
         "checks": [check_qsa(N, q, config) for N, q in sizes],
         "law": [qsa_law(N, q, config) for N, q in sizes],
+        "disjointness": [disjointness(q, config) for q in int_list(config["qsa_disjoint_q"])],
     }
