@@ -1061,6 +1061,20 @@ def test_a_trigger_is_always_followed_by_its_sequences_output():
         assert (seq[rows, t + 1] == outputs[rows, slot]).all()
 
 
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        [TriggerTask(10, 3, 12, 0.5, 1)] * 3,  # one task: one walk over positions for every member
+        [TriggerTask(10, 3, 12, 0.5, 1, scored="recall", zipf=1.0, choice="frequent")] * 2,
+        [TriggerTask(10, 3, 12, 0.5, 1), TriggerTask(10, 3, 12, 0.5, 2)],  # differing tasks: one at a time
+    ],
+)
+def test_trigger_members_sampled_together_get_exactly_their_own_draws(tasks):
+    x, y = TriggerTask.sample_members(tasks, 9, [_gen(s) for s in range(len(tasks))])
+    alone = [task.sample(9, _gen(s)) for s, task in enumerate(tasks)]
+    assert torch.equal(x, torch.stack([a[0] for a in alone])) and torch.equal(y, torch.stack([a[1] for a in alone]))
+
+
 def test_recall_positions_are_the_second_and_later_occurrences_of_a_trigger():
     task = TriggerTask(6, 1, 8, 0.5, 0)
     q, other = int(task.triggers[0]), int(task.outputs_possible[0])

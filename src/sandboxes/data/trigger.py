@@ -13,6 +13,7 @@ score every target, or (``scored="recall"``, as Bietti et al. train their simpli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -93,20 +94,29 @@ class TriggerTask:
 
     def sequences_and_outputs(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
         """``n`` sequences ``(n, length + 1)`` and each one's output per trigger ``(n, n_triggers)``."""
+        outputs, uniform = self._draws(n, generator)
+        return torch.from_numpy(self._walk(outputs, uniform)), outputs
+
+    def _draws(self, n: int, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """What ``n`` sequences draw from ``generator``: each one's outputs and its uniforms ``(n, length + 1)``."""
         choice = torch.randint(len(self.outputs_possible), (n, self.n_triggers), generator=generator).numpy()
-        outputs = self.outputs_possible[choice]
         uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
+        return self.outputs_possible[choice], uniform
+
+    def _walk(self, outputs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """The sequences those draws make, row by row: a trigger's next token is its row's output, any other's a draw
+        from the bigram."""
         edges = np.cumsum(self.bigram, axis=-1)[:, :-1]
         slot = np.full(self.n_tokens, -1)
         slot[self.triggers] = np.arange(self.n_triggers)
-        rows = np.arange(n)
+        rows = np.arange(len(uniform))
         seq = np.empty(uniform.shape, dtype=np.int64)
         seq[:, 0] = inverse_cdf(uniform[:, 0], np.arange(1, self.n_tokens) / self.n_tokens)
         for t in range(1, self.length + 1):
             before = seq[:, t - 1]
             drawn = inverse_cdf(uniform[:, t], edges[before])
             seq[:, t] = np.where(slot[before] >= 0, outputs[rows, np.maximum(slot[before], 0)], drawn)
-        return torch.from_numpy(seq), outputs
+        return seq
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` sequences of ``length + 1`` tokens."""
@@ -123,11 +133,32 @@ class TriggerTask:
         return seen
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        seq = self.sequences(n, generator)
+        return self._pairs(self.sequences(n, generator))
+
+    def _pairs(self, seq: Tensor) -> tuple[Tensor, Tensor]:
+        """The inputs and scored targets of sequences ``(n, length + 1)``."""
         targets = seq[:, 1:]
         if self.scored == "recall":
             targets = targets.masked_fill(~torch.from_numpy(self.recall_positions(seq.numpy())), IGNORE_INDEX)
         return seq[:, :-1], targets
+
+    @staticmethod
+    def sample_members(
+        tasks: Sequence[TriggerTask], n: int, generators: Sequence[torch.Generator]
+    ) -> tuple[Tensor, Tensor]:
+        """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
+
+        Member ``k`` gets exactly ``tasks[k].sample(n, generators[k])``; where the tasks are one, their rows run
+        through one walk over positions (the trainer's hot path), since every step of it acts row by row.
+        """
+        task = tasks[0]
+        if any(t != task for t in tasks):
+            pairs = [t.sample(n, g) for t, g in zip(tasks, generators)]
+            return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        draws = [task._draws(n, g) for g in generators]
+        seq = task._walk(np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
+        inputs, targets = task._pairs(torch.from_numpy(seq))
+        return inputs.reshape(len(tasks), n, -1), targets.reshape(len(tasks), n, -1)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         if self.scored == "recall":  # a batch may hold no recall
