@@ -1278,3 +1278,9 @@ def test_the_squared_norm_adds_no_noise_of_its_own():
     assert abs(estimate) < 3 * error < naive - estimate  # the plain estimate is biased by the parts' noise
     shifted, shifted_error = squared_norm(parts + 1.0)  # mean one in each of 50 coordinates: squared norm 50
     assert abs(shifted - 50.0) < 3 * shifted_error
+
+
+def test_a_reader_s_evaluation_count_sets_every_gpt_run_s_interval():
+    config = {**resolve(chapter.PARAMS, "quick", {}), "steps": 1000, "evaluations": 100}
+    assert measure._schedule(config).eval_every == 10
+    assert measure._schedule({**config, "evaluations": 40}).eval_every == 25

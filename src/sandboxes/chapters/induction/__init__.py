@@ -151,6 +151,14 @@ PARAMS = (
     Param("lr", float, 2e-2, 3e-3, "AdamW learning rate (cosine schedule after warm-up)", positive),
     Param("warmup", int, 50, 200, "linear warm-up steps", at_least(0)),
     Param(
+        "evaluations",
+        int,
+        40,
+        40,
+        "held-out evaluations along each GPT run (loss and probes; the stages row resolves the switch between two)",
+        at_least(2),
+    ),
+    Param(
         "ood_alpha",
         float,
         0.3,

@@ -689,8 +689,9 @@ def stages_claim(data: TrainingData, separation: float) -> Claim:
         return claim
     if "unresolved" in seeds or "not finite" in seeds:
         return claim.undecided(
-            "a switch to the Bayes predictor within one interval between evaluations (one every steps / 40), or "
-            "distances not finite: a smaller step size (--set lr=...) spreads the switch over several evaluations"
+            "a switch to the Bayes predictor within one interval between evaluations (one every steps / "
+            "evaluations), or distances not finite: more evaluations (--set evaluations=...) or a smaller step size "
+            "(--set lr=...) spread the switch over several evaluations"
         )
     return claim.eventually(settled, unsettled)
 

@@ -614,15 +614,15 @@ def _gpt(config: dict[str, Any], n_layer: int, vocab: str = "k", length: str = "
 
 
 def _schedule(config: dict[str, Any], steps_key: str = "steps", lr_key: str = "lr") -> TrainConfig:
-    """Online training for ``config[steps_key]`` steps at peak rate ``config[lr_key]`` with a cosine schedule; 40
-    evaluations on a small held-out set along the way."""
+    """Online training for ``config[steps_key]`` steps at peak rate ``config[lr_key]`` with a cosine schedule;
+    ``config["evaluations"]`` evaluations on a small held-out set along the way."""
     steps = config[steps_key]
     return TrainConfig(
         steps=steps,
         batch_size=config["batch_size"],
         lr=config[lr_key],
         warmup=min(config["warmup"], steps - 1),
-        eval_every=max(1, steps // 40),
+        eval_every=max(1, steps // config["evaluations"]),
         eval_size=256,
     )
 
