@@ -511,7 +511,7 @@ def test_the_reduction_s_input_averages_to_minus_e1_exactly_where_the_sets_are_d
     a, b = np.array([[1, 0, 1], [1, 0, 1]]), np.array([[0, 1, 0], [0, 1, 1]])
     Z, Y = theory.disjointness_inputs(a, b)
     assert Y.tolist() == [[0, 3, 4], [0, 3, 4]]  # 1-based 2i - 1 where a_i = 1, else 2i
-    assert Z[0].tolist() == [-1, -1, 1, -1, -1, -1, 0] and Z[1].tolist() == [-1, -1, 1, -1, 1, -1, 0]
+    assert Z[0].tolist() == [-1, -1, 1, -1, -1, -1, -1] and Z[1].tolist() == [-1, -1, 1, -1, 1, -1, -1]
     assert theory.qsa(Z[:, :, None][0], Y[:1])[0, 0] == -1 and not theory.intersect(a, b)[0]
     assert theory.qsa(Z[:, :, None][1], Y[1:])[0, 0] == pytest.approx(-1 + 2 / 3) and theory.intersect(a, b)[1]
     pairs = theory.bit_pairs(2)
@@ -526,12 +526,38 @@ def test_a_number_rounded_to_p_bits_keeps_p_bits_of_its_mantissa():
 def test_no_protocol_row_where_alice_s_rounding_takes_our_bound_past_1_over_q():
     claims, why = judge.qsa_rows(CONFIG, measure.qsa({**CONFIG, "qsa_bits": 1}, None))
     assert [c for c in claims if c.name.startswith("the protocol")] == []
-    assert len(why) == 1 and "not below the 1/q Bob's threshold allows" in why[0]
+    protocol = [w for w in why if w.startswith("the protocol at q")]
+    assert len(protocol) == 1 and "not below the 1/q Bob's threshold allows" in protocol[0]
 
 
 def test_the_protocol_s_bound_is_the_unit_s_at_full_precision_and_grows_with_the_rounding():
     assert theory.qsa_error_bound(64, 2, 12.0, 0.5, 0.0) == theory.qsa_error_bound(64, 2, 12.0, 0.5)
     assert theory.qsa_error_bound(64, 2, 12.0, 0.5, 0.1) > theory.qsa_error_bound(64, 2, 12.0, 0.5) + 0.2
+
+
+def test_the_rounded_unit_s_error_stays_under_our_bound_on_scores_at_the_edges_of_its_premises():
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        N = int(rng.integers(3, 12))
+        q = int(rng.integers(1, N))
+        alpha, s, shift = rng.uniform(1, 12), rng.uniform(0, 0.9), rng.uniform(0, 0.3)
+        scores = np.where(np.arange(N) < q, alpha, alpha * s * rng.choice([-1, 1], N))
+        scores = scores + shift * rng.choice([-1, 1], N)  # every score moved as far as the shift allows
+        values = rng.choice([-1.0, 1.0], N)
+        weights = np.exp(scores - scores.max())
+        error = abs(weights @ values / weights.sum() - values[:q].mean())
+        assert error <= theory.qsa_error_bound(N, q, alpha, s, shift) + 1e-12
+
+
+def test_the_rounding_s_shift_is_measured_and_within_p_bits_of_each_term():
+    rng = np.random.default_rng(4)
+    U = theory.rademacher_keys(40, 9, rng)
+    Y = np.argsort(rng.random((6, 9)), axis=1)[:, :4]
+    for bits in (2, 8):
+        exact, sent = theory.protocol_scores(U, Y, 10.0, bits)
+        query = 10.0 * theory.support_queries(U, Y)
+        allowed = 2.0**-bits * (np.abs(query) @ np.abs(U)).max()
+        assert 0 < np.abs(sent - exact).max() <= allowed
 
 
 def test_the_chapter_refuses_keys_narrower_than_q_in_one_line():

@@ -515,11 +515,11 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def disjointness_inputs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sanford et al.'s reduction of set disjointness to qSA at ``q = n`` on ``N = 2n + 1`` positions, per pair: the
-    values' first coordinate ``(P, 2n + 1)`` (Bob's: ``z_j = e_1`` at odd ``j`` with ``b_{(j+1)/2} = 1``, else ``-e_1``;
-    ``z_{2n+1} = 0``) and Alice's set ``y_{2n+1}`` ``(P, n)`` (``2i - 1`` where ``a_i = 1``, else ``2i``), 0-based."""
+    values' first coordinate ``(P, 2n + 1)`` (Bob's: ``z_j = e_1`` at odd ``j`` with ``b_{(j+1)/2} = 1``, else
+    ``-e_1``, ``z_{2n+1}`` included) and Alice's set ``y_{2n+1}`` ``(P, n)`` (``2i - 1`` where ``a_i = 1``, else
+    ``2i``), 0-based."""
     pairs, n = a.shape
     Z = -np.ones((pairs, 2 * n + 1))
-    Z[:, 2 * n] = 0.0
     Z[:, 0 : 2 * n : 2] = np.where(b == 1, 1.0, -1.0)
     return Z, 2 * np.arange(n) + (1 - a)
 

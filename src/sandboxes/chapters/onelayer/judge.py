@@ -356,6 +356,11 @@ def qsa_rows(config: dict[str, Any], data: QSAData) -> tuple[list[Claim], tuple[
         bound = protocol_bound(run)
         if bound < 1 / run["q"]:
             claims.append(protocol_claim(run, bound))
+        elif math.isnan(run["off_score"]):
+            silent += (
+                f"the protocol at q = {run['q']}: keys of width {run['width']} leave q of them linearly dependent, so "
+                "no query scores each of Alice's keys 1; wider keys (qsa_factor) make the row",
+            )
         else:
             silent += (
                 f"the protocol at q = {run['q']}: with keys of width {run['width']} and {run['bits']} bits our bound "
@@ -384,7 +389,8 @@ def reduction_claim(run: DisjointnessRun) -> Claim:
         "0",
         str(run["qsa_wrong"]),
         "the proof's encoding: Alice's set names z_2i-1 where a_i = 1, else z_2i; Bob's z_j is e_1 at odd j with "
-        "b_(j+1)/2 = 1, else -e_1; so the average is -e_1 exactly where no i has a_i = b_i = 1, and otherwise at "
+        "b_(j+1)/2 = 1, else -e_1 (z_2q+1 too); so the average is -e_1 exactly where no i has a_i = b_i = 1, and "
+        "otherwise at "
         f"least 2/q above it (measured: {run['gap']:.4g}), which a 1/(2q)-approximation tells apart",
     )
 
@@ -393,8 +399,8 @@ def protocol_claim(run: DisjointnessRun, bound: float) -> Claim:
     """The protocol of the proof through our unit, where our bound puts its error under 1/q: Alice's rounded query and
     Bob's keys and values answer DISJ on every pair."""
     return Claim.exact(
-        f"the protocol, q = {run['q']}: Alice sends the unit's query, {run['width']} numbers of {run['bits']} bits; "
-        f"pairs Bob answers wrongly, of all {run['pairs']}",
+        f"the protocol, q = {run['q']}: Alice sends the unit's query, {run['width']} numbers with {run['bits']}-bit "
+        f"mantissas (exponents not counted); pairs Bob answers wrongly, of all {run['pairs']}",
         "0",
         str(run["protocol_wrong"]),
         "the proof: Alice computes the query from her set alone and Bob the rest of f(X)_2q+1, so a unit that "
