@@ -13,7 +13,9 @@ import torch
 
 from sandboxes.chapters import onelayer
 from sandboxes.chapters.onelayer import judge, measure
+from sandboxes.data.averaging import SparseAveraging
 from sandboxes.data.matching import Matching, balanced_M, matches
+from sandboxes.model import SelfAttentionUnit
 from sandboxes.profiles import resolve
 from sandboxes.theory import onelayer as theory
 
@@ -334,6 +336,32 @@ def _qsa_rows(change: str, monkeypatch: pytest.MonkeyPatch) -> list:
     return judge.qsa_rows(CONFIG, measure.qsa(CONFIG, None))[0]
 
 
+def _qsa_trained_data(error: list[float], mass: list[float]) -> dict:
+    """The trained qSA section's data at N = 20, q = 3, two widths, the widest with the given per-seed numbers."""
+    return {
+        "N": 20,
+        "q": 3,
+        "dim": 4,
+        "widths": [8, 32],
+        "error": [[0.47, 0.46, 0.48], error],
+        "support_mass": [[0.66, 0.67, 0.65], mass],
+        "uniform_error": 0.67,
+        "eval_steps": [0, 600],
+        "eval_loss": [[[0.2, 0.1]] * 3] * 2,
+        "still_descending": [[False] * 3] * 2,
+        "attention": [[0.05] * 20] * 20,
+        "named": [[0, 1, 2]] * 20,
+    }
+
+
+def _qsa_trained_rows(change: str) -> list:
+    """The trained qSA rows on what a trained unit of width 32 gives, or on an untrained unit's numbers (uniform
+    attention: the uniform error, weight q/N on the named positions)."""
+    if change == "an untrained unit (uniform attention)":
+        return judge.qsa_trained_rows(CONFIG, _qsa_trained_data([0.67] * 3, [0.15] * 3))[0]
+    return judge.qsa_trained_rows(CONFIG, _qsa_trained_data([0.005, 0.004, 0.005], [0.99, 0.98, 0.99]))[0]
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"^Match2 .*wrong outputs on every input", "c = 1 in place of M^2 ln 6N", _match2_rows),
     (r"^Match2 .*wrong outputs on \d+ random inputs", "c = 1 in place of M^2 ln 6N", _match2_rows),
@@ -360,6 +388,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"^qSA lower bound \(Sanford et al\.\), q = \d+", "Alice's bits read the wrong way round", _qsa_rows),
     (r"^the protocol, q = \d+", "Bob attends uniformly (his softmax ignores the scores)", _qsa_rows),
     (r"^Match2 trained, N = \d+,", "an untrained layer (balanced error 0.5)", _learning_rows),
+    (r"^qSA trained, .*largest \|\|f", "an untrained unit (uniform attention)", _qsa_trained_rows),
+    (r"^qSA trained, .*attention on the q positions", "an untrained unit (uniform attention)", _qsa_trained_rows),
     (r"^Match3 trained, N = \d+,", "Match2's errors for Match3's", _learning_rows),
 ]
 # rows the unit scale does not make: its 40 steps leave Match2 unsolved, and a Match3 row needs it solved
@@ -367,7 +397,8 @@ NOT_AT_UNIT_SCALE = {r"^Match3 trained, N = \d+,"}
 
 
 def _rows(builder, change: str, monkeypatch: pytest.MonkeyPatch) -> list:
-    return builder(change) if builder in (_match2_rows, _learning_rows) else builder(change, monkeypatch)
+    one_argument = (_match2_rows, _learning_rows, _qsa_trained_rows)
+    return builder(change) if builder in one_argument else builder(change, monkeypatch)
 
 
 @pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])
@@ -376,7 +407,8 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "rows", [_match2_rows, _match3_rows, _ngram_rows, _parity_rows, _khop_rows, _learning_rows, _qsa_rows]
+    "rows",
+    [_match2_rows, _match3_rows, _ngram_rows, _parity_rows, _khop_rows, _learning_rows, _qsa_rows, _qsa_trained_rows],
 )
 def test_every_row_holds_where_the_theory_does(rows, monkeypatch):
     assert [c.name for c in _rows(rows, "none", monkeypatch) if c.holds is not True] == []
@@ -569,3 +601,38 @@ def test_a_run_too_short_to_leave_match2_s_plateau_leaves_its_rows_undecided():
     data = _learning_data({key: [0.3] * 3 for key in SOLVED}, UNSOLVED, [4])
     data["runs"][0]["eval_steps"] = [0, judge.PLATEAU_STEPS - 2]
     assert [c.holds for c in judge.learning_rows(CONFIG, data)[0]] == [None]
+
+
+def test_a_trained_qsa_row_is_undecided_while_a_short_unit_still_descends():
+    data = _qsa_trained_data([0.3, 0.004, 0.005], [0.99, 0.98, 0.99])
+    data["still_descending"] = [[False] * 3, [True, False, False]]
+    assert [c.holds for c in judge.qsa_trained_rows(CONFIG, data)[0]] == [None, True]
+
+
+def test_the_qsa_task_averages_the_named_values_and_the_unit_reads_them():
+    task = SparseAveraging(5, 2, 3)
+    z, named = task.draw(4, torch.Generator().manual_seed(0))
+    x, target = task.encode(z, named)
+    assert x.shape == (4, 5, task.in_dim) and (z.norm(dim=-1) <= 1).all()
+    assert torch.allclose(target, torch.stack([z[b][named[b]].mean(dim=1) for b in range(4)]).float())
+    assert torch.equal(x[..., 3:8].sum(dim=-1), torch.full((4, 5), 2.0))  # q named positions each
+    unit = SelfAttentionUnit(task.in_dim, 6, 3)
+    assert unit(x).shape == target.shape and torch.allclose(unit.attention(x).sum(dim=-1), torch.ones(4, 5))
+
+
+def test_the_chapter_refuses_a_trained_q_above_n_in_one_line():
+    with pytest.raises(ValueError, match="a set is q distinct positions"):
+        onelayer.check({**CONFIG, "qsa_train_N": 4, "qsa_train_q": 5}, 1)
+
+
+def test_no_trained_qsa_row_where_the_widest_unit_is_narrower_than_n():
+    data = _qsa_trained_data([0.005, 0.004, 0.005], [0.99, 0.98, 0.99])
+    data["widths"] = [8, 16]
+    claims, why = judge.qsa_trained_rows(CONFIG, data)
+    assert claims == [] and "narrower than N = 20" in why[0]
+
+
+def test_a_trained_qsa_run_too_short_to_leave_its_plateau_leaves_its_rows_undecided():
+    data = _qsa_trained_data([0.6, 0.6, 0.6], [0.3, 0.3, 0.3])
+    data["eval_steps"] = [0, judge.QSA_PLATEAU_STEPS - 2]
+    assert [c.holds for c in judge.qsa_trained_rows(CONFIG, data)[0]] == [None, None]

@@ -395,6 +395,24 @@ class LinearAttentionRecall(nn.Module):
         return per_token @ self.value_output
 
 
+class SelfAttentionUnit(nn.Module):
+    """Sanford et al.'s self-attention unit on features already embedded: ``f(X) = softmax(X Q (X K)^T) X V``, with
+    query and key maps of width ``width`` and a value map to ``out_dim`` (no scaling, mask, residual or MLP)."""
+
+    def __init__(self, in_dim: int, width: int, out_dim: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(in_dim, width, bias=False)
+        self.key = nn.Linear(in_dim, width, bias=False)
+        self.value = nn.Linear(in_dim, out_dim, bias=False)
+
+    def attention(self, x: Tensor) -> Tensor:
+        """The unit's weights ``(..., N, N)``: each position's softmax over every position."""
+        return torch.softmax(self.query(x) @ self.key(x).transpose(-2, -1), dim=-1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.attention(x) @ self.value(x)
+
+
 class LSTM(nn.Module):
     """LSTM baseline with the same interface as :class:`GPT`: token ids in, logits out.
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from .measure import KhopData, LearningData, MatchData, NGramData, ParityData, QSAData
+    from .measure import KhopData, LearningData, MatchData, NGramData, ParityData, QSAData, QSATrainData
 
 ORDER_COLORS = (COLORS["untied"], COLORS["tied"], COLORS["depth2"], COLORS["lstm"], COLORS["full"])
 
@@ -162,5 +162,37 @@ def qsa(data: QSAData) -> Figure:
     right.axhline(0.5, color=COLORS["theory"], linestyle=":", label="the proof's 1/2")
     right.set(xlabel="keys' width / (q ln N)", ylabel="largest off-support score")
     right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def qsa_trained(data: QSATrainData) -> Figure:
+    """Left: each trained unit's error against its width (a dot per seed), beside 1/(2q) and uniform attention's.
+    Right: the widest unit's attention on one held-out input, the positions each row names circled (the slide's
+    map)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    widths, errors = np.asarray(data["widths"]), np.asarray(data["error"])
+    for seed in range(errors.shape[1]):
+        left.plot(widths, errors[:, seed], "o", color=COLORS["untied"], ms=4, label="a seed" if seed == 0 else None)
+    left.plot(widths, np.median(errors, axis=1), "-", color=COLORS["untied"], alpha=0.5)
+    left.set_xscale("log", base=2)
+    left.minorticks_off()
+    left.axvline(data["N"], color=COLORS["depth2"], linestyle="-.", label="m = N")
+    left.axhline(1 / (2 * data["q"]), color=COLORS["theory"], linestyle=":", label="1/(2q)")
+    left.axhline(data["uniform_error"], color=COLORS["tied"], linestyle="--", label="uniform attention")
+    left.set(xlabel="width m of query and key", ylabel="mean over inputs of max_i error", ylim=(0, None))
+    left.set_xticks(widths, [str(w) for w in widths])
+    left.legend(fontsize=7)
+    attention = np.asarray(data["attention"])
+    right.imshow(attention, cmap="Greys", vmin=0, vmax=max(attention.max(), 1e-9))
+    rows, cols = np.repeat(np.arange(data["N"]), data["q"]), np.asarray(data["named"]).ravel()
+    right.scatter(cols, rows, s=30, facecolors="none", edgecolors=COLORS["tied"], linewidths=0.8)
+    right.set(
+        xlabel="key position j",
+        ylabel="query position i",
+        title=f"width {data['widths'][-1]}, one input (circles: named)",
+        xticks=range(0, data["N"], 5),
+        yticks=range(0, data["N"], 5),
+    )
     fig.tight_layout()
     return fig

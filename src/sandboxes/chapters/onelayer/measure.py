@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from ...curves import still_descending
+from ...data.averaging import SparseAveraging
 from ...data.matching import TASKS, Matching
-from ...model import GPT, GPTConfig
+from ...model import GPT, GPTConfig, SelfAttentionUnit
 from ...profiles import float_list, int_list
 from ...runtime import member_seed
 from ...sections import RunContext
@@ -619,4 +620,81 @@ def qsa(config: dict[str, Any], ctx: RunContext) -> QSAData:
         "checks": [check_qsa(N, q, config) for N, q in sizes],
         "law": [qsa_law(N, q, config) for N, q in sizes],
         "disjointness": [disjointness(q, config) for q in int_list(config["qsa_disjoint_q"])],
+    }
+
+
+# ---------------------------------------------------------------- q-sparse averaging trained
+class QSATrainData(TypedDict):
+    N: int
+    q: int
+    dim: int
+    widths: list[int]  # m of the query and key maps
+    error: list[list[float]]  # width x seed: over held-out inputs, the mean of the largest ||f(X)_i - qSA(X)_i||
+    support_mass: list[list[float]]  # width x seed: the attention's mean weight on the q positions each one names
+    uniform_error: float  # the same error of uniform attention (every value averaged), the untrained baseline
+    eval_steps: list[int]
+    eval_loss: list[list[list[float]]]  # width x seed x evaluation
+    still_descending: list[list[bool]]  # width x seed
+    attention: list[list[float]]  # the widest unit's first seed on one held-out input, N x N
+    named: list[list[int]]  # that input's sets, N x q
+
+
+def qsa_train_schedule(config: dict[str, Any]) -> TrainConfig:
+    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay."""
+    steps = config["qsa_train_steps"]
+    return TrainConfig(
+        steps=steps,
+        batch_size=config["learn_batch"],
+        lr=config["qsa_train_lr"],
+        weight_decay=0.0,
+        warmup=min(100, steps // 10),
+        eval_every=max(MIN_EVAL_EVERY, steps // EVALUATIONS),
+    )
+
+
+def largest_errors(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """Per input, the largest ``||f(X)_i - qSA(X)_i||`` over its positions."""
+    return (outputs - targets).norm(dim=-1).amax(dim=-1).double().numpy()
+
+
+def qsa_trained(config: dict[str, Any], ctx: RunContext) -> QSATrainData:
+    """Self-attention units of each width trained on qSA at the slide's N and q, the run's seeds as one ensemble per
+    width; each unit's error and attention on held-out inputs."""
+    task = SparseAveraging(config["qsa_train_N"], config["qsa_train_q"], config["qsa_dim"])
+    widths = int_list(config["qsa_train_widths"])
+    z, named = task.draw(HELD_OUT, torch.Generator().manual_seed(member_seed("qsa held-out", task.N, config["seed"])))
+    x, target = task.encode(z, named)
+    runs = [
+        train(
+            partial(SelfAttentionUnit, task.in_dim, m, task.dim),
+            task,
+            qsa_train_schedule(config),
+            ctx.seeds,
+            ctx.device,
+            progress=ctx.progress,
+        )
+        for m in widths
+    ]
+    mask = torch.zeros(*named.shape[:2], task.N).scatter_(-1, named, 1.0)
+    error, mass = [], []
+    with torch.no_grad():
+        for run in runs:
+            units = [unit.cpu() for unit in run.models]
+            error.append([float(largest_errors(unit(x), target).mean()) for unit in units])
+            mass.append([float((unit.attention(x) * mask).sum(dim=-1).mean()) for unit in units])
+        widest = runs[-1].models[0].cpu().attention(x[:1])[0]
+    uniform = z.mean(dim=1, keepdim=True).float().expand_as(target)
+    return {
+        "N": task.N,
+        "q": task.q,
+        "dim": task.dim,
+        "widths": widths,
+        "error": error,
+        "support_mass": mass,
+        "uniform_error": float(largest_errors(uniform, target).mean()),
+        "eval_steps": runs[0].eval_steps.tolist(),
+        "eval_loss": [run.eval_loss.tolist() for run in runs],
+        "still_descending": [still_descending(run, LOSS_NOISE).tolist() for run in runs],
+        "attention": widest.tolist(),
+        "named": named[0].tolist(),
     }

@@ -10,7 +10,7 @@ import numpy as np
 from .judge import find_run, smallest_solving_width
 
 if TYPE_CHECKING:
-    from .measure import LearningData
+    from .measure import LearningData, QSATrainData
 
 
 def learning_vs_paper(run: LearningData) -> list[tuple[str, str, str]]:
@@ -62,3 +62,24 @@ def solving(run: LearningData, N: int) -> str:
     if width is None:
         return f"none up to {max(run['widths'])}"
     return f"width {width}{' (our layer of width M fits)' if width >= M else ''}"
+
+
+def qsa_trained_vs_paper(run: QSATrainData) -> list[tuple[str, str, str]]:
+    """The slide's trained unit and the theorems' widths beside the trained units' errors and attention."""
+    errors, mass = np.asarray(run["error"]), np.asarray(run["support_mass"])
+    where = f"N = {run['N']}, q = {run['q']}"
+    return [
+        (
+            f"a trained unit's attention, {where}",
+            "the slide draws it after training: weight on the named positions (a map, no number)",
+            f"width {run['widths'][-1]}: mean weight on the named positions {mass[-1].min():.3f} to "
+            f"{mass[-1].max():.3f} over seeds (uniform attention: {run['q'] / run['N']:.3f})",
+        ),
+        (
+            "width a unit needs",
+            "m of order q log N suffices (constant not given); m <= c q / p rules 1/(2q)-approximation out",
+            "median error by width: "
+            + ", ".join(f"{w}: {e:.3f}" for w, e in zip(run["widths"], np.median(errors, axis=1)))
+            + f" (1/(2q) = {1 / (2 * run['q']):.3f}; uniform attention {run['uniform_error']:.3f})",
+        ),
+    ]
