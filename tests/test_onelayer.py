@@ -620,16 +620,29 @@ def test_the_qsa_task_averages_the_named_values_and_the_unit_reads_them():
     assert unit(x).shape == target.shape and torch.allclose(unit.attention(x).sum(dim=-1), torch.ones(4, 5))
 
 
-def test_the_chapter_refuses_a_trained_q_above_n_in_one_line():
-    with pytest.raises(ValueError, match="a set is q distinct positions"):
-        onelayer.check({**CONFIG, "qsa_train_N": 4, "qsa_train_q": 5}, 1)
+def test_the_chapter_refuses_a_trained_n_below_2q_plus_1_in_one_line():
+    with pytest.raises(ValueError, match="the lower bound's hypothesis"):
+        onelayer.check({**CONFIG, "qsa_train_N": 6, "qsa_train_q": 3}, 1)
 
 
 def test_no_trained_qsa_row_where_the_widest_unit_is_narrower_than_n():
     data = _qsa_trained_data([0.005, 0.004, 0.005], [0.99, 0.98, 0.99])
     data["widths"] = [8, 16]
     claims, why = judge.qsa_trained_rows(CONFIG, data)
-    assert claims == [] and "narrower than N = 20" in why[0]
+    assert claims == [] and "narrower than N - 1 = 19" in why[0]
+    data["widths"] = [8, 19]
+    assert len(judge.qsa_trained_rows(CONFIG, data)[0]) == 2
+
+
+def test_no_trained_qsa_error_row_where_uniform_attention_already_averages_to_within_1_over_2q():
+    data = _qsa_trained_data([0.005, 0.004, 0.005], [0.99, 0.98, 0.99])
+    data["uniform_error"] = 0.1
+    claims, why = judge.qsa_trained_rows(CONFIG, data)
+    assert [c.name for c in claims if "largest" in c.name] == [] and "uniform attention already" in why[0]
+
+
+def test_the_named_mass_bound_lies_half_way_from_uniform_attention_to_all():
+    assert judge.named_mass_bound(_qsa_trained_data([0.0] * 3, [1.0] * 3)) == pytest.approx((1 + 3 / 20) / 2)
 
 
 def test_a_trained_qsa_run_too_short_to_leave_its_plateau_leaves_its_rows_undecided():

@@ -167,7 +167,8 @@ def qsa(data: QSAData) -> Figure:
 
 
 def qsa_trained(data: QSATrainData) -> Figure:
-    """Left: each trained unit's error against its width (a dot per seed), beside 1/(2q) and uniform attention's.
+    """Left: each trained unit's error against its width (a dot per seed), beside 1/(2q), uniform attention's, and
+    N - 1, the width from which our unit (no embedding function) can compute qSA.
     Right: the widest unit's attention on one held-out input, the positions each row names circled (the slide's
     map)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.8))
@@ -177,7 +178,7 @@ def qsa_trained(data: QSATrainData) -> Figure:
     left.plot(widths, np.median(errors, axis=1), "-", color=COLORS["untied"], alpha=0.5)
     left.set_xscale("log", base=2)
     left.minorticks_off()
-    left.axvline(data["N"], color=COLORS["depth2"], linestyle="-.", label="m = N")
+    left.axvline(data["N"] - 1, color=COLORS["depth2"], linestyle="-.", label="m = N - 1: such a unit exists")
     left.axhline(1 / (2 * data["q"]), color=COLORS["theory"], linestyle=":", label="1/(2q)")
     left.axhline(data["uniform_error"], color=COLORS["tied"], linestyle="--", label="uniform attention")
     left.set(xlabel="width m of query and key", ylabel="mean over inputs of max_i error", ylim=(0, None))

@@ -640,7 +640,7 @@ class QSATrainData(TypedDict):
 
 
 def qsa_train_schedule(config: dict[str, Any]) -> TrainConfig:
-    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay."""
+    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay; batches of the Match2 section's size."""
     steps = config["qsa_train_steps"]
     return TrainConfig(
         steps=steps,
