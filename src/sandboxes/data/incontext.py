@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..losses import IGNORE_INDEX, next_token_loss
 from .markov import inverse_cdf
+from .together import sample_together
 
 
 def chain_parents(length: int, order: int = 1) -> tuple[tuple[int, ...], ...]:
@@ -135,9 +136,13 @@ class InContextMarkov:
 
     def sequences_and_kernels(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
         """``n`` sequences ``(n, length + 1)`` and the kernels that drew them."""
-        kernels = self.kernels(n, generator)
-        uniform = torch.rand(n, len(self.parents), generator=generator, dtype=torch.float64).numpy()
+        kernels, uniform = self._draws(n, generator)
         return torch.from_numpy(self._states(kernels, uniform)), kernels
+
+    def _draws(self, n: int, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """What ``n`` sequences draw from ``generator``: their kernels, then their uniforms ``(n, length + 1)``."""
+        kernels = self.kernels(n, generator)
+        return kernels, torch.rand(n, len(self.parents), generator=generator, dtype=torch.float64).numpy()
 
     def _states(self, kernels: np.ndarray, uniform: np.ndarray) -> np.ndarray:
         """The sequences that ``uniform`` ``(n, length + 1)`` draws, row by row, from each row's own kernel."""
@@ -176,22 +181,16 @@ class InContextMarkov:
     def sample_members(
         tasks: Sequence[InContextMarkov], n: int, generators: Sequence[torch.Generator]
     ) -> tuple[Tensor, Tensor]:
-        """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
-
-        Member ``k`` gets exactly ``tasks[k].sample(n, generators[k])``; where the tasks are one, their rows run
-        through one loop over positions (the trainer's hot path), since every step of it acts row by row.
-        """
+        """``sample`` of every task with its own generator, stacked ``(K, n, length)``, one loop over positions for
+        all members of one task (:func:`~sandboxes.data.together.sample_together`)."""
         task = tasks[0]
-        if any(t != task for t in tasks):
-            pairs = [t.sample(n, g) for t, g in zip(tasks, generators)]
-            return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-        draws = [
-            (task.kernels(n, g), torch.rand(n, len(task.parents), generator=g, dtype=torch.float64).numpy())
-            for g in generators
-        ]
-        seq = task._states(np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
-        inputs, targets = task._pairs(torch.from_numpy(seq).view(len(tasks), n, -1))
-        return inputs.contiguous(), targets.contiguous()
+        return sample_together(
+            tasks,
+            n,
+            generators,
+            lambda g: task._draws(n, g),
+            lambda *d: task._pairs(torch.from_numpy(task._states(*d))),
+        )
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..losses import IGNORE_INDEX, next_token_loss, scored_token_loss
 from .markov import inverse_cdf
+from .together import sample_together
 
 TRIGGER_CHOICES = ("uniform", "frequent")
 
@@ -146,19 +147,12 @@ class TriggerTask:
     def sample_members(
         tasks: Sequence[TriggerTask], n: int, generators: Sequence[torch.Generator]
     ) -> tuple[Tensor, Tensor]:
-        """``sample`` of every task with its own generator, stacked ``(K, n, length)``.
-
-        Member ``k`` gets exactly ``tasks[k].sample(n, generators[k])``; where the tasks are one, their rows run
-        through one walk over positions (the trainer's hot path), since every step of it acts row by row.
-        """
+        """``sample`` of every task with its own generator, stacked ``(K, n, length)``, one walk over positions for
+        all members of one task (:func:`~sandboxes.data.together.sample_together`)."""
         task = tasks[0]
-        if any(t != task for t in tasks):
-            pairs = [t.sample(n, g) for t, g in zip(tasks, generators)]
-            return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-        draws = [task._draws(n, g) for g in generators]
-        seq = task._walk(np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
-        inputs, targets = task._pairs(torch.from_numpy(seq))
-        return inputs.reshape(len(tasks), n, -1), targets.reshape(len(tasks), n, -1)
+        return sample_together(
+            tasks, n, generators, lambda g: task._draws(n, g), lambda *d: task._pairs(torch.from_numpy(task._walk(*d)))
+        )
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         if self.scored == "recall":  # a batch may hold no recall

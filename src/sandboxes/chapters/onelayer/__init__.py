@@ -341,6 +341,7 @@ FULL_SHRUNK = {
     "learn_N": "4",
     "learn_steps": 4,
     "learn_batch": 8,
+    "qsa_train_steps": 4,
 }
 
 CHAPTER = Chapter(

@@ -400,17 +400,21 @@ def learning_model(N: int, M: int, depth: int, width: int) -> GPTConfig:
     )
 
 
-def learning_schedule(config: dict[str, Any]) -> TrainConfig:
-    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay."""
-    steps = config["learn_steps"]
+def adamw_schedule(steps: int, batch_size: int, lr: float) -> TrainConfig:
+    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay, about ``EVALUATIONS`` evaluations."""
     return TrainConfig(
         steps=steps,
-        batch_size=config["learn_batch"],
-        lr=config["learn_lr"],
+        batch_size=batch_size,
+        lr=lr,
         weight_decay=0.0,
         warmup=min(100, steps // 10),
         eval_every=max(MIN_EVAL_EVERY, steps // EVALUATIONS),
     )
+
+
+def learning_schedule(config: dict[str, Any]) -> TrainConfig:
+    """The Match2 and Match3 runs' schedule."""
+    return adamw_schedule(config["learn_steps"], config["learn_batch"], config["learn_lr"])
 
 
 def binary_entropy(p: float) -> float:
@@ -640,16 +644,8 @@ class QSATrainData(TypedDict):
 
 
 def qsa_train_schedule(config: dict[str, Any]) -> TrainConfig:
-    """AdamW on fresh inputs, warm-up then cosine decay, no weight decay; batches of the Match2 section's size."""
-    steps = config["qsa_train_steps"]
-    return TrainConfig(
-        steps=steps,
-        batch_size=config["learn_batch"],
-        lr=config["qsa_train_lr"],
-        weight_decay=0.0,
-        warmup=min(100, steps // 10),
-        eval_every=max(MIN_EVAL_EVERY, steps // EVALUATIONS),
-    )
+    """The trained qSA units' schedule, in batches of the Match2 section's size."""
+    return adamw_schedule(config["qsa_train_steps"], config["learn_batch"], config["qsa_train_lr"])
 
 
 def largest_errors(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
