@@ -57,6 +57,10 @@ from sandboxes.theory.induction import (
     strategy_predictions,
     strategy_separation,
     successor_average,
+    summary_scale,
+    two_layer_order_average,
+    two_layer_order_head,
+    two_layer_order_leakage,
     unigram_predictive,
     window_gap,
     window_weights,
@@ -297,11 +301,67 @@ def test_the_three_layer_head_loses_the_estimator_without_its_parts(change):
     assert np.abs(got - want)[seen].max() > 0.5
 
 
+@pytest.mark.parametrize("k, m, T", [(2, 2, 9), (3, 2, 7), (2, 3, 10), (3, 1, 7)])
+def test_the_two_layer_head_writes_the_order_m_count_estimator_within_its_bound(k, m, T):
+    seq = _every_sequence(k, T)
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    for beta in (20.0, 30.0, 60.0):
+        with torch.no_grad():
+            got = two_layer_order_average(two_layer_order_head(k, m, T, beta), torch.from_numpy(seq[:, :-1])).numpy()
+        error = np.abs(got - want)[seen].max()
+        assert error <= two_layer_order_leakage(T, beta, m) < 1e-3
+    # measured at beta = 20: 4e-7 to 1.4e-6, below the bound by 60 to 600; at 60 round-off only
+    assert error < 1e-11
+
+
+@pytest.mark.parametrize("k, m", [(2, 1), (3, 1), (2, 2), (3, 2), (4, 2), (2, 3), (3, 3), (2, 4), (3, 4)])
+def test_the_oldest_token_in_the_two_layer_query_never_lets_a_mismatch_win(k, m):
+    # layer 2 scores <u, v> - |v|^2 / 2 with u the m + 1 tokens' window (rescaled) and v a key's m tokens before it:
+    # every key matching the last m tokens scores alike, any other complete key at least gap / 2 lower (beta_2 =
+    # 2 beta / gap), and a key n < m, whose layer 1 spreads over n + 1 tokens only, at most gap / 8 higher
+    w, big, c = window_weights(m), window_weights(m + 1), summary_scale(m)
+    complete = {b: np.eye(k)[list(b)].T @ w for b in itertools.product(range(k), repeat=m)}
+    incomplete = []
+    for n in range(m):  # the key at n < m reads the n + 1 tokens up to it, its softmax renormalised over them
+        weights = big[: n + 1] / big[: n + 1].sum()
+        for tokens in itertools.product(range(k), repeat=n + 1):  # tokens[j]: the one j back from n
+            window = np.eye(k)[list(tokens)].T @ weights
+            incomplete.append(c * (window - big[0] * np.eye(k)[tokens[0]]))
+    least, most = np.inf, -np.inf
+    for window in itertools.product(range(k), repeat=m + 1):  # window[j]: the token j back from t
+        u = c / 2 * (np.eye(k)[list(window)].T @ big)
+        match = u @ complete[window[:m]] - complete[window[:m]] @ complete[window[:m]] / 2
+        least = min(least, min(match - (u @ v - v @ v / 2) for b, v in complete.items() if b != window[:m]))
+        most = max(most, max(u @ v - v @ v / 2 - match for v in incomplete))
+    assert least >= window_gap(w) / 2 * (1 - 1e-12)
+    assert most <= window_gap(w) / 8 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("change", ["no squared norm", "keys read their own window"])
+def test_the_two_layer_head_loses_the_estimator_without_its_parts(change):
+    # without |v|^2 / 2 the score is an inner product, largest for the longest summary; a key that reads the window
+    # ending at itself matches earlier copies of the last m + 1 tokens, so layer 2 copies the token that ends each
+    # copy, not the one after it
+    k, m, T = 3, 2, 7
+    seq = _every_sequence(k, T)
+    model = two_layer_order_head(
+        k, m, T, 40.0, **({"squares": False} if change == "no squared norm" else {"before": False})
+    )
+    with torch.no_grad():
+        got = two_layer_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    assert np.abs(got - want)[seen].max() > 0.5
+
+
 def test_a_vacuous_leakage_bound_makes_no_row_and_says_why():
     bound = higher_order_leakage(7, 8.0, 2)  # beta = 8: leakage past 1, a bound no error can exceed
     assert bound > 1
     claims, silent = judge.higher_order_claims(0.01, bound, 6561, 2)
     assert claims == [] and "raise beta" in silent[0]
+    claims, silent = judge.higher_order_claims(0.01, two_layer_order_leakage(7, 8.0, 2), 6561, 2, "two-layer")
+    assert claims == [] and "two-layer order-2" in silent[0]
 
 
 # ---------------------------------------------------------------- the chapter's rows and their counterfactuals
@@ -364,6 +424,19 @@ def _higher_order_rows(change: str) -> list:
     seen = ~np.isnan(want[..., 0])
     return judge.higher_order_claims(
         float(np.abs(got - want)[seen].max()), higher_order_leakage(T, beta, m), len(seq), m
+    )[0]
+
+
+def _two_layer_order_rows(change: str) -> list:
+    k, m, T, beta = 2, 2, 7, 30.0
+    seq = _every_sequence(k, T)
+    model = two_layer_order_head(k, m, T, beta, before=change != "keys read their own window")
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    with torch.no_grad():
+        got = two_layer_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    return judge.higher_order_claims(
+        float(np.abs(got - want)[seen].max()), two_layer_order_leakage(T, beta, m), len(seq), m, "two-layer"
     )[0]
 
 
@@ -785,6 +858,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree", _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
     (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
+    (r"two layers of one head each: the construction writes", "keys read their own window", _two_layer_order_rows),
     (
         r"key lemma: where the first stage starts",
         "ranked against the chain while the data follow the random graph",
@@ -830,6 +904,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _levels_rows,
         _construction_rows,
         _higher_order_rows,
+        _two_layer_order_rows,
         _gradient_rows,
         _stationary_rows,
         _staged_rows,

@@ -626,6 +626,22 @@ def _half_square_knots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sums[:-1], np.diff(slopes, prepend=0.0)
 
 
+def _write_half_square(
+    mlp: torch.nn.Module, entries: Sequence[dict[int, float]], target: int, one: int, weights: np.ndarray
+) -> None:
+    """Fill ``mlp`` so that it writes into ``target`` half the squared norm of a window summary with ``weights``,
+    exactly on every value its entries can take: entry ``s`` is ``sum_i c_i x_i`` over ``entries[s] = {i: c_i}``
+    (``x_i`` the residual's entry ``i``), and hidden unit ``(s, j)`` is ``relu(entry - knot_j)`` weighted by the
+    slope's change (:func:`_half_square_knots`)."""
+    knots, changes = _half_square_knots(weights)
+    for s, entry in enumerate(entries):
+        units = np.arange(s * len(knots), (s + 1) * len(knots))
+        for column, factor in entry.items():
+            mlp.fc.weight[units, column] = factor
+        mlp.fc.weight[units, one] = torch.from_numpy(-knots)
+        mlp.proj.weight[target, units] = torch.from_numpy(changes)
+
+
 def higher_order_head(
     k: int, m: int, T: int, beta: float, weights: np.ndarray | None = None, squares: bool = True
 ) -> GPT:
@@ -647,7 +663,7 @@ def higher_order_head(
     w = window_weights(m) if weights is None else np.asarray(weights, dtype=float)
     slots = higher_order_slots(k, T)
     d = slots.position.stop
-    knots, changes = _half_square_knots(w)
+    knots = _half_square_knots(w)[0]
     config = GPTConfig(
         vocab_size=k,
         block_size=T,
@@ -682,13 +698,8 @@ def higher_order_head(
         key[position, position] = 1.0
         value[recent, recent] = 1.0
         second.proj.weight[before, recent] = 1.0
-        if squares:
-            mlp = model.blocks[1].mlp
-            for s in range(k):  # hidden unit (s, i): relu(v_s - knot_i), weighted by the slope's change
-                units = np.arange(s * len(knots), (s + 1) * len(knots))
-                mlp.fc.weight[units, before[s]] = 1.0
-                mlp.fc.weight[units, slots.one] = torch.from_numpy(-knots)
-                mlp.proj.weight[slots.half_square, units] = torch.from_numpy(changes)
+        if squares:  # |v_n|^2 / 2 of the summary v_n in ``before``
+            _write_half_square(model.blocks[1].mlp, [{c: 1.0} for c in before], slots.half_square, slots.one, w)
         query, key, value = (third.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[before, recent] = beta_3 * root  # u_t against each key's v_n
         key[before, before] = 1.0
@@ -705,6 +716,131 @@ def higher_order_average(model: GPT, idx: Tensor) -> Tensor:
     """The ``successors`` slot of :func:`higher_order_head`'s last residual stream, ``(B, T, k)``."""
     slots = higher_order_slots(model.config.vocab_size, model.config.block_size)
     return _last_residual(model, idx)[..., slots.successors]
+
+
+class TwoLayerOrderSlots(NamedTuple):
+    """Where the two-layer order-``m`` construction keeps each part of the residual stream."""
+
+    token: slice  # the current token, one-hot
+    window: slice  # layer 1: the m + 1 tokens ending here, the one j back weighted by window_weights(m + 1)[j]
+    half_square: int  # layer 1's MLP: half the squared norm of the summary of the m tokens before this one
+    successors: slice  # layer 2: the average of the tokens whose m predecessors match the last m tokens
+    one: int  # a constant 1, carried by every position
+    position: slice  # the position, one-hot
+
+
+def two_layer_order_slots(k: int, T: int) -> TwoLayerOrderSlots:
+    """The residual layout of :func:`two_layer_order_head` for ``k`` symbols and ``T`` positions."""
+    return TwoLayerOrderSlots(
+        slice(0, k), slice(k, 2 * k), 2 * k, slice(2 * k + 1, 3 * k + 1), 3 * k + 1, slice(3 * k + 2, 3 * k + 2 + T)
+    )
+
+
+def summary_scale(m: int) -> float:
+    """``2 Z' / Z``, with ``Z`` and ``Z'`` the normalisers of :func:`window_weights` of ``m`` and ``m + 1`` tokens:
+    the factor from the ``m + 1``-token window less its newest token to the summary of the ``m`` tokens before."""
+    return 2 * (2 - 0.5**m) / (2 - 0.5 ** (m - 1))
+
+
+def two_layer_order_head(k: int, m: int, T: int, beta: float, squares: bool = True, before: bool = True) -> GPT:
+    """A two-layer GPT with one head per layer (float64) whose second layer writes the order-``m`` count estimator.
+
+    Layer 1 attends from each position ``n`` to itself and the ``m`` before it with scores ``beta + ln W_j``,
+    ``W = window_weights(m + 1)`` (0 elsewhere): ``window`` becomes their weighted one-hot sum ``U_n``. Both
+    summaries layer 2 compares are linear in it, with ``w = window_weights(m)``, ``mu = min(w)`` and
+    ``c = 2 Z' / Z`` (:func:`summary_scale`): the ``m`` tokens *before* ``n``, ``v_n = c (U_n - W_0 e_{s_n})``,
+    exactly for ``n >= m``; and ``u_t = (c / 2) U_t``, the summary ``a_t`` of the last ``m`` tokens plus the oldest
+    token of the window, ``o``, at weight ``eps = mu / 2``. Layer 1's MLP writes ``|v_n|^2 / 2``
+    (:func:`_half_square_knots`). Layer 2 scores key ``n`` by ``beta_2 (<u_t, v_n> - |v_n|^2 / 2) = beta_2 (|a_t|^2
+    - |D|^2 + 2 eps (a_t(o) + D_o)) / 2`` with ``D = v_n - a_t``. Every key matching the last ``m`` tokens has
+    ``D = 0`` and scores alike. Any other has entries of ``D`` that are multiples of ``mu`` summing to 0, so
+    ``|D|^2 >= D_o^2 + mu |D_o|`` and it loses at least ``D_o^2 / 2 >= mu^2 / 2`` (or ``mu^2`` where ``D_o = 0``):
+    ``beta_2 = 2 beta / window_gap(w)`` puts every mismatch ``beta`` lower. A key ``n < m`` reads an incomplete
+    window (``v_n`` a probability vector off the summaries' grid, where the MLP's chords still lie at or above
+    ``x^2 / 2``, the knots spanning [0, 1]); it gains at most ``beta_2 eps^2 / 2 = beta / 4`` over a match, and gets
+    ``-2 beta``. Queries ``t < m`` have no complete key before them, and the estimator is undefined there. Layer 2
+    averages the matching tokens into ``successors``. Ekbote et al. prove that two layers of one head each suffice
+    for any order; this construction is this chapter's (their paper's is not in the seeds).
+
+    ``squares=False`` leaves out ``|v|^2 / 2``; ``before=False`` lets each key read the window ending at itself
+    (``u_n`` and its own squared norm in place of ``v_n``'s), so layer 2 finds the earlier copies of the last
+    ``m + 1`` tokens, and copies the token that ends each, not the one after: what the tests see fail.
+    """
+    big, w = window_weights(m + 1), window_weights(m)
+    scale = summary_scale(m)
+    slots = two_layer_order_slots(k, T)
+    d = slots.position.stop
+    config = GPTConfig(
+        vocab_size=k,
+        block_size=T,
+        n_layer=2,
+        n_head=1,
+        d_model=d,
+        d_mlp=k * len(_half_square_knots(w if before else scale / 2 * big)[0]),
+        tied=False,
+        positional="learned",
+        mlp=True,
+        head_bias=False,
+    )
+    model = zero_gpt(config)
+    root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
+    token, window, successors, position = (
+        np.arange(s.start, s.stop) for s in (slots.token, slots.window, slots.successors, slots.position)
+    )
+    beta_2 = 2 * beta / window_gap(w)
+    # each key's summary: v_n = c (U_n - W_0 e_{s_n}) or, with before=False, u_n = (c / 2) U_n
+    keys = [{int(u): scale, int(e): -scale * big[0]} if before else {int(u): scale / 2} for u, e in zip(window, token)]
+    with torch.no_grad():
+        model.wte.weight[token, token] = 1.0
+        model.wpe[np.arange(T), position] = 1.0
+        model.wpe[:, slots.one] = 1.0
+        first, second = (block.attn for block in model.blocks)
+        query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        for lag in range(min(m + 1, T)):
+            query[position[: T - lag], position[lag:]] = (beta + math.log(big[lag])) * root  # from n to n - lag
+        key[position, position] = 1.0
+        value[token, token] = 1.0
+        first.proj.weight[window, token] = 1.0
+        if squares:
+            _write_half_square(
+                model.blocks[0].mlp, keys, slots.half_square, slots.one, w if before else scale / 2 * big
+            )
+        query, key, value = (second.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        query[window, window] = beta_2 * root * scale / 2  # u_t = (c / 2) U_t against each key's summary
+        for row, entry in zip(window, keys):
+            for column, factor in entry.items():
+                key[row, column] = factor
+        query[slots.half_square, slots.one] = beta_2 * root
+        key[slots.half_square, slots.half_square] = -1.0
+        query[slots.one, slots.one] = -2 * beta * root
+        key[slots.one, position[:m]] = 1.0  # the first m positions have no full window before them: keep them out
+        value[token, token] = 1.0
+        second.proj.weight[successors, token] = 1.0
+    return model
+
+
+def two_layer_order_average(model: GPT, idx: Tensor) -> Tensor:
+    """The ``successors`` slot of :func:`two_layer_order_head`'s last residual stream, ``(B, T, k)``."""
+    slots = two_layer_order_slots(model.config.vocab_size, model.config.block_size)
+    return _last_residual(model, idx)[..., slots.successors]
+
+
+def two_layer_order_leakage(T: int, beta: float, m: int) -> float:
+    """How far :func:`two_layer_order_head` may be from the order-``m`` count estimator (max norm).
+
+    Layer 1 leaks ``delta = T e^-beta`` of its mass, which moves ``U`` by at most ``2 delta`` (l1), ``u = (c / 2) U``
+    by ``c delta`` and ``v`` by ``2 c delta``, and the square by as much as ``v`` (the MLP's slopes lie in [0, 1]
+    everywhere). With ``|v|_inf <= 1`` and ``|u|_inf <= c / 2``, layer 2's scores move by at most
+    ``eta = beta_2 c delta (3 + c + 2 c delta)``; from there the argument of :func:`higher_order_leakage`: matching
+    keys equal to within ``e^(2 eta) - 1``, the others at least ``beta`` lower and carrying at most
+    ``T e^(2 eta - beta)``, twice that in l1 (an incomplete key is ``7 beta / 4`` lower), and the same allowance
+    ``beta_2 * 1e-14`` for float64 round-off (an allowance, not a derivation)."""
+    beta_2 = 2 * beta / window_gap(window_weights(m))
+    c, delta = summary_scale(m), T * math.exp(-beta)
+    eta = beta_2 * c * delta * (3 + c + 2 * c * delta)
+    if 2 * eta > 700:  # far past 1, where the bound says nothing (and exp overflows)
+        return math.inf
+    return math.expm1(2 * eta) + 2 * T * math.exp(2 * eta - beta) + beta_2 * 1e-14
 
 
 LEVEL_CHUNK_FLOATS = 2**24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64

@@ -4,7 +4,7 @@ Every sequence draws its own transition kernel from a Dirichlet prior, so no fix
 predict it: a model must count transitions in the sequence it reads. Sections: the loss levels a
 model can sit at and the chi-square information that ranks each position's possible parents
 (exact or fixed-seed Monte Carlo); an explicit two-layer induction head equal to the count
-estimator, and an order-m one in three layers of one head each (exact); the first gradient on
+estimator, and an order-m one in three layers of one head each and in two (exact); the first gradient on
 layer 1 (derived and by autograd) and Nichani et al.'s two-stage training of their reduced model;
 one- and two-layer transformers trained online (their final loss against the levels, layer 1's
 attention on the causal graph, and kernels of another prior); three and two layers of one head trained
@@ -41,6 +41,7 @@ from .judge import (
     support_rows,
     training_rows,
     trigger_rows,
+    two_layer_order_rows,
 )
 from .measure import (
     construction,
@@ -56,6 +57,7 @@ from .measure import (
     support,
     training,
     trigger,
+    two_layer_order,
 )
 from .paper import (
     corollary_vs_paper,
@@ -368,6 +370,13 @@ CHAPTER = Chapter(
             higher_order,
             rows=higher_order_rows,
             figures=("higher_order",),
+        ),
+        Section(
+            "two_layer_order",
+            "Order m in two layers of one head",
+            two_layer_order,
+            rows=two_layer_order_rows,
+            figures=("two_layer_order",),
         ),
         Section(
             "gradient",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         SupportData,
         TrainingData,
         TriggerData,
+        TwoLayerOrderData,
     )
 
 LEVEL_NAMES = {"uniform": "uniform (ln k)", "unigram": "in-context unigram", "bayes": "Bayes (in-context bigram)"}
@@ -166,7 +167,16 @@ def higher_order(data: HigherOrderData) -> Figure:
     )
 
 
-def _attention_panels(data: ConstructionData | HigherOrderData, titles: tuple[str, ...]) -> Figure:
+def two_layer_order(data: TwoLayerOrderData) -> Figure:
+    """The two-layer order-m construction's attention patterns on one sequence: the last m + 1 tokens, weighted; the
+    positions whose m tokens before match the last m."""
+    m = data["order"]
+    return _attention_panels(
+        data, (f"layer 1: the last {m + 1} tokens, weighted", f"layer 2: earlier matches of {m} tokens")
+    )
+
+
+def _attention_panels(data: ConstructionData | HigherOrderData | TwoLayerOrderData, titles: tuple[str, ...]) -> Figure:
     """One panel per layer of a construction's attention on its example sequence, tokens on the axes."""
     fig, axes = plt.subplots(1, len(titles), figsize=(4 * len(titles), 3.6))
     tokens = [str(s) for s in data["example"]]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SupportData,
         TrainingData,
         TriggerData,
+        TwoLayerOrderData,
     )
 
 
@@ -86,23 +87,29 @@ def construction_claims(max_error: float, bound: float, sequences: int) -> list[
 
 
 def higher_order_claims(
-    max_error: float, bound: float, sequences: int, order: int
+    max_error: float, bound: float, sequences: int, order: int, shape: str = "three-layer"
 ) -> tuple[list[Claim], tuple[str, ...]]:
-    """The construction's row, or no row (with the reason) where the leakage bound is vacuous: two probability
-    vectors are never more than 1 apart, so a bound of 1 or more cannot fail."""
+    """A construction's row, or no row (with the reason) where the leakage bound is vacuous: two probability vectors
+    are never more than 1 apart, so a bound of 1 or more cannot fail. ``shape`` names the construction: the
+    three-layer one, or the two layers of one head each."""
     if not bound < 1:
         return [], (
-            f"no row for the order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
+            f"no row for the {shape} order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
             f"which two probability vectors never exceed; raise beta",
         )
+    named = {
+        "three-layer": "the three-layer construction writes",
+        "two-layer": "order m in two layers of one head each: the construction writes",
+    }[shape]
+    leakage = {"three-layer": "higher_order_leakage", "two-layer": "two_layer_order_leakage"}[shape]
     return [
         Claim.at_most(
-            f"the three-layer construction writes the in-context order-{order} count estimator (max "
-            f"error over all {sequences} sequences, positions whose last {order} tokens were seen "
-            f"before)",
+            f"{named} the in-context order-{order} count estimator (max error over all {sequences} sequences, "
+            f"positions whose last {order} tokens were seen before)",
             bound,
             max_error,
-            "softmax leakage of the three layers, derived (higher_order_leakage); float64 round-off",
+            f"softmax leakage of the {shape.split('-')[0]} layers, derived ({leakage}), plus an allowance for "
+            "float64 round-off",
             digits=3,
         )
     ], ()
@@ -121,6 +128,11 @@ def construction_rows(config: dict[str, Any], data: ConstructionData) -> tuple[l
 def higher_order_rows(config: dict[str, Any], data: HigherOrderData) -> tuple[list[Claim], tuple[str, ...]]:
     """The three-layer construction's row, or its silence where the bound is vacuous."""
     return higher_order_claims(data["max_error"], data["bound"], data["sequences"], data["order"])
+
+
+def two_layer_order_rows(config: dict[str, Any], data: TwoLayerOrderData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The two-layer construction's row, or its silence where the bound is vacuous."""
+    return higher_order_claims(data["max_error"], data["bound"], data["sequences"], data["order"], "two-layer")
 
 
 def significance(comparisons: int) -> float:
