@@ -338,6 +338,17 @@ def test_the_oldest_token_in_the_two_layer_query_never_lets_a_mismatch_win(k, m)
     assert most <= window_gap(w) / 8 * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_the_lag_profile_reads_the_two_layer_constructions_window_back(m):
+    # the measurement the page sets beside trained layer 1s, on the construction's own layer 1: its weights 2^-j over
+    # the m + 1 tokens ending at each position, nothing further back
+    k, T = 3, 12
+    model = two_layer_order_head(k, m, T, 30.0)
+    seq = InContextMarkov.chain(k, 1.0, T, order=m).sequences(64, _gen(3))
+    profile = measure.lag_profile(measure.layer_one_attention(model, seq)[0], m + 2)
+    assert profile == pytest.approx([*window_weights(m + 1), 0.0], abs=1e-9)
+
+
 @pytest.mark.parametrize("change", ["no squared norm", "keys read their own window"])
 def test_the_two_layer_head_loses_the_estimator_without_its_parts(change):
     # without |v|^2 / 2 the score is an inner product, largest for the longest summary; a key that reads the window

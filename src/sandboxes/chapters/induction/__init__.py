@@ -420,7 +420,7 @@ CHAPTER = Chapter(
             order_training,
             trains=True,
             rows=order_training_rows,
-            figures=("order_training",),
+            figures=("order_training", "order_attention"),
             reference=True,
             paper=order_training_vs_paper,
         ),

@@ -10,7 +10,14 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ...plotting import COLORS, curves_with_band, reference_line
-from ...theory.induction import FORMED, PARENT_MASS, formed_apart, formed_together, judged_positions
+from ...theory.induction import (
+    FORMED,
+    PARENT_MASS,
+    formed_apart,
+    formed_together,
+    judged_positions,
+    window_weights,
+)
 
 if TYPE_CHECKING:
     from .measure import (
@@ -272,6 +279,35 @@ def order_training(data: OrderTrainingData) -> Figure:
             reference_line(ax, value, ORDER_LEVEL_NAMES[name], "--" if name == "bayes" else ":")
     ax.set(xlabel="step", ylabel="held-out loss (nats per token)", title=f"a chain of order m = {data['order']}")
     ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def order_attention(data: OrderTrainingData) -> Figure:
+    """Layer 1 of the trained models by how far back it looks, beside layer 1 of the constructions of the same
+    depth: the three-layer head's weights over the last m tokens, the two-layer head's over the last m + 1."""
+    lags = data["order"] + 2
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+    if not data["loss"]:
+        for ax in axes:
+            ax.set_axis_off()
+        axes[0].text(0.5, 0.5, "order 1: nothing trained", ha="center", transform=axes[0].transAxes)
+        return fig
+    built = {
+        "three_layers": window_weights(data["order"]),
+        "two_layers": window_weights(data["order"] + 1),
+    }
+    for ax, (kind, (color, label)) in zip(axes, ORDER_KINDS_DRAWN.items()):
+        seeds = np.asarray(data.get("lag_weight", {}).get(kind, []), dtype=float).reshape(-1, lags)
+        x = np.arange(lags)
+        if len(seeds):
+            ax.bar(x, seeds.mean(axis=0), color=color, alpha=0.6, label=f"trained ({len(seeds)} seeds, mean)")
+            for row in seeds:
+                ax.plot(x, row, "o", color=color, markersize=3)
+        ax.plot(np.arange(len(built[kind])), built[kind], "k_", markersize=18, mew=2, label="the construction")
+        ax.set(xlabel="how far back (tokens)", title=label, xticks=x)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("layer 1's mean weight")
+    fig.tight_layout()
     return fig
 
 

@@ -795,6 +795,15 @@ class OrderTrainingData(TypedDict):
     loss: dict[str, list[float]]  # kind -> per seed
     gap_closed: dict[str, list[float]]  # kind -> per seed: (lesser - model) / (lesser - bayes)
     still_descending: dict[str, list[bool]]  # kind -> per seed
+    lag_weight: dict[str, list[list[float]]]  # kind -> per seed: layer 1's mean weight j back, j = 0 .. order + 1,
+    # over the held-out sequences and the positions t > order (absent from results made before it was measured)
+
+
+def lag_profile(attention: np.ndarray, lags: int) -> list[float]:
+    """One head's ``(T, T)`` attention as its mean weight on the key ``j`` back, ``j < lags``, over the queries
+    ``t >= lags - 1`` (those that have every such key)."""
+    T = attention.shape[-1]
+    return [float(np.mean([attention[t, t - j] for t in range(lags - 1, T)])) for j in range(lags)]
 
 
 def order_gpt(config: dict[str, Any], n_layer: int) -> GPTConfig:
@@ -858,6 +867,7 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
             "loss": {},
             "gap_closed": {},
             "still_descending": {},
+            "lag_weight": {},
         }
         return empty
     task = InContextMarkov.chain(config["k"], config["alpha"], config["order_T"], order=order)
@@ -884,6 +894,10 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
             kind: [(levels[lesser] - x) / gap if gap else math.nan for x in xs] for kind, xs in loss.items()
         },
         "still_descending": {kind: still_descending(run, LOSS_NOISE).tolist() for kind, run in runs.items()},
+        "lag_weight": {
+            kind: [lag_profile(layer_one_attention(m.cpu(), seq)[0], order + 2) for m in run.models]
+            for kind, run in runs.items()
+        },
     }
 
 
