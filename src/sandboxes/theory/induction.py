@@ -510,6 +510,40 @@ def first_order_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, cent
     return out
 
 
+def exact_first_gradient(inputs: np.ndarray, law: np.ndarray, floor: float, beta: float) -> np.ndarray:
+    """The first gradient of the reduced model on the last token's loss at ``A = 0`` with layer 2 at scale ``beta``,
+    exact (no expansion in ``beta``): ``(T, T)``, derived by hand.
+
+    With ``A = 0`` layer 1 copies ``c_t``, the mean one-hot token of positions ``0..t``; layer 2 weighs key ``t`` by
+    ``alpha_t = softmax_t(beta c_t(q))`` (``q`` the last token) and the model's law is ``f = (1 - floor) nu_alpha +
+    floor / k``, ``nu_alpha = sum_t alpha_t e_{s_t}``. The chain rule gives ``dl/dscore_t = -(1 - floor) alpha_t
+    (pi_q(s_t) / f(s_t) - sum_y pi_q(y) nu_alpha(y) / f(y))`` and ``dscore_t / dA[t, j] = beta (1[s_j = q] -
+    c_t(q)) / (t + 1)``; the gradient is the mean of their product over the sequences. With ``alpha_t = 1 / T`` it
+    is :func:`first_order_gradient` times ``beta``."""
+    n, T = inputs.shape
+    k = law.shape[1]
+    rows = np.arange(n)[:, None]
+    match = (inputs == inputs[:, -1:]).astype(float)
+    copied = np.cumsum(match, axis=1) / np.arange(1, T + 1)  # c_t(q)
+    scores = beta * copied
+    alpha = np.exp(scores - scores.max(axis=1, keepdims=True))
+    alpha /= alpha.sum(axis=1, keepdims=True)
+    mixture = np.zeros((n, k))
+    np.add.at(mixture, (np.repeat(np.arange(n), T), inputs.ravel()), alpha.ravel())
+    model_law = (1 - floor) * mixture + floor / k
+    pull = (
+        -(1 - floor)
+        * alpha
+        * (law[rows, inputs] / model_law[rows, inputs] - (law * mixture / model_law).sum(axis=1, keepdims=True))
+    )
+    out = np.zeros((T, T))
+    for t in range(T):
+        out[t, : t + 1] = (
+            beta * (pull[:, t : t + 1] * (match[:, : t + 1] - copied[:, t : t + 1])).mean(axis=0) / (t + 1)
+        )
+    return out
+
+
 def blank_second_gradient(
     inputs: np.ndarray, law: np.ndarray, floor: float, first: np.ndarray, chunks: int
 ) -> np.ndarray:

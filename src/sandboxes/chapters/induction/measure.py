@@ -260,6 +260,7 @@ class GradientData(TypedDict):
     parts: int  # the equal parts of the sample whose gradients give the standard errors
     margin: list[list[float]]  # dL/dA[t, j] - dL/dA[t, p(t)], mean over the parts (NaN off the ranked entries)
     margin_error: list[list[float]]  # its standard error
+    exact: list[list[float]]  # the derived exact gradient at stage_beta, averaged over the same parts
     small_scale: list[list[float]]  # autograd's gradient with layer 2 at LEMMA_BETA, over that scale
     first_order: list[list[float]]  # the derived first-order gradient over the scale, on the same sequences
     overlap_rows: list[int]  # the rows t whose long-sequence limit is computed
@@ -281,15 +282,22 @@ def gradient(config: dict[str, Any], ctx: RunContext) -> GradientData:
     def model(scale: float) -> Disentangled:
         return Disentangled(k, T, scale, output="probability", floor=OUTPUT_FLOOR).double()
 
-    parts = theory.last_token_gradient(model(config["stage_beta"]), inputs, torch.from_numpy(law), GRADIENT_CHUNKS)
+    start = model(config["stage_beta"])
+    parts = theory.last_token_gradient(start, inputs, torch.from_numpy(law), GRADIENT_CHUNKS)
+    scale = float(start.second[0, 0])  # stage_beta as the model holds it (set in float32)
     small = theory.last_token_gradient(model(theory.LEMMA_BETA), inputs, torch.from_numpy(law), 1)[0]
     prior = chain.kernels(config["chi2_kernels"], torch.Generator().manual_seed(member_seed("chi2", config["seed"])))
     parents = parent_positions(chain, T)
     children = [t for t in range(1, T) if parents[t] >= 0]
     rows = sorted({children[int(i)] for i in np.linspace(len(children) // 4, len(children) - 1, OVERLAP_ROWS)})
     margin, margin_error = parent_margins(parts, parents)
+    exact = [
+        theory.exact_first_gradient(x, y, OUTPUT_FLOOR, scale)
+        for x, y in zip(np.array_split(inputs.numpy(), GRADIENT_CHUNKS), np.array_split(law, GRADIENT_CHUNKS))
+    ]
     data: GradientData = {
         "gradient": parts.mean(axis=0),
+        "exact": np.mean(exact, axis=0),
         "parts": len(parts),
         "margin": margin,
         "margin_error": margin_error,
