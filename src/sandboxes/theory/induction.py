@@ -676,6 +676,28 @@ def _write_half_square(
         mlp.proj.weight[target, units] = torch.from_numpy(changes)
 
 
+def _write_matching_tail(
+    attention: torch.nn.Module,
+    d: int,
+    slots: HigherOrderSlots | TwoLayerOrderSlots,
+    scale: float,
+    penalty: float,
+    m: int,
+) -> None:
+    """The parts the order-m heads' matching layer shares: its query adds ``-scale |v_n|^2 / 2`` to every key's
+    score (the key carries ``-|v_n|^2 / 2``), the first ``m`` keys (no full window before them) lose ``penalty``,
+    and its value copies each key's token into ``successors``. Scores are ``q . k / sqrt(d)``."""
+    root = math.sqrt(d)
+    query, key, value = (attention.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+    token, successors, position = (np.arange(s.start, s.stop) for s in (slots.token, slots.successors, slots.position))
+    query[slots.half_square, slots.one] = scale * root
+    key[slots.half_square, slots.half_square] = -1.0
+    query[slots.one, slots.one] = -penalty * root
+    key[slots.one, position[:m]] = 1.0
+    value[token, token] = 1.0
+    attention.proj.weight[successors, token] = 1.0
+
+
 def higher_order_head(
     k: int, m: int, T: int, beta: float, weights: np.ndarray | None = None, squares: bool = True
 ) -> GPT:
@@ -712,8 +734,8 @@ def higher_order_head(
     )
     model = zero_gpt(config)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
-    token, recent, before, successors, position = (
-        np.arange(s.start, s.stop) for s in (slots.token, slots.recent, slots.before, slots.successors, slots.position)
+    token, recent, before, position = (
+        np.arange(s.start, s.stop) for s in (slots.token, slots.recent, slots.before, slots.position)
     )
     beta_3 = beta / window_gap(w)
     with torch.no_grad():
@@ -734,15 +756,10 @@ def higher_order_head(
         second.proj.weight[before, recent] = 1.0
         if squares:  # |v_n|^2 / 2 of the summary v_n in ``before``
             _write_half_square(model.blocks[1].mlp, [{c: 1.0} for c in before], slots.half_square, slots.one, w)
-        query, key, value = (third.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        query, key = (third.qkv.weight[part * d : (part + 1) * d] for part in range(2))
         query[before, recent] = beta_3 * root  # u_t against each key's v_n
         key[before, before] = 1.0
-        query[slots.half_square, slots.one] = beta_3 * root
-        key[slots.half_square, slots.half_square] = -1.0
-        query[slots.one, slots.one] = -beta * root
-        key[slots.one, position[:m]] = 1.0  # the first m positions have no full window before them: keep them out
-        value[token, token] = 1.0
-        third.proj.weight[successors, token] = 1.0
+        _write_matching_tail(third, d, slots, beta_3, beta, m)
     return model
 
 
@@ -818,9 +835,7 @@ def two_layer_order_head(k: int, m: int, T: int, beta: float, squares: bool = Tr
     )
     model = zero_gpt(config)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
-    token, window, successors, position = (
-        np.arange(s.start, s.stop) for s in (slots.token, slots.window, slots.successors, slots.position)
-    )
+    token, window, position = (np.arange(s.start, s.stop) for s in (slots.token, slots.window, slots.position))
     beta_2 = 2 * beta / window_gap(w)
     # each key's summary: v_n = c (U_n - W_0 e_{s_n}) or, with before=False, u_n = (c / 2) U_n
     keys = [{int(u): scale, int(e): -scale * big[0]} if before else {int(u): scale / 2} for u, e in zip(window, token)]
@@ -839,17 +854,12 @@ def two_layer_order_head(k: int, m: int, T: int, beta: float, squares: bool = Tr
             _write_half_square(
                 model.blocks[0].mlp, keys, slots.half_square, slots.one, w if before else scale / 2 * big
             )
-        query, key, value = (second.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        query, key = (second.qkv.weight[part * d : (part + 1) * d] for part in range(2))
         query[window, window] = beta_2 * root * scale / 2  # u_t = (c / 2) U_t against each key's summary
         for row, entry in zip(window, keys):
             for column, factor in entry.items():
                 key[row, column] = factor
-        query[slots.half_square, slots.one] = beta_2 * root
-        key[slots.half_square, slots.half_square] = -1.0
-        query[slots.one, slots.one] = -2 * beta * root
-        key[slots.one, position[:m]] = 1.0  # the first m positions have no full window before them: keep them out
-        value[token, token] = 1.0
-        second.proj.weight[successors, token] = 1.0
+        _write_matching_tail(second, d, slots, beta_2, 2 * beta, m)
     return model
 
 

@@ -200,6 +200,11 @@ def gradient_rows(config: dict[str, Any], data: GradientData) -> tuple[list[Clai
     return [*ranked, lemma_claim(data), exact_claim(data)], ()
 
 
+def relative_gap(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest entrywise difference of two gradients over the largest entry of ``want``."""
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
 EXACT_TOLERANCE = 1e-10  # of the gradient's largest entry: float64 round-off over sums of many sequences, an allowance
 # (measured about 1e-15 at the quick and unit sizes)
 
@@ -211,7 +216,7 @@ def exact_claim(data: GradientData) -> Claim:
         "the first gradient derived exactly at A = 0 for layer 2's scale beta_0 (stage_beta), against autograd "
         "there on the same sequences, every entry: largest difference over the largest entry",
         EXACT_TOLERANCE,
-        float(np.abs(exact - autograd).max() / np.abs(autograd).max()),
+        relative_gap(exact, autograd),
         "an identity on every sample (layer 2's softmax weights in place of the first order's 1 / T), so only "
         "float64 round-off separates them; the tolerance is an allowance for it",
         digits=3,
@@ -228,7 +233,7 @@ def lemma_claim(data: GradientData) -> Claim:
         "the first gradient derived to first order in layer 2's scale against autograd at scale 1e-6 (over "
         "that scale), every entry: largest difference over the largest entry",
         LEMMA_TOLERANCE,
-        float(np.abs(small - first).max() / np.abs(first).max()),
+        relative_gap(small, first),
         "the derivation drops terms of relative order the scale times the range of layer 2's scores (three), "
         "3e-6 here; float64 round-off divided by the scale adds about 1e-10",
         digits=3,

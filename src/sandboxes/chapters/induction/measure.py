@@ -146,7 +146,7 @@ def construction(config: dict[str, Any], ctx: RunContext) -> ConstructionData:
 
 
 # ---------------------------------------------------------------- the k-th order induction head
-class HigherOrderData(TypedDict):
+class TwoLayerOrderData(TypedDict):
     order: int
     k: int
     T: int
@@ -155,7 +155,12 @@ class HigherOrderData(TypedDict):
     max_error: float  # largest |construction - order-m count estimator| where the last m tokens were seen before
     bound: float  # the leakage bound (infinite where it says nothing)
     example: list[int]  # one sequence, for the figure
-    attention: list[list[list[float]]]  # the construction's three attention patterns on it (layer x T x T)
+    attention: list[list[list[float]]]  # the construction's attention patterns on it (layer x T x T)
+
+
+class HigherOrderData(TwoLayerOrderData):
+    """The three-layer construction's check, and the loss levels of an order-m chain."""
+
     levels: dict[str, list[float]]  # on the order-m chain: uniform / unigram / bigram / bayes -> [loss, std error]
     levels_T: int  # the length of that chain (the chapter's T; the construction's is construct_T)
 
@@ -222,18 +227,6 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> HigherOrderData:
 
 
 # ---------------------------------------------------------------- the k-th order induction head in two layers
-class TwoLayerOrderData(TypedDict):
-    order: int
-    k: int
-    T: int
-    beta: float
-    sequences: int  # every sequence of construct_T + 1 symbols
-    max_error: float  # largest |construction - order-m count estimator| where the last m tokens were seen before
-    bound: float  # the leakage bound (infinite where it says nothing)
-    example: list[int]  # one sequence, for the figure
-    attention: list[list[list[float]]]  # the construction's two attention patterns on it (layer x T x T)
-
-
 def two_layer_order(config: dict[str, Any], ctx: RunContext) -> TwoLayerOrderData:
     """The order-m induction head in two layers of one head each, against the order-m count estimator on every
     sequence of the chosen size."""
