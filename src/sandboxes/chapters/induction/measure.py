@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -174,20 +174,17 @@ def _telling_example(inputs: np.ndarray, seen: np.ndarray) -> int:
     return int(best[len(best) // 2])
 
 
-class OrderConstructionCheck(NamedTuple):
-    """A construction of the order-m head against the order-m count estimator on every sequence of one size."""
-
-    sequences: int  # every sequence of construct_T + 1 symbols
-    max_error: float  # largest |construction - order-m count estimator| where the last m tokens were seen before
-    example: list[int]  # one sequence, for the figure
-    attention: list[list[list[float]]]  # the construction's attention patterns on it (layer x T x T)
-
-
 def check_order_construction(
-    model: GPT, average: Callable[[GPT, Tensor], Tensor], k: int, m: int, T: int
-) -> OrderConstructionCheck:
-    """Run ``model`` on every sequence of ``T + 1`` symbols and compare what ``average`` reads off it with the order-m
-    count estimator at the positions whose last m tokens were seen before."""
+    config: dict[str, Any],
+    head: Callable[[int, int, int, float], GPT],
+    average: Callable[[GPT, Tensor], Tensor],
+    leakage: Callable[[int, float, int], float],
+) -> TwoLayerOrderData:
+    """Build ``head`` at the construction sizes of ``config``, run it on every sequence of ``construct_T + 1``
+    symbols and compare what ``average`` reads off it with the order-m count estimator at the positions whose last
+    m tokens were seen before; ``leakage`` gives the bound."""
+    k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
+    model = head(k, m, T, beta)
     every = np.stack(np.meshgrid(*[np.arange(k)] * (T + 1), indexing="ij"), axis=-1).reshape(-1, T + 1)
     want = theory.count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), every)
     with torch.no_grad():
@@ -196,31 +193,30 @@ def check_order_construction(
     example = torch.from_numpy(every[_telling_example(every[:, :-1], seen), :-1])[None]
     with torch.no_grad():
         _, attention = model(example, return_attention=True)
-    return OrderConstructionCheck(
-        len(every),
-        float(np.abs(got - want)[seen].max()),
-        example[0].tolist(),
-        [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
-    )
-
-
-def higher_order(config: dict[str, Any], ctx: RunContext) -> HigherOrderData:
-    """The order-m induction head in three layers of one head each, against the order-m count estimator on every
-    sequence of the chosen size; and the loss levels of an order-m chain."""
-    k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
-    checked = check_order_construction(theory.higher_order_head(k, m, T, beta), theory.higher_order_average, k, m, T)
-    chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
-    levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
     return {
         "order": m,
         "k": k,
         "T": T,
         "beta": beta,
-        "sequences": checked.sequences,
-        "max_error": checked.max_error,
-        "bound": theory.higher_order_leakage(T, beta, m),
-        "example": checked.example,
-        "attention": checked.attention,
+        "sequences": len(every),
+        "max_error": float(np.abs(got - want)[seen].max()),
+        "bound": leakage(T, beta, m),
+        "example": example[0].tolist(),
+        "attention": [a[0, 0].numpy() for a in attention],  # type: ignore[misc]
+    }
+
+
+def higher_order(config: dict[str, Any], ctx: RunContext) -> HigherOrderData:
+    """The order-m induction head in three layers of one head each, against the order-m count estimator on every
+    sequence of the chosen size; and the loss levels of an order-m chain."""
+    checked = check_order_construction(
+        config, theory.higher_order_head, theory.higher_order_average, theory.higher_order_leakage
+    )
+    m = config["order"]
+    chain = InContextMarkov.chain(config["k"], config["alpha"], config["T"], order=m)
+    levels = theory.order_levels(chain, config["level_samples"], member_seed("induction", "order", config["seed"]))
+    return {
+        **checked,
         "levels": {name: list(level) for name, level in levels.items()},
         "levels_T": config["T"],
     }
@@ -230,21 +226,9 @@ def higher_order(config: dict[str, Any], ctx: RunContext) -> HigherOrderData:
 def two_layer_order(config: dict[str, Any], ctx: RunContext) -> TwoLayerOrderData:
     """The order-m induction head in two layers of one head each, against the order-m count estimator on every
     sequence of the chosen size."""
-    k, T, beta, m = config["construct_k"], config["construct_T"], config["beta"], config["order"]
-    checked = check_order_construction(
-        theory.two_layer_order_head(k, m, T, beta), theory.two_layer_order_average, k, m, T
+    return check_order_construction(
+        config, theory.two_layer_order_head, theory.two_layer_order_average, theory.two_layer_order_leakage
     )
-    return {
-        "order": m,
-        "k": k,
-        "T": T,
-        "beta": beta,
-        "sequences": checked.sequences,
-        "max_error": checked.max_error,
-        "bound": theory.two_layer_order_leakage(T, beta, m),
-        "example": checked.example,
-        "attention": checked.attention,
-    }
 
 
 # ---------------------------------------------------------------- the first gradient
