@@ -14,6 +14,7 @@ al.'s shape), each with its leakage bound; the staged initialisation whose first
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from scipy import special
 from torch import Tensor
 
 from ..data.incontext import InContextMarkov
@@ -65,20 +67,25 @@ def _predict_online(
     predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
     unseen: float,
     contexts: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    positions: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Each position's prediction of the next symbol, ``(n, length, k)``, from the transitions counted before it:
     ``predict(seen, context)`` gets each sequence's counts in the current context (``(n, k)``) and the context;
     positions without a full set of parents get ``unseen``. ``contexts`` (default: the task's) names each
-    position's context as a row index below ``k ** order``."""
+    position's context as a row index below ``k ** order``. ``positions`` (default: all) are the positions ``t``
+    predicted (of ``seq[:, t + 1]``); the others are NaN."""
     n, k = seq.shape[0], task.n_states
     counts = np.zeros((n, k**task.order, k))
     rows = np.arange(n)
+    wanted = set(range(task.length) if positions is None else positions)
     out = np.full((n, task.length, k), unseen)
+    out[:, [t for t in range(task.length) if t not in wanted]] = np.nan
     for i in range(1, task.length + 1):
         if len(task.parents[i]) < task.order:
             continue
         context = (contexts or task.contexts)(seq, i)
-        out[:, i - 1] = predict(counts, context)
+        if i - 1 in wanted:
+            out[:, i - 1] = predict(counts, context)
         counts[rows, context, seq[:, i]] += 1
     return out
 
@@ -100,6 +107,72 @@ def bayes_predictive(
         return (seen + task.alpha) / (seen.sum(axis=-1, keepdims=True) + k * task.alpha)
 
     return _predict_online(task, seq, smoothed, 1.0 / k, contexts)
+
+
+def _log_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The coefficients, in logs, of the product of two polynomials given by their coefficients in logs."""
+    pairs = a[:, None] + b[None, :]
+    out = np.full(len(a) + len(b) - 1, -np.inf)
+    for i in range(len(a)):  # anti-diagonal i + j = M, one row of pairs at a time
+        out[i : i + len(b)] = np.logaddexp(out[i : i + len(b)], pairs[i])
+    return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _log_evidence(counts: tuple[int, ...], alpha: float, floor: float) -> float:
+    """``ln E[prod_l (floor / k + (1 - floor) theta_l)^(n_l)]`` over ``theta ~ Dirichlet(alpha)``, exactly.
+
+    Expanding each factor binomially, ``m_l`` of the ``n_l`` transitions come from ``theta`` and the rest from the
+    floor; the Dirichlet moment ``E[prod theta_l^(m_l)]`` couples the symbols only through ``M = sum m_l``, so a
+    sum over ``M`` built symbol by symbol (in logs, for any length) gives it. ``counts`` sorted: it is symmetric.
+    """
+    k = len(counts)
+    low, high = floor / k, 1.0 - floor
+    by_total = np.zeros(1)  # ln of the sum over the symbols so far, by M
+    for n in counts:
+        m = np.arange(n + 1)
+        with np.errstate(divide="ignore"):  # a floor of 0 or 1 leaves a single m
+            term = (
+                special.gammaln(n + 1)
+                - special.gammaln(m + 1)
+                - special.gammaln(n - m + 1)
+                + special.xlogy(n - m, low)
+                + special.xlogy(m, high)
+                + special.gammaln(alpha + m)
+                - special.gammaln(alpha)
+            )
+        by_total = _log_convolve(by_total, term)
+    moments = special.gammaln(k * alpha) - special.gammaln(k * alpha + np.arange(len(by_total)))
+    return float(special.logsumexp(by_total + moments))
+
+
+def floored_predictive(task: InContextMarkov, seq: np.ndarray, positions: Sequence[int] | None = None) -> np.ndarray:
+    """The posterior predictive of the floored Dirichlet prior, ``(n, length, k)``: OPT's predictor (at
+    ``positions``, as in :func:`_predict_online`).
+
+    A row is ``floor / k + (1 - floor) theta`` with ``theta ~ Dirichlet(alpha)``; the rows are independent and the
+    likelihood of a sequence is the product of its transitions, so a context's posterior reads only its own counts
+    ``n``, and the next symbol is ``j`` with probability ``Z(n + e_j) / Z(n)`` (:func:`_log_evidence`; they sum to
+    one since every row sums to one). With no floor this is :func:`bayes_predictive`. Positions without a full set
+    of parents are uniform, as drawn.
+    """
+    k = task.n_states
+    if task.rows != "dirichlet":
+        raise ValueError(f"the floored posterior is that of Dirichlet rows, not {task.rows!r}")
+
+    def posterior(counts: np.ndarray, context: np.ndarray) -> np.ndarray:
+        seen = counts[np.arange(len(context)), context].astype(np.int64)
+        unique, which = np.unique(seen, axis=0, return_inverse=True)
+        out = np.empty((len(unique), k))
+        for row, n in enumerate(unique):
+            before = _log_evidence(tuple(sorted(n.tolist())), task.alpha, task.floor)
+            for j in range(k):
+                after = n.copy()
+                after[j] += 1
+                out[row, j] = math.exp(_log_evidence(tuple(sorted(after.tolist())), task.alpha, task.floor) - before)
+        return out[which.reshape(-1)]
+
+    return _predict_online(task, seq, posterior, 1.0 / k, positions=positions)
 
 
 Blocks = tuple[tuple[int, ...], ...]  # lags grouped in blocks (lag 1: the token just before); a block of several

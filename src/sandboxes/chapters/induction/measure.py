@@ -301,19 +301,68 @@ class StageRun(TypedDict):
     still_descending: int  # runs whose loss or worst weight on the parent was still moving at the end
 
 
+class OptRate(TypedDict):
+    lengths: list[int]  # T: stage_T / 8, / 4, / 2 and stage_T, those of at least RATE_SHORTEST tokens
+    excess: dict[str, list[list[float]]]  # layer 1 ("graph", or "uniform" as a contrast) -> per length: mean and
+    # standard error over fresh held-out sequences of the reduced model's last-token loss at its best scale minus
+    # OPT's, paired
+    scale: dict[str, list[float]]  # layer 1 -> per length: layer 2's best scale
+
+
 class SecondStage(TypedDict):
     eval_steps: list[int]
     eval_loss: list[list[float]]  # seed x evaluation, the trainer's held-out sequences
     loss: dict[str, list[float]]  # per seed on the held-out sequences: "first" (after stage 1), "both" (after 2)
     excess: list[list[float]]  # per seed: mean and standard error over sequences of its loss minus the best
     # reduced model's (layer 1 the graph, layer 2 at its best scale), paired on the same sequences
-    levels: dict[str, float]  # on the held-out sequences: the in-context unigram and the smoothed count estimator
+    over_opt: list[list[float]]  # per seed: the same of its loss minus OPT's (the floored prior's Bayes predictor)
+    best_over_opt: list[float]  # the same of the best reduced model's loss minus OPT's
+    rate: OptRate  # the best reduced model's excess over OPT at stage_T and shorter lengths (no training)
+    levels: dict[str, float]  # on the held-out sequences: the in-context unigram, the smoothed count estimator and
+    # OPT ("opt": the floored prior's posterior predictive, theory.floored_predictive)
     scales: list[float]  # layer 2's scales tried with layer 1 the graph
     scale_loss: list[float]  # their mean losses on the held-out sequences
     scale_error: list[float]  # the standard errors of those means
     first_scale: float  # layer 2's scale through stage 1 (stage_beta)
     match_scale: list[float]  # per seed: layer 2's mean diagonal after stage 2
     still_descending: int
+
+
+RATE_SHORTEST = 8  # the shortest length L - OPT is read at: below it the test token's parent has almost no history
+
+
+def rate_lengths(stage_T: int) -> list[int]:
+    """The lengths at which L - OPT is read against T: stage_T and its halvings down to RATE_SHORTEST, at most four."""
+    return sorted({stage_T // 2**j for j in range(4) if stage_T // 2**j >= RATE_SHORTEST})
+
+
+def best_over_opt(config: dict[str, Any], length: int, purpose: str) -> dict[str, tuple[tuple[float, float], float]]:
+    """Per layer 1 (the graph's adjacency, or uniform attention as a contrast), the reduced model's last-token loss
+    at its best scale minus OPT's on the same fresh held-out sequences of the stages' task at ``length`` tokens:
+    mean, standard error (paired) and the scale."""
+    task = theorem_task({**config, "stage_T": length}, config["stage_graph"])
+    seq, law = task.sequences_and_laws(config["opt_samples"], _generator(config, purpose))
+    opt = last_token_cross_entropy(
+        theory.floored_predictive(task.chain, seq.numpy(), positions=(task.chain.length - 1,)), law
+    )
+    made = {}
+    for first, parents in (("graph", task.chain.parents), ("uniform", ((),) * len(task.chain.parents))):
+        losses = theory.match_scale_losses(parents, seq[:, :-1], law, OUTPUT_FLOOR, theory.MATCH_SCALES)
+        best = int(np.argmin(losses.mean(axis=1)))
+        made[first] = _mean_and_error(losses[best] - opt), float(theory.MATCH_SCALES[best])
+    return made
+
+
+def opt_rate(config: dict[str, Any]) -> OptRate:
+    """Thm (1)'s L - OPT against T where it needs no training: the reduced model at its best scale, with layer 1
+    the graph and, for contrast, uniform, at each length."""
+    lengths = rate_lengths(config["stage_T"])
+    made = [best_over_opt(config, length, f"opt-rate-{length}") for length in lengths]
+    return {
+        "lengths": lengths,
+        "excess": {first: [list(m[first][0]) for m in made] for first in ("graph", "uniform")},
+        "scale": {first: [m[first][1] for m in made] for first in ("graph", "uniform")},
+    }
 
 
 class StagedData(TypedDict):
@@ -486,9 +535,14 @@ def last_token_losses(model: Disentangled, inputs: Tensor, law: np.ndarray) -> n
         return -(law * copy.deepcopy(model).double()(inputs)[:, -1].numpy()).sum(axis=-1)
 
 
+def last_token_cross_entropy(probs: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """Per sequence, the last-token cross-entropy of a predictor's ``(n, length, k)`` predictions against ``law``."""
+    return -(law * np.log(probs[:, -1])).sum(axis=-1)
+
+
 def last_token_loss(probs: np.ndarray, law: np.ndarray) -> float:
     """The mean last-token cross-entropy of a predictor's ``(n, length, k)`` predictions against ``law``."""
-    return float(-(law * np.log(probs[:, -1])).sum(axis=-1).mean())
+    return float(last_token_cross_entropy(probs, law).mean())
 
 
 def second_schedule(config: dict[str, Any]) -> TrainConfig:
@@ -506,6 +560,9 @@ def second_stage(config: dict[str, Any], ctx: RunContext, first: TrainResult) ->
     scale_loss = theory.match_scale_losses(task.chain.parents, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES)
     best = scale_loss[int(np.argmin(scale_loss.mean(axis=1)))]
     both = [last_token_losses(m, inputs, law) for m in run.models]
+    opt = last_token_cross_entropy(
+        theory.floored_predictive(task.chain, array, positions=(task.chain.length - 1,)), law
+    )
     return {
         "eval_steps": run.eval_steps,
         "eval_loss": run.eval_loss,
@@ -514,9 +571,13 @@ def second_stage(config: dict[str, Any], ctx: RunContext, first: TrainResult) ->
             "both": [float(x.mean()) for x in both],
         },
         "excess": [list(_mean_and_error(x - best)) for x in both],
+        "over_opt": [list(_mean_and_error(x - opt)) for x in both],
+        "best_over_opt": list(_mean_and_error(best - opt)),
+        "rate": opt_rate(config),
         "levels": {
             "unigram": last_token_loss(theory.unigram_predictive(task.chain, array), law),
             "smoothed": last_token_loss(theory.bayes_predictive(task.chain, array), law),
+            "opt": float(opt.mean()),
         },
         "scales": [float(x) for x in theory.MATCH_SCALES],
         "scale_loss": scale_loss.mean(axis=1).tolist(),
