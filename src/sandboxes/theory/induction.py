@@ -525,14 +525,19 @@ def match_scale_losses(
     law of the test token's child) of Nichani et al.'s reduced model with layer 1 the graph's adjacency and layer 2
     ``scale * I``, its output read as the law itself, mixed with ``floor`` of the uniform one. The best of them is
     what the two stages converge to where layer 1 finds the graph and layer 2 one scale."""
-    length, k = seq.shape[1], law.shape[1]
+    return np.stack([-(law * match_scale_log_law(parents, seq, law.shape[1], floor, s)).sum(axis=-1) for s in scales])
+
+
+def match_scale_log_law(
+    parents: tuple[tuple[int, ...], ...], seq: Tensor, k: int, floor: float, scale: float
+) -> np.ndarray:
+    """Per sequence, ``(n, k)``: the log of the law the reduced model of :func:`match_scale_losses` at ``scale``
+    predicts for the test token's child."""
+    length = seq.shape[1]
     first = graph_scores(parents, length).double()
-    out = []
-    for scale in scales:
-        model = Disentangled(k, length, scale, output="probability", floor=floor, first=first).double()
-        with torch.no_grad():
-            out.append(-(law * model(seq)[:, -1].numpy()).sum(axis=-1))
-    return np.stack(out)
+    model = Disentangled(k, length, scale, output="probability", floor=floor, first=first).double()
+    with torch.no_grad():
+        return model(seq)[:, -1].numpy()
 
 
 LEMMA_BETA = 1e-6  # layer 2's scale at which autograd's gradient, over the scale, is the first-order one

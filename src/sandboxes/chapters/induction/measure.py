@@ -529,10 +529,15 @@ def second_stage_run(
     )
 
 
+def last_token_log_law(model: Disentangled, inputs: Tensor) -> np.ndarray:
+    """Per sequence, ``(n, k)``: the log of the law ``model`` predicts at the last position, in float64."""
+    with torch.no_grad():
+        return copy.deepcopy(model).double()(inputs)[:, -1].numpy()
+
+
 def last_token_losses(model: Disentangled, inputs: Tensor, law: np.ndarray) -> np.ndarray:
     """Per sequence, the last token's cross-entropy of ``model`` against ``law``, in float64."""
-    with torch.no_grad():
-        return -(law * copy.deepcopy(model).double()(inputs)[:, -1].numpy()).sum(axis=-1)
+    return -(law * last_token_log_law(model, inputs)).sum(axis=-1)
 
 
 def last_token_cross_entropy(probs: np.ndarray, law: np.ndarray) -> np.ndarray:
@@ -624,6 +629,9 @@ class CorollaryData(TypedDict):
     levels: dict[str, float]  # outside: the training prior's Bayes predictor ("prior_bayes", where computed), the
     # smoothed count estimator ("smoothed"), the in-context unigram; and "graph": the graph at that scale
     graph_error: float  # the standard error of the graph's mean loss
+    distance: dict[str, list[list[float]]]  # outside, at the last position: mean and standard error over sequences
+    # of the max-norm distance ‖f - π̃(·|s_T)‖∞ to the law of the test token's child, per seed ("models") and for
+    # the graph at that scale, the smoothed count estimator and the training prior's Bayes predictor (one each)
     scale: float  # layer 2's scale best on the training prior, with layer 1 the graph
     worst_weight: list[float]  # per seed: layer 1's worst weight on a parent after the first stage
     still_descending: int  # seeds whose first stage (loss or worst weight) or second stage was still moving
@@ -648,21 +656,35 @@ def corollary(config: dict[str, Any], ctx: RunContext) -> CorollaryData:
     fit = theory.match_scale_losses(graph, inputs, law, OUTPUT_FLOOR, theory.MATCH_SCALES).mean(axis=1)
     scale = float(theory.MATCH_SCALES[int(np.argmin(fit))])
     inputs, array, law = sample(outside, "corollary-outside")
-    graph_loss = theory.match_scale_losses(graph, inputs, law, OUTPUT_FLOOR, (scale,))[0]
+    graph_log_law = theory.match_scale_log_law(graph, inputs, k, OUTPUT_FLOOR, scale)
+    graph_loss = -(law * graph_log_law).sum(axis=-1)
     losses = [last_token_losses(m, inputs, law) for m in run.models]
+    smoothed = theory.bayes_predictive(outside, array)
     levels = {
         "graph": float(graph_loss.mean()),
-        "smoothed": last_token_loss(theory.bayes_predictive(outside, array), law),
+        "smoothed": last_token_loss(smoothed, law),
         "unigram": last_token_loss(theory.unigram_predictive(outside, array), law),
     }
+
+    def distance(predicted: np.ndarray) -> list[float]:
+        return list(_mean_and_error(np.abs(predicted - law).max(axis=-1)))
+
+    distances = {
+        "models": [distance(np.exp(last_token_log_law(m, inputs))) for m in run.models],
+        "graph": [distance(np.exp(graph_log_law))],
+        "smoothed": [distance(smoothed[:, -1])],
+    }
     if k <= theory.MAX_PERMUTED_STATES:
-        levels["prior_bayes"] = last_token_loss(theory.permutation_predictive(inside, array), law)
+        prior = theory.permutation_predictive(inside, array)
+        levels["prior_bayes"] = last_token_loss(prior, law)
+        distances["prior_bayes"] = [distance(prior[:, -1])]
     parents = parent_positions(inside, T)
     return {
         "loss": [float(x.mean()) for x in losses],
         "excess": [list(_mean_and_error(x - graph_loss)) for x in losses],
         "levels": levels,
         "graph_error": _mean_and_error(graph_loss)[1],
+        "distance": distances,
         "scale": scale,
         "worst_weight": [float(np.nanmin(parent_weight(layer_one(m, T)[None], parents))) for m in first.models],
         "still_descending": int(

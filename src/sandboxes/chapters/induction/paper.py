@@ -154,7 +154,7 @@ def support_vs_paper(run: SupportData) -> list[Row]:
 
 def corollary_vs_paper(run: CorollaryData) -> list[Row]:
     """The corollary beside the two stages trained on noisy permutations and tested on Dirichlet kernels."""
-    levels = run["levels"]
+    levels, distance = run["levels"], run["distance"]
     if "prior_bayes" not in levels:
         return []  # the training prior's Bayes predictor is not computed for so many states
     gap = levels["prior_bayes"] - levels["smoothed"]
@@ -166,7 +166,10 @@ def corollary_vs_paper(run: CorollaryData) -> list[Row]:
             "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
             f"share of the gap from the training prior's Bayes predictor to the count estimator closed "
             f"{_spread(shares)} (the graph at its training scale: "
-            f"{(levels['prior_bayes'] - levels['graph']) / gap:.2f})",
+            f"{(levels['prior_bayes'] - levels['graph']) / gap:.2f}); last-token distance ‖f - π̃‖∞ "
+            f"{_spread([mean for mean, _ in distance['models']])} (the graph {distance['graph'][0][0]:.3f}, the "
+            f"count estimator {distance['smoothed'][0][0]:.3f}, the training prior's Bayes predictor "
+            f"{distance['prior_bayes'][0][0]:.3f})",
         )
     ]
 
