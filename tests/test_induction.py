@@ -53,6 +53,9 @@ from sandboxes.theory.induction import (
     loss_levels,
     match_scale_log_law,
     match_scale_losses,
+    multi_head_order_average,
+    multi_head_order_head,
+    multi_head_order_leakage,
     permutation_predictive,
     predictor_loss,
     sequence_losses,
@@ -318,6 +321,47 @@ def test_the_two_layer_head_writes_the_order_m_count_estimator_within_its_bound(
     assert error < 1e-11
 
 
+@pytest.mark.parametrize("k, m, T", [(2, 2, 9), (3, 2, 7), (2, 3, 10), (3, 1, 7), (2, 4, 9)])
+def test_the_multi_head_construction_writes_the_order_m_count_estimator_within_its_bound(k, m, T):
+    seq = _every_sequence(k, T)
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    for beta in (15.0, 30.0, 60.0):
+        with torch.no_grad():
+            got = multi_head_order_average(multi_head_order_head(k, m, T, beta), torch.from_numpy(seq[:, :-1]))
+        error = np.abs(got.numpy() - want)[seen].max()
+        assert error <= multi_head_order_leakage(T, beta, m) < 1e-2
+    assert error < 1e-11  # at beta = 60 round-off only
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_each_head_of_the_multi_head_construction_attends_to_its_own_parent(m):
+    # the slides' picture: head h of layer 1 puts its weight on the token h + 1 back, at every position that has one
+    k, T, beta = 3, 10, 30.0
+    seq = InContextMarkov.chain(k, 1.0, T, order=m).sequences(8, _gen(5))[:, :-1]
+    with torch.no_grad():
+        _, attention = multi_head_order_head(k, m, T, beta)(seq, return_attention=True)
+    for h in range(m):
+        weights = attention[0][:, h].diagonal(offset=-(h + 1), dim1=-2, dim2=-1)
+        assert (weights > 1 - T * math.exp(-beta)).all()
+
+
+def test_the_multi_head_construction_loses_the_estimator_when_its_heads_read_other_lags():
+    # every head on the token before reads one parent m times; heads on lags 0 to m - 1 read the window ending at
+    # each key, so layer 2 copies the token that ends each earlier copy of the query's window, not the one after it
+    k, m, T = 3, 2, 7
+    seq = _every_sequence(k, T)
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    seen = ~np.isnan(want[..., 0])
+    for lags in ([1, 1], [0, 1]):
+        model = multi_head_order_head(k, m, T, 30.0, lags=lags)
+        with torch.no_grad():
+            got = multi_head_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+        assert np.abs(got - want)[seen].max() > 0.5
+    with pytest.raises(ValueError, match="one lag per head"):
+        multi_head_order_head(k, m, T, 30.0, lags=[1])
+
+
 @pytest.mark.parametrize("k, m", [(2, 1), (3, 1), (2, 2), (3, 2), (4, 2), (2, 3), (3, 3), (2, 4), (3, 4)])
 def test_the_oldest_token_in_the_two_layer_query_never_lets_a_mismatch_win(k, m):
     # layer 2 scores <u, v> - |v|^2 / 2 with u the m + 1 tokens' window (rescaled) and v a key's m tokens before it:
@@ -451,6 +495,19 @@ def _two_layer_order_rows(change: str) -> list:
     seen = ~np.isnan(want[..., 0])
     return judge.higher_order_claims(
         float(np.abs(got - want)[seen].max()), two_layer_order_leakage(T, beta, m), len(seq), m, "two-layer"
+    )[0]
+
+
+def _multi_head_order_rows(change: str) -> list:
+    k, m, T, beta = 2, 2, 7, 30.0
+    seq = _every_sequence(k, T)
+    model = multi_head_order_head(k, m, T, beta, lags=range(m) if change == "heads on lags 0 to m - 1" else None)
+    want = count_predictive(InContextMarkov.chain(k, 1.0, T, order=m), seq)
+    with torch.no_grad():
+        got = multi_head_order_average(model, torch.from_numpy(seq[:, :-1])).numpy()
+    seen = ~np.isnan(want[..., 0])
+    return judge.higher_order_claims(
+        float(np.abs(got - want)[seen].max()), multi_head_order_leakage(T, beta, m), len(seq), m, "multi-head"
     )[0]
 
 
@@ -893,6 +950,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"construction writes the in-context count", "no first layer", _construction_rows),
     (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
     (r"two layers of one head each: the construction writes", "keys read their own window", _two_layer_order_rows),
+    (r"layer 1 one head per parent: the construction writes", "heads on lags 0 to m - 1", _multi_head_order_rows),
     (
         r"key lemma: where the first stage starts",
         "ranked against the chain while the data follow the random graph",
@@ -949,6 +1007,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _construction_rows,
         _higher_order_rows,
         _two_layer_order_rows,
+        _multi_head_order_rows,
         _gradient_rows,
         _stationary_rows,
         _staged_rows,

@@ -965,6 +965,111 @@ def two_layer_order_leakage(T: int, beta: float, m: int) -> float:
     return math.expm1(2 * eta) + 2 * T * math.exp(2 * eta - beta) + beta_2 * 1e-14
 
 
+class MultiHeadOrderSlots(NamedTuple):
+    """Where the multi-head order-``m`` construction keeps each part of the residual stream."""
+
+    token: slice  # the current token, one-hot
+    lags: slice  # layer 1, head h: the token h + 1 back, one-hot (m blocks of k)
+    successors: slice  # layer 2: the average of the tokens whose m predecessors match the last m tokens
+    one: int  # a constant 1, carried by every position
+    position: slice  # the position, one-hot
+
+
+def multi_head_order_slots(k: int, m: int, T: int) -> MultiHeadOrderSlots:
+    """The residual layout of :func:`multi_head_order_head` for ``k`` symbols, order ``m`` and ``T`` positions."""
+    lags = (m + 1) * k
+    return MultiHeadOrderSlots(
+        slice(0, k), slice(k, lags), slice(lags, lags + k), lags + k, slice(lags + k + 1, lags + k + 1 + T)
+    )
+
+
+def multi_head_order_head(k: int, m: int, T: int, beta: float, lags: Sequence[int] | None = None) -> GPT:
+    """A two-layer GPT (float64) whose layer 1 has ``m`` heads, each on a different parent, and whose layer 2 writes
+    the order-``m`` count estimator.
+
+    Head ``h`` of layer 1 attends from each position ``n`` to ``n - lags[h]`` (``lags`` default ``1..m``, the ``m``
+    parents of an order-``m`` chain) with score ``beta`` (0 elsewhere) and copies that token, one-hot, into its own
+    block of ``lags``. One head of layer 2 scores key ``n`` from query ``t`` by ``beta`` times the number of
+    parents that agree: the query's token against the key's first block, and its block ``j`` (the token ``j``
+    back) against the key's block ``j + 1``. A key whose ``m`` predecessors are the query's last ``m`` tokens scores
+    ``m beta``, any other at most ``(m - 1) beta``; the first ``m`` keys, whose blocks are not all filled, lose
+    ``2 beta``. Its value averages the matching keys' tokens into ``successors``. The slides' shape (each head
+    attends to a different parent; Chen et al. 2024); the weights are this chapter's. The heads are as wide as the
+    positions they read (one-hot), so the width grows with ``m`` and ``T``. ``lags`` other than ``1..m`` are what
+    the tests see fail: ``0..m - 1`` lets each key read the window ending at itself, so layer 2 copies the token
+    that ends each earlier copy of the query's window, not the one after it.
+    """
+    lags = tuple(range(1, m + 1)) if lags is None else tuple(lags)
+    if len(lags) != m:
+        raise ValueError(f"one lag per head: {m} heads, got {len(lags)} lags")
+    slots = multi_head_order_slots(k, m, T)
+    width = slots.position.stop
+    head = max(T, m * k + 1, -(-width // m))  # each head reads one-hot positions, layer 2's one reads m k + 1 entries
+    d = m * head
+    config = GPTConfig(
+        vocab_size=k,
+        block_size=T,
+        n_layer=2,
+        n_head=m,
+        d_model=d,
+        tied=False,
+        positional="learned",
+        mlp=False,
+        head_bias=False,
+    )
+    model = zero_gpt(config)
+    root = math.sqrt(head)  # scores are q . k / sqrt(d_head)
+    token, blocks, successors, position = (
+        np.arange(s.start, s.stop) for s in (slots.token, slots.lags, slots.successors, slots.position)
+    )
+    block = blocks.reshape(m, k)
+    with torch.no_grad():
+        model.wte.weight[token, token] = 1.0
+        model.wpe[np.arange(T), position] = 1.0
+        model.wpe[:, slots.one] = 1.0
+        first, second = (block.attn for block in model.blocks)
+        query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        for h, lag in enumerate(lags):
+            rows = h * head + np.arange(T)
+            query[rows[: T - lag], position[lag:]] = beta * root  # from n to n - lag
+            key[rows, position] = 1.0
+            value[h * head + np.arange(k), token] = 1.0
+            first.proj.weight[block[h], h * head + np.arange(k)] = 1.0
+        query, key, value = (second.qkv.weight[part * d : (part + 1) * d] for part in range(3))
+        for j in range(m):  # the query's token j back (its own token at j = 0) against the key's token j + 1 back
+            rows = j * k + np.arange(k)
+            query[rows, token if j == 0 else block[j - 1]] = beta * root
+            key[rows, block[j]] = 1.0
+        query[m * k, slots.one] = -2 * beta * root
+        key[m * k, position[:m]] = 1.0
+        value[np.arange(k), token] = 1.0
+        second.proj.weight[successors, np.arange(k)] = 1.0
+    return model
+
+
+def multi_head_order_average(model: GPT, idx: Tensor) -> Tensor:
+    """The ``successors`` slot of :func:`multi_head_order_head`'s last residual stream, ``(B, T, k)``."""
+    config = model.config
+    slots = multi_head_order_slots(config.vocab_size, config.n_head, config.block_size)
+    return _last_residual(model, idx)[..., slots.successors]
+
+
+def multi_head_order_leakage(T: int, beta: float, m: int) -> float:
+    """How far :func:`multi_head_order_head` may be from the order-``m`` count estimator (max norm).
+
+    Each head of layer 1 leaks ``delta = T e^-beta`` of its mass, which moves its one-hot copy by at most
+    ``2 delta`` (l1). A term ``<q_j, k_j>`` of layer 2's score, two probability vectors, moves by at most
+    ``|dq|_1 + |dk|_1 <= 4 delta`` (``2 delta`` for the query's own token), so the scores move by at most
+    ``eta = 4 m beta delta``. Then, as in :func:`higher_order_leakage`: the matching keys' weights are equal to
+    within ``e^(2 eta) - 1`` and the others, at least ``beta`` lower (an incomplete key ``2 beta``), carry at most
+    ``T e^(2 eta - beta)``, twice that in l1; and ``m beta * 1e-14`` for the float64 round-off of scores as large as
+    ``m beta`` (an allowance, not a derivation)."""
+    eta = 4 * m * beta * T * math.exp(-beta)
+    if 2 * eta > 700:  # far past 1, where the bound says nothing (and exp overflows)
+        return math.inf
+    return math.expm1(2 * eta) + 2 * T * math.exp(2 * eta - beta) + m * beta * 1e-14
+
+
 LEVEL_CHUNK_FLOATS = 2**24  # kernels and counts of one chunk of sequences: at most 128 MiB each in float64
 
 

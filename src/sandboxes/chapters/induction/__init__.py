@@ -4,8 +4,9 @@ Every sequence draws its own transition kernel from a Dirichlet prior, so no fix
 predict it: a model must count transitions in the sequence it reads. Sections: the loss levels a
 model can sit at and the chi-square information that ranks each position's possible parents
 (exact or fixed-seed Monte Carlo); an explicit two-layer induction head equal to the count
-estimator, and an order-m one in three layers of one head each and in two (exact); the first gradient on
-layer 1 (derived and by autograd) and Nichani et al.'s two-stage training of their reduced model;
+estimator, and an order-m one in three layers of one head each, in two, and in two with one head per
+parent in layer 1 (exact); the first gradient on layer 1 (derived and by autograd) and Nichani et
+al.'s two-stage training of their reduced model;
 one- and two-layer transformers trained online (their final loss against the levels, layer 1's
 attention on the causal graph, and kernels of another prior); three and two layers of one head trained
 on a chain of order m (Rajaraman et al.; Ekbote et al.); two layers trained on a prior of
@@ -34,6 +35,7 @@ from .judge import (
     higher_order_rows,
     levels_rows,
     memories_rows,
+    multi_head_order_rows,
     order_training_rows,
     separate_rows,
     staged_rows,
@@ -50,6 +52,7 @@ from .measure import (
     higher_order,
     levels,
     memories,
+    multi_head_order,
     order_training,
     separate,
     staged,
@@ -387,6 +390,13 @@ CHAPTER = Chapter(
             two_layer_order,
             rows=two_layer_order_rows,
             figures=("two_layer_order",),
+        ),
+        Section(
+            "multi_head_order",
+            "Order m in two layers, one head per parent",
+            multi_head_order,
+            rows=multi_head_order_rows,
+            figures=("multi_head_order",),
         ),
         Section(
             "gradient",

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         HigherOrderData,
         LevelsData,
         MemoriesData,
+        MultiHeadOrderData,
         OrderTrainingData,
         SecondStage,
         SeparateData,
@@ -180,6 +181,17 @@ def two_layer_order(data: TwoLayerOrderData) -> Figure:
     m = data["order"]
     return _attention_panels(
         data, (f"layer 1: the last {m + 1} tokens, weighted", f"layer 2: earlier matches of {m} tokens")
+    )
+
+
+def multi_head_order(data: MultiHeadOrderData) -> Figure:
+    """The multi-head order-m construction's attention patterns on one sequence: each head of layer 1 on its own
+    parent; layer 2 on the positions whose m tokens before match the last m."""
+    m = data["order"]
+    titles = [f"layer 1, head {h + 1}: the token {h + 1} back" for h in range(m)]
+    return _attention_panels(
+        {**data, "attention": [*data["heads"], data["attention"][1]]},
+        (*titles, f"layer 2: earlier matches of {m} tokens"),
     )
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         HigherOrderData,
         LevelsData,
         MemoriesData,
+        MultiHeadOrderData,
         OrderTrainingData,
         SecondStage,
         SeparateData,
@@ -97,19 +98,26 @@ def higher_order_claims(
             f"no row for the {shape} order-{order} construction: at this beta its leakage bound is {bound:.3g}, "
             f"which two probability vectors never exceed; raise beta",
         )
-    named = {
-        "three-layer": "the three-layer construction writes",
-        "two-layer": "order m in two layers of one head each: the construction writes",
+    named, leakage, layers = {
+        "three-layer": ("the three-layer construction writes", "higher_order_leakage", "three layers"),
+        "two-layer": (
+            "order m in two layers of one head each: the construction writes",
+            "two_layer_order_leakage",
+            "two layers",
+        ),
+        "multi-head": (
+            "order m in two layers, layer 1 one head per parent: the construction writes",
+            "multi_head_order_leakage",
+            "two layers and their heads",
+        ),
     }[shape]
-    leakage = {"three-layer": "higher_order_leakage", "two-layer": "two_layer_order_leakage"}[shape]
     return [
         Claim.at_most(
             f"{named} the in-context order-{order} count estimator (max error over all {sequences} sequences, "
             f"positions whose last {order} tokens were seen before)",
             bound,
             max_error,
-            f"softmax leakage of the {shape.split('-')[0]} layers, derived ({leakage}), plus an allowance for "
-            "float64 round-off",
+            f"softmax leakage of the {layers}, derived ({leakage}), plus an allowance for float64 round-off",
             digits=3,
         )
     ], ()
@@ -133,6 +141,11 @@ def higher_order_rows(config: dict[str, Any], data: HigherOrderData) -> tuple[li
 def two_layer_order_rows(config: dict[str, Any], data: TwoLayerOrderData) -> tuple[list[Claim], tuple[str, ...]]:
     """The two-layer construction's row, or its silence where the bound is vacuous."""
     return higher_order_claims(data["max_error"], data["bound"], data["sequences"], data["order"], "two-layer")
+
+
+def multi_head_order_rows(config: dict[str, Any], data: MultiHeadOrderData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The multi-head construction's row, or its silence where the bound is vacuous."""
+    return higher_order_claims(data["max_error"], data["bound"], data["sequences"], data["order"], "multi-head")
 
 
 def significance(comparisons: int) -> float:

@@ -158,6 +158,12 @@ class TwoLayerOrderData(TypedDict):
     attention: list[list[list[float]]]  # the construction's attention patterns on it (layer x T x T)
 
 
+class MultiHeadOrderData(TwoLayerOrderData):
+    """The multi-head construction's check, and each head of its layer 1 on the example."""
+
+    heads: list[list[list[float]]]  # layer 1's attention on the example, one table per head
+
+
 class HigherOrderData(TwoLayerOrderData):
     """The three-layer construction's check, and the loss levels of an order-m chain."""
 
@@ -229,6 +235,18 @@ def two_layer_order(config: dict[str, Any], ctx: RunContext) -> TwoLayerOrderDat
     return check_order_construction(
         config, theory.two_layer_order_head, theory.two_layer_order_average, theory.two_layer_order_leakage
     )
+
+
+def multi_head_order(config: dict[str, Any], ctx: RunContext) -> MultiHeadOrderData:
+    """The order-m induction head in two layers with one head per parent in layer 1, against the order-m count
+    estimator on every sequence of the chosen size; and what each head of layer 1 reads on the example."""
+    checked = check_order_construction(
+        config, theory.multi_head_order_head, theory.multi_head_order_average, theory.multi_head_order_leakage
+    )
+    model = theory.multi_head_order_head(config["construct_k"], config["order"], config["construct_T"], config["beta"])
+    with torch.no_grad():
+        _, attention = model(torch.tensor([checked["example"]]), return_attention=True)
+    return {**checked, "heads": [head.numpy().tolist() for head in attention[0][0]]}  # type: ignore[index]
 
 
 # ---------------------------------------------------------------- the first gradient
