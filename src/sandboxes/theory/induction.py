@@ -994,14 +994,16 @@ def multi_head_order_head(k: int, m: int, T: int, beta: float, lags: Sequence[in
     back) against the key's block ``j + 1``. A key whose ``m`` predecessors are the query's last ``m`` tokens scores
     ``m beta``, any other at most ``(m - 1) beta``; the first ``m`` keys, whose blocks are not all filled, lose
     ``2 beta``. Its value averages the matching keys' tokens into ``successors``. The slides' shape (each head
-    attends to a different parent; Chen et al. 2024); the weights are this chapter's. The heads are as wide as the
-    positions they read (one-hot), so the width grows with ``m`` and ``T``. ``lags`` other than ``1..m`` are what
-    the tests see fail: ``0..m - 1`` lets each key read the window ending at itself, so layer 2 copies the token
-    that ends each earlier copy of the query's window, not the one after it.
+    attends to a different parent; their construction slide names no source); the weights are this chapter's.
+    The heads are as wide as the positions they read (one-hot), so the width grows with ``m`` and ``T``. ``lags``
+    other than ``1..m`` are what the tests see fail: with ``0..m - 1`` the query's blocks and the keys' shift
+    together, layer 2 compares each key's own token with the query's, and copies mostly the current token.
     """
     lags = tuple(range(1, m + 1)) if lags is None else tuple(lags)
     if len(lags) != m:
         raise ValueError(f"one lag per head: {m} heads, got {len(lags)} lags")
+    if not all(0 <= lag < T for lag in lags):
+        raise ValueError(f"a head's lag lies in 0..T - 1 = {T - 1}, got {lags}")
     slots = multi_head_order_slots(k, m, T)
     width = slots.position.stop
     head = max(T, m * k + 1, -(-width // m))  # each head reads one-hot positions, layer 2's one reads m k + 1 entries
