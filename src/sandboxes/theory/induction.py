@@ -443,6 +443,38 @@ def carried_weight(weights: np.ndarray | list, parents: list[int]) -> np.ndarray
     return np.asarray(weights, dtype=float)[:, [t - 1 for t in judged_positions(parents)]].max(axis=0)
 
 
+def _one_hot_gpt(
+    k: int,
+    T: int,
+    slots: InductionSlots | HigherOrderSlots | TwoLayerOrderSlots | MultiHeadOrderSlots,
+    n_layer: int,
+    d_model: int,
+    n_head: int = 1,
+    d_mlp: int | None = None,
+) -> GPT:
+    """The blank every construction here is written into: a zero float64 GPT (untied, no output bias, learned
+    positions, an MLP only where ``d_mlp`` is given) whose embeddings already write each token one-hot into
+    ``slots.token``, each position one-hot into ``slots.position`` and a constant 1 into ``slots.one``."""
+    config = GPTConfig(
+        vocab_size=k,
+        block_size=T,
+        n_layer=n_layer,
+        n_head=n_head,
+        d_model=d_model,
+        d_mlp=d_mlp,
+        tied=False,
+        positional="learned",
+        mlp=d_mlp is not None,
+        head_bias=False,
+    )
+    model = zero_gpt(config)
+    with torch.no_grad():
+        model.wte.weight[np.arange(k), np.arange(slots.token.start, slots.token.stop)] = 1.0
+        model.wpe[np.arange(T), np.arange(slots.position.start, slots.position.stop)] = 1.0
+        model.wpe[:, slots.one] = 1.0
+    return model
+
+
 def induction_head(k: int, T: int, beta: float) -> GPT:
     """A two-layer attention-only GPT (float64) whose second layer writes the in-context count estimator.
 
@@ -454,25 +486,11 @@ def induction_head(k: int, T: int, beta: float) -> GPT:
     """
     slots = induction_slots(k, T)
     d = slots.position.stop
-    config = GPTConfig(
-        vocab_size=k,
-        block_size=T,
-        n_layer=2,
-        n_head=1,
-        d_model=d,
-        tied=False,
-        positional="learned",
-        mlp=False,
-        head_bias=False,
-    )
-    model = zero_gpt(config)
+    model = _one_hot_gpt(k, T, slots, n_layer=2, d_model=d)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
     token, previous, successors = (np.arange(s.start, s.stop) for s in (slots.token, slots.previous, slots.successors))
     position = np.arange(slots.position.start, slots.position.stop)
     with torch.no_grad():
-        model.wte.weight[token, token] = 1.0
-        model.wpe[np.arange(T), position] = 1.0
-        model.wpe[:, slots.one] = 1.0
         first, second = (block.attn for block in model.blocks)
         query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         query[position[:-1], position[1:]] = beta * root  # from position t to t - 1
@@ -797,29 +815,13 @@ def higher_order_head(
     w = window_weights(m) if weights is None else np.asarray(weights, dtype=float)
     slots = higher_order_slots(k, T)
     d = slots.position.stop
-    knots = _half_square_knots(w)[0]
-    config = GPTConfig(
-        vocab_size=k,
-        block_size=T,
-        n_layer=3,
-        n_head=1,
-        d_model=d,
-        d_mlp=k * len(knots),
-        tied=False,
-        positional="learned",
-        mlp=True,
-        head_bias=False,
-    )
-    model = zero_gpt(config)
+    model = _one_hot_gpt(k, T, slots, n_layer=3, d_model=d, d_mlp=k * len(_half_square_knots(w)[0]))
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
     token, recent, before, position = (
         np.arange(s.start, s.stop) for s in (slots.token, slots.recent, slots.before, slots.position)
     )
     beta_3 = beta / window_gap(w)
     with torch.no_grad():
-        model.wte.weight[token, token] = 1.0
-        model.wpe[np.arange(T), position] = 1.0
-        model.wpe[:, slots.one] = 1.0
         first, second, third = (block.attn for block in model.blocks)
         query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         for lag in range(min(m, T)):
@@ -899,28 +901,15 @@ def two_layer_order_head(k: int, m: int, T: int, beta: float, squares: bool = Tr
     scale = summary_scale(m)
     slots = two_layer_order_slots(k, T)
     d = slots.position.stop
-    config = GPTConfig(
-        vocab_size=k,
-        block_size=T,
-        n_layer=2,
-        n_head=1,
-        d_model=d,
-        d_mlp=k * len(_half_square_knots(w if before else scale / 2 * big)[0]),
-        tied=False,
-        positional="learned",
-        mlp=True,
-        head_bias=False,
+    model = _one_hot_gpt(
+        k, T, slots, n_layer=2, d_model=d, d_mlp=k * len(_half_square_knots(w if before else scale / 2 * big)[0])
     )
-    model = zero_gpt(config)
     root = math.sqrt(d)  # scores are q . k / sqrt(d_head)
     token, window, position = (np.arange(s.start, s.stop) for s in (slots.token, slots.window, slots.position))
     beta_2 = 2 * beta / window_gap(w)
     # each key's summary: v_n = c (U_n - W_0 e_{s_n}) or, with before=False, u_n = (c / 2) U_n
     keys = [{int(u): scale, int(e): -scale * big[0]} if before else {int(u): scale / 2} for u, e in zip(window, token)]
     with torch.no_grad():
-        model.wte.weight[token, token] = 1.0
-        model.wpe[np.arange(T), position] = 1.0
-        model.wpe[:, slots.one] = 1.0
         first, second = (block.attn for block in model.blocks)
         query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         for lag in range(min(m + 1, T)):
@@ -1008,27 +997,13 @@ def multi_head_order_head(k: int, m: int, T: int, beta: float, lags: Sequence[in
     width = slots.position.stop
     head = max(T, m * k + 1, -(-width // m))  # each head reads one-hot positions, layer 2's one reads m k + 1 entries
     d = m * head
-    config = GPTConfig(
-        vocab_size=k,
-        block_size=T,
-        n_layer=2,
-        n_head=m,
-        d_model=d,
-        tied=False,
-        positional="learned",
-        mlp=False,
-        head_bias=False,
-    )
-    model = zero_gpt(config)
+    model = _one_hot_gpt(k, T, slots, n_layer=2, d_model=d, n_head=m)
     root = math.sqrt(head)  # scores are q . k / sqrt(d_head)
     token, blocks, successors, position = (
         np.arange(s.start, s.stop) for s in (slots.token, slots.lags, slots.successors, slots.position)
     )
     block = blocks.reshape(m, k)
     with torch.no_grad():
-        model.wte.weight[token, token] = 1.0
-        model.wpe[np.arange(T), position] = 1.0
-        model.wpe[:, slots.one] = 1.0
         first, second = (block.attn for block in model.blocks)
         query, key, value = (first.qkv.weight[part * d : (part + 1) * d] for part in range(3))
         for h, lag in enumerate(lags):
