@@ -23,7 +23,7 @@ from sandboxes.data.incontext import (
 )
 from sandboxes.data.trigger import TriggerTask, stationary
 from sandboxes.losses import IGNORE_INDEX
-from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig
+from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig, WindowHeads
 from sandboxes.profiles import resolve
 from sandboxes.theory.induction import (
     FORMED,
@@ -820,6 +820,31 @@ def _order_training_rows(change: str) -> list:
     return judge.order_training_rows({}, _order_data(change))[0]
 
 
+def _parent_heads_data(change: str, descending: bool = False) -> dict:
+    """Two heads of layer 1 on the order-2 chain's two parents (score 5 on lags 1 and 2), or, the change, the same
+    heads untrained (the model's own starting scores) or both on the token before."""
+    torch.manual_seed(0)
+    start = WindowHeads(3, 2, 4).lags.detach().double()
+    scores = torch.zeros(2, 4, dtype=torch.float64)
+    scores[0, 1] = scores[1, 2] = 5.0
+    if change == "heads untrained":
+        scores = start
+    elif change == "both heads on the token before":
+        scores[1] = scores[0]
+    return {
+        "order": 2,
+        "heads": 2,
+        "window": 4,
+        "lag_weight": [torch.softmax(scores, -1).tolist()],
+        "lag_weight_start": [torch.softmax(start, -1).tolist()],
+        "still_descending": [descending],
+    }
+
+
+def _parent_heads_rows(change: str) -> list:
+    return judge.parent_heads_rows({}, _parent_heads_data(change))[0]
+
+
 def _corollary(change: str, still_descending: int = 0) -> dict:
     """The corollary's data for the graph at scale 3 on kernels outside the noisy permutations, or (the change) for
     the training prior's own Bayes predictor."""
@@ -984,6 +1009,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"stages \(Edelman", STRAIGHT, _training_rows),
     (r"order m, three layers of one head", "three layers window read unordered", _order_training_rows),
     (r"order m, two layers of one head", "two layers untrained", _order_training_rows),
+    (r"relative-position heads in layer 1", "heads untrained", _parent_heads_rows),
     (
         r"noisy permutations only.*share of the gap from the training prior's Bayes predictor to the smoothed",
         "a model that only fit the noisy permutations",
@@ -1018,6 +1044,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _staged_rows,
         _training_rows,
         _order_training_rows,
+        _parent_heads_rows,
         _corollary_rows,
         _trigger_rows,
         _memories_rows,
@@ -1534,3 +1561,39 @@ def test_the_graph_leaves_less_over_opt_than_uniform_attention_and_the_paper_row
     assert uniform - graph > 3 * math.hypot(graph_se, uniform_se)
     second = tiny_result("induction")["data"]["staged"]["second"]
     assert "L - OPT" in paper.second_stage_row(second)[2] and second["levels"]["opt"] > 0
+
+
+# ---------------------------------------------------------------- several parents, one head each
+def test_window_heads_attend_within_their_window_and_copy_the_token_there():
+    model = WindowHeads(3, 2, 4)
+    first = model.first_attention(10)
+    assert torch.allclose(first.sum(-1), torch.ones(2, 10))
+    back = torch.arange(10)[:, None] - torch.arange(10)[None, :]
+    assert (first[:, (back < 0) | (back >= 4)] == 0).all()
+    with torch.no_grad():
+        model.lags.copy_(torch.tensor([[0.0, 60.0, 0.0, 0.0], [0.0, 0.0, 60.0, 0.0]]))
+    assert torch.allclose(model.first_attention(10)[1, 5, 3], torch.tensor(1.0))
+    idx = torch.randint(0, 3, (4, 10), generator=torch.Generator().manual_seed(1))
+    logits, (layer1, layer2) = model(idx, return_attention=True)
+    assert logits.shape == (4, 10, 3) and layer1.shape == (4, 2, 10, 10) and layer2.shape == (4, 1, 10, 10)
+    # layer 2 starts uniform: the logits are the in-context unigram of the tokens so far
+    counts = torch.cumsum(torch.nn.functional.one_hot(idx, 3).float(), 1) / torch.arange(1, 11)[:, None]
+    assert torch.allclose(logits, counts, atol=1e-6)
+
+
+@pytest.mark.parametrize("change", ["heads untrained", "both heads on the token before"])
+def test_the_parent_heads_row_fails_unless_each_parent_has_its_head(change):
+    assert_fails_in_its_counterfactual(_parent_heads_rows(change), "relative-position heads", change)
+
+
+def test_the_parent_heads_row_is_undecided_while_a_missing_seed_descends_and_silent_with_too_few_heads():
+    (claim,) = judge.parent_heads_rows({}, _parent_heads_data("heads untrained", descending=True))[0]
+    assert claim.holds is None and "--set heads_steps=" in claim.reason
+    claims, silences = judge.parent_heads_rows({}, {**_parent_heads_data("nothing"), "heads": 1})
+    assert claims == [] and "heads >= order" in silences[0]
+
+
+def test_the_parent_heads_window_must_reach_the_parents():
+    config = resolve(chapter.PARAMS, "quick", {"heads_window": 2})
+    with pytest.raises(ValueError, match="heads_window > order"):
+        chapter.CHAPTER.check(config, 3)

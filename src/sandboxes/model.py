@@ -372,6 +372,50 @@ class AssociativeMemories(nn.Module):
         return logits, [w[:, None] for w in weights]
 
 
+class WindowHeads(nn.Module):
+    """A two-layer disentangled transformer whose first layer has ``n_head`` heads of relative positional scores.
+
+    Head ``h`` attends from ``t`` to ``t - j`` for ``j < window`` with a score ``lags[h, j]`` that depends on the
+    distance alone (Chen et al.'s relative positional embedding) and copies the one-hot token there; the residual
+    stream at ``t`` is its own token beside every head's copy, concatenated (disentangled, ``(n_head + 1) k``
+    wide). Layer 2 attends causally with the bilinear score ``x_i^T match x_t`` over those streams, averages the
+    one-hot tokens it attends to, and ``scale`` times that average is the logits. ``lags`` starts at small random
+    values (the heads must differ to part), ``match`` at zero (layer 2 uniform), ``scale`` at one.
+    """
+
+    def __init__(self, vocab_size: int, n_head: int, window: int, init: float = 0.1) -> None:
+        super().__init__()
+        if n_head < 1 or window < 1:
+            raise ValueError(f"heads and window are at least 1, got {n_head} and {window}")
+        self.vocab_size, self.window = vocab_size, window
+        width = (n_head + 1) * vocab_size
+        self.lags = nn.Parameter(init * torch.randn(n_head, window))
+        self.match = nn.Parameter(torch.zeros(width, width))
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def first_attention(self, length: int) -> Tensor:
+        """Layer 1's weights ``(n_head, length, length)``: positional, so the same for every input."""
+        back = torch.arange(length, device=self.lags.device)
+        back = back[:, None] - back[None, :]
+        scores = self.lags[:, back.clamp(0, self.window - 1)]
+        return torch.softmax(scores.masked_fill((back < 0) | (back >= self.window), -math.inf), dim=-1)
+
+    def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits ``(B, T, vocab)``; with ``return_attention`` also layer 1's ``(B, n_head, T, T)`` and layer 2's."""
+        length = idx.shape[-1]
+        tokens = (idx[..., None] == torch.arange(self.vocab_size, device=idx.device)).to(self.lags.dtype)
+        first = self.first_attention(length)
+        copies = torch.einsum("htj,...jk->...thk", first, tokens)  # (B, T, heads, vocab)
+        stream = torch.cat([tokens[..., None, :], copies], dim=-2).flatten(-2)
+        causal = torch.ones(length, length, dtype=torch.bool, device=idx.device).tril()
+        scores = (stream @ self.match @ stream.transpose(-1, -2)).masked_fill(~causal, -math.inf)
+        second = torch.softmax(scores, dim=-1)
+        logits = self.scale * (second @ tokens)
+        if not return_attention:
+            return logits
+        return logits, [first.expand(idx.shape[0], *first.shape), second[:, None]]
+
+
 class LinearAttentionRecall(nn.Module):
     """Nichani, Lee and Bietti's one-layer model of factual recall: one-hot tokens, one linear-attention head read at
     the last position, no normalisation and no MLP.

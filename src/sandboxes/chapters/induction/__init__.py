@@ -9,8 +9,9 @@ parent in layer 1 (exact); the first gradient on layer 1 (derived and by autogra
 al.'s two-stage training of their reduced model;
 one- and two-layer transformers trained online (their final loss against the levels, layer 1's
 attention on the causal graph, and kernels of another prior); three and two layers of one head trained
-on a chain of order m (Rajaraman et al.; Ekbote et al.); two layers trained on a prior of
-restricted support and tested outside it, and the two stages on the same prior (the corollary);
+on a chain of order m (Rajaraman et al.; Ekbote et al.), and two layers with a relative-position head
+per parent (Chen et al.); two layers trained on a prior of restricted support and tested outside it,
+and the two stages on the same prior (the corollary);
 Bietti et al.'s trigger task, and their simplified model in which only three associative memories
 train.
 
@@ -37,6 +38,7 @@ from .judge import (
     memories_rows,
     multi_head_order_rows,
     order_training_rows,
+    parent_heads_rows,
     separate_rows,
     staged_rows,
     stationary_rows,
@@ -54,6 +56,7 @@ from .measure import (
     memories,
     multi_head_order,
     order_training,
+    parent_heads,
     separate,
     staged,
     stationary,
@@ -66,6 +69,7 @@ from .paper import (
     corollary_vs_paper,
     memories_vs_paper,
     order_training_vs_paper,
+    parent_heads_vs_paper,
     separate_vs_paper,
     staged_vs_paper,
     support_vs_paper,
@@ -116,6 +120,10 @@ PARAMS = (
     ),
     Param("order_lr", float, 1e-2, 1e-2, "AdamW learning rate of that training", positive),
     Param("order_layer_norm", bool, False, False, "layer norm before each attention and MLP of those models", FLAG),
+    Param("heads", int, 2, 4, "relative-position heads in layer 1 of the parent-heads models", in_range(1, 8)),
+    Param("heads_window", int, 5, 8, "tokens back a parent head can look (its relative positions)", in_range(2, 32)),
+    Param("heads_steps", int, 1000, 3000, "training steps of the parent-heads models", at_least(1)),
+    Param("heads_lr", float, 5e-2, 5e-2, "AdamW learning rate of that training", positive),
     Param(
         "grad_samples", int, 16000, 64000, "sequences of the first gradient where the first stage starts", at_least(2)
     ),
@@ -262,6 +270,7 @@ PARAMS = with_reference(
         "order_T": 64,
         "order_d": 32,
         "order_steps": 8000,
+        "heads_steps": 3000,
     },
 )
 
@@ -288,6 +297,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         raise ValueError(
             f"an order-{config['order']} context is seen twice only in sequences longer than the "
             f"order: construct_T > order, got construct_T = {config['construct_T']}"
+        )
+    if config["heads_window"] <= config["order"]:
+        raise ValueError(
+            f"a parent head reaches the order-{config['order']} chain's parents only with heads_window > order, got "
+            f"heads_window = {config['heads_window']}"
         )
     if config["order"] >= config["order_T"]:
         raise ValueError(
@@ -330,6 +344,7 @@ UNIT_SCALE = {
     "order_T": 8,
     "order_d": 8,
     "order_steps": 3,
+    "heads_steps": 3,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -355,6 +370,7 @@ FULL_SHRUNK = {
     "order_T": 16,
     "order_d": 16,
     "order_steps": 2,
+    "heads_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -443,6 +459,16 @@ CHAPTER = Chapter(
             figures=("order_training", "order_attention"),
             reference=True,
             paper=order_training_vs_paper,
+        ),
+        Section(
+            "parent_heads",
+            "Several parents, one head each, trained",
+            parent_heads,
+            trains=True,
+            rows=parent_heads_rows,
+            figures=("parent_heads",),
+            reference=True,
+            paper=parent_heads_vs_paper,
         ),
         Section(
             "support",

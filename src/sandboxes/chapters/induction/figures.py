@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         MemoriesData,
         MultiHeadOrderData,
         OrderTrainingData,
+        ParentHeadsData,
         SecondStage,
         SeparateData,
         StagedData,
@@ -319,6 +320,32 @@ def order_attention(data: OrderTrainingData) -> Figure:
         ax.set(xlabel="how far back (tokens)", title=label, xticks=x)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("layer 1's mean weight")
+    fig.tight_layout()
+    return fig
+
+
+def parent_heads(data: ParentHeadsData) -> Figure:
+    """Each head of layer 1 by how far back it looks, trained and untrained: in every seed the heads are ordered by
+    the lag of their largest trained weight, so that a panel holds the seeds' heads that look alike; the parents
+    (1 to m back) are shaded."""
+    trained = np.asarray(data["lag_weight"], dtype=float)  # seeds x heads x window
+    start = np.asarray(data["lag_weight_start"], dtype=float)
+    order = np.argsort(trained.argmax(axis=-1), axis=-1, kind="stable")
+    trained, start = (np.take_along_axis(w, order[..., None], axis=1) for w in (trained, start))
+    heads, window = trained.shape[1:]
+    fig, axes = plt.subplots(1, heads, figsize=(3.4 * heads, 3.2), sharey=True, squeeze=False)
+    x = np.arange(window)
+    for head, ax in enumerate(axes[0]):
+        ax.axvspan(0.5, data["order"] + 0.5, color=COLORS["theory"], alpha=0.08, label="the parents")
+        ax.bar(x, trained[:, head].mean(axis=0), color=COLORS["untied"], alpha=0.6, label="trained, mean of seeds")
+        for seed in trained[:, head]:
+            ax.plot(x, seed, "o", color=COLORS["untied"], markersize=3)
+        for seed in start[:, head]:
+            ax.plot(x, seed, "_", color=COLORS["theory"], markersize=10)
+        ax.plot([], [], "_", color=COLORS["theory"], markersize=10, label="untrained")
+        ax.set(xlabel="how far back (tokens)", title=f"head {head + 1}", xticks=x, ylim=(0, 1.02))
+    axes[0][0].set_ylabel("layer 1's weight")
+    axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         MemoriesData,
         MultiHeadOrderData,
         OrderTrainingData,
+        ParentHeadsData,
         SecondStage,
         SeparateData,
         StagedData,
@@ -859,6 +860,44 @@ def order_training_claims(data: OrderTrainingData) -> list[Claim]:
             ).eventually(moving == 0, unsettled)
         )
     return claims
+
+
+def parents_held(lag_weight: list[list[float]], order: int) -> bool:
+    """Whether every parent of the order-``order`` chain (1 to ``order`` tokens back) is where some head of layer 1
+    puts its largest weight; a head has one largest weight, so ``order`` parents held are held by as many heads."""
+    return set(range(1, order + 1)) <= {int(np.argmax(head)) for head in lag_weight}
+
+
+def parent_heads_rows(config: dict[str, Any], data: ParentHeadsData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The parent heads' row, or why none is made: with fewer heads than parents no assignment of one head to each
+    parent exists, and the claim is about heads enough for the parents."""
+    if data["heads"] < data["order"]:
+        return [], (
+            f"parent heads: a head per parent needs heads >= order, here {data['heads']} for {data['order']} parents, "
+            "so no row is made",
+        )
+    return [parent_heads_claim(data)], ()
+
+
+def parent_heads_claim(data: ParentHeadsData, weights: str = "lag_weight") -> Claim:
+    """Every seed holds each parent with a different head of layer 1 (``weights``: the trained heads, or
+    ``lag_weight_start``, the same heads untrained); undecided where a seed that did not was still descending."""
+    order, heads = data["order"], data["heads"]
+    parents = "the parent (1 token back)" if order == 1 else f"each parent (1 to {order} tokens back)"
+    held = [parents_held(seed, order) for seed in data[weights]]
+    moving = sum(not ok and descending for ok, descending in zip(held, data["still_descending"]))
+    _, unsettled = budget_ran_out(moving, "runs with a parent not held were still descending", "heads_steps")
+    return Claim.at_least(
+        f"{heads} relative-position heads in layer 1, order-{order} chain, every seed: {parents} is where a "
+        f"different head puts its largest weight (seeds)",
+        len(held),
+        sum(held),
+        f"reported (Chen et al. 2024, in the tutorial's slides): trained on a chain with several parents, each head "
+        f"of layer 1 attends to a different parent, and in the limit of their gradient flow copies it. A head's "
+        f"largest weight falls on one lag, so {order} parents held take {order} heads; each head's weight by lag is "
+        f"in the table beside the paper's",
+        digits=3,
+    ).eventually(moving == 0, unsettled)
 
 
 def separate_rows(config: dict[str, Any], data: SeparateData) -> tuple[list[Claim], tuple[str, ...]]:

@@ -28,8 +28,8 @@ from ...data.incontext import (
     with_test_token,
 )
 from ...data.trigger import TriggerTask
-from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig
-from ...runtime import member_seed
+from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig, WindowHeads
+from ...runtime import member_seed, seed_everything
 from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
@@ -984,6 +984,57 @@ def order_training(config: dict[str, Any], ctx: RunContext) -> OrderTrainingData
             kind: [lag_profile(layer_one_attention(m.cpu(), seq)[0], order + 2) for m in run.models]
             for kind, run in runs.items()
         },
+    }
+
+
+class ParentHeadsData(TypedDict):
+    order: int
+    heads: int
+    window: int
+    eval_steps: list[int]
+    eval_loss: list[list[float]]  # seeds x evaluations (the trainer's small held-out set)
+    levels: dict[str, float]  # as OrderTrainingData's, on this section's own held-out sequences
+    lesser: str
+    loss: list[float]  # per seed, held out
+    gap_closed: list[float]  # per seed: (lesser - model) / (lesser - bayes)
+    lag_weight: list[list[list[float]]]  # seeds x heads x window: layer 1's weight j tokens back, j < window
+    lag_weight_start: list[list[list[float]]]  # the same at initialisation (the untrained models)
+    still_descending: list[bool]
+
+
+def parent_heads(config: dict[str, Any], ctx: RunContext) -> ParentHeadsData:
+    """Two layers with several relative-position heads in layer 1 (:class:`WindowHeads`) trained online on the
+    order-m chain: how much of each head's weight sits on each of the last ``heads_window`` tokens, trained and
+    untrained, and the held-out loss against the order-m level and the best lesser estimator's."""
+    task = InContextMarkov.chain(config["k"], config["alpha"], config["order_T"], order=config["order"])
+    heads, window = config["heads"], config["heads_window"]
+
+    def make() -> WindowHeads:
+        return WindowHeads(config["k"], heads, window)
+
+    starts = []
+    for seed in ctx.seeds:
+        seed_everything(seed)  # as the trainer seeds each member before it builds it
+        starts.append(torch.softmax(make().lags.detach().double(), -1).tolist())
+    run = train(make, task, _schedule(config, "heads_steps", "heads_lr"), ctx.seeds, ctx.device, progress=ctx.progress)
+    draw, n, chunk = _generator(config, "parent heads held-out"), config["eval_size"], theory.level_chunk(task)
+    seq = torch.cat([task.sequences(min(chunk, n - start), draw) for start in range(0, n, chunk)])
+    levels, _, lesser, _ = order_levels_on(task, seq.numpy())
+    loss = [float(_loss_per_sequence(m.cpu(), seq).mean()) for m in run.models]
+    gap = levels[lesser] - levels["bayes"]
+    return {
+        "order": config["order"],
+        "heads": heads,
+        "window": window,
+        "eval_steps": run.eval_steps.tolist(),
+        "eval_loss": run.eval_loss.tolist(),
+        "levels": levels,
+        "lesser": lesser,
+        "loss": loss,
+        "gap_closed": [(levels[lesser] - x) / gap if gap else math.nan for x in loss],
+        "lag_weight": [torch.softmax(m.lags.detach().cpu().double(), -1).tolist() for m in run.models],
+        "lag_weight_start": starts,
+        "still_descending": still_descending(run, LOSS_NOISE).tolist(),
     }
 
 
