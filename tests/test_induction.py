@@ -820,29 +820,35 @@ def _order_training_rows(change: str) -> list:
     return judge.order_training_rows({}, _order_data(change))[0]
 
 
-def _parent_heads_data(change: str, descending: bool = False) -> dict:
-    """Two heads of layer 1 on the order-2 chain's two parents (score 5 on lags 1 and 2), or, the change, the same
-    heads untrained (the model's own starting scores) or both on the token before."""
+def _parent_heads_seed(change: str) -> list[list[float]]:
+    """One seed's two heads of layer 1 on the order-2 chain's two parents (score 5 on lags 1 and 2), or, the change,
+    the same heads untrained (the model's own starting scores), both on the token before, or each half on a parent."""
     torch.manual_seed(0)
-    start = WindowHeads(3, 2, 4).lags.detach().double()
     scores = torch.zeros(2, 4, dtype=torch.float64)
     scores[0, 1] = scores[1, 2] = 5.0
     if change == "heads untrained":
-        scores = start
+        scores = WindowHeads(3, 2, 4).lags.detach().double()
     elif change == "both heads on the token before":
         scores[1] = scores[0]
+    elif change == "the second head split between lags 1 and 2":
+        scores[1, 1] = 5.0
+    return torch.softmax(scores, -1).tolist()
+
+
+def _parent_heads_data(*changes: str, descending: tuple[bool, ...] = ()) -> dict:
+    """The parent heads' data of one seed per change (``"nothing"``: the heads on the parents)."""
     return {
         "order": 2,
         "heads": 2,
         "window": 4,
-        "lag_weight": [torch.softmax(scores, -1).tolist()],
-        "lag_weight_start": [torch.softmax(start, -1).tolist()],
-        "still_descending": [descending],
+        "lag_weight": [_parent_heads_seed(change) for change in changes],
+        "lag_weight_start": [_parent_heads_seed("heads untrained") for _ in changes],
+        "still_descending": list(descending or [False] * len(changes)),
     }
 
 
 def _parent_heads_rows(change: str) -> list:
-    return judge.parent_heads_rows({}, _parent_heads_data(change))[0]
+    return judge.parent_heads_rows({}, _parent_heads_data("nothing", "nothing", change))[0]
 
 
 def _corollary(change: str, still_descending: int = 0) -> dict:
@@ -1581,14 +1587,31 @@ def test_window_heads_attend_within_their_window_and_copy_the_token_there():
     assert torch.allclose(logits, counts, atol=1e-6)
 
 
-@pytest.mark.parametrize("change", ["heads untrained", "both heads on the token before"])
+@pytest.mark.parametrize(
+    "change", ["heads untrained", "both heads on the token before", "the second head split between lags 1 and 2"]
+)
 def test_the_parent_heads_row_fails_unless_each_parent_has_its_head(change):
     assert_fails_in_its_counterfactual(_parent_heads_rows(change), "relative-position heads", change)
 
 
-def test_the_parent_heads_row_is_undecided_while_a_missing_seed_descends_and_silent_with_too_few_heads():
-    (claim,) = judge.parent_heads_rows({}, _parent_heads_data("heads untrained", descending=True))[0]
-    assert claim.holds is None and "--set heads_steps=" in claim.reason
+def test_the_parent_heads_row_judged_on_the_heads_at_their_start_fails():
+    (claim,) = judge.parent_heads_rows({}, _parent_heads_data("nothing", "nothing"))[0]
+    assert claim.holds
+    assert judge.parent_heads_claim(_parent_heads_data("nothing", "nothing"), "lag_weight_start").holds is False
+
+
+def test_the_parent_heads_row_waits_only_while_every_seed_that_missed_descends():
+    def row(descending: tuple[bool, ...]) -> Claim:
+        return judge.parent_heads_claim(
+            _parent_heads_data("nothing", "heads untrained", "heads untrained", descending=descending)
+        )
+
+    assert row((False, True, True)).holds is None
+    assert "--set heads_steps=" in row((False, True, True)).reason
+    assert row((False, True, False)).holds is False  # a seed that missed and settled refutes "every seed"
+
+
+def test_the_parent_heads_row_is_silent_with_too_few_heads():
     claims, silences = judge.parent_heads_rows({}, {**_parent_heads_data("nothing"), "heads": 1})
     assert claims == [] and "heads >= order" in silences[0]
 

@@ -121,7 +121,7 @@ PARAMS = (
     Param("order_lr", float, 1e-2, 1e-2, "AdamW learning rate of that training", positive),
     Param("order_layer_norm", bool, False, False, "layer norm before each attention and MLP of those models", FLAG),
     Param("heads", int, 2, 4, "relative-position heads in layer 1 of the parent-heads models", in_range(1, 8)),
-    Param("heads_window", int, 5, 8, "tokens back a parent head can look (its relative positions)", in_range(2, 32)),
+    Param("heads_window", int, 5, 8, "lags a parent head reads: 0 to heads_window - 1", in_range(2, 32)),
     Param("heads_steps", int, 1000, 3000, "training steps of the parent-heads models", at_least(1)),
     Param("heads_lr", float, 5e-2, 5e-2, "AdamW learning rate of that training", positive),
     Param(
