@@ -335,6 +335,7 @@ def test_sections_are_named_in_reading_order():
         "sweep",
         "hard",
         "brittleness",
+        "supervision",
     ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
@@ -452,6 +453,25 @@ UNTRAINED = ([0.5] * 5, [0.5] * 4)  # chance on parity, every law and length
 FLAT = ([0.995] * 5, [0.995] * 4)  # a recurrent solution: no drop anywhere
 SHORTCUT = ([1.0, 1.0, 0.995, 0.9, 0.8], [1.0, 0.995, 0.8, 0.7])
 
+
+def _supervision(lstm: float = 1.0, moving: bool = False) -> list:
+    """The supervision row on planted accuracies: every LSTM run at ``lstm`` (one at chance for the change), the
+    GPTs anywhere; ``moving``: every LSTM run still descending."""
+    accuracy = np.ones((2, 2, 2))
+    return judge.supervision_rows(
+        {},
+        {
+            "names": ["C2", "D8"],
+            "reveals": [1.0, 0.1],
+            "depth": 2,
+            "T": 8,
+            "accuracy": {"gpt": (0.8 * accuracy).tolist(), "lstm": (lstm * accuracy).tolist()},
+            "still_descending": {"gpt": (0 * accuracy > 0).tolist(), "lstm": np.full((2, 2, 2), moving).tolist()},
+            "chance": [0.5, 0.125],
+        },
+    )[0]
+
+
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
     (
@@ -506,6 +526,7 @@ COUNTERFACTUALS = [
     ("^parity GPT .*minus at", "GPT that found the recurrent solution", lambda: _parity(gpt=FLAT)),
     ("^parity LSTM", "untrained LSTM", lambda: _parity(lstm=UNTRAINED)),
     ("^scratchpad", "scratchpad GPT that learned the shortcut", lambda: _parity(scratchpad=SHORTCUT)),
+    ("^LSTM trained with each state revealed", "untrained LSTM (chance on C2)", lambda: _supervision(lstm=0.5)),
 ]
 
 
@@ -524,6 +545,7 @@ def test_unbroken_counterparts_hold():
         _lemma_claims(),
         _sweep_claims(SOLVED_GRID),
         _parity(),
+        _supervision(),
     ):
         assert all(c.holds for c in claims), [c for c in claims if not c.holds]
 
@@ -658,3 +680,36 @@ def test_the_boundary_row_names_the_heads_above_uniform_attention_and_none_where
     assert row([0.32, 0.61]).endswith("head 1 above uniform")
     assert "no head attends to walls more than uniform" in row([0.32, 0.27])
     assert boundary_vs_paper({"grid_attention": None}) == []
+
+
+# ---------------------------------------------------------------- incomplete supervision
+def test_a_revealed_task_hides_about_its_share_and_draws_nothing_extra_when_it_reveals_all():
+    automaton = make_automaton("D8")
+    full, part = AutomatonTask(automaton, 20), AutomatonTask(automaton, 20, reveal=0.3)
+    sigma, states = full.sample(512, torch.Generator().manual_seed(3))
+    assert torch.equal(states, torch.from_numpy(automaton.run(sigma.numpy())))
+    sigma_part, hidden = part.sample(512, torch.Generator().manual_seed(3))
+    assert torch.equal(sigma_part, sigma)  # the mask is drawn after the inputs
+    shown = hidden != IGNORE_INDEX
+    assert torch.equal(hidden[shown], states[shown]) and abs(shown.float().mean().item() - 0.3) < 0.02
+    together = AutomatonTask.sample_members([part, part], 64, [torch.Generator().manual_seed(s) for s in (5, 6)])
+    for k, s in enumerate((5, 6)):
+        alone = part.sample(64, torch.Generator().manual_seed(s))
+        assert torch.equal(together[0][k], alone[0]) and torch.equal(together[1][k], alone[1])
+    with pytest.raises(ValueError, match="revealed"):
+        AutomatonTask(automaton, 20, reveal=0.0)
+
+
+def test_accuracy_scores_every_state_whatever_the_training_revealed():
+    class Oracle(torch.nn.Module):
+        def forward(self, sigma):
+            return torch.nn.functional.one_hot(torch.from_numpy(make_automaton("C2").run(sigma.numpy())), 2).float()
+
+    assert measure._accuracy(Oracle(), AutomatonTask(make_automaton("C2"), 12, reveal=0.1), 64) == 1.0
+
+
+def test_the_supervision_row_fails_on_a_settled_miss_and_waits_only_on_moving_ones():
+    (claim,) = _supervision(lstm=0.5, moving=True)
+    assert claim.holds is None and "--set lstm_steps=" in claim.reason
+    (claim,) = _supervision(lstm=0.5)
+    assert claim.holds is False

@@ -407,11 +407,14 @@ class AutomatonTask:
 
     Inputs are i.i.d. with law ``symbol_probs`` (uniform by default); where the automaton has
     legal-move rules (Dyck), each input is drawn from that law restricted to the legal moves.
+    With ``reveal`` below 1 each target state is kept with that probability and hidden from the
+    loss otherwise (the thesis's incomplete supervision, p_reveal), drawn after the inputs.
     """
 
     automaton: Semiautomaton
     length: int
     symbol_probs: tuple[float, ...] | None = None
+    reveal: float = 1.0
 
     def __post_init__(self) -> None:
         if self.length < 1:
@@ -420,6 +423,8 @@ class AutomatonTask:
             p = np.asarray(self.symbol_probs, dtype=float)
             if p.shape != (self.automaton.n_symbols,) or (p < 0).any() or not np.isclose(p.sum(), 1.0):
                 raise ValueError(f"symbol_probs must be a law on {self.automaton.n_symbols} symbols, got {p}")
+        if not 0.0 < self.reveal <= 1.0:
+            raise ValueError(f"the share of states revealed is in (0, 1], got {self.reveal}")
 
     def inputs(self, n: int, generator: torch.Generator) -> np.ndarray:
         """``n`` input sequences ``(n, length)``."""
@@ -442,7 +447,14 @@ class AutomatonTask:
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         sigma = self.inputs(n, generator)
-        return torch.from_numpy(sigma), torch.from_numpy(self.automaton.run(sigma))
+        return torch.from_numpy(sigma), self.revealed(torch.from_numpy(self.automaton.run(sigma)), generator)
+
+    def revealed(self, states: Tensor, generator: torch.Generator) -> Tensor:
+        """``states`` with each hidden (``IGNORE_INDEX``) with probability ``1 - reveal``; no draw at ``reveal = 1``,
+        so a fully supervised task draws exactly what it drew before the option existed."""
+        if self.reveal == 1.0:
+            return states
+        return states.masked_fill(torch.rand(states.shape, generator=generator) >= self.reveal, IGNORE_INDEX)
 
     @staticmethod
     def sample_members(
@@ -456,8 +468,8 @@ class AutomatonTask:
         if len({t.length for t in tasks}) != 1:
             raise ValueError("tasks sampled together must share their length")
         sigma = np.stack([t.inputs(n, g) for t, g in zip(tasks, generators)])
-        states = run_together([t.automaton for t in tasks], sigma)
-        return torch.from_numpy(sigma), torch.from_numpy(states)
+        states = torch.from_numpy(run_together([t.automaton for t in tasks], sigma))
+        return torch.from_numpy(sigma), torch.stack([t.revealed(q, g) for t, q, g in zip(tasks, states, generators)])
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)

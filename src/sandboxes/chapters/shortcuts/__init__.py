@@ -39,10 +39,11 @@ from .judge import (
     construction_section_rows,
     hard_rows,
     lemmas_section_rows,
+    supervision_rows,
     sweep_rows,
 )
-from .measure import algebra, brittleness, construction, hard, lemmas, sweep
-from .paper import brittleness_vs_paper, hard_vs_paper, sweep_vs_paper
+from .measure import algebra, brittleness, construction, hard, lemmas, supervision, sweep
+from .paper import brittleness_vs_paper, hard_vs_paper, supervision_vs_paper, sweep_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -150,6 +151,17 @@ PARAMS = (
         Interval(0.9, 1.0, open_high=True),
     ),
     Param("scratchpad_steps", int, 300, 2000, "training steps of the scratchpad GPT", at_least(1)),
+    Param("reveal_automata", str, "C2,D8", "C2,S5", "automata of the incomplete-supervision runs", AUTOMATA),
+    Param(
+        "reveals",
+        str,
+        "1,0.1",
+        "1,0.5,0.2,0.1,0.05",
+        "shares p_reveal of the target states the loss sees in those runs",
+        each(Interval(0.0, 1.0, open_low=True)),
+    ),
+    Param("reveal_depth", int, 2, 6, "depth of the GPTs of those runs", at_least(1)),
+    Param("reveal_steps", int, 300, 10000, "training steps of those GPTs (the LSTMs take lstm_steps)", at_least(1)),
     Param("lstm_steps", int, 300, 2000, "training steps of the LSTM", at_least(1)),
     Param(
         "shift_probs",
@@ -193,6 +205,9 @@ PARAMS = with_reference(
         "lstm_steps": 6000,
         "shift_probs": "0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
         "parity_solved": 0.99,
+        "reveals": "1,0.3,0.1",
+        "reveal_depth": 3,
+        "reveal_steps": 2000,
     },
 )
 
@@ -224,6 +239,10 @@ UNIT_SCALE = {
     "d_model": 8,
     "n_head": 2,
     "shift_probs": "0.3,0.5",
+    "reveal_automata": "C2",
+    "reveals": "1,0.5",
+    "reveal_depth": 1,
+    "reveal_steps": 2,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -236,6 +255,7 @@ FULL_SHRUNK = {
     "construct_samples": 2,
     "d_model": 16,
     "batch_size": 4,
+    "reveal_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -282,6 +302,16 @@ CHAPTER = Chapter(
             figures=("brittleness",),
             reference=True,
             paper=brittleness_vs_paper,
+        ),
+        Section(
+            "supervision",
+            "Incomplete supervision: the states revealed to the loss",
+            supervision,
+            trains=True,
+            rows=supervision_rows,
+            figures=("supervision",),
+            reference=True,
+            paper=supervision_vs_paper,
         ),
     ),
     check=check,

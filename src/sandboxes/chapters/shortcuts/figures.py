@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ...plotting import COLORS
 
 if TYPE_CHECKING:
-    from .measure import BrittlenessData, ConstructionData, HardData, SweepData
+    from .measure import BrittlenessData, ConstructionData, HardData, SupervisionData, SweepData
 
 SERIES = {
     "gpt": ("GPT (shortcut)", COLORS["tied"]),
@@ -193,5 +193,27 @@ def brittleness(data: BrittlenessData) -> Figure:
         ax.set(xlabel=label, ylim=(0, 1.03))
     axes[0].set_ylabel("accuracy")
     axes[0].legend(loc="lower center")
+    fig.tight_layout()
+    return fig
+
+
+def supervision(data: SupervisionData) -> Figure:
+    """Held-out accuracy on every state against the share of states the loss saw in training, one panel per
+    automaton: each seed a dot, the mean a line, GPT and LSTM; chance dotted."""
+    names, reveals = data["names"], np.asarray(data["reveals"])
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), sharey=True, squeeze=False)
+    for i, (ax, name) in enumerate(zip(axes[0], names)):
+        for kind, color, label in (
+            ("gpt", COLORS["untied"], f"GPT, {data['depth']} layers"),
+            ("lstm", COLORS["lstm"], "LSTM"),
+        ):
+            runs = np.asarray(data["accuracy"][kind][i])  # reveal x seed
+            ax.plot(reveals, runs.mean(axis=1), "-", color=color, label=label)
+            for r, seeds in zip(reveals, runs):
+                ax.plot([r] * len(seeds), seeds, "o", color=color, markersize=3)
+        ax.axhline(data["chance"][i], color=COLORS["theory"], linestyle=":", linewidth=1, label="chance")
+        ax.set(xscale="log", xlabel="p_reveal (share of states the loss sees)", title=f"{name}, T = {data['T']}")
+    axes[0][0].set_ylabel("held-out accuracy, every state")
+    axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     return fig

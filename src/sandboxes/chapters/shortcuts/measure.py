@@ -6,6 +6,7 @@ parity's brittleness). Every section's rows come from ``judge``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypedDict
 
@@ -283,8 +284,9 @@ def _gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Call
 
 
 def _accuracy(model: nn.Module, task: AutomatonTask, n: int) -> float:
-    """Per-position accuracy on ``n`` held-out sequences (the paper's token-level accuracy)."""
-    sigma, states = task.sample(n, heldout.generator(heldout.AUTOMATON_EVAL))
+    """Per-position accuracy on ``n`` held-out sequences (the paper's token-level accuracy), on every state, whatever
+    share of them the training revealed."""
+    sigma, states = replace(task, reveal=1.0).sample(n, heldout.generator(heldout.AUTOMATON_EVAL))
     with torch.no_grad():
         return float((model(sigma).argmax(-1) == states).float().mean())
 
@@ -311,12 +313,13 @@ class SweepData(TypedDict):
 
 
 def _train_automata(
-    names: list[str], depths: list[int], steps: int, config: dict[str, Any], ctx: RunContext
+    names: list[str], depths: list[int], steps: int, config: dict[str, Any], ctx: RunContext, reveal: float = 1.0
 ) -> list[tuple[int, list[int], TrainResult, list[AutomatonTask]]]:
     """Every seed of the automata ``names`` trained at each of ``depths`` for ``steps`` steps (a tenth of them
     warm-up, twenty evaluations), spread over ``ctx.workers`` processes: per depth and vocabulary size, the depth's
     index, the indices of its automata, their vmapped ensemble (automaton-major) and its tasks. A member's vocabulary
-    and seed come from its own automaton, so the others change none of its numbers."""
+    and seed come from its own automaton, so the others change none of its numbers. ``reveal``: the share of target
+    states the loss sees (:class:`AutomatonTask`)."""
     automata = [make_automaton(n) for n in names]
     vocabs = [max(a.n_states, a.n_symbols) for a in automata]
     train_config = TrainConfig(
@@ -330,7 +333,7 @@ def _train_automata(
     for j, depth in enumerate(depths):
         for vocab in sorted(set(vocabs)):
             group = [i for i, v in enumerate(vocabs) if v == vocab]
-            tasks = [AutomatonTask(automata[i], config["T"]) for i in group for _ in ctx.seeds]
+            tasks = [AutomatonTask(automata[i], config["T"], reveal=reveal) for i in group for _ in ctx.seeds]
             seeds = [member_seed(names[i], s) for i in group for s in ctx.seeds]
             planned.append((j, group, tasks))
             requests.append(
@@ -383,6 +386,54 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
         "grid_attention": attention,
     }
     return data
+
+
+class SupervisionData(TypedDict):
+    names: list[str]  # the `reveal_automata`
+    reveals: list[float]  # the shares of states revealed in training, largest first
+    depth: int
+    T: int
+    accuracy: dict[str, list[list[list[float]]]]  # "gpt" / "lstm" -> automaton x reveal x seed, every state scored
+    still_descending: dict[str, list[list[list[bool]]]]  # the same shape
+    chance: list[float]
+
+
+def supervision(config: dict[str, Any], ctx: RunContext) -> SupervisionData:
+    """The thesis's incomplete supervision (Figs. 3.7b and 3.19): GPTs of `reveal_depth` layers and LSTMs trained on
+    the `reveal_automata` with each target state revealed to the loss with probability p (each of `reveals`), then
+    scored on every state of held-out sequences. A member's seed is its automaton's and seed index, the same at every
+    p, so the runs at two p differ only in what the loss saw."""
+    names, reveals = automaton_names(config["reveal_automata"]), sorted(float_list(config["reveals"]), reverse=True)
+    automata = [make_automaton(n) for n in names]
+    accuracy = {kind: np.zeros((len(names), len(reveals), len(ctx.seeds))) for kind in ("gpt", "lstm")}
+    moving = {kind: np.zeros((len(names), len(reveals), len(ctx.seeds)), dtype=bool) for kind in ("gpt", "lstm")}
+    lstm_config = TrainConfig(
+        steps=config["lstm_steps"],
+        batch_size=config["batch_size"],
+        lr=1e-2,
+        eval_every=max(1, config["lstm_steps"] // 20),
+    )
+    for r, reveal in enumerate(reveals):
+        trained = _train_automata(names, [config["reveal_depth"]], config["reveal_steps"], config, ctx, reveal)
+        for _, group, result, tasks in trained:
+            accuracy["gpt"][group, r], moving["gpt"][group, r] = _scores(result, tasks, config, len(group))
+        for i, automaton in enumerate(automata):
+            vocab = max(automaton.n_states, automaton.n_symbols)
+            task = AutomatonTask(automaton, config["T"], reveal=reveal)
+            seeds = [member_seed(names[i], s) for s in ctx.seeds]
+            result = train(
+                partial(LSTM, vocab, 32), task, lstm_config, seeds, ctx.device, batched=False, progress=ctx.progress
+            )
+            accuracy["lstm"][i, r], moving["lstm"][i, r] = _scores(result, [task] * len(seeds), config, 1)
+    return {
+        "names": names,
+        "reveals": reveals,
+        "depth": config["reveal_depth"],
+        "T": config["T"],
+        "accuracy": {kind: a.tolist() for kind, a in accuracy.items()},
+        "still_descending": {kind: m.tolist() for kind, m in moving.items()},
+        "chance": [1.0 / a.n_states for a in automata],
+    }
 
 
 class HardData(TypedDict):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .measure import HardData, SweepData
+    from .measure import HardData, SupervisionData, SweepData
 
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
@@ -129,3 +129,28 @@ def sweep_vs_paper(data: SweepData) -> list[tuple[str, str, str]]:
 def hard_vs_paper(data: HardData) -> list[tuple[str, str, str]]:
     """The thesis's depths beside those of the hard automata, trained longer."""
     return _depths_vs_paper(data, f" trained {data['steps']} steps")
+
+
+def supervision_vs_paper(data: SupervisionData) -> list[tuple[str, str, str]]:
+    """The thesis's incomplete supervision (Figs. 3.7b, 3.19) beside the runs: accuracy at the largest and smallest
+    p_reveal, GPT and LSTM, worst and best seed."""
+    first, last = data["reveals"][0], data["reveals"][-1]
+
+    def spread(kind: str, i: int, r: int) -> str:
+        runs = data["accuracy"][kind][i][r]
+        return f"{100 * min(runs):.1f} to {100 * max(runs):.1f}%"
+
+    rows = []
+    for i, name in enumerate(data["names"]):
+        for kind, reported in (
+            ("gpt", "C2: kept across p_reveal; S5: falls markedly as p_reveal falls (T = 100, 25 runs)"),
+            ("lstm", "100% at every p_reveal"),
+        ):
+            rows.append(
+                (
+                    f"{name}, {kind.upper()}, p_reveal {first:g} and {last:g} (T = {data['T']})",
+                    reported,
+                    f"{spread(kind, i, 0)}; {spread(kind, i, len(data['reveals']) - 1)}",
+                )
+            )
+    return rows
