@@ -713,3 +713,17 @@ def test_the_supervision_row_fails_on_a_settled_miss_and_waits_only_on_moving_on
     assert claim.holds is None and "--set lstm_steps=" in claim.reason
     (claim,) = _supervision(lstm=0.5)
     assert claim.holds is False
+    data = {
+        "names": ["C2"],
+        "reveals": [1.0, 0.1],
+        "accuracy": {"lstm": [[[0.5, 0.5], [1.0, 1.0]]]},
+        "still_descending": {"lstm": [[[True, False], [False, False]]]},
+    }
+    assert judge.supervision_rows({}, data)[0][0].holds is False  # one miss settled, one moving: it fails
+
+
+def test_reveals_that_would_hide_a_whole_batch_are_refused_before_any_work():
+    config = resolve(chapter.PARAMS, "quick", {"reveals": "1,0.02"})
+    with pytest.raises(ValueError, match="no state revealed"):
+        chapter.CHAPTER.check(config, 2)
+    chapter.CHAPTER.check(resolve(chapter.PARAMS, "quick", {"reveals": "1,0.2"}), 2)

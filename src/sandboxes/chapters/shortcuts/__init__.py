@@ -14,6 +14,7 @@ every section's rows from its config and data alone, ``paper`` sets the thesis's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from ...profiles import (
     Param,
     at_least,
     each,
+    float_list,
     in_open_unit_interval,
     positive,
     positive_ints,
@@ -212,9 +214,22 @@ PARAMS = with_reference(
 )
 
 
+HIDDEN_BATCH_ODDS = 1e-6  # the most batches with no state revealed a run may expect (each one's loss is NaN)
+
+
 def check(config: dict[str, Any], n_seeds: int) -> None:
-    """d_model divisible by n_head (the heads split the width); checked before any section runs."""
+    """d_model divisible by n_head (the heads split the width), and enough states revealed per batch that no batch of
+    the incomplete-supervision runs hides them all (its mean loss would be NaN); checked before any section runs."""
     check_heads(config["d_model"], config["n_head"])
+    targets, steps = config["batch_size"] * config["T"], max(config["reveal_steps"], config["lstm_steps"])
+    for p in float_list(config["reveals"]):
+        odds = steps * math.exp(targets * math.log1p(-p)) if p < 1 else 0.0  # expected hidden batches
+        if odds > HIDDEN_BATCH_ODDS:
+            raise ValueError(
+                f"p_reveal = {p:g} leaves {odds:.1e} batches of {config['batch_size']} x {config['T']} targets "
+                f"expected over {steps} steps with no state revealed (a NaN loss); choose reveals, batch_size or T "
+                f"for fewer than {HIDDEN_BATCH_ODDS:g}"
+            )
 
 
 # the unit tests' scale: every section end to end in seconds
@@ -256,6 +271,7 @@ FULL_SHRUNK = {
     "d_model": 16,
     "batch_size": 4,
     "reveal_steps": 2,
+    "reveals": "1,0.5",
 }
 
 CHAPTER = Chapter(

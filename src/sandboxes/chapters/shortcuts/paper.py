@@ -133,12 +133,12 @@ def hard_vs_paper(data: HardData) -> list[tuple[str, str, str]]:
 
 def supervision_vs_paper(data: SupervisionData) -> list[tuple[str, str, str]]:
     """The thesis's incomplete supervision (Figs. 3.7b, 3.19) beside the runs: accuracy at the largest and smallest
-    p_reveal, GPT and LSTM, worst and best seed."""
+    p_reveal, GPT and LSTM, worst and best seed, and how many runs were still descending."""
     first, last = data["reveals"][0], data["reveals"][-1]
 
     def spread(kind: str, i: int, r: int) -> str:
-        runs = data["accuracy"][kind][i][r]
-        return f"{100 * min(runs):.1f} to {100 * max(runs):.1f}%"
+        runs, moving = data["accuracy"][kind][i][r], sum(data["still_descending"][kind][i][r])
+        return f"{100 * min(runs):.1f} to {100 * max(runs):.1f}% ({moving} of {len(runs)} still descending)"
 
     rows = []
     for i, name in enumerate(data["names"]):
