@@ -140,11 +140,16 @@ def supervision_vs_paper(data: SupervisionData) -> list[tuple[str, str, str]]:
         runs, moving = data["accuracy"][kind][i][r], sum(data["still_descending"][kind][i][r])
         return f"{100 * min(runs):.1f} to {100 * max(runs):.1f}% ({moving} of {len(runs)} still descending)"
 
+    gpt_reported = {
+        "C2": "kept across p_reveal (T = 100, mean of 25 runs)",
+        "S5": "falls markedly as p_reveal falls (T = 100, mean of 25 runs)",
+    }
+    absent = "not in the thesis (its runs are C2 and S5)"
     rows = []
     for i, name in enumerate(data["names"]):
         for kind, reported in (
-            ("gpt", "C2: kept across p_reveal; S5: falls markedly as p_reveal falls (T = 100, 25 runs)"),
-            ("lstm", "100% at every p_reveal"),
+            ("gpt", gpt_reported.get(name, absent)),
+            ("lstm", "100% at every p_reveal" if name in gpt_reported else absent),
         ):
             rows.append(
                 (
