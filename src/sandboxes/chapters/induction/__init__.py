@@ -465,6 +465,10 @@ CHAPTER = Chapter(
             "Several parents, one head each, trained",
             parent_heads,
             trains=True,
+            # kept whole on a cluster: a member trained in a vmapped ensemble of another size differs in the last
+            # bits (float32 round-off; found by the seed-group test, cause not yet found), and a split must merge
+            # into exactly what one process computes
+            by_seed=False,
             rows=parent_heads_rows,
             figures=("parent_heads",),
             reference=True,
