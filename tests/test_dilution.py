@@ -457,9 +457,9 @@ def _untrained_counts(kind: str):
 SETTLED = {"transformer": 0, "sharpened": 0, "lstm": 0}  # every run had settled: the rows may fail
 
 
-def _training_rows(**kinds):
+def _training_rows(T: int = judge.SPARSE_TAIL_T, **kinds):
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
-    return judge._training_claims({**counts, **kinds}, SETTLED)
+    return judge._training_claims({**counts, **kinds}, SETTLED, T)[0]
 
 
 def _uniform_rate_counts():
@@ -503,13 +503,21 @@ COUNTERFACTUALS = {
     "top key is not the latest write": lambda: _simulator_rows("delta = 0.5 in the orthogonal one"),
     "wrong states on 4 random strings": lambda: _simulator_rows("beta too small"),
     "LSTM: wrong reads": lambda: _training_rows(),
-    "transformer seeds whose error rate": lambda: _training_rows(transformer=_uniform_rate_counts()),
-    "transformer seeds whose error rate (untrained)": lambda: _training_rows(),
-    "sharpened seeds whose error rate": lambda: judge._sharpened_claims(
-        {"sharpened": _untrained_counts("transformer")}, SETTLED
-    ),
+    "transformer seeds whose error rate on sparse strings": lambda: _training_rows(transformer=_uniform_rate_counts()),
+    "transformer seeds whose error rate on dense strings": lambda: _training_rows(transformer=_uniform_rate_counts()),
+    "transformer seeds whose error rate on sparse strings (untrained)": lambda: _training_rows(),
+    "transformer seeds whose error rate on dense strings (untrained)": lambda: _training_rows(),
+    "sharpened seeds whose error rate on sparse strings": lambda: judge._sharpened_claims(
+        {"sharpened": _untrained_counts("transformer")}, SETTLED, judge.SPARSE_TAIL_T
+    )[0],
+    "sharpened seeds whose error rate on dense strings": lambda: judge._sharpened_claims(
+        {"sharpened": _untrained_counts("transformer")}, SETTLED, judge.SPARSE_TAIL_T
+    )[0],
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
-    "second phase on rare strings": lambda: judge._rare_training_claims(
+    "second phase on rare strings against the plain one, sparse strings": lambda: judge._rare_training_claims(
+        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}
+    )[0],
+    "second phase on rare strings against the plain one, dense strings": lambda: judge._rare_training_claims(
         {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}
     )[0],
     "trained attention obeys Prop 4": lambda: judge._bound_claims(
@@ -566,7 +574,8 @@ def test_rate_test_separates_a_tail_from_one_uniform_rate():
     assert judge.rate_pvalue(0, 30000, 20, 30000) < 1e-5
     assert judge.rate_pvalue(3, 2394, 35, 33868) > 0.1  # one rate, 1e-3, in both
     assert judge.rate_pvalue(0, 10, 0, 10) == 1.0
-    assert judge.glitching_seeds(_uniform_rate_counts()) == 0
+    assert judge.glitching_seeds(_uniform_rate_counts(), "sparse") == 0
+    assert judge.glitching_seeds(_uniform_rate_counts(), "dense") == 0
 
 
 def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
@@ -577,10 +586,37 @@ def test_every_row_of_the_chapter_has_a_counterfactual(tiny_result):
 
 def test_rows_about_trained_models_are_undecided_while_those_models_still_descend():
     counts = {kind: _untrained_counts(kind) for kind in ("transformer", "lstm")}
-    claims = judge._training_claims(counts, {"transformer": 1, "lstm": 1})
-    assert [c.holds for c in claims] == [None, None] and "lstm_steps" in claims[0].reason
-    sharpened = judge._sharpened_claims({"sharpened": counts["transformer"]}, {"sharpened": 1})
-    assert [c.holds for c in sharpened] == [None] and "finetune_steps" in sharpened[0].reason
+    claims, _ = judge._training_claims(counts, {"transformer": 1, "lstm": 1}, judge.SPARSE_TAIL_T)
+    assert [c.holds for c in claims] == [None, None, None] and "lstm_steps" in claims[0].reason
+    sharpened, _ = judge._sharpened_claims({"sharpened": counts["transformer"]}, {"sharpened": 1}, judge.SPARSE_TAIL_T)
+    assert [c.holds for c in sharpened] == [None, None] and "finetune_steps" in sharpened[0].reason
+
+
+def test_sparse_and_dense_tails_are_rows_of_their_own_and_sparse_waits_for_the_thesis_length():
+    # errors on dense strings alone: the pooled row held on them; the sparse row must not
+    dense_only = {
+        "in-distribution": [(0, 30000)] * 3,
+        "sparse": [(0, 30000)] * 3,
+        "dense": [(40, 30000)] * 3,
+    }
+    claims, silent = judge._training_claims(
+        {"transformer": dense_only, "lstm": _untrained_counts("lstm")}, SETTLED, judge.SPARSE_TAIL_T
+    )
+    by_set = {rare: _row(claims, f"transformer seeds whose error rate on {rare} strings") for rare in judge.RARE_SETS}
+    assert by_set["dense"].holds is True and by_set["sparse"].holds is False and silent == ()
+    shorter, silent = judge._training_claims(
+        {"transformer": dense_only, "lstm": _untrained_counts("lstm")}, SETTLED, judge.SPARSE_TAIL_T - 2
+    )
+    assert not any("sparse strings" in c.name for c in shorter) and "T = 512" in silent[0]
+
+
+def test_the_rare_training_rows_ask_an_order_of_magnitude_on_each_set_apart():
+    plain = {"in-distribution": [(5, 1000)] * 2, "sparse": [(50, 1000)] * 2, "dense": [(50, 1000)] * 2}
+    # a tenth on dense, a fifth on sparse: significant on both, an order of magnitude on dense alone
+    rare = {"in-distribution": [(5, 1000)] * 2, "sparse": [(10, 1000)] * 2, "dense": [(5, 1000)] * 2}
+    claims, _ = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0})
+    assert judge.rare_training_pvalue(plain["sparse"], rare["sparse"]) < judge.GLITCH_LEVEL
+    assert [c.holds for c in claims] == [False, True]
 
 
 @pytest.mark.parametrize("base", [6, 8, 20, 30])
@@ -598,9 +634,9 @@ def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_i
         {name: [(0, n)] * 3 for name, n in (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))},
     )
     claims, silent = judge._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
-    assert [c.holds for c in claims] == [True] and silent == ()
+    assert [c.holds for c in claims] == [True, True] and silent == ()
     claims, silent = judge._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
-    assert claims == [] and "below 7" in silent[0]
+    assert claims == [] and all("below 7" in s for s in silent) and len(silent) == 2
     still, _ = judge._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
     assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
 

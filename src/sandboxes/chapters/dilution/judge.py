@@ -205,19 +205,20 @@ def simulator_claims(data: SimulatorData) -> list[Claim]:
 
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
     """The training section's rows from its data alone (as run, or as read back from a result file, where the
-    reference check recomputes them); it leaves no row out."""
-    return _training_claims(data["counts"], data["still_descending"]) + _bound_claims(
-        data["sharpness"], "trained attention"
-    ), ()
+    reference check recomputes them), and the reasons for the rows it does not make."""
+    claims, silent = _training_claims(data["counts"], data["still_descending"], config["T"])
+    return claims + _bound_claims(data["sharpness"], "trained attention"), silent
 
 
 def second_phase_rows(config: dict[str, Any], data: SecondPhaseData) -> tuple[list[Claim], tuple[str, ...]]:
     """The second phases' rows and the reasons for the rows they do not make, from their data alone (as run, or as
     read back from a result file, where the reference check recomputes them)."""
     counts, moving, sharpness = data["counts"], data["still_descending"], data["sharpness"]
-    rare_rows, silent = _rare_training_claims(counts, moving)
+    sharpened_rows, sharpened_silent = _sharpened_claims(counts, moving, config["T"])
+    rare_rows, rare_silent = _rare_training_claims(counts, moving)
+    silent = sharpened_silent + rare_silent
     claims = (
-        _sharpened_claims(counts, moving)
+        sharpened_rows
         + rare_rows
         + _bound_claims(sharpness, "second-phase attention, plain and sharpened,")
         + _sharpening_claims(sharpness, moving.get("sharpened", 0))
@@ -242,20 +243,18 @@ def rate_pvalue(wrong_in: int, reads_in: int, wrong_rare: int, reads_rare: int) 
     return float(binom.cdf(wrong_in, k, reads_in / (reads_in + reads_rare)))
 
 
-def glitching_seeds(runs: dict[str, list[tuple[int, int]]]) -> int:
-    """Seeds whose read error rate on the sparse and dense sets together exceeds the in-distribution one.
+RARE_SETS = ("sparse", "dense")
+SPARSE_TAIL_T = 512  # the thesis's training length (3.5.2: FFL(T = 512, p = (0.1, 0.1, 0.8)))
+
+
+def glitching_seeds(runs: dict[str, list[tuple[int, int]]], rare: str) -> int:
+    """Seeds whose read error rate on the ``rare`` set (sparse or dense) exceeds the in-distribution one.
 
     Exact one-sided test per seed (:func:`rate_pvalue`) at level ``GLITCH_LEVEL`` divided by the
     number of seeds, so that a model with one error rate everywhere counts no seed at that level.
     """
     n = len(runs["in-distribution"])
-    count = 0
-    for k in range(n):
-        wrong_in, reads_in = runs["in-distribution"][k]
-        wrong_rare = runs["sparse"][k][0] + runs["dense"][k][0]
-        reads_rare = runs["sparse"][k][1] + runs["dense"][k][1]
-        count += rate_pvalue(wrong_in, reads_in, wrong_rare, reads_rare) < GLITCH_LEVEL / n
-    return count
+    return sum(rate_pvalue(*runs["in-distribution"][k], *runs[rare][k]) < GLITCH_LEVEL / n for k in range(n))
 
 
 def _unsettled(moving: Mapping[str, int], kind: str) -> tuple[bool, str]:
@@ -264,87 +263,114 @@ def _unsettled(moving: Mapping[str, int], kind: str) -> tuple[bool, str]:
     return budget_ran_out(moving[kind], f"{kind} runs were still descending", steps)
 
 
-def _training_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]) -> list[Claim]:
+def _training_claims(
+    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], T: int
+) -> tuple[list[Claim], tuple[str, ...]]:
     """Rows about trained models: undecided where a model of the kind was still descending at the end."""
-    lstm_wrong = sum(w for name in ("sparse", "dense") for w, _ in counts["lstm"][name])
-    reads = sum(t for name in ("sparse", "dense") for _, t in counts["lstm"][name])
-    return [
-        Claim.exact(
-            "LSTM: wrong reads on the sparse and dense sets, all seeds",
-            "0",
-            str(lstm_wrong),
-            f"reported (R2): 0 errors in 100/100 runs; {reads} reads here",
-        ).eventually(*_unsettled(moving, "lstm")),
-        _glitch_claim(counts, moving, "transformer", "reported (R1): a long tail of errors on rare strings"),
-    ]
+    lstm_wrong = sum(w for name in RARE_SETS for w, _ in counts["lstm"][name])
+    reads = sum(t for name in RARE_SETS for _, t in counts["lstm"][name])
+    lstm = Claim.exact(
+        "LSTM: wrong reads on the sparse and dense sets, all seeds",
+        "0",
+        str(lstm_wrong),
+        f"reported (R2): 0 errors in 100/100 runs; {reads} reads here",
+    ).eventually(*_unsettled(moving, "lstm"))
+    glitches, silent = _glitch_claims(counts, moving, "transformer", "reported (R1): a long tail of errors", T)
+    return [lstm, *glitches], silent
 
 
-def _sharpened_claims(counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]) -> list[Claim]:
+def _sharpened_claims(
+    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], T: int
+) -> tuple[list[Claim], tuple[str, ...]]:
     """R7, R8: the tail after the sharpening phase (no row where the penalty was switched off)."""
     if "sharpened" not in counts:
-        return []
-    return [_glitch_claim(counts, moving, "sharpened", "reported (R7, R8): sharpening does not remove the tail")]
+        return [], ()
+    return _glitch_claims(counts, moving, "sharpened", "reported (R7, R8): sharpening does not remove the tail", T)
 
 
-def _glitch_claim(
-    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], kind: str, reported: str
-) -> Claim:
-    """At least one ``kind`` seed errs at a higher rate on sparse and dense strings than in distribution."""
+def _glitch_claims(
+    counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int], kind: str, reported: str, T: int
+) -> tuple[list[Claim], tuple[str, ...]]:
+    """A row per rare set, sparse and dense apart: at least one ``kind`` seed errs there at a higher rate than in
+    distribution. The sparse row is made only at the thesis's length or longer: its sparse strings are the
+    long-range probe, and how far a read reaches back is bounded by T."""
     runs = counts[kind]
-    test = (
-        f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
-        f"{runs['in-distribution'][0][1]} in-distribution reads, "
-        f"{runs['sparse'][0][1] + runs['dense'][0][1]} rare ones per seed"
-    )
-    return Claim.at_least(
-        f"{kind} seeds whose error rate on sparse and dense strings exceeds the in-distribution rate",
-        1,
-        glitching_seeds(runs),
-        f"{reported}; {test}",
-        digits=8,
-    ).eventually(*_unsettled(moving, kind))
+    claims, silent = [], []
+    for rare in RARE_SETS:
+        wrong = sum(w for w, _ in runs[rare])
+        if rare == "sparse" and T < SPARSE_TAIL_T:
+            silent.append(
+                f"{kind} seeds whose error rate on sparse strings exceeds the in-distribution rate: the thesis "
+                f"reports that tail at T = {SPARSE_TAIL_T}, where a sparse string's reads reach back hundreds of "
+                f"tokens; at T = {T} none reaches back more than {T - 2}, so it makes no row here "
+                f"(measured: {glitching_seeds(runs, rare)} of {len(runs[rare])} seeds, {wrong} wrong sparse reads)"
+            )
+            continue
+        test = (
+            f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds; "
+            f"{runs['in-distribution'][0][1]} in-distribution reads, {runs[rare][0][1]} {rare} ones per seed"
+        )
+        claims.append(
+            Claim.at_least(
+                f"{kind} seeds whose error rate on {rare} strings exceeds the in-distribution rate",
+                1,
+                glitching_seeds(runs, rare),
+                f"{reported}, on sparse and on dense strings, each its own row; {test}",
+                digits=8,
+            ).eventually(*_unsettled(moving, kind))
+        )
+    return claims, tuple(silent)
 
 
 MIN_ERRORS = 7  # below 7 wrong reads in all, no split between two runs reaches p < 0.01 (2^-7 < 0.01 < 2^-6)
 
 
-def rare_training_pvalue(plain: dict[str, list[tuple[int, int]]], rare: dict[str, list[tuple[int, int]]]) -> float:
-    """One-sided exact test that rare-string training leaves fewer wrong sparse and dense reads than plain training.
+RARE_FACTOR = 0.1  # R4's "by a wide margin", read as at least an order of magnitude (R5's gains are "orders of
+# magnitude smaller"); with MIN_ERRORS errors in all, a tenth or less is also significant at GLITCH_LEVEL
+
+
+def rare_training_pvalue(plain: list[tuple[int, int]], rare: list[tuple[int, int]]) -> float:
+    """One-sided exact test that rare-string training leaves fewer wrong reads on one test set than plain training.
 
     Both kinds read the same test strings, so under equal error rates each of the ``k`` wrong reads of the two
     together is the rare-trained model's with probability 1/2: the p-value is ``P(Binomial(k, 1/2) <= its count)``.
     """
-    wrong = {
-        kind: sum(w for name in ("sparse", "dense") for w, _ in runs[name])
-        for kind, runs in (("plain", plain), ("rare", rare))
-    }
-    return float(binom.cdf(wrong["rare"], wrong["plain"] + wrong["rare"], 0.5))
+    wrong_plain, wrong_rare = sum(w for w, _ in plain), sum(w for w, _ in rare)
+    return float(binom.cdf(wrong_rare, wrong_plain + wrong_rare, 0.5))
 
 
 def _rare_training_claims(
     counts: dict[str, dict[str, list[tuple[int, int]]]], moving: Mapping[str, int]
 ) -> tuple[list[Claim], tuple[str, ...]]:
-    """R4: the second phase on the rare-string mixture against the plain one, over all seeds; no row with too few
+    """R4: the second phase on the rare-string mixture against the plain one, a row per rare set (sparse and dense
+    apart), each asking for an order of magnitude fewer wrong reads over all seeds; no row for a set with too few
     errors to test (and the reason why in ``silent``)."""
-    total = sum(w for kind in ("plain", "rare") for name in ("sparse", "dense") for w, _ in counts[kind][name])
-    if total < MIN_ERRORS:
-        return [], (
-            f"training on rare strings (R4): {total} wrong sparse and dense reads in all, plain and rare "
-            f"together; below {MIN_ERRORS} no split of them is significant at p < {GLITCH_LEVEL:g}",
+    claims, silent = [], []
+    for rare in RARE_SETS:
+        plain, trained = counts["plain"][rare], counts["rare"][rare]
+        wrong_plain, wrong_rare = sum(w for w, _ in plain), sum(w for w, _ in trained)
+        if wrong_plain + wrong_rare < MIN_ERRORS:
+            silent.append(
+                f"training on rare strings (R4), {rare} strings: {wrong_plain + wrong_rare} wrong reads in all, "
+                f"plain and rare together; below {MIN_ERRORS} no split of them is significant at p < {GLITCH_LEVEL:g}"
+            )
+            continue
+        claims.append(
+            Claim.at_most(
+                f"second phase on rare strings against the plain one, {rare} strings: wrong reads of the rare-trained "
+                f"seeds over the plain seeds', all seeds",
+                RARE_FACTOR,
+                wrong_rare / wrong_plain if wrong_plain else float("inf"),
+                f"reported (R4): training on a mixture of FFL(p_i) over rare p_i cuts the errors on each of its "
+                f"distributions by a wide margin, read as an order of magnitude (R5's gains are orders of magnitude "
+                f"smaller); there from the start of training, here a second phase from the same model as the plain "
+                f"one, tested on the same strings; {wrong_rare} against {wrong_plain} wrong reads, pooled over the "
+                f"seeds (a test of these models, not of how the effect varies from seed to seed), one-sided exact "
+                f"p = {rare_training_pvalue(plain, trained):.2g}",
+                digits=4,
+            ).eventually(*_unsettled(moving, "rare"))
         )
-    return [
-        Claim.at_most(
-            "second phase on rare strings against the plain one: fewer wrong sparse and dense reads "
-            "(one-sided exact p-value, all seeds)",
-            GLITCH_LEVEL,
-            rare_training_pvalue(counts["plain"], counts["rare"]),
-            f"reported (R4): training on a mixture of FFL(p_i) over rare p_i cuts the errors by a wide "
-            f"margin (there from the start of training; here a second phase, from the same model as "
-            f"the plain one, tested on the same strings); {total} wrong reads in all, pooled over "
-            f"the seeds: a test of these models, not of how the effect varies from seed to seed",
-            digits=4,
-        ).eventually(*_unsettled(moving, "rare"))
-    ], ()
+    return claims, tuple(silent)
 
 
 SHARPENING_RATIO = 0.9  # a sharpened run's read entropy over its plain twin's, at most
