@@ -34,6 +34,7 @@ from sandboxes.data.automata import (
     order_profile,
     transition_group,
 )
+from sandboxes.data.dyck import Dyck
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.profiles import resolve
 from sandboxes.theory import shortcuts as theory
@@ -336,6 +337,7 @@ def test_sections_are_named_in_reading_order():
         "hard",
         "brittleness",
         "supervision",
+        "dyck",
     ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
@@ -472,6 +474,25 @@ def _supervision(lstm: float = 1.0, moving: bool = False) -> list:
     )[0]
 
 
+def _dyck(accuracy: float = 0.999, stack: float = 0.2, moving: bool = False, seeds: int = 3) -> list:
+    """The Dyck rows on planted data, one positional encoding: every seed at ``accuracy`` with weight ``stack`` on the
+    innermost unmatched open bracket; ``moving``: every run still descending."""
+    planted = {
+        "positions": ["linear"],
+        "prefix": [2, 2, 2, 0, 1, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1],
+        "accuracy": {"linear": [accuracy] * seeds},
+        "untrained_accuracy": {"linear": [0.5] * seeds},
+        "stack_weight": {"linear": [stack] * seeds},
+        "untrained_stack_weight": {"linear": [0.13] * seeds},
+        "attention": {"linear": []},
+        "variation": {"linear": 1.0},
+        "untrained_variation": {"linear": 0.0},
+        "random_variation": 3.0,
+        "still_descending": {"linear": [moving] * seeds},
+    }
+    return judge.dyck_rows({"dyck_k": 2, "dyck_depth": 4}, planted)[0]
+
+
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
     (
@@ -527,6 +548,12 @@ COUNTERFACTUALS = [
     ("^parity LSTM", "untrained LSTM", lambda: _parity(lstm=UNTRAINED)),
     ("^scratchpad", "scratchpad GPT that learned the shortcut", lambda: _parity(scratchpad=SHORTCUT)),
     ("^LSTM trained with each state revealed", "untrained LSTM (chance on C2)", lambda: _supervision(lstm=0.5)),
+    (r"^Dyck_\(\d+,\d+\), \w+ positions, every seed", "untrained GPTs (half the closers right)", lambda: _dyck(0.5)),
+    (
+        r"^Dyck, \w+ positions, seeds that solve it",
+        "every head stack-like (0.9 on the stack's top)",
+        lambda: _dyck(stack=0.9),
+    ),
 ]
 
 
@@ -546,6 +573,7 @@ def test_unbroken_counterparts_hold():
         _sweep_claims(SOLVED_GRID),
         _parity(),
         _supervision(),
+        _dyck(),
     ):
         assert all(c.holds for c in claims), [c for c in claims if not c.holds]
 
@@ -727,3 +755,62 @@ def test_reveals_that_would_hide_a_whole_batch_are_refused_before_any_work():
     with pytest.raises(ValueError, match="no state revealed"):
         chapter.CHAPTER.check(config, 2)
     chapter.CHAPTER.check(resolve(chapter.PARAMS, "quick", {"reveals": "1,0.2"}), 2)
+
+
+def test_dyck_rows_wait_for_descending_misses_and_need_two_solved_seeds():
+    accuracy = _dyck(0.9, moving=True)
+    assert [c.holds for c in accuracy] == [None] and "dyck_steps" in accuracy[0].reason  # none solved: no stack row
+    one = judge.dyck_rows({"dyck_k": 2, "dyck_depth": 4}, _dyck_data(seeds=1))
+    assert len(one[0]) == 1 and "a share needs two" in one[1][0]
+    half = _dyck(stack=0.9, seeds=2)  # one stack-like head of two solved is not fewer than half: (2 - 1) // 2 = 0
+    assert half[1].holds is False
+
+
+def _dyck_data(seeds: int) -> dict:
+    return {
+        "positions": ["none"],
+        "prefix": [],
+        "accuracy": {"none": [1.0] * seeds},
+        "untrained_accuracy": {"none": [0.5] * seeds},
+        "stack_weight": {"none": [0.1] * seeds},
+        "untrained_stack_weight": {"none": [0.1] * seeds},
+        "attention": {"none": []},
+        "variation": {"none": float("nan")},
+        "untrained_variation": {"none": float("nan")},
+        "random_variation": 3.0,
+        "still_descending": {"none": [False] * seeds},
+    }
+
+
+def test_dyck_prefixes_are_valid_bounded_and_follow_q():
+    task = Dyck(k=2, depth=4, q=0.7, length=40)
+    tokens = task.sequences(3000, torch.Generator().manual_seed(0))
+    assert torch.equal(tokens, task.sequences(3000, torch.Generator().manual_seed(0)))
+    opens = free = 0
+    for seq in tokens.tolist():
+        stack: list[int] = []
+        for token in seq:
+            if 0 < len(stack) < 4:  # both an open and a closing bracket may come
+                free += 1
+                opens += token % 2 == 0
+            if token % 2 == 0:
+                stack.append(token // 2)
+            else:
+                assert stack and stack.pop() == token // 2  # a closer matches the innermost open bracket
+            assert len(stack) <= 4
+    assert abs(opens / free - 0.7) < 0.01  # open at rate q where both may come: about 5 standard errors of 0.002
+
+
+def test_the_random_variation_is_the_dirichlet_expectation():
+    rng = np.random.default_rng(0)
+    n, draws = 16, 20000
+    total = 0.0
+    for i in range(1, n + 1):
+        a, b = rng.dirichlet(np.ones(i), draws), rng.dirichlet(np.ones(i), draws)
+        total += float(((a - b) ** 2).sum(axis=1).mean())
+    assert total == pytest.approx(theory.random_attention_variation(n), rel=0.01)  # 1%: about 5 standard errors
+
+
+def test_the_stack_top_of_the_special_prefix():
+    prefix = [2, 2, 2, 0, 1, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1]  # [[[()]]](((())))
+    assert theory.last_unmatched_open(prefix) == [0, 1, 2, 3, 2, 1, 0, -1, 8, 9, 10, 11, 10, 9, 8, -1]

@@ -3,6 +3,7 @@ stored curves and a schedule, shared by every chapter's rows (which never train)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,3 +51,14 @@ def budget_ran_out(waiting: int, runs: str, steps_param: str) -> tuple[bool, str
     """``(settled, why not)`` for :meth:`Claim.eventually`: whether no run was ``waiting``, and if some were,
     how many (``runs`` says which and what they were doing) and which parameter's budget decides the claim."""
     return waiting == 0, f"{waiting} {runs} when the budget ran out; more steps (--set {steps_param}=...) decide it"
+
+
+def misses_settled(missed: Sequence[bool], descending: Sequence[bool], steps_param: str) -> tuple[bool, str]:
+    """``(settled, why not)`` for :meth:`Claim.eventually` on a row about every run: decided where a run that missed
+    the bound had stopped moving (its miss is final) or where no run that missed was still descending, undecided only
+    while every run that missed descends."""
+    missed_runs, moving = np.asarray(missed, dtype=bool), np.asarray(descending, dtype=bool)
+    waiting, final = int((missed_runs & moving).sum()), int((missed_runs & ~moving).sum())
+    return final > 0 or waiting == 0, budget_ran_out(
+        waiting, "runs short of the bound were still descending", steps_param
+    )[1]

@@ -20,6 +20,7 @@ FLIPFLOP_TEST_SETS = TRAINER_EVAL + 1  # flip-flop test sets: in-distribution, s
 FLIPFLOP_CONSTRUCTION = TRAINER_EVAL + 7  # random strings for the Proposition 3 construction
 SIMULATOR_STRINGS = TRAINER_EVAL + 11  # random strings fed to the flip-flop simulator
 LENGTH_SWEEP = TRAINER_EVAL  # plus the block size: strings of each length in the construction sweep
+DYCK_EVAL = TRAINER_EVAL + 3  # held-out Dyck prefixes: accuracy and stack-likeness of trained models (shortcuts)
 MARKOV_EXCESS = 20_000_003  # sequences on which a Markov model's exact excess loss is measured
 MARKOV_PREDICTION = 20_000_011  # the one sequence whose predictions the Markov chapter draws
 MARKOV_DIRECTIONS = 20_000_019  # random directions of the direct local-minimum test (Markov chapter)

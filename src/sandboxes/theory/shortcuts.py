@@ -303,3 +303,25 @@ def gridworld_by_boundaries(sigma: np.ndarray, n: int) -> np.ndarray:
             wall, t_final = (0, t_min) if t_min > t_max else (S, t_max)
             out[b, t - S - 1] = wall + z[b, t] - z[b, t_final]
     return out
+
+
+def random_attention_variation(n: int) -> float:
+    """Expected attention variation ||A1 - A2||_F^2 (Wen et al.'s measure) between two independent causal attention
+    patterns over ``n`` positions whose rows are uniform on their simplices (row i on the first i positions), the
+    thesis's random baseline: a row of i uniform weights is Dirichlet(1, ..., 1), so E||a||^2 = 2 / (i + 1) and
+    E a.b = 1 / i, and two rows differ by 2 (i - 1) / (i (i + 1)) in expectation."""
+    return float(sum(2.0 * (i - 1) / (i * (i + 1)) for i in range(1, n + 1)))
+
+
+def last_unmatched_open(tokens: list[int]) -> list[int]:
+    """For each position of a Dyck prefix (open brackets even tokens, closing odd), the position of the innermost
+    open bracket still unmatched after it, or -1 where every bracket is matched: where a stack-like head looks."""
+    stack: list[int] = []
+    out = []
+    for t, token in enumerate(tokens):
+        if token % 2 == 0:
+            stack.append(t)
+        else:
+            stack.pop()
+        out.append(stack[-1] if stack else -1)
+    return out

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from ...claims import Claim
-from ...curves import budget_ran_out
+from ...curves import budget_ran_out, misses_settled
 from ...theory import induction as theory
 from ...theory.induction import FORMED, PARENT_MASS
 from .tasks import stage_probes, task_of
@@ -888,9 +888,6 @@ def parent_heads_claim(data: ParentHeadsData, weights: str = "lag_weight") -> Cl
     parents = "the parent (1 token back)" if order == 1 else f"each parent (1 to {order} tokens back)"
     per_seed = [min(parent_weights(seed, order)) for seed in data[weights]]
     missed = [weight < PARENT_MASS for weight in per_seed]
-    moving = sum(miss and descending for miss, descending in zip(missed, data["still_descending"]))
-    settled_misses = sum(missed) - moving
-    _, unsettled = budget_ran_out(moving, "runs short of the bound were still descending", "heads_steps")
     return (
         Claim.at_least(
             f"{heads} relative-position heads in layer 1, order-{order} chain, every seed: {parents} has a head "
@@ -904,7 +901,7 @@ def parent_heads_claim(data: ParentHeadsData, weights: str = "lag_weight") -> Cl
             "Chen et al.'s gradient flow copies the parents it selects with weight 1, more than this row asks",
             digits=3,
         )
-        .eventually(settled_misses > 0, unsettled)
+        .eventually(*misses_settled(missed, data["still_descending"], "heads_steps"))
         .held_to_spread(PARENT_MASS, per_seed, upper=False)
     )
 

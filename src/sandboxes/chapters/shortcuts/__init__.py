@@ -29,6 +29,7 @@ from ...profiles import (
     each,
     float_list,
     in_open_unit_interval,
+    in_range,
     positive,
     positive_ints,
     with_reference,
@@ -39,13 +40,14 @@ from .judge import (
     automaton_names,
     brittleness_rows,
     construction_section_rows,
+    dyck_rows,
     hard_rows,
     lemmas_section_rows,
     supervision_rows,
     sweep_rows,
 )
-from .measure import algebra, brittleness, construction, hard, lemmas, supervision, sweep
-from .paper import brittleness_vs_paper, hard_vs_paper, supervision_vs_paper, sweep_vs_paper
+from .measure import DYCK_PREFIX, algebra, brittleness, construction, dyck, hard, lemmas, supervision, sweep
+from .paper import brittleness_vs_paper, dyck_vs_paper, hard_vs_paper, supervision_vs_paper, sweep_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -71,6 +73,21 @@ AUTOMATON = Custom(
     lambda rng, near: str(rng.choice(DRAWN)),
 )
 AUTOMATA = Custom(_check_names, "comma-separated automaton names", _draw_names)
+POSITIONAL = ("linear", "none", "learned", "sinusoidal")
+
+
+def _check_positions(text: str) -> None:
+    names = [p.strip() for p in text.split(",")]
+    unknown = [p for p in names if p not in POSITIONAL]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(f"expected distinct positional encodings among {', '.join(POSITIONAL)}, got {text!r}")
+
+
+POSITIONS = Custom(
+    _check_positions,
+    f"comma-separated positional encodings among {', '.join(POSITIONAL)}",
+    lambda rng, near: ",".join(rng.choice(POSITIONAL, size=int(rng.integers(1, 3)), replace=False)),
+)
 
 
 PARAMS = (
@@ -165,6 +182,16 @@ PARAMS = (
     Param("reveal_depth", int, 2, 6, "depth of the GPTs of those runs", at_least(1)),
     Param("reveal_steps", int, 300, 10000, "training steps of those GPTs (the LSTMs take lstm_steps)", at_least(1)),
     Param("lstm_steps", int, 300, 2000, "training steps of the LSTM", at_least(1)),
+    # the special prefix holds both bracket types to depth 4 over 16 tokens, so smaller languages cannot read it
+    Param("dyck_k", int, 2, 2, "bracket types of the Dyck language", in_range(2, 8)),
+    Param("dyck_depth", int, 4, 4, "largest depth of the Dyck language", at_least(4)),
+    Param("dyck_q", float, 0.5, 0.5, "probability of an open bracket where both may come", in_open_unit_interval),
+    Param("dyck_T", int, 28, 28, "tokens per training prefix of Dyck", at_least(len(DYCK_PREFIX) + 1)),
+    Param("dyck_d", int, 50, 50, "width and MLP width of the two-layer GPTs on Dyck", at_least(1)),
+    Param("dyck_steps", int, 300, 10000, "Adam steps of those GPTs", at_least(1)),
+    Param("dyck_lr", float, 3e-3, 3e-3, "their learning rate (warm-up, cosine decay)", positive),
+    Param("dyck_seeds", int, 3, 40, "random initialisations per positional encoding", at_least(1)),
+    Param("dyck_positions", str, "linear,none", "linear,none", "positional encodings trained on Dyck", POSITIONS),
     Param(
         "shift_probs",
         str,
@@ -210,6 +237,8 @@ PARAMS = with_reference(
         "reveals": "1,0.3,0.1",
         "reveal_depth": 3,
         "reveal_steps": 2000,
+        "dyck_steps": 3000,
+        "dyck_seeds": 10,
     },
 )
 
@@ -258,6 +287,9 @@ UNIT_SCALE = {
     "reveals": "1,0.5",
     "reveal_depth": 1,
     "reveal_steps": 2,
+    "dyck_steps": 2,
+    "dyck_seeds": 2,
+    "dyck_d": 8,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -272,6 +304,8 @@ FULL_SHRUNK = {
     "batch_size": 4,
     "reveal_steps": 2,
     "reveals": "1,0.5",
+    "dyck_steps": 2,
+    "dyck_seeds": 2,
 }
 
 CHAPTER = Chapter(
@@ -328,6 +362,17 @@ CHAPTER = Chapter(
             figures=("supervision",),
             reference=True,
             paper=supervision_vs_paper,
+        ),
+        Section(
+            "dyck",
+            "Dyck: many attention patterns solve it",
+            dyck,
+            trains=True,
+            by_seed=False,  # its seeds are its own parameter, dyck_seeds, not the run's
+            rows=dyck_rows,
+            figures=("dyck_attention",),
+            reference=True,
+            paper=dyck_vs_paper,
         ),
     ),
     check=check,

@@ -9,9 +9,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...plotting import COLORS
+from ...theory import shortcuts as theory
 
 if TYPE_CHECKING:
-    from .measure import BrittlenessData, ConstructionData, HardData, SupervisionData, SweepData
+    from .measure import BrittlenessData, ConstructionData, DyckData, HardData, SupervisionData, SweepData
 
 SERIES = {
     "gpt": ("GPT (shortcut)", COLORS["tied"]),
@@ -215,5 +216,40 @@ def supervision(data: SupervisionData) -> Figure:
         ax.set(xscale="log", xlabel="p_reveal (share of states the loss sees)", title=f"{name}, T = {data['T']}")
     axes[0][0].set_ylabel("held-out accuracy, every state")
     axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+DYCK_SHOWN = 3  # seeds drawn per positional encoding
+
+
+def dyck_attention(data: DyckData) -> Figure:
+    """Layer 2's attention on the special prefix for the first seeds of each positional encoding (as the thesis's
+    Fig. 3.3), the innermost unmatched open bracket boxed where the next token closes (where a stack-like head would
+    look); last, each seed's mean weight there over held-out prefixes, trained and untrained, against 1/2."""
+    prefix, positions = data["prefix"], data["positions"]
+    labels = ["()[]"[t] for t in prefix]
+    stack = theory.last_unmatched_open(prefix)
+    shown = min(DYCK_SHOWN, min(len(data["attention"][p]) for p in positions))
+    fig, axes = plt.subplots(
+        len(positions), shown + 1, figsize=(2.6 * (shown + 1), 2.7 * len(positions)), squeeze=False
+    )
+    for row, positional in zip(axes, positions):
+        for s, ax in enumerate(row[:shown]):
+            ax.imshow(np.asarray(data["attention"][positional][s]), cmap="Greys", vmin=0, vmax=1)
+            for t, key in enumerate(stack[:-1]):
+                if key >= 0 and prefix[t + 1] % 2 == 1:
+                    ax.add_patch(plt.Rectangle((key - 0.5, t - 0.5), 1, 1, fill=False, color=COLORS["untied"], lw=1.2))
+            ax.set_xticks(range(len(prefix)), labels, fontsize=6)
+            ax.set_yticks(range(len(prefix)), labels, fontsize=6)
+            ax.grid(False)
+            ax.set_title(f"{positional} positions, seed {s}", fontsize=8)
+        ax = row[-1]
+        for x, (key, color) in enumerate((("stack_weight", COLORS["untied"]), ("untrained_stack_weight", "#999999"))):
+            weights = data[key][positional]  # type: ignore[literal-required]
+            ax.plot(np.full(len(weights), x) + np.linspace(-0.15, 0.15, len(weights)), weights, "o", color=color, ms=3)
+        ax.axhline(0.5, color=COLORS["theory"], linestyle=":", linewidth=1)
+        ax.set(xticks=[0, 1], xlim=(-0.5, 1.5), ylim=(0, 1), title="weight on the stack's top", ylabel="per seed")
+        ax.set_xticklabels(["trained", "untrained"], fontsize=8)
     fig.tight_layout()
     return fig

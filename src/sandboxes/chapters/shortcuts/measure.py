@@ -34,9 +34,10 @@ from ...data.automata import (
     transformation_semigroup,
     transition_group,
 )
+from ...data.dyck import Dyck
 from ...model import GPT, LSTM, GPTConfig
 from ...profiles import float_list, int_list
-from ...runtime import member_seed
+from ...runtime import member_seed, seed_everything
 from ...sections import RunContext
 from ...theory import shortcuts as theory
 from ...trainer import TrainConfig, TrainResult, train
@@ -649,3 +650,114 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
         per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all
         out[name] = {view: [scores[view] for scores in per_model] for view in per_model[0]}
     return out
+
+
+# ---------------------------------------------------------------- Dyck: many attention patterns
+# "[[[()]]](((())))": type 0 is "(", type 1 is "["; open brackets are even tokens, closing ones odd. The thesis's
+# special prefix (Sec. 3.6.3.1), with brackets of both types at every depth from 1 to 4 but "[" at 4
+DYCK_PREFIX = (2, 2, 2, 0, 1, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1)
+
+
+class DyckData(TypedDict):
+    positions: list[str]  # the positional encodings trained, one arm each
+    prefix: list[int]
+    accuracy: dict[str, list[float]]  # arm -> seed: held-out closing brackets predicted right (among the closers)
+    untrained_accuracy: dict[str, list[float]]  # the same models at their initialisation
+    stack_weight: dict[str, list[float]]  # arm -> seed: layer 2's weight on the last unmatched open bracket
+    untrained_stack_weight: dict[str, list[float]]
+    attention: dict[str, list[list[list[float]]]]  # arm -> seed x query x key: layer 2's attention on the prefix
+    variation: dict[str, float]  # arm -> mean over pairs of seeds of ||A1 - A2||_F^2 on the prefix
+    untrained_variation: dict[str, float]
+    random_variation: float  # its expectation for rows uniform on their simplices
+    still_descending: dict[str, list[bool]]
+
+
+def _dyck_gpt(config: dict[str, Any], positional: str) -> Callable[[], GPT]:
+    """The thesis's model for Fig. 3.3: a standard two-layer GPT of one head, width and MLP width `dyck_d`."""
+    gpt_config = GPTConfig(
+        vocab_size=2 * config["dyck_k"],
+        block_size=config["dyck_T"] - 1,
+        n_layer=2,
+        n_head=1,
+        d_model=config["dyck_d"],
+        d_mlp=config["dyck_d"],
+        positional=positional,  # type: ignore[arg-type]
+        layer_norm=True,
+        bias=True,
+        tied=False,
+    )
+    return partial(GPT, gpt_config)
+
+
+def _closing_accuracy(model: GPT, inputs: Tensor, targets: Tensor) -> float:
+    """Share of held-out positions whose next token closes at which the closing bracket the model scores highest is
+    the right one (the thesis's accuracy: a prefix ending in a closing bracket has one correct closer)."""
+    with torch.no_grad():
+        closers = model(inputs)[..., 1::2].argmax(-1) * 2 + 1
+    closing = targets % 2 == 1
+    return float((closers == targets)[closing].float().mean())
+
+
+def _stack_weight(model: GPT, inputs: Tensor, targets: Tensor) -> float:
+    """Layer 2's mean weight on the innermost unmatched open bracket, over the held-out queries whose next token
+    closes it: 1 for the stack-like head of Ebrahimi et al. and Yao et al."""
+    with torch.no_grad():
+        _, attention = model(inputs, return_attention=True)
+    weights = attention[-1][:, 0]
+    picked = []
+    for b, tokens in enumerate(inputs.tolist()):
+        for t, key in enumerate(theory.last_unmatched_open(tokens)):
+            if key >= 0 and int(targets[b, t]) % 2 == 1:
+                picked.append(float(weights[b, t, key]))
+    return float(np.mean(picked))
+
+
+def _prefix_attention(model: GPT) -> Tensor:
+    """Layer 2's attention pattern on the special prefix, query x key."""
+    with torch.no_grad():
+        _, attention = model(torch.tensor([DYCK_PREFIX]), return_attention=True)
+    return attention[-1][0, 0]
+
+
+def _mean_variation(patterns: list[Tensor]) -> float:
+    """Wen et al.'s attention variation, ||A1 - A2||_F^2, averaged over every pair of patterns."""
+    pairs = [float(((a - b) ** 2).sum()) for i, a in enumerate(patterns) for b in patterns[i + 1 :]]
+    return float(np.mean(pairs))
+
+
+def dyck(config: dict[str, Any], ctx: RunContext) -> DyckData:
+    """Wen et al.'s Dyck experiment (thesis Sec. 3.6.3.1): `dyck_seeds` two-layer GPTs of one head per positional
+    encoding of `dyck_positions`, trained by Adam on Dyck_{k,D} prefixes, then held-out accuracy on closing brackets,
+    how stack-like layer 2 attends, and how much its pattern on the special prefix varies between seeds. A member's
+    seed is its encoding's and index's, so adding seeds or an encoding changes no other member's run."""
+    task = Dyck(config["dyck_k"], config["dyck_depth"], config["dyck_q"], config["dyck_T"])
+    inputs, targets = task.sample(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
+    steps = config["dyck_steps"]
+    schedule = TrainConfig(
+        steps=steps,
+        batch_size=config["batch_size"],
+        lr=config["dyck_lr"],
+        weight_decay=0.0,  # Adam, as the thesis trains
+        warmup=steps // 10,
+        eval_every=max(1, steps // 20),
+    )
+    positions = [p.strip() for p in config["dyck_positions"].split(",")]
+    data: dict[str, Any] = {key: {} for key in DyckData.__annotations__ if key not in ("positions", "prefix")}
+    for positional in positions:
+        seeds = [member_seed("dyck", positional, s) for s in range(config["dyck_seeds"])]
+        make = _dyck_gpt(config, positional)
+        untrained = []
+        for seed in seeds:
+            seed_everything(seed)  # as the trainer seeds before it builds a member: its starting weights
+            untrained.append(make())
+        result = train(make, task, schedule, seeds, ctx.device, progress=ctx.progress)
+        for key, models in (("", [m.eval() for m in result.models]), ("untrained_", untrained)):
+            data[f"{key}accuracy"][positional] = [_closing_accuracy(m, inputs, targets) for m in models]
+            data[f"{key}stack_weight"][positional] = [_stack_weight(m, inputs, targets) for m in models]
+            patterns = [_prefix_attention(m) for m in models]
+            data[f"{key}variation"][positional] = _mean_variation(patterns) if len(patterns) > 1 else float("nan")
+            if not key:
+                data["attention"][positional] = [p.tolist() for p in patterns]
+        data["still_descending"][positional] = still_descending(result, LOSS_NOISE).tolist()
+    data["random_variation"] = theory.random_attention_variation(len(DYCK_PREFIX))
+    return {"positions": positions, "prefix": list(DYCK_PREFIX), **data}  # type: ignore[typeddict-item]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .measure import HardData, SupervisionData, SweepData
+    from .measure import DyckData, HardData, SupervisionData, SweepData
 
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
@@ -158,4 +158,42 @@ def supervision_vs_paper(data: SupervisionData) -> list[tuple[str, str, str]]:
                     f"{spread(kind, i, 0)}; {spread(kind, i, len(data['reveals']) - 1)}",
                 )
             )
+    return rows
+
+
+DYCK_REPORTED = {"linear": 2.20, "none": 2.27}  # Sec. 3.6.3.1: average attention variation, 40 initialisations
+
+
+def dyck_vs_paper(data: DyckData) -> list[tuple[str, str, str]]:
+    """Wen et al.'s Dyck runs (thesis Sec. 3.6.3.1) beside ours: accuracy, stack-like heads, and the attention
+    variation between initialisations on the special prefix against the random baseline."""
+    rows = [
+        (
+            "attention variation of random patterns on the prefix",
+            "2.85 (rows uniform on the simplex; their sampling is not given exactly)",
+            f"{data['random_variation']:.2f} (computed: rows uniform on their simplices, causal)",
+        )
+    ]
+    for positional in data["positions"]:
+        accuracy, weights = data["accuracy"][positional], data["stack_weight"][positional]
+        reported = DYCK_REPORTED.get(positional)
+        rows += [
+            (
+                f"{positional} positions: accuracy on closing brackets",
+                ">= 97% for every model",
+                f"{100 * min(accuracy):.2f} to {100 * max(accuracy):.2f}% ({len(accuracy)} seeds, "
+                f"{sum(data['still_descending'][positional])} still descending)",
+            ),
+            (
+                f"{positional} positions: weight on the innermost unmatched open bracket",
+                "most patterns not stack-like (Figs. 3.3, 3.39)",
+                f"{min(weights):.2f} to {max(weights):.2f} per seed (untrained "
+                f"{np.mean(data['untrained_stack_weight'][positional]):.2f})",
+            ),
+            (
+                f"{positional} positions: attention variation between seeds",
+                f"{reported:.2f} (40 initialisations)" if reported is not None else "not reported",
+                f"{data['variation'][positional]:.2f} (untrained {data['untrained_variation'][positional]:.3f})",
+            ),
+        ]
     return rows
