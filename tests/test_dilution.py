@@ -515,10 +515,10 @@ COUNTERFACTUALS = {
     )[0],
     # broken: the "rare" phase trained on the plain distribution, so its errors match the plain run's
     "second phase on rare strings against the plain one, sparse strings": lambda: judge._rare_training_claims(
-        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}, judge.SPARSE_TAIL_T
+        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}
     )[0],
     "second phase on rare strings against the plain one, dense strings": lambda: judge._rare_training_claims(
-        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}, judge.SPARSE_TAIL_T
+        {"plain": _uniform_rate_counts(), "rare": _uniform_rate_counts()}, {"rare": 0}
     )[0],
     "trained attention obeys Prop 4": lambda: judge._bound_claims(
         {"transformer": [_sharp(_sharp_gpt(0), _sigma_without_norms)]}, "trained attention"
@@ -614,7 +614,7 @@ def test_the_rare_training_rows_ask_an_order_of_magnitude_on_each_set_apart():
     plain = {"in-distribution": [(5, 1000)] * 2, "sparse": [(50, 1000)] * 2, "dense": [(50, 1000)] * 2}
     # a tenth on dense, a fifth on sparse: significant on both, an order of magnitude on dense alone
     rare = {"in-distribution": [(5, 1000)] * 2, "sparse": [(10, 1000)] * 2, "dense": [(5, 1000)] * 2}
-    claims, _ = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0}, judge.SPARSE_TAIL_T)
+    claims, _ = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0})
     assert judge.rare_training_pvalue(plain["sparse"], rare["sparse"]) < judge.GLITCH_LEVEL
     assert [c.holds for c in claims] == [False, True]
 
@@ -633,11 +633,11 @@ def test_the_rare_training_row_holds_when_rare_training_removes_the_errors_and_i
         _uniform_rate_counts(),
         {name: [(0, n)] * 3 for name, n in (("in-distribution", 2394), ("sparse", 4607), ("dense", 29261))},
     )
-    claims, silent = judge._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0}, judge.SPARSE_TAIL_T)
+    claims, silent = judge._rare_training_claims({"plain": plain, "rare": clean}, {"rare": 0})
     assert [c.holds for c in claims] == [True, True] and silent == ()
-    claims, silent = judge._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0}, judge.SPARSE_TAIL_T)
+    claims, silent = judge._rare_training_claims({"plain": clean, "rare": clean}, {"rare": 0})
     assert claims == [] and all("below 7" in s for s in silent) and len(silent) == 2
-    still, _ = judge._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1}, judge.SPARSE_TAIL_T)
+    still, _ = judge._rare_training_claims({"plain": plain, "rare": plain}, {"rare": 1})
     assert still[0].holds is None and "finetune_steps" in still[0].reason  # no fewer errors, but still descending
 
 
@@ -727,14 +727,13 @@ def test_the_premise_table_names_what_each_attempt_changed_and_its_seeds_errors(
     assert rows[1] == ("weight_decay = 0.0", "3", "0 of 9 reads")
 
 
-def test_no_sparse_row_below_the_thesis_length_whatever_the_counts():
-    # at quick scale the sparse counts sit near MIN_ERRORS and moved across it between kernel paths
+def test_no_rare_training_row_where_the_plain_seeds_left_too_few_errors_to_cut():
+    # at quick scale the plain seeds make no wrong sparse read and the rare-trained ones a few, near MIN_ERRORS
     plain = {"in-distribution": [(0, 1000)] * 2, "sparse": [(0, 1000)] * 2, "dense": [(50, 1000)] * 2}
     rare = {"in-distribution": [(0, 1000)] * 2, "sparse": [(8, 1000)] * 2, "dense": [(0, 1000)] * 2}
-    claims, silent = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0}, 32)
-    assert [c.name.split(", ")[1] for c in claims] == [
-        "dense strings: wrong reads of the rare-trained seeds over the plain seeds'"
-    ]
-    assert "T = 512" in silent[0] and "16 wrong sparse reads" in silent[0]
-    longer, _ = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0}, judge.SPARSE_TAIL_T)
-    assert [c.holds for c in longer] == [False, True]
+    claims, silent = judge._rare_training_claims({"plain": plain, "rare": rare}, {"rare": 0})
+    assert [c.name.split(", ")[1].split(":")[0] for c in claims] == ["dense strings"] and claims[0].holds
+    assert "plain seeds made 0 wrong reads" in silent[0] and "(the rare-trained ones 16)" in silent[0]
+    more = {**plain, "sparse": [(4, 1000)] * 2}  # 8 plain errors: a row, and 16 after rare training fail it
+    claims, _ = judge._rare_training_claims({"plain": more, "rare": rare}, {"rare": 0})
+    assert [c.holds for c in claims] == [False, True]

@@ -814,3 +814,27 @@ def test_the_random_variation_is_the_dirichlet_expectation():
 def test_the_stack_top_of_the_special_prefix():
     prefix = [2, 2, 2, 0, 1, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1]  # [[[()]]](((())))
     assert theory.last_unmatched_open(prefix) == [0, 1, 2, 3, 2, 1, 0, -1, 8, 9, 10, 11, 10, 9, 8, -1]
+
+
+class _PlantedHead(torch.nn.Module):
+    """A stand-in GPT whose layer-2 head attends where ``where(tokens)`` says, one position per query."""
+
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+
+    def forward(self, idx, return_attention=False):
+        B, T = idx.shape
+        attention = torch.zeros(B, 1, T, T)
+        for b, tokens in enumerate(idx.tolist()):
+            for t, key in enumerate(self.where(tokens)):
+                attention[b, 0, t, key] = 1.0
+        return torch.zeros(B, T, 4), [attention, attention]
+
+
+def test_the_stack_weight_is_one_for_a_stack_head_and_zero_for_a_head_on_itself():
+    inputs, targets = Dyck().sample(64, torch.Generator().manual_seed(0))
+    stack = _PlantedHead(lambda tokens: [max(k, 0) for k in theory.last_unmatched_open(tokens)])
+    diagonal = _PlantedHead(lambda tokens: list(range(len(tokens))))
+    assert measure._stack_weight(stack, inputs, targets) == 1.0
+    assert measure._stack_weight(diagonal, inputs, targets) == 0.0  # the queries that are their own top are left out

@@ -225,8 +225,9 @@ DYCK_SHOWN = 3  # seeds drawn per positional encoding
 
 def dyck_attention(data: DyckData) -> Figure:
     """Layer 2's attention on the special prefix for the first seeds of each positional encoding (as the thesis's
-    Fig. 3.3), the innermost unmatched open bracket boxed where the next token closes (where a stack-like head would
-    look); last, each seed's mean weight there over held-out prefixes, trained and untrained, against 1/2."""
+    Fig. 3.3), boxed where a stack-like head would look: the innermost unmatched open bracket, where the next token
+    closes it and it lies before the query; last, each seed's mean weight there over held-out prefixes, trained and
+    untrained, against 1/2."""
     prefix, positions = data["prefix"], data["positions"]
     labels = ["()[]"[t] for t in prefix]
     stack = theory.last_unmatched_open(prefix)
@@ -238,7 +239,7 @@ def dyck_attention(data: DyckData) -> Figure:
         for s, ax in enumerate(row[:shown]):
             ax.imshow(np.asarray(data["attention"][positional][s]), cmap="Greys", vmin=0, vmax=1)
             for t, key in enumerate(stack[:-1]):
-                if key >= 0 and prefix[t + 1] % 2 == 1:
+                if 0 <= key < t and prefix[t + 1] % 2 == 1:
                     ax.add_patch(plt.Rectangle((key - 0.5, t - 0.5), 1, 1, fill=False, color=COLORS["untied"], lw=1.2))
             ax.set_xticks(range(len(prefix)), labels, fontsize=6)
             ax.set_yticks(range(len(prefix)), labels, fontsize=6)

@@ -462,12 +462,14 @@ def dyck_rows(config: dict[str, Any], data: DyckData) -> tuple[list[Claim], tupl
             Claim.at_most(
                 f"Dyck, {positional} positions, seeds that solve it (>= {DYCK_SOLVED:g}): those whose layer-2 head "
                 f"is stack-like (at least {STACK_MASS:g} of its weight on the innermost unmatched open bracket, "
-                f"mean over held-out queries before a closing bracket), of {len(solved)}",
+                f"mean over held-out queries before a closing bracket that are not that bracket), of {len(solved)}",
                 (len(solved) - 1) // 2,
                 stack_like,
-                "reported (Sec. 3.6.3.1, Figs. 3.3, 3.39): models that generalise near perfectly do not typically "
-                "attend like a stack, and Theorem 1 leaves them free not to (any pattern that meets the balance "
-                "condition, even uniform attention, solves Dyck); read as fewer than half of them",
+                "reported (Sec. 3.6.3.1 and Fig. 3.3, of GPTs of two layers): models that generalise near perfectly "
+                "do not typically attend like a stack, and Theorem 1 leaves a model with a minimal first layer free "
+                "not to (any pattern that meets the balance condition, even uniform attention, solves Dyck); read "
+                "as fewer than half of them. Queries that are themselves the bracket to close are left out: a head "
+                "on its own position would count there",
                 digits=0,
             )
         )

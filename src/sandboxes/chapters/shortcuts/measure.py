@@ -700,14 +700,15 @@ def _closing_accuracy(model: GPT, inputs: Tensor, targets: Tensor) -> float:
 
 def _stack_weight(model: GPT, inputs: Tensor, targets: Tensor) -> float:
     """Layer 2's mean weight on the innermost unmatched open bracket, over the held-out queries whose next token
-    closes it: 1 for the stack-like head of Ebrahimi et al. and Yao et al."""
+    closes it and which are not that bracket themselves (there a head on its own position would count): 1 for the
+    stack-like head of Ebrahimi et al. and Yao et al., about 0.1 for uniform attention."""
     with torch.no_grad():
         _, attention = model(inputs, return_attention=True)
     weights = attention[-1][:, 0]
     picked = []
     for b, tokens in enumerate(inputs.tolist()):
         for t, key in enumerate(theory.last_unmatched_open(tokens)):
-            if key >= 0 and int(targets[b, t]) % 2 == 1:
+            if 0 <= key < t and int(targets[b, t]) % 2 == 1:
                 picked.append(float(weights[b, t, key]))
     return float(np.mean(picked))
 
