@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import re
@@ -809,6 +810,30 @@ def test_the_random_variation_is_the_dirichlet_expectation():
         a, b = rng.dirichlet(np.ones(i), draws), rng.dirichlet(np.ones(i), draws)
         total += float(((a - b) ** 2).sum(axis=1).mean())
     assert total == pytest.approx(theory.random_attention_variation(n), rel=0.01)  # 1%: about 5 standard errors
+    assert theory.random_attention_variation(n, causal=False) == pytest.approx(2 * (n - 1) / (n + 1))
+
+
+def test_dyck_prefixes_follow_definition_12_exactly():
+    # every prefix of Dyck_(2,2) of 6 tokens at q = 0.3, its probability from the definition against 200000 draws
+    task, draws = Dyck(k=2, depth=2, q=0.3, length=6), 200_000
+    law: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(task.length):
+        grown = {}
+        for prefix, p in law.items():
+            stack = []
+            for token in prefix:
+                stack.append(token // 2) if token % 2 == 0 else stack.pop()
+            opens = 1.0 if not stack else (0.0 if len(stack) == task.depth else task.q)
+            for kind in range(task.k):
+                if opens:
+                    grown[(*prefix, 2 * kind)] = p * opens / task.k
+            if stack:
+                grown[(*prefix, 2 * stack[-1] + 1)] = p * (1 - opens)
+        law = grown
+    seen = collections.Counter(map(tuple, task.sequences(draws, torch.Generator().manual_seed(1)).tolist()))
+    assert set(seen) <= set(law) and sum(law.values()) == pytest.approx(1.0)
+    for prefix, p in law.items():
+        assert abs(seen[prefix] / draws - p) < 5 * math.sqrt(p * (1 - p) / draws) + 1e-9  # 5 standard errors
 
 
 def test_the_stack_top_of_the_special_prefix():

@@ -305,12 +305,13 @@ def gridworld_by_boundaries(sigma: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def random_attention_variation(n: int) -> float:
-    """Expected attention variation ||A1 - A2||_F^2 (Wen et al.'s measure) between two independent causal attention
-    patterns over ``n`` positions whose rows are uniform on their simplices (row i on the first i positions), the
-    thesis's random baseline: a row of i uniform weights is Dirichlet(1, ..., 1), so E||a||^2 = 2 / (i + 1) and
-    E a.b = 1 / i, and two rows differ by 2 (i - 1) / (i (i + 1)) in expectation."""
-    return float(sum(2.0 * (i - 1) / (i * (i + 1)) for i in range(1, n + 1)))
+def random_attention_variation(n: int, causal: bool = True) -> float:
+    """Expected attention variation ||A1 - A2||_F^2 (Wen et al.'s measure) between two independent attention
+    patterns over ``n`` positions whose rows are uniform on their simplices (row i on the first i positions where
+    ``causal``, on all n otherwise), the thesis's random baseline: a row of i uniform weights is Dirichlet(1, ..., 1),
+    so E||a||^2 = 2 / (i + 1) and E a.b = 1 / i, and two rows differ by 2 (i - 1) / (i (i + 1)) in expectation."""
+    widths = range(1, n + 1) if causal else [n] * n
+    return float(sum(2.0 * (i - 1) / (i * (i + 1)) for i in widths))
 
 
 def last_unmatched_open(tokens: list[int]) -> list[int]:

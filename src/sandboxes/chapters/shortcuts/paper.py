@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...theory import shortcuts as theory
+
 if TYPE_CHECKING:
     from .measure import DyckData, HardData, SupervisionData, SweepData
 
@@ -167,11 +169,13 @@ DYCK_REPORTED = {"linear": 2.20, "none": 2.27}  # Sec. 3.6.3.1: average attentio
 def dyck_vs_paper(data: DyckData) -> list[tuple[str, str, str]]:
     """Wen et al.'s Dyck runs (thesis Sec. 3.6.3.1) beside ours: accuracy, stack-like heads, and the attention
     variation between initialisations on the special prefix against the random baseline."""
+    n = len(data["prefix"])
     rows = [
         (
             "attention variation of random patterns on the prefix",
             "2.85 (rows uniform on the simplex; their sampling is not given exactly)",
-            f"{data['random_variation']:.2f} (computed: rows uniform on their simplices, causal)",
+            f"{data['random_variation']:.2f} (computed: rows uniform on their simplices, causal; over all "
+            f"{n} positions {theory.random_attention_variation(n, causal=False):.2f})",
         )
     ]
     for positional in data["positions"]:
