@@ -763,6 +763,7 @@ def test_dyck_rows_wait_for_descending_misses_and_need_two_solved_seeds():
     assert [c.holds for c in accuracy] == [None] and "dyck_steps" in accuracy[0].reason  # none solved: no stack row
     one = judge.dyck_rows({"dyck_k": 2, "dyck_depth": 4}, _dyck_data(seeds=1))
     assert len(one[0]) == 1 and "a share needs two" in one[1][0]
+    assert _dyck(moving=True, accuracy=0.999)[1].holds is None  # not stack-like so far: they may still become so
     half = _dyck(stack=0.9, seeds=2)  # one stack-like head of two solved is not fewer than half: (2 - 1) // 2 = 0
     assert half[1].holds is False
 

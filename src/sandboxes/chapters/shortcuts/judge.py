@@ -451,6 +451,7 @@ def dyck_rows(config: dict[str, Any], data: DyckData) -> tuple[list[Claim], tupl
             ).eventually(*misses_settled(accuracy < DYCK_SOLVED, data["still_descending"][positional], "dyck_steps"))
         )
         solved = [w for a, w in zip(accuracy, data["stack_weight"][positional]) if a >= DYCK_SOLVED]
+        moving = sum(d for a, d in zip(accuracy, data["still_descending"][positional]) if a >= DYCK_SOLVED)
         if len(solved) < 2:
             silent.append(
                 f"Dyck, {positional} positions, stack-like heads: {len(solved)} seed(s) reach {DYCK_SOLVED:g}; the "
@@ -471,6 +472,6 @@ def dyck_rows(config: dict[str, Any], data: DyckData) -> tuple[list[Claim], tupl
                 "as fewer than half of them. Queries that are themselves the bracket to close are left out: a head "
                 "on its own position would count there",
                 digits=0,
-            )
+            ).so_far(*budget_ran_out(moving, "solved runs were still descending", "dyck_steps"))
         )
     return claims, tuple(silent)
