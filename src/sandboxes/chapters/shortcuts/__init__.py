@@ -188,7 +188,7 @@ PARAMS = (
     Param("dyck_q", float, 0.5, 0.5, "probability of an open bracket where both may come", in_open_unit_interval),
     Param("dyck_T", int, 28, 28, "tokens per training prefix of Dyck", at_least(len(DYCK_PREFIX) + 1)),
     Param("dyck_d", int, 50, 50, "width and MLP width of the two-layer GPTs on Dyck", at_least(1)),
-    Param("dyck_steps", int, 300, 10000, "Adam steps of those GPTs", at_least(1)),
+    Param("dyck_steps", int, 500, 10000, "Adam steps of those GPTs", at_least(1)),
     Param("dyck_lr", float, 3e-3, 3e-3, "their learning rate (warm-up, cosine decay)", positive),
     Param("dyck_seeds", int, 3, 40, "random initialisations per positional encoding", at_least(1)),
     Param("dyck_positions", str, "linear,none", "linear,none", "positional encodings trained on Dyck", POSITIONS),
