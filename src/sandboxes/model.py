@@ -325,7 +325,10 @@ class AssociativeMemories(nn.Module):
     writing nothing), is layer 1's score matrix ``W_KQ1``, layer 2's score matrix ``W_KQ2`` and layer 2's
     value-output matrix ``W_OV2``; a score is ``x_t^T W_KQ x_s``. No MLP, no normalisation, one head per layer.
     To train the memories one at a time, ``trained`` names those that train and ``start`` gives any of the three
-    its starting value; the others are held.
+    its starting value; the others are held. ``orthonormal`` draws the fixed parts exactly orthonormal instead,
+    the limit of infinite width that Bietti et al.'s three-step theorem takes: the embeddings, positions, outputs and
+    ``W_OV1``'s images of tokens and positions are rows of one random orthogonal matrix, so ``d_model`` is at least
+    ``3 vocab_size + 2 block_size``.
     """
 
     MEMORIES = ("kq1", "kq2", "ov2")
@@ -337,24 +340,44 @@ class AssociativeMemories(nn.Module):
         d_model: int,
         trained: tuple[str, ...] = MEMORIES,
         start: Mapping[str, Tensor] | None = None,
+        orthonormal: bool = False,
     ) -> None:
         super().__init__()
         if not set(trained) <= set(self.MEMORIES) or not set(start or {}) <= set(self.MEMORIES):
             raise ValueError(f"the memories are {self.MEMORIES}, got trained={trained}, start={sorted(start or {})}")
-        scale = d_model**-0.5
-        for name, rows in (
-            ("tokens", vocab_size),
-            ("positions", block_size),
-            ("outputs", vocab_size),
-            ("ov1", d_model),
-        ):
-            self.register_buffer(name, scale * torch.randn(rows, d_model))
+        if orthonormal:
+            for name, value in self.orthonormal_parts(vocab_size, block_size, d_model).items():
+                self.register_buffer(name, value)
+        else:
+            scale = d_model**-0.5
+            for name, rows in (
+                ("tokens", vocab_size),
+                ("positions", block_size),
+                ("outputs", vocab_size),
+                ("ov1", d_model),
+            ):
+                self.register_buffer(name, scale * torch.randn(rows, d_model))
         for name in self.MEMORIES:
             value = (start or {}).get(name, torch.zeros(d_model, d_model)).detach().clone()
             if name in trained:
                 setattr(self, name, nn.Parameter(value))
             else:
                 self.register_buffer(name, value)
+
+    @staticmethod
+    def orthonormal_parts(vocab_size: int, block_size: int, d_model: int) -> dict[str, Tensor]:
+        """Tokens, positions, outputs and ``W_OV1`` (tokens and positions sent to fresh orthonormal rows) from one
+        random orthogonal matrix, drawn from the current seed."""
+        sizes = (vocab_size, block_size, vocab_size, vocab_size, block_size)
+        if d_model < sum(sizes):
+            raise ValueError(
+                f"orthonormal parts need d_model >= 3 vocab_size + 2 block_size = {sum(sizes)}, got {d_model}"
+            )
+        basis = torch.linalg.qr(torch.randn(d_model, d_model))[0].T
+        tokens, positions, outputs, copied_tokens, copied_positions = basis[: sum(sizes)].split(sizes)
+        ov1 = copied_tokens.T @ tokens + copied_positions.T @ positions
+        parts = {"tokens": tokens, "positions": positions, "outputs": outputs, "ov1": ov1}
+        return {name: part.contiguous() for name, part in parts.items()}
 
     def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Logits ``(B, T, vocab)``; with ``return_attention`` also both layers' weights, ``(B, 1, T, T)`` each."""

@@ -40,6 +40,24 @@ def first_formed(steps: Sequence[float], probes: Sequence) -> np.ndarray:
     return np.where(probed.any(axis=1), at[probed.argmax(axis=1)], np.inf)
 
 
+def stepped_positions(length: int) -> range:
+    """The query positions at which the third of Bietti et al.'s three steps is judged: 2 to ``length - 2``.
+
+    The last position's key is read only by its own query, and the key an induction head looks for (an output
+    after its trigger) is never where a recall is scored, so the loss gives that position no reason to look back;
+    position 1 chooses between the first token and itself, and in the pilots its step went to itself (the
+    section's table shows it).
+    """
+    return range(2, length - 1)
+
+
+def previous_share(lags: Sequence[int]) -> float:
+    """Share of the judged query positions (:func:`stepped_positions`) whose largest positional score is on the
+    position before."""
+    judged = stepped_positions(len(lags))
+    return float(np.mean([lags[t] == 1 for t in judged]))
+
+
 def formed_together(steps: Sequence[float], probes: Sequence) -> np.ndarray:
     """Per seed, the updates until the last of the memories trained together formed (inf: one never did); the
     evaluation at step ``s`` follows ``s + 1`` updates."""

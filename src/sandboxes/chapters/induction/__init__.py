@@ -26,7 +26,7 @@ from typing import Any
 
 from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
-from ...profiles import FLAG, Choice, Interval, Param, at_least, in_range, positive, with_reference
+from ...profiles import FLAG, Choice, Interval, Param, at_least, each, in_range, positive, with_reference
 from ...sections import Chapter, Section
 from .judge import (
     GRADIENT_CHUNKS,
@@ -43,6 +43,7 @@ from .judge import (
     staged_rows,
     stationary_rows,
     support_rows,
+    three_steps_rows,
     training_rows,
     trigger_rows,
     two_layer_order_rows,
@@ -61,6 +62,7 @@ from .measure import (
     staged,
     stationary,
     support,
+    three_steps,
     training,
     trigger,
     two_layer_order,
@@ -73,6 +75,7 @@ from .paper import (
     separate_vs_paper,
     staged_vs_paper,
     support_vs_paper,
+    three_steps_vs_paper,
     training_vs_paper,
     trigger_vs_paper,
     update_seconds,
@@ -236,6 +239,33 @@ PARAMS = (
         "memory_steps", int, 400, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
     ),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
+    Param("steps_T", int, 32, 256, "tokens the simplified model reads in the three gradient steps", in_range(4, 512)),
+    Param(
+        "steps_samples",
+        int,
+        2048,
+        65536,
+        "sequences averaged in each population gradient of the three steps",
+        at_least(1),
+    ),
+    Param("step_first", float, 1.0, 1.0, "Frobenius length of the first step (on W_OV2)", positive),
+    Param(
+        "step_second",
+        str,
+        "0.3,1,3,10,30",
+        "0.3,1,3,10,30",
+        "Frobenius lengths of the second step (on W_KQ2) tried; the random widths take the largest",
+        each(positive),
+    ),
+    Param("step_third", float, 10.0, 10.0, "Frobenius length of the third step (on W_KQ1)", positive),
+    Param(
+        "steps_widths",
+        str,
+        "64,256",
+        "256,1024",
+        "widths of random (not orthonormal) parts, stepped as well",
+        each(at_least(1)),
+    ),
     Param(
         "separate_steps",
         int,
@@ -267,6 +297,9 @@ PARAMS = with_reference(
         "memory_steps": 3000,
         "memory_lr": 30.0,
         "separate_steps": 1500,
+        "steps_T": 128,
+        "steps_samples": 8192,
+        "steps_widths": "128,512",
         "order_T": 64,
         "order_d": 32,
         "order_steps": 8000,
@@ -341,6 +374,9 @@ UNIT_SCALE = {
     "memory_d": 16,
     "memory_steps": 3,
     "separate_steps": 3,
+    "steps_T": 8,
+    "steps_samples": 64,
+    "steps_widths": "16",
     "order_T": 8,
     "order_d": 8,
     "order_steps": 3,
@@ -367,6 +403,9 @@ FULL_SHRUNK = {
     "memory_d": 64,
     "memory_steps": 2,
     "separate_steps": 2,
+    "steps_T": 16,
+    "steps_samples": 64,
+    "steps_widths": "32",
     "order_T": 16,
     "order_d": 16,
     "order_steps": 2,
@@ -523,6 +562,16 @@ CHAPTER = Chapter(
             figures=("separate",),
             reference=True,
             paper=separate_vs_paper,
+        ),
+        Section(
+            "three_steps",
+            "Three gradient steps, one memory each",
+            three_steps,
+            trains=True,
+            rows=three_steps_rows,
+            figures=("three_steps",),
+            reference=True,
+            paper=three_steps_vs_paper,
         ),
     ),
     check=check,

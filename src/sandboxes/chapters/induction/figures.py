@@ -16,6 +16,7 @@ from ...theory.induction import (
     formed_apart,
     formed_together,
     judged_positions,
+    previous_share,
     window_weights,
 )
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         StagedData,
         StationaryData,
         SupportData,
+        ThreeStepsData,
         TrainingData,
         TriggerData,
         TwoLayerOrderData,
@@ -602,4 +604,41 @@ def corollary(data: CorollaryData) -> Figure:
     ax.set(xlabel="last-token loss on kernels outside the prior (nats)", xlim=(low - 0.5 * (max(values) - low), None))
     ax.invert_yaxis()
     fig.tight_layout()
+    return fig
+
+
+def three_steps(data: ThreeStepsData) -> Figure:
+    """Left: after the three steps at infinite width, the share of judged positions that W_KQ1 sends to the one
+    before, against the second step's length, as the model is and with the first step's value path to layer 1's
+    copies cut; the recall accuracy dotted. Right: the three probes with random parts of finite width, at the
+    largest second step, the infinite-width values dashed."""
+    fig, (sizes, widths) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"wspace": 0.3})
+    lengths = np.asarray(data["second_sizes"], dtype=float)
+    sizes.plot(lengths, [previous_share(lags) for lags in data["lags"]], "o-", color=COLORS["untied"], label="W_KQ1")
+    sizes.plot(
+        lengths,
+        [previous_share(lags) for lags in data["cut_lags"]],
+        "s--",
+        color=COLORS["tied"],
+        label="W_KQ1, value path to layer 1's copies cut",
+    )
+    sizes.plot(lengths, data["accuracy"], ":", color="grey", marker=".", label="recall accuracy")
+    sizes.set(
+        xscale="log",
+        xlabel="length of the second step (on W_KQ2)",
+        ylabel="share of positions 2..T-2 sent to the one before",
+        ylim=(0, 1.05),
+    )
+    sizes.legend(fontsize=7, loc="lower right")
+    names = ("W_OV2", "W_KQ2", "W_KQ1")
+    colors = (COLORS["untied"], COLORS["tied"], "black")
+    probes_at = np.asarray(data["width_probes"], dtype=float)
+    limit = data["probes"][-1]
+    for index, (name, color) in enumerate(zip(names, colors)):
+        shown = probes_at[:, index] if index < 2 else [previous_share(lags) for lags in data["width_lags"]]
+        widths.plot(data["widths"], shown, "o-", color=color, label=name)
+        limit_value = limit[index] if index < 2 else previous_share(data["lags"][-1])
+        widths.axhline(limit_value, color=color, linestyle="--", linewidth=0.8)
+    widths.set(xscale="log", xlabel="width d of random parts", ylabel="recall probe after three steps", ylim=(0, 1.05))
+    widths.legend(fontsize=7, loc="lower right", title=f"dashed: orthonormal, d = {data['width']}", title_fontsize=7)
     return fig

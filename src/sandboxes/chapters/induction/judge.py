@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         StageRun,
         StationaryData,
         SupportData,
+        ThreeStepsData,
         TrainingData,
         TriggerData,
         TwoLayerOrderData,
@@ -981,3 +982,56 @@ def stationary_claim(data: StationaryData) -> Claim:
             "(--set grad_samples=...)"
         )
     return claim
+
+
+def three_steps_rows(config: dict[str, Any], data: ThreeStepsData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The three steps' rows, one per memory, from the stored probes and lags."""
+    return three_steps_claims(data), ()
+
+
+EVERY_ONE = "every one"
+THREE_STEPS = (
+    "Bietti et al. (the slides, informal): three sequential gradient steps on the population loss recover the "
+)
+
+
+def _recalled(share: float) -> str:
+    """A probe's share as a row's measured value: every association, or the share recalled."""
+    return EVERY_ONE if share == 1 else f"{share:.3f} of them"
+
+
+def three_steps_claims(data: ThreeStepsData) -> list[Claim]:
+    """Each memory recovered by its own step, at infinite width (orthonormal parts): W_OV2 reads every output token
+    out as itself after the first step, W_KQ2 matches every trigger with its own copy best after the second, and
+    W_KQ1 sends every judged position to the one before after the third, at some length of the second step tried
+    (the theorem asks for suitable step sizes, not any). Argmax counts, exact; the population gradients are Monte
+    Carlo means over ``steps_samples`` sequences, fixed by the seed."""
+    shares = [theory.previous_share(lags) for lags in data["lags"]]
+    best = int(np.argmax(shares))
+    matched = min(probe[1] for probe in data["probes"])
+    T = len(data["lags"][0])
+    return [
+        Claim.exact(
+            "three steps, infinite width: after the first (on W_OV2), every output token read out as itself",
+            EVERY_ONE,
+            _recalled(data["first_probes"][0]),
+            THREE_STEPS + "memories, W_OV2 first; the probe is an exact count",
+        ),
+        Claim.exact(
+            "three steps: after the second (on W_KQ2), every trigger matched best with its own copy W_OV1 e_q",
+            EVERY_ONE,
+            _recalled(matched),
+            THREE_STEPS + "memories, W_KQ2 second; its probe does not depend on the step's length (an argmax of "
+            "one matrix), so every length tried must give it",
+        ),
+        Claim(
+            f"three steps: after the third (on W_KQ1), every query position from 2 to {T - 2} looks most at the one "
+            "before, at some length of the second step",
+            EVERY_ONE,
+            f"{_recalled(shares[best])} (second step of length {data['second_sizes'][best]:g})",
+            "exact",
+            THREE_STEPS + "memories, W_KQ1 last, with suitable step sizes (none given): some length tried must do "
+            "it. Position 1 and the last are not judged (theory.stepped_positions)",
+            shares[best] == 1,
+        ),
+    ]

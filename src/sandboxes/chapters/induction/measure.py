@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ... import probes
 from ...calibration import calibrated_map, count_chunks
@@ -28,7 +29,9 @@ from ...data.incontext import (
     with_test_token,
 )
 from ...data.trigger import TriggerTask
+from ...losses import IGNORE_INDEX
 from ...model import GPT, AssociativeMemories, Disentangled, GPTConfig, WindowHeads
+from ...profiles import float_list, int_list
 from ...runtime import member_seed, seed_everything
 from ...sections import RunContext
 from ...theory import induction as theory
@@ -1376,3 +1379,137 @@ def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) ->
         "stages": [run.probes for run in runs],
         "stage_updates": [list(seed) for seed in zip(*updates)],
     }  # type: ignore[typeddict-item]
+
+
+# ---------------------------------------------------------------- three gradient steps, one per memory
+STEP_CHUNK = 512  # sequences per chunk of a population gradient
+STEP_HELD_OUT = 1024  # held-out sequences on which the recall accuracy after the steps is read
+
+
+class ThreeStepsData(TypedDict):
+    width: int  # the orthonormal parts' width, 3 N + 2 T
+    start_gradients: list[float]  # Frobenius norms of dL/dW_KQ1 and dL/dW_KQ2 at zero, in that order
+    start_accuracy: list[float]  # recall accuracy at zero and after step 1
+    first_probes: list[float]  # the three probes (``memory_probes``) after step 1
+    second_sizes: list[float]  # the lengths of the second step tried
+    probes: list[list[float]]  # second size x memory: the probes after the three steps
+    lags: list[list[int]]  # second size x query position: how far back W_KQ1's largest positional score lies
+    accuracy: list[float]  # second size: recall accuracy after the three steps
+    cut_probes: list[list[float]]  # the same with step 1 written on the token embeddings alone
+    cut_lags: list[list[int]]
+    widths: list[int]  # widths of random (not orthonormal) parts, at the largest second step
+    width_probes: list[list[float]]  # width x memory
+    width_lags: list[list[int]]
+
+
+def steps_task(config: dict[str, Any]) -> TriggerTask:
+    """The trigger task at ``steps_T`` tokens, scored where the output is recalled (as the memories section)."""
+    return replace(memory_task(config), length=config["steps_T"])
+
+
+def population_gradient(model: AssociativeMemories, name: str, task: TriggerTask, samples: int, purpose: str) -> Tensor:
+    """The gradient of the scored loss on memory ``name``, averaged over ``samples`` fresh sequences (the population
+    gradient, by Monte Carlo), each scored token weighing the same; the sequences are fixed by ``purpose``."""
+    generator = torch.Generator().manual_seed(member_seed("induction", "three steps", purpose))
+    weight = getattr(model, name)
+    total, count = torch.zeros_like(weight), 0
+    for size in [STEP_CHUNK] * (samples // STEP_CHUNK) + [samples % STEP_CHUNK] * bool(samples % STEP_CHUNK):
+        inputs, targets = task.sample(size, generator)
+        scored = targets != IGNORE_INDEX
+        if scored.any():
+            loss = F.cross_entropy(model(inputs)[scored], targets[scored], reduction="sum")
+            total += torch.autograd.grad(loss, weight)[0]
+            count += int(scored.sum())
+    return total / max(count, 1)
+
+
+def take_step(model: AssociativeMemories, name: str, size: float, gradient: Tensor) -> None:
+    """One gradient step on memory ``name`` of Frobenius length ``size`` (none where the gradient vanishes)."""
+    norm = float(gradient.norm())
+    if norm > 0:
+        with torch.no_grad():
+            getattr(model, name).sub_(size * gradient / norm)
+
+
+def positional_lags(model: AssociativeMemories) -> list[int]:
+    """For each query position, how many positions back W_KQ1's largest positional score lies (keys after it ruled
+    out; 0 at the first position)."""
+    with torch.no_grad():
+        scores = probes.causal(probes.bilinear_scores(model.positions, model.kq1, model.positions))
+    return (torch.arange(len(scores)) - scores.argmax(dim=-1)).tolist()
+
+
+def recall_accuracy(model: AssociativeMemories, task: TriggerTask, config: dict[str, Any]) -> float:
+    """Share of the scored tokens (recalls) of held-out sequences that the model's largest logit predicts."""
+    inputs, targets = task.sample(STEP_HELD_OUT, _generator(config, "three steps held out"))
+    with torch.no_grad():
+        predicted = model(inputs).argmax(dim=-1)
+    scored = targets != IGNORE_INDEX
+    return float((predicted[scored] == targets[scored]).double().mean()) if scored.any() else math.nan
+
+
+def stepped_start(config: dict[str, Any], width: int, orthonormal: bool) -> AssociativeMemories:
+    """The simplified model at zero (both attentions uniform, nothing written), its fixed parts drawn by its own
+    settings."""
+    torch.manual_seed(member_seed("induction", "three steps", width, orthonormal, config["seed"]))
+    return AssociativeMemories(config["trigger_tokens"], config["steps_T"], width, orthonormal=orthonormal)
+
+
+def three_step_runs(
+    config: dict[str, Any], start: AssociativeMemories, sizes: list[float], parts: str, cut: bool = False
+) -> tuple[AssociativeMemories, list[AssociativeMemories]]:
+    """The simplified model after its first population gradient step (on ``W_OV2``), and after all three, top down,
+    one model per length of the second step in ``sizes`` (the first and third are ``step_first``, ``step_third``);
+    with ``cut`` the first step keeps only what it writes on the token embeddings, so that layer 2 reads nothing of
+    layer 1's copies. ``parts`` names the start's fixed parts, and with ``cut`` fixes each gradient's sequences."""
+    task, samples = steps_task(config), config["steps_samples"]
+    first, third = config["step_first"], config["step_third"]
+    key = (parts, cut)
+    model = copy.deepcopy(start)
+    gradient = population_gradient(model, "ov2", task, samples, repr((*key, "ov2")))
+    if cut:
+        gradient = gradient @ model.tokens.T @ model.tokens
+    take_step(model, "ov2", first, gradient)
+    second = population_gradient(model, "kq2", task, samples, repr((*key, "kq2")))
+    models = []
+    for size in sizes:
+        stepped = copy.deepcopy(model)
+        take_step(stepped, "kq2", size, second)
+        take_step(stepped, "kq1", third, population_gradient(stepped, "kq1", task, samples, repr((*key, size))))
+        models.append(stepped)
+    return model, models
+
+
+def three_steps(config: dict[str, Any], ctx: RunContext) -> ThreeStepsData:
+    """Bietti et al.'s three gradient steps on the population loss of the simplified model, top down, in the limit of
+    infinite width (orthonormal parts): the memories after each step, for several sizes of the second step, with
+    the first step's value path to layer 1's copies cut, and with random parts of finite width."""
+    task, N, T = steps_task(config), config["trigger_tokens"], config["steps_T"]
+    width = 3 * N + 2 * T
+    sizes = sorted(set(float_list(config["step_second"])))
+    start = stepped_start(config, width, True)
+    start_gradients = [
+        float(population_gradient(start, name, task, STEP_CHUNK, "start").norm()) for name in ("kq1", "kq2")
+    ]
+    first, runs = three_step_runs(config, start, sizes, "orthonormal")
+    _, cut = three_step_runs(config, start, sizes, "orthonormal", cut=True)
+    widths = int_list(config["steps_widths"])
+    narrow = [
+        three_step_runs(config, stepped_start(config, w, False), [sizes[-1]], f"random {w}")[1][0] for w in widths
+    ]
+    data: ThreeStepsData = {
+        "width": width,
+        "start_gradients": start_gradients,
+        "start_accuracy": [recall_accuracy(m, task, config) for m in (start, first)],
+        "first_probes": memory_probes(first, task),
+        "second_sizes": sizes,
+        "probes": [memory_probes(m, task) for m in runs],
+        "lags": [positional_lags(m) for m in runs],
+        "accuracy": [recall_accuracy(m, task, config) for m in runs],
+        "cut_probes": [memory_probes(m, task) for m in cut],
+        "cut_lags": [positional_lags(m) for m in cut],
+        "widths": widths,
+        "width_probes": [memory_probes(m, task) for m in narrow],
+        "width_lags": [positional_lags(m) for m in narrow],
+    }
+    return data

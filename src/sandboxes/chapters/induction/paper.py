@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...theory.induction import carried_weight, formed_apart, formed_together
+from ...theory.induction import carried_weight, formed_apart, formed_together, previous_share
 from .judge import first_nearest, formation_steps, gap_share, stage_starts
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         SeparateData,
         StagedData,
         SupportData,
+        ThreeStepsData,
         TrainingData,
         TriggerData,
     )
@@ -315,5 +316,27 @@ def parent_heads_vs_paper(run: ParentHeadsData) -> list[Row]:
             "the generalised induction head's estimator (no number in the slides)",
             f"gap closed {_spread(run['gap_closed'])} (from the best lesser estimator, {lesser}, "
             f"{run['levels'][lesser]:.3f}, to the order-m Bayes level {run['levels']['bayes']:.3f})",
+        ),
+    ]
+
+
+def three_steps_vs_paper(run: ThreeStepsData) -> list[Row]:
+    """Bietti et al.'s three gradient steps: what each step recovered, and the recall accuracy they leave."""
+    shares = [previous_share(lags) for lags in run["lags"]]
+    best = int(np.argmax(shares))
+    return [
+        (
+            "simplified model, one population gradient step per memory, top down (W_OV2, W_KQ2, W_KQ1): the share "
+            "of each memory's associations recovered",
+            "all three memories recovered (informal; the slides give no sizes)",
+            f"W_OV2 {run['first_probes'][0]:.3f}, W_KQ2 {run['probes'][best][1]:.3f}, W_KQ1 {shares[best]:.3f} "
+            f"(positions 2 to T - 2, second step of length {run['second_sizes'][best]:g}; orthonormal parts of "
+            f"width {run['width']})",
+        ),
+        (
+            "recall accuracy after the three steps",
+            "not reported",
+            f"{run['accuracy'][best]:.3f} (at zero {run['start_accuracy'][0]:.3f}, after the first step "
+            f"{run['start_accuracy'][1]:.3f})",
         ),
     ]
