@@ -1625,18 +1625,8 @@ def test_the_parent_heads_window_must_reach_the_parents():
 
 
 # ---------------------------------------------------------------- three gradient steps (Bietti et al.)
-STEPS_CONFIG = {
-    **resolve(chapter.PARAMS, "quick", {}),
-    "step_second": "0.01,10",
-    "steps_widths": "16",
-}
-
-
-@pytest.fixture(scope="module")
-def three_steps_data():
-    """The section at its quick sizes, with a second step too short and one long enough, and one narrow random
-    width: shared by the rows' tests."""
-    return measure.three_steps(STEPS_CONFIG, None)
+STEPS_CONFIG = {**resolve(chapter.PARAMS, "quick", {}), "step_second": "0.01,10", "steps_widths": "16"}
+STEPS_WIDTH = 3 * STEPS_CONFIG["trigger_tokens"] + 2 * STEPS_CONFIG["steps_T"]
 
 
 def _steps_start(width: int, orthonormal: bool) -> AssociativeMemories:
@@ -1646,60 +1636,83 @@ def _steps_start(width: int, orthonormal: bool) -> AssociativeMemories:
 def test_orthonormal_parts_are_orthonormal_and_need_their_width():
     torch.manual_seed(0)
     model = AssociativeMemories(5, 7, 3 * 5 + 2 * 7, orthonormal=True)
-    rows = torch.cat(
-        [model.tokens, model.positions, model.outputs, model.tokens @ model.ov1.T, model.positions @ model.ov1.T]
-    )
+    copies = [model.tokens @ model.ov1.T, model.positions @ model.ov1.T]
+    rows = torch.cat([model.tokens, model.positions, model.outputs, *copies])
     torch.testing.assert_close(rows @ rows.T, torch.eye(len(rows)), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="3 vocab_size"):
         AssociativeMemories(5, 7, 28, orthonormal=True)
 
 
 def test_at_zero_the_score_gradients_vanish_at_infinite_width_and_not_with_random_parts():
-    task = measure.steps_task(STEPS_CONFIG)
-    width = 3 * STEPS_CONFIG["trigger_tokens"] + 2 * STEPS_CONFIG["steps_T"]
     for name in ("kq1", "kq2"):
-        assert measure.population_gradient(_steps_start(width, True), name, task, 256, "t").norm() < 1e-6
+        assert (
+            measure.population_gradient(_steps_start(STEPS_WIDTH, True), name, STEPS_CONFIG, None, 256)[0].norm() < 1e-6
+        )
     # random parts: layer 1's copies reach the logits through the residual stream, u^T W_OV1 e != 0
-    assert measure.population_gradient(_steps_start(width, False), "kq1", task, 256, "t").norm() > 1e-4
+    assert (
+        measure.population_gradient(_steps_start(STEPS_WIDTH, False), "kq1", STEPS_CONFIG, None, 256)[0].norm() > 1e-4
+    )
 
 
-def test_the_population_gradient_weighs_every_scored_token_the_same_across_its_chunks():
+def test_the_population_gradient_weighs_every_scored_token_the_same_and_its_parts_average_to_it():
     task = measure.steps_task(STEPS_CONFIG)
     model = _steps_start(64, False)
-    samples = measure.STEP_CHUNK + 37
-    chunked = measure.population_gradient(model, "ov2", task, samples, "w")
-    generator = torch.Generator().manual_seed(measure.member_seed("induction", "three steps", "w"))
-    inputs, targets = zip(*(task.sample(n, generator) for n in (measure.STEP_CHUNK, 37)))
+    samples = 2 * measure.STEP_CHUNK + 37
+    mean, parts = measure.population_gradient(model, "ov2", STEPS_CONFIG, None, samples)
+    assert len(parts) == 3
+    generator = torch.Generator().manual_seed(measure.member_seed("induction", "three steps", "ov2", 0))
+    inputs, targets = zip(*(task.sample(n, generator) for n in (measure.STEP_CHUNK, measure.STEP_CHUNK, 37)))
     logits, target = model(torch.cat(inputs)), torch.cat(targets)
     scored = target != IGNORE_INDEX
     whole = torch.autograd.grad(torch.nn.functional.cross_entropy(logits[scored], target[scored]), model.ov2)[0]
-    torch.testing.assert_close(chunked, whole, atol=1e-7, rtol=1e-4)
+    torch.testing.assert_close(mean, whole, atol=1e-7, rtol=1e-4)
+    counts = torch.tensor([int((t != IGNORE_INDEX).sum()) for t in targets], dtype=parts.dtype)
+    torch.testing.assert_close((parts * counts[:, None, None]).sum(0) / counts.sum(), whole, atol=1e-7, rtol=1e-4)
 
 
-def test_the_cut_first_step_writes_nothing_on_layer_1_s_copies():
-    start = _steps_start(3 * STEPS_CONFIG["trigger_tokens"] + 2 * STEPS_CONFIG["steps_T"], True)
-    config = {**STEPS_CONFIG, "steps_samples": 256}
-    for cut in (False, True):
-        first, _ = measure.three_step_runs(config, start, [1.0], "cut test", cut=cut)
-        written = (first.ov2 @ first.ov1 @ first.tokens.T).abs().max()
-        assert (written < 1e-7) == cut
+def test_the_cut_first_step_writes_nothing_on_layer_1_s_copies_and_as_much_on_the_tokens():
+    config = {**STEPS_CONFIG, "steps_samples": 512}
+    start = _steps_start(STEPS_WIDTH, True)
+    whole, cut = (measure.three_step_runs(config, start, [1.0], cut=c).first.ov2 for c in (False, True))
+    copies = start.ov1 @ torch.cat([start.tokens, start.positions]).T
+    assert (whole @ copies).abs().max() > 1e-3 and (cut @ copies).abs().max() < 1e-7
+    torch.testing.assert_close(cut @ start.tokens.T, whole @ start.tokens.T, atol=1e-7, rtol=1e-5)
 
 
-def test_three_steps_recover_every_memory_at_infinite_width_and_the_rows_hold(three_steps_data):
-    claims = judge.three_steps_claims(three_steps_data)
-    assert [c.holds for c in claims] == [True, True, True]
-    assert "second step of length 10" in claims[2].measured  # 0.01 is too short: the value path wins
-    assert three_steps_data["start_gradients"][0] < 1e-6 and three_steps_data["start_gradients"][1] < 1e-6
+def test_a_margin_counts_as_recalled_or_missed_only_beyond_its_noise():
+    calls = judge.margin_calls([[1.0, 0.1], [-1.0, 0.1], [0.2, 0.1], [1.0, math.nan]], 3.0)
+    assert calls.tolist() == [1, -1, 0, 0]
 
 
-def test_the_three_step_rows_fail_for_the_untrained_model(three_steps_data):
-    start = _steps_start(three_steps_data["width"], True)
+def _stepped_data(stepped: measure.Stepped, sizes: list[float], parts: int) -> dict:
+    """The rows' data from one run of the three steps."""
+    return {
+        "first_margins": stepped.margins["ov2"],
+        "second_margins": stepped.margins["kq2"],
+        "parts": parts,
+        "lag_margins": stepped.margins["kq1"],
+        "lags": [measure.positional_lags(m) for m in stepped.models],
+        "second_sizes": sizes,
+    }
+
+
+def test_after_the_first_step_only_the_value_path_moves_layer_1():
+    config = {**STEPS_CONFIG, "steps_samples": 512}
+    start = _steps_start(STEPS_WIDTH, True)
+    whole, cut = (measure.three_step_runs(config, start, [], cut=c).first for c in (False, True))
+    on_first = [measure.population_gradient(m, "kq1", config, None, 512)[0].norm() for m in (whole, cut)]
+    assert on_first[1] < 1e-6 < on_first[0]
+
+
+def test_the_three_step_rows_fail_for_the_untrained_model():
     task = measure.steps_task(STEPS_CONFIG)
+    blank = [[0.0, 0.0]]  # no step: every probe score is zero, a tie, with no error
     untrained = {
-        **three_steps_data,
-        "first_probes": measure.memory_probes(start, task),
-        "probes": [measure.memory_probes(start, task)],
-        "lags": [measure.positional_lags(start)],
+        "first_margins": blank * len(task.outputs_possible),
+        "second_margins": blank * len(task.triggers),
+        "parts": 64,
+        "lag_margins": [blank * (STEPS_CONFIG["steps_T"] - 1)],
+        "lags": [measure.positional_lags(_steps_start(STEPS_WIDTH, True))],
         "second_sizes": [1.0],
     }
     claims = judge.three_steps_claims(untrained)
@@ -1707,27 +1720,24 @@ def test_the_three_step_rows_fail_for_the_untrained_model(three_steps_data):
         assert_fails_in_its_counterfactual(claims, key, "nothing was stepped")
 
 
+def test_a_second_step_too_short_fails_the_positional_row():
+    config = {**STEPS_CONFIG, "steps_samples": 4096}
+    stepped = measure.three_step_runs(config, _steps_start(STEPS_WIDTH, True), [0.01])
+    data = _stepped_data(stepped, [0.01], 16)
+    assert_fails_in_its_counterfactual(judge.three_steps_claims(data), "after the third", "second step of 0.01")
+
+
 def test_the_first_step_taken_uphill_fails_its_row():
-    start = _steps_start(3 * STEPS_CONFIG["trigger_tokens"] + 2 * STEPS_CONFIG["steps_T"], True)
-    config = {**STEPS_CONFIG, "steps_samples": 512, "step_first": -1.0}
-    first, runs = measure.three_step_runs(config, start, [10.0], "uphill")
-    task = measure.steps_task(config)
-    data = {"first_probes": measure.memory_probes(first, task), "probes": [measure.memory_probes(runs[0], task)]}
-    data |= {"lags": [measure.positional_lags(runs[0])], "second_sizes": [10.0]}
+    config = {**STEPS_CONFIG, "steps_samples": 1024}
+    data = _stepped_data(measure.three_step_runs(config, _steps_start(STEPS_WIDTH, True), [10.0]), [10.0], 4)
+    data["first_margins"] = [[-margin, error] for margin, error in data["first_margins"]]
     assert_fails_in_its_counterfactual(judge.three_steps_claims(data), "after the first", "the step went uphill")
 
 
-def test_a_second_step_too_short_or_narrow_random_parts_fail_the_positional_row(three_steps_data):
-    short = {**three_steps_data, "lags": three_steps_data["lags"][:1], "probes": three_steps_data["probes"][:1]}
-    assert short["second_sizes"][0] == 0.01
-    assert_fails_in_its_counterfactual(judge.three_steps_claims(short), "after the third", "second step of 0.01")
-    narrow = {
-        **three_steps_data,
-        "probes": three_steps_data["width_probes"],
-        "lags": three_steps_data["width_lags"],
-        "second_sizes": [10.0],
-    }
-    assert_fails_in_its_counterfactual(judge.three_steps_claims(narrow), "after the third", "random parts, d = 16")
+def test_narrow_random_parts_fail_the_positional_row():
+    config = {**STEPS_CONFIG, "steps_samples": 4096}
+    data = _stepped_data(measure.three_step_runs(config, _steps_start(16, False), [10.0]), [10.0], 16)
+    assert_fails_in_its_counterfactual(judge.three_steps_claims(data), "after the third", "random parts, d = 16")
 
 
 def test_the_three_steps_judge_positions_2_to_T_minus_2():

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from tqdm import tqdm
 
 from ... import probes
 from ...calibration import calibrated_map, count_chunks
@@ -1283,19 +1285,28 @@ def memory_model(
     return AssociativeMemories(config["trigger_tokens"], config["memory_T"], config["memory_d"], trained, start)
 
 
-def memory_probes(model: AssociativeMemories, task: TriggerTask) -> list[float]:
-    """The recall probes of the simplified model's three memories, in the order of ``MEMORIES``: ``W_OV2`` reads
-    each output token's embedding out as that token (against every token); ``W_KQ2`` matches each trigger against
-    the copy ``W_OV1 e`` of every token, best on the trigger's own; ``W_KQ1`` sends each position to the one
-    before (against every earlier one)."""
-    outputs, triggers = torch.from_numpy(task.outputs_possible), torch.from_numpy(task.triggers)
-    written = probes.recall_share(probes.bilinear_scores(model.tokens[outputs], model.ov2.T, model.outputs), outputs)
-    copied = model.tokens @ model.ov1.T
-    matched = probes.recall_share(probes.bilinear_scores(model.tokens[triggers], model.kq2, copied), triggers)
+def probe_scores(model: AssociativeMemories, name: str, weight: Tensor, task: TriggerTask) -> tuple[Tensor, Tensor]:
+    """The scores a recall probe of memory ``name`` counts, read on ``weight`` in place of the model's matrix (one
+    row per association, one column per candidate), and each association's target: ``ov2`` reads each output
+    token's embedding out as that token (against every token); ``kq2`` matches each trigger against the copy
+    ``W_OV1 e`` of every token, best on the trigger's own; ``kq1`` sends each position to the one before (against
+    every earlier one, later keys ruled out)."""
+    if name == "ov2":
+        outputs = torch.from_numpy(task.outputs_possible)
+        return probes.bilinear_scores(model.tokens[outputs], weight.T, model.outputs), outputs
+    if name == "kq2":
+        triggers = torch.from_numpy(task.triggers)
+        return probes.bilinear_scores(model.tokens[triggers], weight, model.tokens @ model.ov1.T), triggers
     later = torch.arange(1, len(model.positions))
-    scores = probes.causal(probes.bilinear_scores(model.positions, model.kq1, model.positions))
-    previous = probes.recall_share(scores[later], later - 1)
-    return [written, matched, previous]
+    return probes.causal(probes.bilinear_scores(model.positions, weight, model.positions))[later], later - 1
+
+
+def memory_probes(model: AssociativeMemories, task: TriggerTask) -> list[float]:
+    """The recall probes of the simplified model's three memories (:func:`probe_scores`), in the order of
+    ``MEMORIES``."""
+    return [
+        probes.recall_share(*probe_scores(model, name, getattr(model, name), task)) for name in ("ov2", "kq2", "kq1")
+    ]
 
 
 def memory_schedule(config: dict[str, Any]) -> TrainConfig:
@@ -1382,22 +1393,31 @@ def separate(config: dict[str, Any], ctx: RunContext, memories: MemoriesData) ->
 
 
 # ---------------------------------------------------------------- three gradient steps, one per memory
-STEP_CHUNK = 512  # sequences per chunk of a population gradient
+STEP_CHUNK = 256  # sequences per chunk of a population gradient
+STEP_PARTS = 64  # equal parts of its chunks, whose gradients give each probe margin's standard error
 STEP_HELD_OUT = 1024  # held-out sequences on which the recall accuracy after the steps is read
 
 
 class ThreeStepsData(TypedDict):
     width: int  # the orthonormal parts' width, 3 N + 2 T
+    parts: int  # the parts of each gradient's sequences that give the margins' standard errors
     start_gradients: list[float]  # Frobenius norms of dL/dW_KQ1 and dL/dW_KQ2 at zero, in that order
-    start_accuracy: list[float]  # recall accuracy at zero and after step 1
-    first_probes: list[float]  # the three probes (``memory_probes``) after step 1
+    after_first_gradients: list[float]  # |dL/dW_KQ1| after the first step, as the model is and with it cut
+    chance: float  # recall accuracy of a uniform guess among the possible outputs
+    first_accuracy: float  # recall accuracy after the first step
+    first_probes: list[float]  # the three probes (``memory_probes``) after the first step
+    first_margins: list[list[float]]  # per output token: W_OV2's probe margin on the first step and its error
+    second_margins: list[list[float]]  # per trigger: W_KQ2's probe margin on the second step and its error
     second_sizes: list[float]  # the lengths of the second step tried
-    probes: list[list[float]]  # second size x memory: the probes after the three steps
-    lags: list[list[int]]  # second size x query position: how far back W_KQ1's largest positional score lies
-    accuracy: list[float]  # second size: recall accuracy after the three steps
-    cut_probes: list[list[float]]  # the same with step 1 written on the token embeddings alone
+    probes: list[list[float]]  # second length x memory: the probes after the three steps
+    lags: list[list[int]]  # second length x query position: how far back W_KQ1's largest positional score lies
+    lag_margins: list[list[list[float]]]  # second length x query position 1..T-1: W_KQ1's margin and its error
+    accuracy: list[float]  # second length: recall accuracy after the three steps
+    cut_probes: list[list[float]]  # the same with the first step's writing on layer 1's copies cut
     cut_lags: list[list[int]]
-    widths: list[int]  # widths of random (not orthonormal) parts, at the largest second step
+    cut_lag_margins: list[list[list[float]]]
+    widths_length: float  # the second length at which the random widths step: the best of the orthonormal ones
+    widths: list[int]  # widths of random (not orthonormal) parts
     width_probes: list[list[float]]  # width x memory
     width_lags: list[list[int]]
 
@@ -1407,25 +1427,61 @@ def steps_task(config: dict[str, Any]) -> TriggerTask:
     return replace(memory_task(config), length=config["steps_T"])
 
 
-def population_gradient(model: AssociativeMemories, name: str, task: TriggerTask, samples: int, purpose: str) -> Tensor:
-    """The gradient of the scored loss on memory ``name``, averaged over ``samples`` fresh sequences (the population
-    gradient, by Monte Carlo), each scored token weighing the same; the sequences are fixed by ``purpose``."""
-    generator = torch.Generator().manual_seed(member_seed("induction", "three steps", purpose))
+def population_gradient(
+    model: AssociativeMemories, name: str, config: dict[str, Any], bar: tqdm | None = None, samples: int = 0
+) -> tuple[Tensor, Tensor]:
+    """The gradient of the scored loss on memory ``name`` over ``steps_samples`` fresh sequences (or ``samples``),
+    each scored token weighing the same: the population gradient, by Monte Carlo; and the same over each of
+    ``STEP_PARTS`` equal parts of the sequences ``(parts, d, d)``, for its error. The sequences are fixed by the
+    memory's name and the seed, the same for every model stepped (common random numbers); ``bar`` counts them."""
+    task = steps_task(config)
+    generator = torch.Generator().manual_seed(member_seed("induction", "three steps", name, config["seed"]))
     weight = getattr(model, name)
-    total, count = torch.zeros_like(weight), 0
-    for size in [STEP_CHUNK] * (samples // STEP_CHUNK) + [samples % STEP_CHUNK] * bool(samples % STEP_CHUNK):
+
+    def chunk(size: int) -> tuple[Tensor, int]:
         inputs, targets = task.sample(size, generator)
         scored = targets != IGNORE_INDEX
-        if scored.any():
-            loss = F.cross_entropy(model(inputs)[scored], targets[scored], reduction="sum")
-            total += torch.autograd.grad(loss, weight)[0]
-            count += int(scored.sum())
-    return total / max(count, 1)
+        if bar is not None:
+            bar.update(size)
+        if not scored.any():
+            return torch.zeros_like(weight), 0
+        loss = F.cross_entropy(model(inputs)[scored], targets[scored], reduction="sum")
+        return torch.autograd.grad(loss, weight)[0], int(scored.sum())
+
+    samples = samples or config["steps_samples"]
+    sizes = [STEP_CHUNK] * (samples // STEP_CHUNK) + [samples % STEP_CHUNK] * bool(samples % STEP_CHUNK)
+    chunks = calibrated_map(chunk, sizes)
+    groups = np.array_split(np.arange(len(chunks)), min(STEP_PARTS, len(chunks)))
+    sums = torch.stack([sum((chunks[i][0] for i in group), torch.zeros_like(weight)) for group in groups])
+    counts = torch.tensor([sum(chunks[i][1] for i in group) for group in groups], dtype=weight.dtype)
+    return sums.sum(dim=0) / counts.sum().clamp(min=1), sums / counts.clamp(min=1)[:, None, None]
 
 
-def take_step(model: AssociativeMemories, name: str, size: float, gradient: Tensor) -> None:
-    """One gradient step on memory ``name`` of Frobenius length ``size`` (none where the gradient vanishes)."""
-    norm = float(gradient.norm())
+def step_margins(
+    model: AssociativeMemories, name: str, gradient: Tensor, parts: Tensor, task: TriggerTask
+) -> list[list[float]]:
+    """Per association of memory ``name``, stepped from zero along ``-gradient``: how far its target's probe score
+    stands above the best other candidate's, and the standard error of that margin over the gradient's ``parts``
+    (the other candidate the best on the whole gradient; NaN with fewer than two parts)."""
+    scores, targets = probe_scores(model, name, -gradient, task)
+    rows = torch.arange(len(targets))
+    others = scores.clone()
+    others[rows, targets] = -math.inf
+    runner = others.argmax(dim=-1)
+
+    def margin(read: Tensor) -> Tensor:
+        return read[rows, targets] - read[rows, runner]
+
+    per_part = torch.stack([margin(probe_scores(model, name, -part, task)[0]) for part in parts])
+    whole = margin(scores)
+    error = per_part.std(dim=0) / math.sqrt(len(parts)) if len(parts) > 1 else torch.full_like(whole, math.nan)
+    return torch.stack([whole, error], dim=-1).tolist()
+
+
+def take_step(model: AssociativeMemories, name: str, size: float, gradient: Tensor, norm: float | None = None) -> None:
+    """One gradient step on memory ``name`` of Frobenius length ``size`` (none where the gradient vanishes), or
+    of ``size / norm`` times the gradient where ``norm`` is given."""
+    norm = float(gradient.norm()) if norm is None else norm
     if norm > 0:
         with torch.no_grad():
             getattr(model, name).sub_(size * gradient / norm)
@@ -1439,13 +1495,16 @@ def positional_lags(model: AssociativeMemories) -> list[int]:
     return (torch.arange(len(scores)) - scores.argmax(dim=-1)).tolist()
 
 
-def recall_accuracy(model: AssociativeMemories, task: TriggerTask, config: dict[str, Any]) -> float:
+def recall_accuracy(model: AssociativeMemories, config: dict[str, Any]) -> float:
     """Share of the scored tokens (recalls) of held-out sequences that the model's largest logit predicts."""
-    inputs, targets = task.sample(STEP_HELD_OUT, _generator(config, "three steps held out"))
+    inputs, targets = steps_task(config).sample(STEP_HELD_OUT, _generator(config, "three steps held out"))
+    right, scored = 0, 0
     with torch.no_grad():
-        predicted = model(inputs).argmax(dim=-1)
-    scored = targets != IGNORE_INDEX
-    return float((predicted[scored] == targets[scored]).double().mean()) if scored.any() else math.nan
+        for x, y in zip(inputs.split(STEP_CHUNK), targets.split(STEP_CHUNK)):
+            kept = y != IGNORE_INDEX
+            right += int((model(x).argmax(dim=-1)[kept] == y[kept]).sum())
+            scored += int(kept.sum())
+    return right / scored if scored else math.nan
 
 
 def stepped_start(config: dict[str, Any], width: int, orthonormal: bool) -> AssociativeMemories:
@@ -1455,59 +1514,85 @@ def stepped_start(config: dict[str, Any], width: int, orthonormal: bool) -> Asso
     return AssociativeMemories(config["trigger_tokens"], config["steps_T"], width, orthonormal=orthonormal)
 
 
+class Stepped(NamedTuple):
+    first: AssociativeMemories  # after the first step
+    models: list[AssociativeMemories]  # after all three, one per length of the second step
+    margins: dict[str, list]  # "ov2", "kq2": per association [margin, error]; "kq1": per length, the same
+
+
 def three_step_runs(
-    config: dict[str, Any], start: AssociativeMemories, sizes: list[float], parts: str, cut: bool = False
-) -> tuple[AssociativeMemories, list[AssociativeMemories]]:
-    """The simplified model after its first population gradient step (on ``W_OV2``), and after all three, top down,
-    one model per length of the second step in ``sizes`` (the first and third are ``step_first``, ``step_third``);
-    with ``cut`` the first step keeps only what it writes on the token embeddings, so that layer 2 reads nothing of
-    layer 1's copies. ``parts`` names the start's fixed parts, and with ``cut`` fixes each gradient's sequences."""
-    task, samples = steps_task(config), config["steps_samples"]
-    first, third = config["step_first"], config["step_third"]
-    key = (parts, cut)
+    config: dict[str, Any], start: AssociativeMemories, sizes: list[float], bar: tqdm | None = None, cut: bool = False
+) -> Stepped:
+    """The simplified model after one population gradient step on each memory, top down (``W_OV2``, ``W_KQ2``,
+    ``W_KQ1``), one model per length of the second step in ``sizes`` (the first and third are ``step_first``,
+    ``step_third``), with each step's probe margins. With ``cut`` the first step keeps only what it writes on the
+    token embeddings (its length as uncut), so that layer 2 reads nothing of layer 1's copies."""
+    task = steps_task(config)
     model = copy.deepcopy(start)
-    gradient = population_gradient(model, "ov2", task, samples, repr((*key, "ov2")))
+    gradient, parts = population_gradient(model, "ov2", config, bar)
+    norm = float(gradient.norm())
     if cut:
-        gradient = gradient @ model.tokens.T @ model.tokens
-    take_step(model, "ov2", first, gradient)
-    second = population_gradient(model, "kq2", task, samples, repr((*key, "kq2")))
-    models = []
+        keep = model.tokens.T @ model.tokens
+        gradient, parts = gradient @ keep, parts @ keep
+    margins: dict[str, list] = {"ov2": step_margins(model, "ov2", gradient, parts, task)}
+    take_step(model, "ov2", config["step_first"], gradient, norm)
+    gradient, parts = population_gradient(model, "kq2", config, bar)
+    margins["kq2"] = step_margins(model, "kq2", gradient, parts, task)
+    models, margins["kq1"] = [], []
     for size in sizes:
         stepped = copy.deepcopy(model)
-        take_step(stepped, "kq2", size, second)
-        take_step(stepped, "kq1", third, population_gradient(stepped, "kq1", task, samples, repr((*key, size))))
+        take_step(stepped, "kq2", size, gradient)
+        third, third_parts = population_gradient(stepped, "kq1", config, bar)
+        margins["kq1"].append(step_margins(stepped, "kq1", third, third_parts, task))
+        take_step(stepped, "kq1", config["step_third"], third)
         models.append(stepped)
-    return model, models
+    return Stepped(model, models, margins)
 
 
 def three_steps(config: dict[str, Any], ctx: RunContext) -> ThreeStepsData:
     """Bietti et al.'s three gradient steps on the population loss of the simplified model, top down, in the limit of
-    infinite width (orthonormal parts): the memories after each step, for several sizes of the second step, with
-    the first step's value path to layer 1's copies cut, and with random parts of finite width."""
+    infinite width (orthonormal parts): the memories after each step with their margins over the Monte Carlo error,
+    for several lengths of the second step, as the model is and with the first step's writing on layer 1's copies
+    cut; then random parts of finite width at the best of those lengths."""
     task, N, T = steps_task(config), config["trigger_tokens"], config["steps_T"]
     width = 3 * N + 2 * T
     sizes = sorted(set(float_list(config["step_second"])))
-    start = stepped_start(config, width, True)
-    start_gradients = [
-        float(population_gradient(start, name, task, STEP_CHUNK, "start").norm()) for name in ("kq1", "kq2")
-    ]
-    first, runs = three_step_runs(config, start, sizes, "orthonormal")
-    _, cut = three_step_runs(config, start, sizes, "orthonormal", cut=True)
     widths = int_list(config["steps_widths"])
-    narrow = [
-        three_step_runs(config, stepped_start(config, w, False), [sizes[-1]], f"random {w}")[1][0] for w in widths
-    ]
+    gradients = 2 * (2 + len(sizes)) + 3 * len(widths)  # as it is and cut, then each random width
+    total = gradients * config["steps_samples"] + 4 * STEP_CHUNK
+    progress = sys.stderr.isatty() if ctx.progress is None else ctx.progress
+    with tqdm(total=total, desc="three steps: sequences", disable=not progress, leave=False, file=sys.stderr) as bar:
+        start = stepped_start(config, width, True)
+        start_gradients = [
+            float(population_gradient(start, name, config, bar, STEP_CHUNK)[0].norm()) for name in ("kq1", "kq2")
+        ]
+        stepped = three_step_runs(config, start, sizes, bar)
+        cut = three_step_runs(config, start, sizes, bar, cut=True)
+        after_first = [
+            float(population_gradient(run.first, "kq1", config, bar, STEP_CHUNK)[0].norm()) for run in (stepped, cut)
+        ]
+        lags = [positional_lags(m) for m in stepped.models]
+        best = sizes[int(np.argmax([theory.previous_share(lag) for lag in lags]))]
+        narrow = [three_step_runs(config, stepped_start(config, w, False), [best], bar).models[0] for w in widths]
     data: ThreeStepsData = {
         "width": width,
+        "parts": min(STEP_PARTS, -(-config["steps_samples"] // STEP_CHUNK)),
         "start_gradients": start_gradients,
-        "start_accuracy": [recall_accuracy(m, task, config) for m in (start, first)],
-        "first_probes": memory_probes(first, task),
+        "after_first_gradients": after_first,
+        "chance": 1 / len(task.outputs_possible),
+        "first_accuracy": recall_accuracy(stepped.first, config),
+        "first_probes": memory_probes(stepped.first, task),
+        "first_margins": stepped.margins["ov2"],
+        "second_margins": stepped.margins["kq2"],
         "second_sizes": sizes,
-        "probes": [memory_probes(m, task) for m in runs],
-        "lags": [positional_lags(m) for m in runs],
-        "accuracy": [recall_accuracy(m, task, config) for m in runs],
-        "cut_probes": [memory_probes(m, task) for m in cut],
-        "cut_lags": [positional_lags(m) for m in cut],
+        "probes": [memory_probes(m, task) for m in stepped.models],
+        "lags": lags,
+        "lag_margins": stepped.margins["kq1"],
+        "accuracy": [recall_accuracy(m, config) for m in stepped.models],
+        "cut_probes": [memory_probes(m, task) for m in cut.models],
+        "cut_lags": [positional_lags(m) for m in cut.models],
+        "cut_lag_margins": cut.margins["kq1"],
+        "widths_length": best,
         "widths": widths,
         "width_probes": [memory_probes(m, task) for m in narrow],
         "width_lags": [positional_lags(m) for m in narrow],
