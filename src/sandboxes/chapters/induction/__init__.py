@@ -570,6 +570,7 @@ CHAPTER = Chapter(
             "Three gradient steps, one memory each",
             three_steps,
             trains=True,
+            by_seed=False,  # one computation for the run, fixed by the chapter's seed: no member per seed to split
             rows=three_steps_rows,
             figures=("three_steps",),
             reference=True,

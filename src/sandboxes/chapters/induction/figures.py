@@ -608,11 +608,12 @@ def corollary(data: CorollaryData) -> Figure:
 
 
 def three_steps(data: ThreeStepsData) -> Figure:
-    """Left: after the three steps at infinite width, the share of judged positions that W_KQ1 sends to the one
-    before, against the second step's length, as the model is and with the first step's value path to layer 1's
-    copies cut; the recall accuracy dotted. Right: the three probes with random parts of finite width, at the
-    largest second step, the infinite-width values dashed."""
-    fig, (sizes, widths) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"wspace": 0.3})
+    """Left: after the three steps at infinite width, the share of judged positions whose largest positional score
+    in W_KQ1 is on the one before, against the second step's length, as the model is and with the first step's
+    writing on layer 1's copies cut; the recall accuracy dotted, chance grey. Right: the three probes with random
+    parts of finite width, stepped at the best of those lengths, the infinite-width values dashed."""
+    fig, (sizes, widths) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"wspace": 0.3})
+    fig.subplots_adjust(bottom=0.3)
     lengths = np.asarray(data["second_sizes"], dtype=float)
     sizes.plot(lengths, [previous_share(lags) for lags in data["lags"]], "o-", color=COLORS["untied"], label="W_KQ1")
     sizes.plot(
@@ -620,25 +621,38 @@ def three_steps(data: ThreeStepsData) -> Figure:
         [previous_share(lags) for lags in data["cut_lags"]],
         "s--",
         color=COLORS["tied"],
-        label="W_KQ1, value path to layer 1's copies cut",
+        label="W_KQ1, first step's writing on layer 1's copies cut",
     )
     sizes.plot(lengths, data["accuracy"], ":", color="grey", marker=".", label="recall accuracy")
+    reference_line(sizes, data["chance"], "chance", ":")
     sizes.set(
         xscale="log",
         xlabel="length of the second step (on W_KQ2)",
         ylabel="share of positions 2..T-2 sent to the one before",
         ylim=(0, 1.05),
     )
-    sizes.legend(fontsize=7, loc="lower right")
+    sizes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     names = ("W_OV2", "W_KQ2", "W_KQ1")
     colors = (COLORS["untied"], COLORS["tied"], "black")
+    at = data["second_sizes"].index(data["widths_length"])
     probes_at = np.asarray(data["width_probes"], dtype=float)
-    limit = data["probes"][-1]
     for index, (name, color) in enumerate(zip(names, colors)):
         shown = probes_at[:, index] if index < 2 else [previous_share(lags) for lags in data["width_lags"]]
         widths.plot(data["widths"], shown, "o-", color=color, label=name)
-        limit_value = limit[index] if index < 2 else previous_share(data["lags"][-1])
-        widths.axhline(limit_value, color=color, linestyle="--", linewidth=0.8)
-    widths.set(xscale="log", xlabel="width d of random parts", ylabel="recall probe after three steps", ylim=(0, 1.05))
-    widths.legend(fontsize=7, loc="lower right", title=f"dashed: orthonormal, d = {data['width']}", title_fontsize=7)
+        limit = data["probes"][at][index] if index < 2 else previous_share(data["lags"][at])
+        widths.axhline(limit, color=color, linestyle="--", linewidth=0.8)
+    widths.set(
+        xscale="log",
+        xlabel=f"width d of random parts (second step of length {data['widths_length']:g})",
+        ylabel="recall probe after three steps",
+        ylim=(0, 1.05),
+    )
+    widths.legend(
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=3,
+        title=f"dashed: orthonormal parts, d = {data['width']}",
+        title_fontsize=7,
+    )
     return fig

@@ -1069,3 +1069,37 @@ def three_steps_claims(data: ThreeStepsData) -> list[Claim]:
         bool(found),
     )
     return [first, second, third if found or all(missed) else third.undecided(MORE_SEQUENCES)]
+
+
+def three_steps_summary(data: ThreeStepsData) -> str:
+    """What the rows leave out, for the note under them: the score gradients at zero and after the first step, and
+    per length of the second step the judged positions' calls (as the model is and cut), the share over the probe's
+    own range, where position 1 and the last went, and the recall accuracy against chance."""
+    judged = [t - 1 for t in theory.stepped_positions(len(data["lags"][0]))]
+    sigmas = significance(len(judged) * len(data["lag_margins"]), data["parts"])
+
+    def counts(margins: list[list[float]]) -> str:
+        calls = margin_calls(np.asarray(margins)[judged], sigmas)
+        return f"{(calls == 1).sum()} recalled, {(calls == -1).sum()} missed, {(calls == 0).sum()} within noise"
+
+    start, after = data["start_gradients"], data["after_first_gradients"]
+    lengths = [
+        f"{size:g}: positions 2..T-2 {counts(margins)} (cut: {counts(cut)}); share of positions 1..T-1 sent to the "
+        f"one before {probe[2]:.3f}; position 1 sent {lags[1]} back (cut: {cut_lags[1]}), the last {lags[-1]} back; "
+        f"recall accuracy {accuracy:.3f}"
+        for size, margins, cut, probe, lags, cut_lags, accuracy in zip(
+            data["second_sizes"],
+            data["lag_margins"],
+            data["cut_lag_margins"],
+            data["probes"],
+            data["lags"],
+            data["cut_lags"],
+            data["accuracy"],
+        )
+    ]
+    return (
+        f"At zero |dL/dW_KQ1| = {start[0]:.1e} and |dL/dW_KQ2| = {start[1]:.1e}; after the first step "
+        f"|dL/dW_KQ1| = {after[0]:.1e} as the model is and {after[1]:.1e} with its writing on layer 1's copies cut. "
+        f"Per length of the second step: {'; '.join(lengths)}. Recall accuracy after the first step "
+        f"{data['first_accuracy']:.3f}; chance {data['chance']:.3f}."
+    )
