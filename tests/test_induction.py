@@ -982,6 +982,14 @@ def _separate_rows(change: str) -> list:
     return [judge.separate_claim(data, 50, 40)]
 
 
+def _three_steps_rows(change: str) -> list:
+    T = 16  # margins 10 standard errors clear, or, with nothing stepped, every probe score a tie with no error
+    margin = [[0.0, 0.0]] if change == "nothing stepped" else [[1.0, 0.1]]
+    data = {"first_margins": margin * 5, "second_margins": margin * 2, "parts": 64, "second_sizes": [10.0]}
+    data |= {"lag_margins": [margin * (T - 1)], "lags": [[0] + [1] * (T - 1)]}
+    return judge.three_steps_claims(data)
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree", _levels_rows),
@@ -1031,6 +1039,9 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
     (r"simplified model trained by gradient descent", "W_KQ of layer 1 planted at initialisation", _memories_rows),
     (r"trained together against one at a time", "one at a time as fast as together", _separate_rows),
+    (r"three steps, infinite width: after the first", "nothing stepped", _three_steps_rows),
+    (r"three steps: after the second", "nothing stepped", _three_steps_rows),
+    (r"three steps: after the third", "nothing stepped", _three_steps_rows),
 ]
 
 
@@ -1057,6 +1068,7 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
         _trigger_rows,
         _memories_rows,
         _separate_rows,
+        _three_steps_rows,
     ],
 )
 def test_the_counterfactual_builders_hold_without_a_change(rows):

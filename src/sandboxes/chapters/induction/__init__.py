@@ -26,7 +26,7 @@ from typing import Any
 
 from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
-from ...profiles import FLAG, Choice, Interval, Param, at_least, each, in_range, positive, with_reference
+from ...profiles import FLAG, Choice, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
 from .judge import (
     GRADIENT_CHUNKS,
@@ -91,6 +91,7 @@ STAGE_GRAPH = Choice({**GRAPHS, "random": "Nichani et al.'s: a parent anywhere b
 TRIGGER_CHOICE = Choice(
     dict(zip(TRIGGER_CHOICES, ("uniform tokens", "the bigram's most frequent tokens, as Bietti et al. fix them")))
 )
+MAX_STEPS_T, MAX_STEPS_WIDTH = 512, 4096  # the three steps' largest length and random width (memory, not theory)
 MAX_ENUMERATED = 50_000  # sequences the construction is checked on, at most (every one of k^(T+1))
 
 
@@ -240,7 +241,7 @@ PARAMS = (
         "memory_steps", int, 400, 10000, "gradient steps of the simplified model's three memories together", at_least(1)
     ),
     Param("memory_lr", float, 10.0, 30.0, "step size of those plain gradient steps", positive),
-    Param("steps_T", int, 32, 256, "tokens the simplified model reads in the three gradient steps", in_range(4, 256)),
+    Param("steps_T", int, 32, 256, "tokens the simplified model reads in the three gradient steps", at_least(4)),
     Param(
         "steps_samples",
         int,
@@ -265,7 +266,7 @@ PARAMS = (
         "64",
         "256,1024",
         "widths of random (not orthonormal) parts, stepped as well at the best second length",
-        each(in_range(1, 2048)),
+        each(at_least(1)),
     ),
     Param(
         "separate_steps",
@@ -342,6 +343,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         raise ValueError(
             f"an order-{config['order']} chain conditions on {config['order']} tokens: order_T > order, got "
             f"order_T = {config['order_T']}"
+        )
+    if config["steps_T"] > MAX_STEPS_T or max(int_list(config["steps_widths"])) > MAX_STEPS_WIDTH:
+        raise ValueError(
+            f"the three steps hold activations of steps_T x width per sequence: steps_T <= {MAX_STEPS_T} and "
+            f"steps_widths <= {MAX_STEPS_WIDTH}, got {config['steps_T']} and {config['steps_widths']}"
         )
     count = config["construct_k"] ** (config["construct_T"] + 1)
     if count > MAX_ENUMERATED:
