@@ -62,10 +62,10 @@ ALLOWED = {
     "notebook": {"claims", "profiles", "results", "sections"},
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
-    "bench": {"calibration", "data", "model", "theory", "trainer"},
+    "bench": {"calibration", "data", "model", "results", "runtime", "theory", "trainer"},
     "kernel_paths": {"claims", "results"},
     "cluster": {"calibration", "chapters", "members", "profiles", "results", "runtime"},
-    "performance": {"calibration", "chapters", "memory", "results", "runtime", "sections"},
+    "performance": {"attention", "calibration", "chapters", "memory", "results", "runtime", "sections"},
     "cli": {
         "bench",
         "chapters",

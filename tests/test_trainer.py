@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.func import vmap
 
-from sandboxes import members, runtime
+from sandboxes import attention, members, runtime
 from sandboxes.calibration import CALIBRATION_EVAL, ChunkedCall, calibrated_map, calibrating, count_chunks
 from sandboxes.curves import still_descending
 from sandboxes.data.flipflop import FlipFlop
@@ -182,19 +182,27 @@ def test_held_out_loss_in_chunks_is_the_mean_over_scored_targets_not_over_sequen
     assert np.allclose(_held_out_loss(runner, loss, x, y, chunk=3), whole, rtol=1e-5)
 
 
-def test_activation_count_grows_with_the_batch_and_with_the_square_of_the_length():
+def test_activation_count_grows_with_the_batch_and_with_the_length_as_the_kernel_keeps(monkeypatch):
     def count(n: int, length: int) -> int:
         return activation_bytes(GPT(binary_config(4, length, True)), MarkovChain.binary(0.5, 0.8, length), n)
 
-    # linear in the batch on top of what does not depend on it (weights that matmuls keep, the causal mask)
+    # linear in the batch on top of what does not depend on it (weights that matmuls keep)
     assert count(8, 64) - count(4, 64) == count(12, 64) - count(8, 64) > 0
-    # attention keeps about T^2 / 2 exponentials per sequence (the CPU's blocked kernel, used from T = 128 on for
-    # this head of 4 dimensions), so doubling T more than doubles the count
+    # the compiled kernel of narrow heads keeps two numbers per query, so the count is at most linear in T
+    assert count(4, 256) <= 2 * count(4, 128)
+    # the blocked kernel that stands in without a compiler keeps about T^2 / 2 exponentials per sequence
+    monkeypatch.setattr(attention, "narrow_kernels", lambda: None)
     assert count(4, 256) > 2 * count(4, 128)
 
 
-@pytest.mark.parametrize("d_model, n_head", [(8, 1), (64, 2)], ids=["blocked kernel", "flash kernel"])
-def test_the_count_on_the_meta_device_is_what_a_cpu_step_keeps(d_model, n_head):
+@pytest.mark.parametrize(
+    "d_model, n_head, compiled",
+    [(8, 1, True), (8, 1, False), (64, 2, True)],
+    ids=["compiled kernel", "blocked kernel", "flash kernel"],
+)
+def test_the_count_on_the_meta_device_is_what_a_cpu_step_keeps(d_model, n_head, compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setattr(attention, "narrow_kernels", lambda: None)
     length, n = 160, 3
     model = GPT(GPTConfig(vocab_size=5, block_size=length, n_layer=2, n_head=n_head, d_model=d_model))
     task = MarkovChain(symmetric_kernel(5, 0.3), length)

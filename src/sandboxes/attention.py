@@ -6,14 +6,24 @@ member's slice: with wide models that made a batched ensemble slower than traini
 another. Attention treats every (sequence, head) pair on its own, so the members can join the batch
 axis and the kernel runs once, on the same numbers per row.
 
-For a head dimension of at most ``SMALL_HEAD`` a blocked kernel of our own replaces the flash kernel: its products
-with an inner dimension of 8 leave most of the time to the softmax's exponentials, which it computes once (base 2,
-several times faster than ``exp`` on a CPU) and keeps for the backward pass instead of computing them again.
+For a head dimension of at most ``SMALL_HEAD`` a kernel of our own replaces the flash kernel, whose products with an
+inner dimension of 8 leave most of the time to memory traffic: ``csrc/causal_attention.cpp``, compiled for this CPU on
+first use, takes each query's keys in one pass with the exponentials in registers (base 2) and computes them again in
+the backward pass instead of storing them. Its numbers are the same on every x86 CPU (see the source). It is the
+operator ``torch.ops.sandboxes.narrow_attention`` (and ``..._backward``), with shapes on the ``meta`` device, where
+the counts of work and memory that plan runs are made. Where it cannot be compiled (no C++ compiler or no ninja), a
+blocked kernel in PyTorch operators stands in: it computes the exponentials once per block of queries and keeps them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import sys
+import types
+import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -174,16 +184,105 @@ def _tiled(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     )
 
 
+SOURCE = Path(__file__).parent / "csrc" / "causal_attention.cpp"
+HEADER = SOURCE.with_name("narrow_attention.h")  # the kernel itself, which the source includes
+# -ffp-contract=off: no fused multiply-adds, which some CPUs lack, so that every CPU computes the same numbers
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
+
+
+def _cpu_flags() -> str:
+    """The CPU's instruction-set flags (Linux), which the kernel is compiled for: a cache shared by several machines
+    then holds one build per kind of CPU."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line for line in lines if line.startswith("flags")), "")
+
+
+@functools.cache
+def narrow_kernels() -> types.ModuleType | None:
+    """The compiled kernel of narrow heads, built on first use (about a minute, once per CPU kind and source), or
+    None with a warning where it cannot be built."""
+    from torch.utils import cpp_extension
+
+    # torch rebuilds when the source changes but not its header: both go into the name, with the CPU and the flags
+    built_from = SOURCE.read_text() + HEADER.read_text() + _cpu_flags() + " ".join(FLAGS)
+    name = "sandboxes_narrow_attention_" + hashlib.sha256(built_from.encode()).hexdigest()[:12]
+    try:
+        if not (Path(cpp_extension.get_default_build_root()) / name / f"{name}.so").exists():
+            print("compiling the attention kernel of narrow heads for this CPU (once, about a minute)", file=sys.stderr)
+        return cpp_extension.load(name, [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"])
+    except Exception as error:  # no compiler, no ninja, another platform: PyTorch operators instead
+        warnings.warn(
+            f"the attention kernel of narrow heads could not be built ({error}); using a slower one", stacklevel=2
+        )
+        return None
+
+
+def _forward_shapes(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """What the compiled forward pass returns, as shapes: the output, each query's maximum and inverse sum."""
+    return torch.empty_like(q), q.new_empty(q.shape[:2]), q.new_empty(q.shape[:2])
+
+
+def _backward_shapes(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, *_: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """What the compiled backward pass returns, as shapes: the gradients of queries, keys and values."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+_LIBRARY = torch.library.Library("sandboxes", "DEF")
+_LIBRARY.define("narrow_attention(Tensor q, Tensor k, Tensor v) -> (Tensor, Tensor, Tensor)")
+_LIBRARY.define(
+    "narrow_attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor top, Tensor inverse)"
+    " -> (Tensor, Tensor, Tensor)"
+)
+_LIBRARY.impl("narrow_attention", lambda q, k, v: tuple(narrow_kernels().forward(q, k, v)), "CPU")
+_LIBRARY.impl("narrow_attention_backward", lambda *tensors: tuple(narrow_kernels().backward(*tensors)), "CPU")
+_LIBRARY.impl("narrow_attention", _forward_shapes, "Meta")
+_LIBRARY.impl("narrow_attention_backward", _backward_shapes, "Meta")
+NARROW_OPS = (torch.ops.sandboxes.narrow_attention.default, torch.ops.sandboxes.narrow_attention_backward.default)
+
+
+class _NarrowAttention(torch.autograd.Function):
+    """The compiled kernel of narrow heads, with the vmap rule that folds members into the batch."""
+
+    @staticmethod
+    def forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        shape, (T, d) = q.shape, q.shape[-2:]
+        out, top, inverse = torch.ops.sandboxes.narrow_attention(*(t.reshape(-1, T, d).contiguous() for t in (q, k, v)))
+        return out.reshape(shape), top, inverse
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple[Tensor, Tensor, Tensor]) -> None:
+        ctx.save_for_backward(*inputs, *output)
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *_: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v, out, top, inverse = ctx.saved_tensors
+        shape, (T, d) = q.shape, q.shape[-2:]
+        rows = [t.reshape(-1, T, d).contiguous() for t in (grad, q, k, v, out)]
+        return tuple(t.reshape(shape) for t in torch.ops.sandboxes.narrow_attention_backward(*rows, top, inverse))
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        return _unfolded(info.batch_size, _NarrowAttention.apply(*_folded(info.batch_size, in_dims, q, k, v)))
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:
     """Causal softmax attention of ``(B, H, T, d)`` inputs; ``bias``, a ``(T, T)`` additive mask, replaces causality.
 
-    On a CPU with the flash backend enabled, the folding kernels above (the blocked one for causal heads of at most
-    ``SMALL_HEAD`` dimensions); elsewhere, or where a caller chose another backend (the exact Hessians choose the
-    plain formula, which has a second derivative), PyTorch's.
+    On a CPU with the flash backend enabled, the folding kernels above (the compiled one, or where it is missing the
+    blocked one, for causal float32 heads of at most ``SMALL_HEAD`` dimensions); elsewhere,
+    or where a caller chose another backend (the exact Hessians choose the plain formula, which has a second
+    derivative), PyTorch's.
     """
     device = kernel_device(q.device)
     if device == "cpu" and torch.backends.cuda.flash_sdp_enabled():
         if bias is None and q.shape[-1] <= SMALL_HEAD:
+            if q.dtype == torch.float32 and narrow_kernels() is not None:
+                return _NarrowAttention.apply(q, k, v)[0]
             return _tiled(q, k, v)
         return _FlashAttention.apply(q, k, v, bias)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None)

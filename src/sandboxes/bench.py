@@ -22,6 +22,8 @@ import torch
 from .calibration import calibrating
 from .data.markov import MarkovChain, symmetric_kernel
 from .model import GPT, GPTConfig
+from .results import current_commit, provenance
+from .runtime import device_name
 from .theory.markov import binary_config
 from .trainer import TrainConfig, train
 
@@ -211,6 +213,22 @@ def against_authors(checkout: Path, rounds: int, steps: int, p: float = 0.5, q: 
     theirs, ours = _authors_loop(checkout, p, q), _our_loop(p, q)
     theirs(2), ours(2)
     return [Round(theirs(steps), ours(steps)) for _ in range(rounds)]
+
+
+TARGET_RATIO = 4.0  # issue 43: our step at least four times faster than their loop, in every round
+
+
+def against_record(rounds: list[Round], steps: int, wall_time: float) -> dict:
+    """The rounds as the performance page shows them: each round's ms per step, the CPU path and threads they ran
+    on, and where they were made."""
+    machine = device_name(torch.device("cpu"))
+    return {
+        "setting": {"length": PAPER_LENGTH, "batch_size": PAPER_BATCH, "width": PAPER_WIDTH, "steps": steps},
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "rounds": [{"theirs_ms": r.theirs_ms, "ours_ms": r.ours_ms} for r in rounds],
+        "provenance": provenance("cpu", machine, wall_time, current_commit()),
+    }
 
 
 def against_report(rounds: list[Round]) -> str:

@@ -169,7 +169,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--survey-steps", type=int, default=performance.SURVEY_STEPS, help="with --survey: steps per training call"
     )
-    bench.add_argument("--out", default=str(performance.SURVEY_FILE), help="with --survey: the file to write")
+    bench.add_argument(
+        "--out",
+        default=None,
+        help="with --survey: the file to write (default results/performance/reference-sections-cpu.json); with "
+        "--against-authors: a JSON file for the rounds (none by default)",
+    )
     margins = commands.add_parser(
         "margins",
         help="each row's verdict and margin on every kernel path and thread "
@@ -371,7 +376,12 @@ def _bench(args: argparse.Namespace) -> int:
         if not (src / "models" / "base.py").is_file() or not (src / "optim" / "utils.py").is_file():
             raise ValueError(f"{src} is not Markov-LLM/src of the paper's code (no models/base.py and optim/utils.py)")
         print(f"their loop and ours on the CPU, {args.rounds} rounds of {args.steps} steps")
-        print(bench.against_report(bench.against_authors(src, args.rounds, args.steps)))
+        start = time.perf_counter()
+        rounds = bench.against_authors(src, args.rounds, args.steps)
+        print(bench.against_report(rounds))
+        if args.out is not None:
+            record = bench.against_record(rounds, args.steps, time.perf_counter() - start)
+            print(f"written to {performance.save(record, Path(args.out))}")
         return 0
     device = pick_device(args.device)
     sizes = args.sizes.split(",") if args.sizes else None
@@ -390,8 +400,9 @@ def _survey(args: argparse.Namespace) -> int:
         if section not in get_chapter(chapter).reference_sections:
             raise ValueError(f"{name} is no reference section; choose CHAPTER/SECTION of `list --reference`")
         wanted.append((chapter, section))
-    performance.survey(wanted or None, args.survey_steps, Path(args.out))
-    print(f"surveyed {len(wanted) or 'every'} reference section(s) into {args.out}")
+    out = Path(args.out) if args.out is not None else performance.SURVEY_FILE
+    performance.survey(wanted or None, args.survey_steps, out)
+    print(f"surveyed {len(wanted) or 'every'} reference section(s) into {out}")
     return 0
 
 

@@ -32,6 +32,7 @@ from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from . import attention
 from .calibration import ChunkedCall, TrainCall, calibrating
 from .chapters import all_chapters, get_chapter
 from .memory import meta_batch
@@ -40,6 +41,10 @@ from .runtime import counting_for, device_name
 from .sections import Chapter
 
 SURVEY_FILE = RESULTS_DIR / "performance" / "reference-sections-cpu.json"
+# The survey made before the compiled attention kernel of narrow heads (commit 5e86cdb): the throughput issue 43 asks
+# to double, section by section.
+BASELINE_FILE = RESULTS_DIR / "performance" / "reference-sections-cpu-5e86cdb.json"
+TARGET_SPEEDUP = 2.0
 
 SURVEY_STEPS = 6  # steps per training call: the first warms up, the other five are timed
 TOP_OPERATORS = 6  # operators listed per section, by their share of its profiled time
@@ -47,6 +52,7 @@ PEAK_REPEATS = 5  # a microbenchmark's best of this many timings
 
 aten = torch.ops.aten
 _FLASH = (aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_flash_attention_for_cpu_backward)
+_NARROW = attention.NARROW_OPS
 _EXPONENTIALS = {
     aten.exp.default,
     aten.exp_.default,
@@ -111,10 +117,29 @@ class _Traffic(TorchDispatchMode):
             self.bytes += sum(t.numel() * t.element_size() for t in tensors)
         if func in _EXPONENTIALS:
             self.exps += tree_flatten(out)[0][0].numel()
+        elif func in _NARROW:  # an exponential per causal pair and pass: the backward pass computes them again
+            q = args[1] if func is _NARROW[1] else args[0]
+            self.exps += _causal_pairs(q)
         elif func.overloadpacket in _FLASH:
             q, k = args[1:3] if func.overloadpacket is _FLASH[1] else args[:2]
             self.exps += q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]  # one per score, computed once a pass
         return out
+
+
+def _causal_pairs(q: Any) -> int:
+    """The (query, key) pairs of causal attention on ``(N, T, d)`` queries."""
+    N, T = q.shape[:2]
+    return N * T * (T + 1) // 2
+
+
+def _narrow_flops(q: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    # per causal pair, a score and its share of the output: two products of d multiply-adds
+    return 4 * q.shape[-1] * _causal_pairs(q)
+
+
+def _narrow_backward_flops(grad: Any, q: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    # per causal pair, the score again, its gradient, and the gradients of the value, the key and the query
+    return 10 * q.shape[-1] * _causal_pairs(q)
 
 
 def _flash_flops(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -142,7 +167,13 @@ def count_step(model: nn.Module, task: Any, batch_size: int) -> StepWork:
     ``meta`` device with the kernels a CPU runs."""
     x, y = meta_batch(task, batch_size)
     flops = flop_counter.FlopCounterMode(
-        display=False, custom_mapping={_FLASH[0]: _flash_flops, _FLASH[1]: _flash_backward_flops}
+        display=False,
+        custom_mapping={
+            _FLASH[0]: _flash_flops,
+            _FLASH[1]: _flash_backward_flops,
+            _NARROW[0]: _narrow_flops,
+            _NARROW[1]: _narrow_backward_flops,
+        },
     )
     traffic = _Traffic()
     with counting_for("cpu"), flops, traffic:
@@ -346,3 +377,71 @@ def operators_table(surveyed: dict[str, Any]) -> str:
         for section in surveyed["sections"]
     ]
     return _html_table(["section", "operators by share of the profiled time (self CPU time)"], rows)
+
+
+def _by_setting(surveyed: dict[str, Any]) -> dict[tuple, dict[tuple, list[dict[str, Any]]]]:
+    """A survey's training calls grouped by section, then by setting (:func:`_shape`)."""
+    grouped: dict[tuple, dict[tuple, list[dict[str, Any]]]] = {}
+    for section in surveyed["sections"]:
+        shapes = grouped.setdefault((section["chapter"], section["section"]), {})
+        for call in section["calls"]:
+            shapes.setdefault(_shape(call), []).append(call)
+    return grouped
+
+
+def speedup_table(before: dict[str, Any], after: dict[str, Any], target: float = TARGET_SPEEDUP) -> str:
+    """Tokens per second of every setting in two surveys, their ratio against ``target``, and where it falls short
+    what holds it (the fraction of the machine's limit reached after, the operator that took most time), as HTML."""
+    old, new = _by_setting(before), _by_setting(after)
+    top = {(s["chapter"], s["section"]): s["operators"][0] for s in after["sections"] if s["operators"]}
+    rows = []
+    for name, shapes in new.items():
+        for shape, calls in shapes.items():
+            earlier = old.get(name, {}).get(shape)
+            speed = statistics.median(c["tokens_per_s"] for c in calls)
+            setting = f"{shape[0]}, T {shape[1]}, batch {shape[2]}, {shape[3]} at once"
+            if not earlier:
+                rows.append(["/".join(name), setting, "", f"{speed / 1e3:,.0f}", "", "not surveyed before"])
+                continue
+            ratio = speed / statistics.median(c["tokens_per_s"] for c in earlier)
+            fraction = statistics.median(c["limit_fraction"] for c in calls)
+            operator, share = top.get(name, ("", 0.0))
+            verdict = (
+                "met"
+                if ratio >= target
+                else f"not met: {100 * fraction:.0f} % of the limit; {operator} takes {100 * share:.0f} % of the time"
+            )
+            rows.append(
+                [
+                    "/".join(name),
+                    setting,
+                    f"{statistics.median(c['tokens_per_s'] for c in earlier) / 1e3:,.0f}",
+                    f"{speed / 1e3:,.0f}",
+                    f"{ratio:.2f}",
+                    verdict,
+                ]
+            )
+    header = ["section", "setting", "k tokens/s before", "after", "ratio", f"{target:g} times"]
+    return _html_table(header, rows)
+
+
+def against_table(records: list[dict[str, Any]], target: float) -> str:
+    """Side-by-side rounds of the authors' Markov loop and ours (``bench --against-authors --out``), one row per
+    file: the machine, each round's ratio, the slowest, and whether every round reached ``target``, as HTML."""
+    rows = []
+    for record in records:
+        ratios = [r["theirs_ms"] / r["ours_ms"] for r in record["rounds"]]
+        made = record["provenance"]
+        rows.append(
+            [
+                f"{made['device_name']}; kernels: {record['capability']}; {record['threads']} threads",
+                f"{statistics.median(r['theirs_ms'] for r in record['rounds']):.1f} / "
+                f"{statistics.median(r['ours_ms'] for r in record['rounds']):.1f}",
+                ", ".join(f"{ratio:.2f}" for ratio in ratios),
+                f"{min(ratios):.2f}",
+                "yes" if min(ratios) >= target else "no",
+                f"commit {made['git_commit'][:7]}, {made['created']}",
+            ]
+        )
+    header = ["machine", "ms a step, medians: theirs / ours", "ratio per round", "slowest", f"all {target:g}x", "made"]
+    return _html_table(header, rows)
