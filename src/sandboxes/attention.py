@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import sys
 import types
 import warnings
@@ -210,7 +211,8 @@ def narrow_kernels() -> types.ModuleType | None:
     built_from = SOURCE.read_text() + HEADER.read_text() + _cpu_flags() + " ".join(FLAGS)
     name = "sandboxes_narrow_attention_" + hashlib.sha256(built_from.encode()).hexdigest()[:12]
     try:
-        if not (Path(cpp_extension.get_default_build_root()) / name / f"{name}.so").exists():
+        root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
+        if not any(root.glob(f"*/{name}/{name}.so")) and not (root / name / f"{name}.so").exists():
             print("compiling the attention kernel of narrow heads for this CPU (once, about a minute)", file=sys.stderr)
         return cpp_extension.load(name, [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"])
     except Exception as error:  # no compiler, no ninja, another platform: PyTorch operators instead
