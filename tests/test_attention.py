@@ -193,3 +193,8 @@ def test_the_compiled_kernel_computes_the_same_numbers_for_every_instruction_set
     out, top, inverse = torch.ops.sandboxes.narrow_attention(q, k, v)
     gradients = torch.ops.sandboxes.narrow_attention_backward(grad, q, k, v, out, top, inverse)
     assert b"".join(t.numpy().tobytes() for t in (out, top, inverse, *gradients)) == outputs[0]
+
+
+def test_the_blocked_kernel_on_request(monkeypatch):
+    monkeypatch.setenv("SANDBOXES_ATTENTION", "blocked")
+    assert attention.narrow_kernels.__wrapped__() is None

@@ -204,8 +204,12 @@ def _cpu_flags() -> str:
 @functools.cache
 def narrow_kernels() -> types.ModuleType | None:
     """The compiled kernel of narrow heads, built on first use (about a minute, once per CPU kind and source), or
-    None with a warning where it cannot be built."""
+    None with a warning where it cannot be built; None without one where ``SANDBOXES_ATTENTION=blocked`` asks for
+    the blocked kernel (to time the two side by side)."""
     from torch.utils import cpp_extension
+
+    if os.environ.get("SANDBOXES_ATTENTION", "compiled") == "blocked":
+        return None
 
     # torch rebuilds when the source changes but not its header: both go into the name, with the CPU and the flags
     built_from = SOURCE.read_text() + HEADER.read_text() + _cpu_flags() + " ".join(FLAGS)
