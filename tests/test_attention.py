@@ -156,7 +156,7 @@ def test_without_a_compiler_the_blocked_kernel_stands_in_with_a_warning(monkeypa
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     with pytest.warns(UserWarning, match="could not be built"):
-        assert attention.narrow_kernels.__wrapped__() is None
+        assert attention.built_narrow_kernels.__wrapped__() is None
 
 
 def _cpu_has(flag: str) -> bool:
@@ -197,4 +197,6 @@ def test_the_compiled_kernel_computes_the_same_numbers_for_every_instruction_set
 
 def test_the_blocked_kernel_on_request(monkeypatch):
     monkeypatch.setenv("SANDBOXES_ATTENTION", "blocked")
-    assert attention.narrow_kernels.__wrapped__() is None
+    assert attention.narrow_kernels() is None
+    monkeypatch.setenv("SANDBOXES_ATTENTION", "compiled")
+    assert attention.narrow_kernels() is attention.built_narrow_kernels()

@@ -1,5 +1,6 @@
 """The performance survey: its counts of a step's work, and one survey of a toy reference section."""
 
+import copy
 import json
 
 import pytest
@@ -10,7 +11,7 @@ from sandboxes import performance
 from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.data.markov import MarkovChain, symmetric_kernel
-from sandboxes.model import GPT, GPTConfig
+from sandboxes.model import FUSED_FROM, GPT, GPTConfig
 from sandboxes.profiles import Param, at_least, with_reference
 from sandboxes.sections import Chapter, RunContext, Section
 from sandboxes.trainer import TrainConfig, train
@@ -54,10 +55,11 @@ def test_causal_attention_counts_an_exponential_per_score_it_computes():
 
 
 def _toy_train(steps: int, ctx: RunContext) -> dict:
-    model = GPTConfig(vocab_size=2, block_size=16, n_layer=1, n_head=1, d_model=8)
+    # long enough for the fused kernels: the compiled one of narrow heads, where it is built
+    model = GPTConfig(vocab_size=2, block_size=FUSED_FROM, n_layer=1, n_head=1, d_model=8)
     trained = train(
         lambda: GPT(model),
-        MarkovChain(symmetric_kernel(2, 0.3), 16),
+        MarkovChain(symmetric_kernel(2, 0.3), FUSED_FROM),
         TrainConfig(steps=steps, batch_size=4, eval_every=steps),
         ctx.seeds,
         ctx.device,
@@ -105,8 +107,8 @@ def toy_survey():
 def test_a_survey_times_the_shortened_call_and_sets_its_work_beside_the_limit(toy_survey):
     (section,) = toy_survey["sections"]
     (call,) = section["calls"]
-    assert (call["length"], call["batch_size"], call["members"], call["planned_steps"]) == (16, 4, 2, 100)
-    assert call["step_s"] > 0 and call["tokens_per_s"] == pytest.approx(2 * 4 * 16 / call["step_s"])
+    assert (call["length"], call["batch_size"], call["members"], call["planned_steps"]) == (FUSED_FROM, 4, 2, 100)
+    assert call["step_s"] > 0 and call["tokens_per_s"] == pytest.approx(2 * 4 * FUSED_FROM / call["step_s"])
     least = 2 * sum(call["member_step"][key] / rate for key, rate in (("flops", 1e10), ("exps", 1e9), ("bytes", 1e10)))
     assert call["limit_fraction"] == pytest.approx(least / call["step_s"])
     assert section["operators"] and all(0 < share <= 1 for _, share in section["operators"])
@@ -132,9 +134,56 @@ def test_the_committed_survey_names_reference_sections_and_was_made_from_a_clean
     reference = {(c.name, s) for c in all_chapters() for s in c.reference_sections}
     assert {(s["chapter"], s["section"]) for s in surveyed["sections"]} <= reference
     assert surveyed["provenance"]["git_dirty"] is False
+    narrow = [s for s in surveyed["sections"] if any(c["member_step"]["compiled_attention"] for c in s["calls"])]
+    assert narrow and all(s["blocked"]["calls"] for s in narrow)  # the speedup table's pairs
 
 
 def test_a_sequence_counts_its_positions_and_a_vector_of_features_one():
     assert performance.positions(torch.zeros(2, 7, dtype=torch.long)) == 7
     assert performance.positions(torch.zeros(2, 7, 3)) == 7
     assert performance.positions(torch.zeros(2, 4)) == 1  # the HMM's one-hot token
+
+
+def _paired(surveyed: dict, factor: float) -> dict:
+    """The survey with each section also surveyed on the blocked kernel, ``factor`` times slower."""
+    out = copy.deepcopy(surveyed)
+    for section in out["sections"]:
+        section["blocked"] = copy.deepcopy(section)
+        for call in section["blocked"]["calls"]:
+            call["tokens_per_s"] /= factor
+    return out
+
+
+@pytest.mark.parametrize("factor, verdict", [(2.5, "met"), (1.5, "not met")])
+def test_the_speedup_table_asks_twice_the_throughput_on_the_blocked_kernel(toy_survey, factor, verdict):
+    row = performance.speedup_table(_paired(toy_survey, factor))
+    assert f"{factor:.2f}" in row and f">{verdict}" in row
+    if verdict == "not met":
+        assert "% of the limit" in row
+
+
+def test_a_setting_not_surveyed_on_the_blocked_kernel_is_named_unchanged_with_what_holds_it(toy_survey):
+    table = performance.speedup_table(toy_survey)
+    assert "kernels unchanged" in table and "% of the limit" in table
+
+
+def test_the_survey_runs_a_section_with_narrow_heads_again_on_the_blocked_kernel(monkeypatch):
+    monkeypatch.setattr(performance, "get_chapter", lambda name: TOY)
+    monkeypatch.setattr(performance, "measure_peaks", lambda: performance.Peaks("a machine", 1, 1e10, 1e9, 1e10))
+    (section,) = performance.survey([("toy", "training")], steps=3)["sections"]
+    assert [call["member_step"]["compiled_attention"] for call in section["calls"]] == [True]
+    assert [call["member_step"]["compiled_attention"] for call in section["blocked"]["calls"]] == [False]
+
+
+@pytest.mark.parametrize("ours_ms, verdict", [(10.0, "yes"), (30.0, "no")])
+def test_the_authors_table_asks_every_round_to_reach_the_target(ours_ms, verdict):
+    made = {"device_name": "a machine", "git_commit": "0" * 40, "created": "now"}
+    rounds = [{"theirs_ms": 100.0, "ours_ms": 20.0}, {"theirs_ms": 100.0, "ours_ms": ours_ms}]
+    record = {"capability": "AVX512", "threads": 2, "rounds": rounds, "provenance": made}
+    assert f'<td style="padding: 0.2em 0.6em">{verdict}</td>' in performance.against_table([record], 4.0)
+
+
+def test_the_committed_rounds_against_the_authors_were_made_from_a_clean_tree():
+    records = [json.loads(p.read_text()) for p in performance.SURVEY_FILE.parent.glob("against-authors-*.json")]
+    assert records and all(r["rounds"] for r in records)
+    assert all(made["provenance"]["git_dirty"] is False for made in records)

@@ -201,15 +201,19 @@ def _cpu_flags() -> str:
     return next((line for line in lines if line.startswith("flags")), "")
 
 
-@functools.cache
 def narrow_kernels() -> types.ModuleType | None:
-    """The compiled kernel of narrow heads, built on first use (about a minute, once per CPU kind and source), or
-    None with a warning where it cannot be built; None without one where ``SANDBOXES_ATTENTION=blocked`` asks for
-    the blocked kernel (to time the two side by side)."""
-    from torch.utils import cpp_extension
-
+    """The compiled kernel of narrow heads (:func:`built_narrow_kernels`), or None where ``SANDBOXES_ATTENTION=blocked``
+    asks for the blocked kernel: read at every call, so that one process can time the two side by side."""
     if os.environ.get("SANDBOXES_ATTENTION", "compiled") == "blocked":
         return None
+    return built_narrow_kernels()
+
+
+@functools.cache
+def built_narrow_kernels() -> types.ModuleType | None:
+    """The compiled kernel of narrow heads, built on first use (about a minute, once per CPU kind and source), or
+    None with a warning where it cannot be built."""
+    from torch.utils import cpp_extension
 
     # torch rebuilds when the source changes but not its header: both go into the name, with the CPU and the flags
     built_from = SOURCE.read_text() + HEADER.read_text() + _cpu_flags() + " ".join(FLAGS)
@@ -242,8 +246,8 @@ _LIBRARY.define(
     "narrow_attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor top, Tensor inverse)"
     " -> (Tensor, Tensor, Tensor)"
 )
-_LIBRARY.impl("narrow_attention", lambda q, k, v: tuple(narrow_kernels().forward(q, k, v)), "CPU")
-_LIBRARY.impl("narrow_attention_backward", lambda *tensors: tuple(narrow_kernels().backward(*tensors)), "CPU")
+_LIBRARY.impl("narrow_attention", lambda q, k, v: tuple(built_narrow_kernels().forward(q, k, v)), "CPU")
+_LIBRARY.impl("narrow_attention_backward", lambda *tensors: tuple(built_narrow_kernels().backward(*tensors)), "CPU")
 _LIBRARY.impl("narrow_attention", _forward_shapes, "Meta")
 _LIBRARY.impl("narrow_attention_backward", _backward_shapes, "Meta")
 NARROW_OPS = (torch.ops.sandboxes.narrow_attention.default, torch.ops.sandboxes.narrow_attention_backward.default)
