@@ -233,9 +233,14 @@ def test_bench_sets_our_step_beside_the_papers_loop_imported_from_a_checkout(tmp
     for name, text in PAPER_STAND_IN.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert main(["bench", "--against-authors", str(tmp_path), "--rounds", "2", "--steps", "5"]) == 0
+    record = tmp_path / "rounds.json"
+    assert (
+        main(["bench", "--against-authors", str(tmp_path), "--rounds", "2", "--steps", "5", "--out", str(record)]) == 0
+    )
     out = capsys.readouterr().out
     assert "round 2: theirs" in out and "times faster" in out and "ratio per round: median" in out
+    profiled = json.loads(record.read_text())["ours_profiled"]
+    assert profiled["least_ms"] > 0 and profiled["operators"]  # what holds our step, for the performance page
     assert "tiktoken" not in sys.modules or sys.modules["tiktoken"].__spec__ is not None  # no stand-in left behind
     assert main(["bench", "--against-authors", str(tmp_path / "models")]) == 2
     assert "is not Markov-LLM/src" in capsys.readouterr().err

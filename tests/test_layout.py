@@ -62,7 +62,7 @@ ALLOWED = {
     "notebook": {"claims", "profiles", "results", "sections"},
     "catalogue": {"results", "sections"},
     "reference": {"profiles", "results", "sections"},
-    "bench": {"calibration", "data", "model", "results", "runtime", "theory", "trainer"},
+    "bench": {"calibration", "data", "model", "performance", "results", "runtime", "theory", "trainer"},
     "kernel_paths": {"claims", "results"},
     "cluster": {"calibration", "chapters", "members", "profiles", "results", "runtime"},
     "performance": {"attention", "calibration", "chapters", "memory", "results", "runtime", "sections"},

@@ -380,7 +380,8 @@ def _bench(args: argparse.Namespace) -> int:
         rounds = bench.against_authors(src, args.rounds, args.steps)
         print(bench.against_report(rounds))
         if args.out is not None:
-            record = bench.against_record(rounds, args.steps, time.perf_counter() - start)
+            profiled = bench.our_step_profiled(args.steps)
+            record = bench.against_record(rounds, args.steps, profiled, time.perf_counter() - start)
             print(f"written to {performance.save(record, Path(args.out))}")
         return 0
     device = pick_device(args.device)
