@@ -54,6 +54,17 @@ def test_causal_attention_counts_an_exponential_per_score_it_computes():
     assert causal <= work.exps - batch * T * 2 <= 2 * causal  # less the loss's log-softmax over 2 symbols
 
 
+def test_the_compiled_kernel_of_narrow_heads_counts_its_causal_pairs_products():
+    # per causal pair: 4 d flops forward (score, output), 10 d backward (score again, its gradient, dq, dk, dv)
+    T, batch, d = FUSED_FROM, 4, 8
+    model = GPT(GPTConfig(vocab_size=2, block_size=T, n_layer=1, n_head=1, d_model=d))
+    work = performance.count_step(model, MarkovChain(symmetric_kernel(2, 0.3), T), batch)
+    assert work.compiled_attention
+    attention_flops = 14 * d * batch * T * (T + 1) // 2
+    linear_flops = 3 * 2 * batch * T * (d * 3 * d + d * d + 2 * d * 4 * d + d * 2)  # qkv, proj, MLP, head: 3 passes
+    assert attention_flops <= work.flops <= attention_flops + linear_flops
+
+
 def _toy_train(steps: int, ctx: RunContext) -> dict:
     # long enough for the fused kernels: the compiled one of narrow heads, where it is built
     model = GPTConfig(vocab_size=2, block_size=FUSED_FROM, n_layer=1, n_head=1, d_model=8)

@@ -120,27 +120,27 @@ class _Traffic(TorchDispatchMode):
         elif func in _NARROW:  # an exponential per causal pair and pass: the backward pass computes them again
             self.narrow = True
             q = args[1] if func is _NARROW[1] else args[0]
-            self.exps += _causal_pairs(q)
+            self.exps += _causal_pairs(q.shape)
         elif func.overloadpacket in _FLASH:
             q, k = args[1:3] if func.overloadpacket is _FLASH[1] else args[:2]
             self.exps += q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]  # one per score, computed once a pass
         return out
 
 
-def _causal_pairs(q: Any) -> int:
-    """The (query, key) pairs of causal attention on ``(N, T, d)`` queries."""
-    N, T = q.shape[:2]
+def _causal_pairs(shape: Any) -> int:
+    """The (query, key) pairs of causal attention on queries of shape ``(N, T, d)``."""
+    N, T = shape[:2]
     return N * T * (T + 1) // 2
 
 
 def _narrow_flops(q: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    # per causal pair, a score and its share of the output: two products of d multiply-adds
-    return 4 * q.shape[-1] * _causal_pairs(q)
+    # per causal pair, a score and its share of the output: two products of d multiply-adds (the counter passes shapes)
+    return 4 * q[-1] * _causal_pairs(q)
 
 
 def _narrow_backward_flops(grad: Any, q: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     # per causal pair, the score again, its gradient, and the gradients of the value, the key and the query
-    return 10 * q.shape[-1] * _causal_pairs(q)
+    return 10 * q[-1] * _causal_pairs(q)
 
 
 def _flash_flops(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -174,8 +174,9 @@ def count_step(model: nn.Module, task: Any, batch_size: int) -> StepWork:
         custom_mapping={
             _FLASH[0]: _flash_flops,
             _FLASH[1]: _flash_backward_flops,
-            _NARROW[0]: _narrow_flops,
-            _NARROW[1]: _narrow_backward_flops,
+            # the counter looks operators up by their packet, not their overload
+            _NARROW[0].overloadpacket: _narrow_flops,
+            _NARROW[1].overloadpacket: _narrow_backward_flops,
         },
     )
     traffic = _Traffic()
