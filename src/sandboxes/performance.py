@@ -22,10 +22,10 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -284,28 +284,14 @@ def survey(
     for chapter, section in wanted:
         entry = survey_section(get_chapter(chapter), section, peaks, steps)
         if any(call["member_step"]["compiled_attention"] for call in entry["calls"]):
-            with attention_kernel("blocked"):  # the same section just after, for the speedup table
+            # the same section just after on the blocked kernel (attention.narrow_kernels reads this at every call)
+            with mock.patch.dict(os.environ, {"SANDBOXES_ATTENTION": "blocked"}):
                 entry["blocked"] = survey_section(get_chapter(chapter), section, peaks, steps)
         surveyed["sections"].append(entry)
         surveyed["provenance"] = provenance("cpu", peaks.machine, time.perf_counter() - start, commit)
         if path is not None:
             save(surveyed, path)
     return surveyed
-
-
-@contextmanager
-def attention_kernel(name: str) -> Iterator[None]:
-    """Within the block, narrow heads run on the kernel ``name`` ("compiled" or "blocked"), as
-    ``SANDBOXES_ATTENTION`` asks (:func:`attention.narrow_kernels` reads it at every call)."""
-    before = os.environ.get("SANDBOXES_ATTENTION")
-    os.environ["SANDBOXES_ATTENTION"] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["SANDBOXES_ATTENTION"]
-        else:
-            os.environ["SANDBOXES_ATTENTION"] = before
 
 
 def save(surveyed: dict[str, Any], path: Path = SURVEY_FILE) -> Path:
