@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.11+:
 #   make book   installs what is missing, executes every chapter, writes _build/html
-#   make test   unit tests, CLI tests, every chapter notebook under nbval, then every chapter's quick rows on ATen's
-#               default kernel path (no vector units), which must give the verdicts the stored pages show
+#   make test   unit tests, CLI tests, then every chapter notebook under nbval on ATen's default kernel path (no
+#               vector units): the pages were stored on a CPU's own vector kernels, so every verdict must come out alike
 #   make lint   ruff's lint rules and its formatter's check (pyproject.toml) over src/ and tests/
 #   make check  the tests under a minute: layout, claims, theory, data, models, every row's counterfactual; not those
 #               marked slow (whole chapters, processes, the browser), which make test runs too
@@ -64,15 +64,14 @@ check: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q -m "not slow" tests
 
 # two pytest workers of one thread each (pytest-xdist): small models use a second thread poorly, a second worker well.
-# The second step runs every page under nbval and every chapter's quick claims on ATen's default kernel path in one
-# session: a page's cells are one unit on one worker, whose kernel inherits the one thread, and the chapters run
-# costliest first (tests/conftest.py), so both workers stay busy to the end (as two steps, one worker idled at the
-# end of each)
+# The second step runs every page under nbval on ATen's default kernel path: the stored pages were made on a CPU's own
+# vector kernels (make outputs), so nbval holds a second kernel path to their verdicts and printed predictions. A
+# page's cells are one unit on one worker, whose kernel inherits the path and the one thread, and the pages run
+# costliest first (tests/conftest.py), so both workers stay busy to the end
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
-	SANDBOXES_PROFILE=quick SANDBOXES_KERNEL_PATHS=required OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
-		--durations=20 --dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book \
-		tests/test_kernel_paths.py::test_the_default_kernel_path_gives_the_stored_page_its_verdicts
+	SANDBOXES_PROFILE=quick ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
+		--durations=20 --dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already
 site-test: $(STAMP)

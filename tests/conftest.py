@@ -18,30 +18,18 @@ TINY: dict[str, dict[str, object]] = {chapter.name: dict(chapter.unit_scale) for
 FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shrunk) for chapter in all_chapters()}
 
 
-# The chapters' quick runs, costliest first (one thread, default kernel path, 2-core AMD EPYC at a3d7ca2: induction
-# 349 s, dilution 189, markov 175, shortcuts 129, hmm 16; memories 41 s on 2026-11-29; each page under nbval takes
-# about as long natively; onelayer, which trains nothing, 2 s).
-BY_COST = ("induction", "dilution", "markov", "shortcuts", "memories", "onelayer", "hmm")
-
-
-def _chapter_run(item: pytest.Item) -> tuple[str, int] | None:
-    """The chapter a whole-chapter item runs and which of its two runs it is (0: the default kernel path's claims,
-    1: a cell of its page under nbval), or None for any other item."""
-    if item.path.suffix == ".ipynb":
-        return item.path.stem, 1
-    if getattr(item, "originalname", None) == "test_the_default_kernel_path_gives_the_stored_page_its_verdicts":
-        return item.callspec.params["chapter"], 0
-    return None
+# The pages, costliest first (under nbval on the default kernel path, one thread, 2-core AMD EPYC at 38343bb, the
+# cells' sum: induction about 620 s, dilution 230, shortcuts 205, markov 165, onelayer 65, memories 55, hmm 30).
+BY_COST = ("induction", "dilution", "shortcuts", "markov", "onelayer", "memories", "hmm")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chapters' whole runs first, costliest first, each chapter's two runs side by side, so that the two
-    workers of make test's second step (nbval and the default path in one session) end about together; a test that
-    reads ``tiny_result`` marked slow (make check leaves it out)."""
+    """The pages first, costliest first, so that the two workers of make test's second step end about together; a
+    test that reads ``tiny_result`` marked slow (make check leaves it out)."""
 
     def rank(item: pytest.Item) -> int:
-        run = _chapter_run(item)
-        return 2 * len(BY_COST) if run is None or run[0] not in BY_COST else 2 * BY_COST.index(run[0]) + run[1]
+        page = item.path.stem if item.path.suffix == ".ipynb" else None
+        return BY_COST.index(page) if page in BY_COST else len(BY_COST)
 
     items.sort(key=rank)
     for item in items:
@@ -51,8 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under ``--dist loadscope``: a page's cells are one unit of work (they share its kernel), every other test is
-    one of its own, handed out in collection order with ``--no-loadscope-reorder`` (xdist's own scopes would put
-    every chapter's default-path test, one module, on one worker)."""
+    one of its own, handed out in collection order with ``--no-loadscope-reorder``."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling

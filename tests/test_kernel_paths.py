@@ -1,24 +1,17 @@
-"""Every CPU decides alike: the quick rows made on ATen's ``default`` kernel path give the verdicts the stored pages
-show (which nbval holds the native path to), and the survey that lines rows up across settings.
-
-The chapter runs take minutes each, so they run only where ``SANDBOXES_KERNEL_PATHS=required`` (``make test``'s
-second step, in one session with nbval: ``conftest.BY_COST`` orders them); elsewhere they skip and say so.
-"""
+"""Every CPU decides alike: the verdicts the stored pages print (``make test`` holds ATen's default kernel path to
+them under nbval), and the survey that lines rows up across kernel paths and thread counts."""
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
-from sandboxes.chapters import all_chapters
 from sandboxes.claims import Claim
 from sandboxes.cli import main
-from sandboxes.kernel_paths import Row, Setting, least, line_up, run_claims, survey, table
+from sandboxes.kernel_paths import Row, Setting, least, line_up, survey, table
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRED = os.environ.get("SANDBOXES_KERNEL_PATHS") == "required"
 MARKS = {"holds": "holds", "FAILS": "fails", "UNDECIDED": "undecided"}
 
 
@@ -30,17 +23,6 @@ def stored_verdicts(chapter: str) -> list[tuple[str, str, str]]:
     text = "".join("".join(output.get("text", "")) for output in check["outputs"])
     rows = [line[1:].split("] ", 1) for line in text.splitlines() if line.startswith("[")]
     return sorted((*rest.rsplit(": predicted ", 1), MARKS[mark]) for mark, rest in rows)
-
-
-@pytest.mark.skipif(not REQUIRED, reason="minutes per chapter: make test runs it (SANDBOXES_KERNEL_PATHS=required)")
-@pytest.mark.parametrize("chapter", [c.name for c in all_chapters()])  # run in conftest.BY_COST's order
-def test_the_default_kernel_path_gives_the_stored_page_its_verdicts(chapter):
-    # nbval holds the native path's page.check() to the stored page, so both paths decide every row alike and
-    # print the same predictions
-    claims = run_claims(chapter, Setting("default", 1))
-    made = sorted((c.name, c.predicted, c.mark) for c in claims)
-    stored = stored_verdicts(chapter)
-    assert [row for row in made if row not in stored] == [] and len(made) == len(stored)
 
 
 def test_the_stored_verdicts_are_read_from_the_pages_check_cell():

@@ -26,7 +26,7 @@ from reader import draw_settings, is_trained_row
 
 pytestmark = pytest.mark.slow  # every chapter at 10 random settings, each in processes of its own: not in make check
 
-DRAWS = 10  # the first 10 of the seeded stream that once drew 20, then 12: CI under 20 minutes with the default path
+DRAWS = 10  # the first 10 of the seeded stream that once drew 20, then 12: CI under 20 minutes
 WORKERS = 2  # the CI machine's cores; each worker runs its draws with one thread
 TESTS = Path(__file__).parent
 
