@@ -338,6 +338,7 @@ def test_sections_are_named_in_reading_order():
         "hard",
         "brittleness",
         "supervision",
+        "encodings",
         "dyck",
     ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
@@ -494,6 +495,27 @@ def _dyck(accuracy: float = 0.999, stack: float = 0.2, moving: bool = False, see
     return judge.dyck_rows({"dyck_k": 2, "dyck_depth": 4}, planted)[0]
 
 
+def _encodings(sinusoidal: float = 0.3, linear: float = 0.2, inside: float = 0.99, moving: bool = False) -> list:
+    """The positional-encoding row on planted data (T = 4, four seeds): each encoding at ``inside`` on the first T
+    positions and losing about its gap (``sinusoidal``, ``linear``; a seed's gap jittered by up to 0.01) over all 2T;
+    ``moving``: one run still descending. The two encodings' jitters run in opposite orders, so the paired
+    differences spread."""
+    jitter = [0.0, 0.01, -0.01, 0.005]
+
+    def runs(gap: float, order: int = 1) -> list[list[float]]:
+        return [[inside] * 4 + [inside - 2 * (gap + j)] * 4 for j in jitter[::order]]
+
+    planted = {
+        "automaton": "Grid9",
+        "T": 4,
+        "encodings": ["sinusoidal", "linear"],
+        "by_position": {"sinusoidal": runs(sinusoidal), "linear": runs(linear, order=-1)},
+        "still_descending": {"sinusoidal": [moving, False, False, False], "linear": [False] * 4},
+        "chance": 1 / 9,
+    }
+    return judge.encodings_rows({"threshold": 0.95}, planted)[0]
+
+
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
     (
@@ -551,6 +573,11 @@ COUNTERFACTUALS = [
     ("^LSTM trained with each state revealed", "untrained LSTM (chance on C2)", lambda: _supervision(lstm=0.5)),
     (r"^Dyck_\(\d+,\d+\), \w+ positions, every seed", "untrained GPTs (half the closers right)", lambda: _dyck(0.5)),
     (
+        r"^\w+ trained at T = \d+: accuracy lost from length T to 2T",
+        "arms swapped: the linear positions lose more",
+        lambda: _encodings(sinusoidal=0.2, linear=0.3),
+    ),
+    (
         r"^Dyck, \w+ positions, seeds that solve it",
         "every head stack-like (0.9 on the stack's top)",
         lambda: _dyck(stack=0.9),
@@ -575,6 +602,7 @@ def test_unbroken_counterparts_hold():
         _parity(),
         _supervision(),
         _dyck(),
+        _encodings(),
     ):
         assert all(c.holds for c in claims), [c for c in claims if not c.holds]
 
@@ -864,3 +892,35 @@ def test_the_stack_weight_is_one_for_a_stack_head_and_zero_for_a_head_on_itself(
     diagonal = _PlantedHead(lambda tokens: list(range(len(tokens))))
     assert measure._stack_weight(stack, inputs, targets) == 1.0
     assert measure._stack_weight(diagonal, inputs, targets) == 0.0  # the queries that are their own top are left out
+
+
+def test_the_encodings_row_waits_for_every_run_and_a_clear_mean():
+    assert _encodings(moving=True)[0].holds is None  # a run still descending: undecided either way
+    assert _encodings(sinusoidal=0.2, linear=0.3, moving=True)[0].holds is None
+    assert _encodings(sinusoidal=0.205, linear=0.2)[0].holds is None  # a positive mean within the seeds' spread
+
+
+def test_no_encodings_row_where_an_encoding_has_not_learnt_the_task():
+    planted_claims = _encodings(inside=0.5)
+    assert planted_claims == []
+    untrained = judge.encodings_rows(
+        {"threshold": 0.95},
+        {
+            "automaton": "Grid9",
+            "T": 2,
+            "encodings": ["sinusoidal", "linear"],
+            "by_position": {"sinusoidal": [[0.1] * 4] * 2, "linear": [[0.1] * 4] * 2},
+            "still_descending": {"sinusoidal": [False] * 2, "linear": [False] * 2},
+        },
+    )
+    assert untrained[0] == [] and "below threshold = 0.95" in untrained[1][0]
+
+
+def test_accuracy_by_position_scores_each_position_over_the_sequences():
+    class Echo(torch.nn.Module):
+        def forward(self, sigma):  # logits that pick the input symbol as the state
+            return torch.nn.functional.one_hot(sigma, 3).float()
+
+    sigma = torch.tensor([[0, 1, 2], [0, 2, 2]])
+    states = torch.tensor([[0, 1, 1], [1, 2, 2]])
+    assert measure._accuracy_by_position(Echo(), sigma, states) == [0.5, 1.0, 0.5]

@@ -41,13 +41,32 @@ from .judge import (
     brittleness_rows,
     construction_section_rows,
     dyck_rows,
+    encodings_rows,
     hard_rows,
     lemmas_section_rows,
     supervision_rows,
     sweep_rows,
 )
-from .measure import DYCK_PREFIX, algebra, brittleness, construction, dyck, hard, lemmas, supervision, sweep
-from .paper import brittleness_vs_paper, dyck_vs_paper, hard_vs_paper, supervision_vs_paper, sweep_vs_paper
+from .measure import (
+    DYCK_PREFIX,
+    algebra,
+    brittleness,
+    construction,
+    dyck,
+    encodings,
+    hard,
+    lemmas,
+    supervision,
+    sweep,
+)
+from .paper import (
+    brittleness_vs_paper,
+    dyck_vs_paper,
+    encodings_vs_paper,
+    hard_vs_paper,
+    supervision_vs_paper,
+    sweep_vs_paper,
+)
 
 __all__ = ["CHAPTER", "PARAMS"]
 
@@ -193,6 +212,20 @@ PARAMS = (
     Param("dyck_seeds", int, 3, 40, "random initialisations per positional encoding", at_least(1)),
     Param("dyck_positions", str, "linear,none", "linear,none", "positional encodings trained on Dyck", POSITIONS),
     Param(
+        "pe_automaton",
+        str,
+        "Grid9",
+        "Grid9",
+        "automaton of the positional-encoding runs (the thesis: Grid9)",
+        AUTOMATON,
+    ),
+    Param("pe_T", int, 16, 40, "training length of those runs; each is scored at 2T (the thesis: 40)", at_least(2)),
+    Param("pe_depth", int, 2, 2, "depth of their GPTs", at_least(1)),
+    Param("pe_steps", int, 800, 4000, "training steps of each of them", at_least(1)),
+    Param("pe_batch", int, 32, 32, "sequences per step of those runs", at_least(1)),
+    Param("pe_lr", float, 3e-3, 3e-3, "their AdamW learning rate (warm-up, cosine decay)", positive),
+    Param("pe_seeds", int, 4, 25, "random initialisations per positional encoding (the thesis: 25)", at_least(1)),
+    Param(
         "shift_probs",
         str,
         "0.1,0.3,0.5,0.7,0.9",
@@ -239,6 +272,9 @@ PARAMS = with_reference(
         "reveal_steps": 2000,
         "dyck_steps": 3000,
         "dyck_seeds": 10,
+        "pe_T": 40,
+        "pe_steps": 4000,
+        "pe_seeds": 12,
     },
 )
 
@@ -290,6 +326,9 @@ UNIT_SCALE = {
     "dyck_steps": 2,
     "dyck_seeds": 2,
     "dyck_d": 8,
+    "pe_T": 3,
+    "pe_steps": 2,
+    "pe_seeds": 2,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -306,6 +345,8 @@ FULL_SHRUNK = {
     "reveals": "1,0.5",
     "dyck_steps": 2,
     "dyck_seeds": 2,
+    "pe_steps": 2,
+    "pe_seeds": 2,
 }
 
 CHAPTER = Chapter(
@@ -362,6 +403,17 @@ CHAPTER = Chapter(
             figures=("supervision",),
             reference=True,
             paper=supervision_vs_paper,
+        ),
+        Section(
+            "encodings",
+            "Positional encodings: sinusoidal against linear at twice the length",
+            encodings,
+            trains=True,
+            by_seed=False,  # its seeds are its own parameter, pe_seeds, not the run's
+            rows=encodings_rows,
+            figures=("length_generalisation",),
+            reference=True,
+            paper=encodings_vs_paper,
         ),
         Section(
             "dyck",

@@ -12,7 +12,15 @@ from ...plotting import COLORS
 from ...theory import shortcuts as theory
 
 if TYPE_CHECKING:
-    from .measure import BrittlenessData, ConstructionData, DyckData, HardData, SupervisionData, SweepData
+    from .measure import (
+        BrittlenessData,
+        ConstructionData,
+        DyckData,
+        EncodingsData,
+        HardData,
+        SupervisionData,
+        SweepData,
+    )
 
 SERIES = {
     "gpt": ("GPT (shortcut)", COLORS["tied"]),
@@ -252,5 +260,27 @@ def dyck_attention(data: DyckData) -> Figure:
         ax.axhline(0.5, color=COLORS["theory"], linestyle=":", linewidth=1)
         ax.set(xticks=[0, 1], xlim=(-0.5, 1.5), ylim=(0, 1), title="weight on the stack's top", ylabel="per seed")
         ax.set_xticklabels(["trained", "untrained"], fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+ENCODING_COLORS = {"sinusoidal": COLORS["tied"], "linear": COLORS["untied"]}
+
+
+def length_generalisation(data: EncodingsData) -> Figure:
+    """Held-out accuracy at each position of sequences twice the training length, one line per seed and the mean
+    bold, per positional encoding: positions right of the dashed line were never trained on; chance dotted."""
+    T = data["T"]
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    for positional in data["encodings"]:
+        runs, color = np.asarray(data["by_position"][positional]), ENCODING_COLORS[positional]
+        positions = np.arange(1, runs.shape[1] + 1)
+        for run in runs:
+            ax.plot(positions, run, color=color, alpha=0.2, linewidth=0.7)
+        ax.plot(positions, runs.mean(axis=0), color=color, linewidth=2, label=f"{positional} positions")
+    ax.axvline(T + 0.5, color=COLORS["theory"], linestyle="--", linewidth=1, label=f"training length T = {T}")
+    ax.axhline(data["chance"], color=COLORS["theory"], linestyle=":", linewidth=1, label="chance")
+    ax.set(xlabel="position t", ylabel="held-out accuracy at t", title=f"{data['automaton']}, tested at 2T = {2 * T}")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

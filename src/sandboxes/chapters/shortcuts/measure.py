@@ -762,3 +762,73 @@ def dyck(config: dict[str, Any], ctx: RunContext) -> DyckData:
         data["still_descending"][positional] = still_descending(result, LOSS_NOISE).tolist()
     data["random_variation"] = theory.random_attention_variation(len(DYCK_PREFIX))
     return {"positions": positions, "prefix": list(DYCK_PREFIX), **data}  # type: ignore[typeddict-item]
+
+
+# ---------------------------------------------------------------- positional encodings and length
+ENCODINGS = ("sinusoidal", "linear")  # the two the thesis compares in Fig. 3.22
+
+
+class EncodingsData(TypedDict):
+    automaton: str
+    T: int  # training length; every model is scored on held-out sequences of length 2T
+    encodings: list[str]
+    by_position: dict[str, list[list[float]]]  # encoding -> seed x position 0..2T-1: held-out accuracy there
+    still_descending: dict[str, list[bool]]  # encoding -> seed
+    chance: float  # 1 / |Q|
+
+
+def _encodings_gpt(vocab: int, config: dict[str, Any], positional: str) -> Callable[[], GPT]:
+    """The sweep's GPT at depth `pe_depth` with the given positions, whose table covers 2T (the test length)."""
+    gpt_config = GPTConfig(
+        vocab_size=vocab,
+        block_size=2 * config["pe_T"],
+        n_layer=config["pe_depth"],
+        n_head=config["n_head"],
+        d_model=config["d_model"],
+        positional=positional,  # type: ignore[arg-type]
+        layer_norm=True,
+        bias=True,
+        tied=False,
+    )
+    return partial(GPT, gpt_config)
+
+
+def _accuracy_by_position(model: nn.Module, sigma: Tensor, states: Tensor) -> list[float]:
+    """Held-out accuracy at each position, over the sequences ``sigma``."""
+    with torch.no_grad():
+        return (model(sigma).argmax(-1) == states).float().mean(0).tolist()
+
+
+def encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
+    """The thesis's Fig. 3.22: GPTs with sinusoidal and with linear positions trained on `pe_automaton` at length
+    `pe_T`, then scored at every position of held-out sequences of length 2T. Seed s of both encodings is
+    ``member_seed("encodings", s)``: the same batches in the same order, so the two arms differ in their positions
+    (and the initial weights the extra linear direction shifts). The first T positions of a sequence of length 2T are
+    distributed as a sequence of length T (the inputs are i.i.d. from the start state), so their accuracy is the
+    in-distribution one."""
+    automaton, T, steps = make_automaton(config["pe_automaton"]), config["pe_T"], config["pe_steps"]
+    vocab = max(automaton.n_states, automaton.n_symbols)
+    sigma, states = AutomatonTask(automaton, 2 * T).sample(
+        config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL)
+    )
+    schedule = TrainConfig(
+        steps=steps,
+        batch_size=config["pe_batch"],
+        lr=config["pe_lr"],
+        warmup=steps // 10,
+        eval_every=max(1, steps // 20),
+    )
+    seeds = [member_seed("encodings", s) for s in range(config["pe_seeds"])]
+    data: dict[str, Any] = {"by_position": {}, "still_descending": {}}
+    for positional in ENCODINGS:
+        make = _encodings_gpt(vocab, config, positional)
+        result = train(make, AutomatonTask(automaton, T), schedule, seeds, ctx.device, progress=ctx.progress)
+        data["by_position"][positional] = [_accuracy_by_position(m.eval(), sigma, states) for m in result.models]
+        data["still_descending"][positional] = still_descending(result, LOSS_NOISE).tolist()
+    return {
+        "automaton": config["pe_automaton"],
+        "T": T,
+        "encodings": list(ENCODINGS),
+        "chance": 1.0 / automaton.n_states,
+        **data,
+    }  # type: ignore[typeddict-item]

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory import shortcuts as theory
+from .judge import length_gaps
 
 if TYPE_CHECKING:
-    from .measure import DyckData, HardData, SupervisionData, SweepData
+    from .measure import DyckData, EncodingsData, HardData, SupervisionData, SweepData
 
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
@@ -200,4 +201,26 @@ def dyck_vs_paper(data: DyckData) -> list[tuple[str, str, str]]:
                 f"{data['variation'][positional]:.2f} (untrained {data['untrained_variation'][positional]:.3f})",
             ),
         ]
+    return rows
+
+
+def encodings_vs_paper(data: EncodingsData) -> list[tuple[str, str, str]]:
+    """The thesis's Fig. 3.22 (Grid_9 at T = 40, 25 replicates) beside our runs: accuracy in distribution and at
+    twice the length, per positional encoding (mean over seeds, their range in brackets)."""
+    gaps, T, rows = length_gaps(data), data["T"], []
+    reported = {
+        "in distribution": "comparable for the two encodings (read off a plot; no number in the text)",
+        "at 2T": "sinusoidal 'significantly worse' than linear (a plot; no number)",
+    }
+    for label, index, length in (("in distribution", 0, T), ("at 2T", 1, 2 * T)):
+        for positional in data["encodings"]:
+            values = 100 * gaps[positional][index]
+            rows.append(
+                (
+                    f"{data['automaton']}, {positional} positions: accuracy {label} (length {length})",
+                    reported[label],
+                    f"{values.mean():.1f}% ({values.min():.1f} to {values.max():.1f}; {len(values)} seeds, "
+                    f"{sum(data['still_descending'][positional])} still descending)",
+                )
+            )
     return rows
