@@ -495,7 +495,9 @@ def _dyck(accuracy: float = 0.999, stack: float = 0.2, moving: bool = False, see
     return judge.dyck_rows({"dyck_k": 2, "dyck_depth": 4}, planted)[0]
 
 
-def _encodings(sinusoidal: float = 0.3, linear: float = 0.2, inside: float = 0.99, moving: bool = False) -> list:
+def _encodings(
+    sinusoidal: float = 0.3, linear: float = 0.2, inside: float = 0.99, moving: bool = False, automaton: str = "Grid9"
+) -> list:
     """The positional-encoding row on planted data (T = 4, four seeds): each encoding at ``inside`` on the first T
     positions and losing about its gap (``sinusoidal``, ``linear``; a seed's gap jittered by up to 0.01) over all 2T;
     ``moving``: one run still descending. The two encodings' jitters run in opposite orders, so the paired
@@ -506,14 +508,14 @@ def _encodings(sinusoidal: float = 0.3, linear: float = 0.2, inside: float = 0.9
         return [[inside] * 4 + [inside - 2 * (gap + j)] * 4 for j in jitter[::order]]
 
     planted = {
-        "automaton": "Grid9",
+        "automaton": automaton,
         "T": 4,
         "encodings": ["sinusoidal", "linear"],
         "by_position": {"sinusoidal": runs(sinusoidal), "linear": runs(linear, order=-1)},
         "still_descending": {"sinusoidal": [moving, False, False, False], "linear": [False] * 4},
         "chance": 1 / 9,
     }
-    return judge.encodings_rows({"threshold": 0.95}, planted)[0]
+    return judge.encodings_rows({"threshold": 0.95, "eval_size": 256}, planted)[0]
 
 
 # (key matched against claim names, what breaks, claims computed under it)
@@ -900,20 +902,37 @@ def test_the_encodings_row_waits_for_every_run_and_a_clear_mean():
     assert _encodings(sinusoidal=0.205, linear=0.2)[0].holds is None  # a positive mean within the seeds' spread
 
 
-def test_no_encodings_row_where_an_encoding_has_not_learnt_the_task():
-    planted_claims = _encodings(inside=0.5)
-    assert planted_claims == []
-    untrained = judge.encodings_rows(
-        {"threshold": 0.95},
-        {
-            "automaton": "Grid9",
-            "T": 2,
-            "encodings": ["sinusoidal", "linear"],
-            "by_position": {"sinusoidal": [[0.1] * 4] * 2, "linear": [[0.1] * 4] * 2},
-            "still_descending": {"sinusoidal": [False] * 2, "linear": [False] * 2},
-        },
-    )
-    assert untrained[0] == [] and "below threshold = 0.95" in untrained[1][0]
+def test_the_encodings_row_fails_where_neither_encoding_loses_anything():
+    assert _encodings(sinusoidal=0.0, linear=0.0)[0].holds is False  # both perfect at 2T: nothing to compare
+
+
+def _learnt_pairs(sinusoidal: list[float], linear: list[float]) -> tuple[list, tuple[str, ...]]:
+    """The encodings rows where each seed of each encoding scores the given accuracy at every position (T = 2)."""
+    planted = {
+        "automaton": "Grid9",
+        "T": 2,
+        "encodings": ["sinusoidal", "linear"],
+        "by_position": {"sinusoidal": [[a] * 4 for a in sinusoidal], "linear": [[a] * 4 for a in linear]},
+        "still_descending": {"sinusoidal": [False] * len(sinusoidal), "linear": [False] * len(linear)},
+    }
+    return judge.encodings_rows({"threshold": 0.95, "eval_size": 256}, planted)
+
+
+def test_no_encodings_row_without_two_pairs_of_seeds_that_learnt_the_task():
+    assert _encodings(inside=0.5) == []
+    claims, silent = _learnt_pairs([0.1, 0.99, 0.99], [0.99, 0.1, 0.99])  # one pair in which both learnt
+    assert claims == [] and "1 pair(s)" in silent[0] and "threshold = 0.95" in silent[0]
+
+
+def test_the_encodings_row_reads_only_the_pairs_that_learnt_the_task():
+    claims, _ = _learnt_pairs([0.5, 0.99, 0.99], [0.99, 0.99, 0.99])
+    assert "the 2 of 3 pairs" in claims[0].name
+
+
+def test_no_encodings_row_for_an_automaton_the_thesis_does_not_report():
+    assert _encodings(automaton="D8") == []
+    planted = {"automaton": "D8", "T": 1, "encodings": [], "by_position": {}, "still_descending": {}}
+    assert "says nothing of D8" in judge.encodings_rows({"threshold": 0.95, "eval_size": 8}, planted)[1][0]
 
 
 def test_accuracy_by_position_scores_each_position_over_the_sequences():

@@ -146,7 +146,8 @@ PARAMS = (
         float,
         0.95,
         0.98,
-        "best-seed accuracy that counts as solved in the sweep",
+        "accuracy that counts as solved: of the best seed in the sweep, of each model in distribution in the "
+        "positional-encoding runs",
         Interval(0.5, 1.0, open_low=True, open_high=True),
     ),
     Param("shallow_depth", int, 2, 3, "depth at which the easy/hard contrast is claimed", at_least(1)),
@@ -224,7 +225,14 @@ PARAMS = (
     Param("pe_steps", int, 800, 4000, "training steps of each of them", at_least(1)),
     Param("pe_batch", int, 32, 32, "sequences per step of those runs", at_least(1)),
     Param("pe_lr", float, 3e-3, 3e-3, "their AdamW learning rate (warm-up, cosine decay)", positive),
-    Param("pe_seeds", int, 4, 25, "random initialisations per positional encoding (the thesis: 25)", at_least(1)),
+    Param(
+        "pe_seeds",
+        int,
+        4,
+        25,
+        "random initialisations per positional encoding (the thesis: 25; a paired spread needs 2)",
+        at_least(2),
+    ),
     Param(
         "shift_probs",
         str,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory import shortcuts as theory
-from .judge import length_gaps
+from .judge import REPORTED_ENCODINGS, length_gaps
 
 if TYPE_CHECKING:
     from .measure import DyckData, EncodingsData, HardData, SupervisionData, SweepData
@@ -212,6 +212,8 @@ def encodings_vs_paper(data: EncodingsData) -> list[tuple[str, str, str]]:
         "in distribution": "comparable for the two encodings (read off a plot; no number in the text)",
         "at 2T": "sinusoidal 'significantly worse' than linear (a plot; no number)",
     }
+    if data["automaton"] != REPORTED_ENCODINGS:
+        reported = dict.fromkeys(reported, f"not reported (the thesis's figure is of {REPORTED_ENCODINGS})")
     for label, index, length in (("in distribution", 0, T), ("at 2T", 1, 2 * T)):
         for positional in data["encodings"]:
             values = 100 * gaps[positional][index]
