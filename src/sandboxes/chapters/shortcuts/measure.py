@@ -268,20 +268,30 @@ def lemmas(config: dict[str, Any], ctx: RunContext) -> LemmasData:
 
 
 # ---------------------------------------------------------------- training
-def _gpt_factory(vocab: int, T: int, depth: int, config: dict[str, Any]) -> Callable[[], GPT]:
-    """GPT-2-like: layer norm, biases, sinusoidal positions, untied output over the states."""
+def _gpt_factory(
+    vocab: int, T: int, depth: int, config: dict[str, Any], positional: str = "sinusoidal"
+) -> Callable[[], GPT]:
+    """GPT-2-like: layer norm, biases, sinusoidal positions (or ``positional``) up to ``T``, untied output over the
+    states."""
     gpt_config = GPTConfig(
         vocab_size=vocab,
         block_size=T,
         n_layer=depth,
         n_head=config["n_head"],
         d_model=config["d_model"],
-        positional="sinusoidal",
+        positional=positional,  # type: ignore[arg-type]
         layer_norm=True,
         bias=True,
         tied=False,
     )
     return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
+
+
+def _schedule(steps: int, batch_size: int, lr: float, **changes: Any) -> TrainConfig:
+    """The chapter's GPT schedule: a tenth of the steps as warm-up, then a cosine decay, twenty evaluations."""
+    return TrainConfig(
+        steps=steps, batch_size=batch_size, lr=lr, warmup=steps // 10, eval_every=max(1, steps // 20), **changes
+    )
 
 
 def _accuracy(model: nn.Module, task: AutomatonTask, n: int) -> float:
@@ -323,13 +333,7 @@ def _train_automata(
     states the loss sees (:class:`AutomatonTask`)."""
     automata = [make_automaton(n) for n in names]
     vocabs = [max(a.n_states, a.n_symbols) for a in automata]
-    train_config = TrainConfig(
-        steps=steps,
-        batch_size=config["batch_size"],
-        lr=config["lr"],
-        warmup=steps // 10,
-        eval_every=max(1, steps // 20),
-    )
+    train_config = _schedule(steps, config["batch_size"], config["lr"])
     planned, requests = [], []
     for j, depth in enumerate(depths):
         for vocab in sorted(set(vocabs)):
@@ -570,13 +574,7 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
     parity = cyclic(2)
     task = AutomatonTask(parity, T)
     lengths = sorted({max(2, T // 2), T, (3 * T) // 2, 2 * T})
-    cfg = TrainConfig(
-        steps=steps,
-        batch_size=config["batch_size"],
-        lr=config["lr"],
-        warmup=steps // 10,
-        eval_every=max(1, steps // 20),
-    )
+    cfg = _schedule(steps, config["batch_size"], config["lr"])
     gpt_config = GPTConfig(
         vocab_size=2,
         block_size=max(lengths),
@@ -598,13 +596,7 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
     runs["lstm"] = train(
         lambda: LSTM(2, hidden=32), task, lstm_cfg, ctx.seeds, ctx.device, batched=False, progress=ctx.progress
     )
-    pad_cfg = TrainConfig(
-        steps=config["scratchpad_steps"],
-        batch_size=config["batch_size"],
-        lr=config["lr"],
-        warmup=config["scratchpad_steps"] // 10,
-        eval_every=max(1, config["scratchpad_steps"] // 20),
-    )
+    pad_cfg = _schedule(config["scratchpad_steps"], config["batch_size"], config["lr"])
     runs["scratchpad"] = train(
         _scratchpad_factory(config, 2 * max(lengths)),
         ScratchpadParity(T),
@@ -734,14 +726,7 @@ def dyck(config: dict[str, Any], ctx: RunContext) -> DyckData:
     task = Dyck(config["dyck_k"], config["dyck_depth"], config["dyck_q"], config["dyck_T"])
     inputs, targets = task.sample(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
     steps = config["dyck_steps"]
-    schedule = TrainConfig(
-        steps=steps,
-        batch_size=config["batch_size"],
-        lr=config["dyck_lr"],
-        weight_decay=0.0,  # Adam, as the thesis trains
-        warmup=steps // 10,
-        eval_every=max(1, steps // 20),
-    )
+    schedule = _schedule(steps, config["batch_size"], config["dyck_lr"], weight_decay=0.0)  # Adam, as the thesis trains
     positions = [p.strip() for p in config["dyck_positions"].split(",")]
     data: dict[str, Any] = {key: {} for key in DyckData.__annotations__ if key not in ("positions", "prefix")}
     for positional in positions:
@@ -777,22 +762,6 @@ class EncodingsData(TypedDict):
     chance: float  # 1 / |Q|
 
 
-def _encodings_gpt(vocab: int, config: dict[str, Any], positional: str) -> Callable[[], GPT]:
-    """The sweep's GPT at depth `pe_depth` with the given positions, whose table covers 2T (the test length)."""
-    gpt_config = GPTConfig(
-        vocab_size=vocab,
-        block_size=2 * config["pe_T"],
-        n_layer=config["pe_depth"],
-        n_head=config["n_head"],
-        d_model=config["d_model"],
-        positional=positional,  # type: ignore[arg-type]
-        layer_norm=True,
-        bias=True,
-        tied=False,
-    )
-    return partial(GPT, gpt_config)
-
-
 def _accuracy_by_position(model: nn.Module, sigma: Tensor, states: Tensor) -> list[float]:
     """Held-out accuracy at each position, over the sequences ``sigma``."""
     with torch.no_grad():
@@ -811,17 +780,11 @@ def encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
     sigma, states = AutomatonTask(automaton, 2 * T).sample(
         config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL)
     )
-    schedule = TrainConfig(
-        steps=steps,
-        batch_size=config["pe_batch"],
-        lr=config["pe_lr"],
-        warmup=steps // 10,
-        eval_every=max(1, steps // 20),
-    )
+    schedule = _schedule(steps, config["pe_batch"], config["pe_lr"])
     seeds = [member_seed("encodings", s) for s in range(config["pe_seeds"])]
     data: dict[str, Any] = {"by_position": {}, "still_descending": {}}
     for positional in ENCODINGS:
-        make = _encodings_gpt(vocab, config, positional)
+        make = _gpt_factory(vocab, 2 * T, config["pe_depth"], config, positional)  # positions up to the test length
         result = train(make, AutomatonTask(automaton, T), schedule, seeds, ctx.device, progress=ctx.progress)
         data["by_position"][positional] = [_accuracy_by_position(m.eval(), sigma, states) for m in result.models]
         data["still_descending"][positional] = still_descending(result, LOSS_NOISE).tolist()
