@@ -378,7 +378,7 @@ CHAPTER = Chapter(
             sweep,
             trains=True,
             rows=sweep_rows,
-            figures=("depth_sweep", "boundary_attention"),
+            figures=("depth_sweep", "instability", "boundary_attention"),
             reference=True,
             paper=sweep_vs_paper,
         ),

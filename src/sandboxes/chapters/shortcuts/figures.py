@@ -107,6 +107,40 @@ def depth_sweep(data: SweepData) -> Figure:
     return fig
 
 
+def _largest_rise(curves: np.ndarray) -> float:
+    """The most any curve (the last axis: evaluations in order) climbed back above the lowest loss it had reached
+    before: the thesis's "negative progress", zero where no curve ever went up."""
+    return float((curves - np.minimum.accumulate(curves, axis=-1)).max())
+
+
+def instability(data: SweepData) -> Figure:
+    """The thesis's Fig. 3.5b,c: every sweep run's held-out loss against the step, one colour per depth, each panel
+    titled with the most any of its runs climbed back above its own lowest loss ("negative progress")."""
+    if "eval_loss" not in data:  # a result file made before the sweep kept its curves
+        fig, ax = plt.subplots(figsize=(5.0, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "this result file predates the sweep's stored curves", ha="center", va="center")
+        return fig
+    names, depths, steps = data["names"], data["depths"], np.asarray(data["eval_steps"])
+    loss = np.asarray(data["eval_loss"])
+    colours = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.5 * rows), squeeze=False, sharex=True)
+    for ax, name, curves in zip(axes.flat, names, loss):
+        for depth, per_seed, colour in zip(depths, curves, colours):
+            for k, curve in enumerate(per_seed):
+                ax.plot(steps, curve, color=colour, linewidth=0.9, label=f"depth {depth}" if k == 0 else None)
+        ax.set(title=f"{name}: largest rise {_largest_rise(curves):.3g}", xlabel="step", yscale="log")
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("held-out loss")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(depths), fontsize=8, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
 def hard_runs(data: HardData) -> Figure:
     """Per hard automaton: each run's held-out loss against the step, one colour per depth (flat at the end once it
     settled), and its final accuracy against depth with the paper's best (T = 100)."""

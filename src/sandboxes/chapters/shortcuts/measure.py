@@ -315,6 +315,8 @@ class SweepData(TypedDict):
     depths: list[int]
     accuracy: list[list[list[float]]]  # automaton x depth x seed: held-out per-position accuracy
     still_descending: list[list[list[bool]]]  # automaton x depth x seed: the loss had not settled at the end
+    eval_steps: list[int]  # where the held-out loss was evaluated
+    eval_loss: list[list[list[list[float]]]]  # automaton x depth x seed x evaluation (the thesis's Fig. 3.5b,c)
     T: int
     chance: list[float]  # 1 / |Q| per automaton
     solvable: list[bool]
@@ -371,9 +373,12 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
     moving = np.zeros_like(acc, dtype=bool)
     grid = next((i for i, a in enumerate(automata) if a.name.startswith("Grid")), None)
-    attention = None
+    attention, eval_steps, curves = None, [], {}
     for j, group, trained, tasks in _train_automata(names, depths, config["steps"], config, ctx):
         acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
+        eval_steps = trained.eval_steps.tolist()
+        for k, i in enumerate(group):
+            curves[i, j] = trained.eval_loss[k * len(ctx.seeds) : (k + 1) * len(ctx.seeds)].tolist()
         if grid in group and depths[j] == 2:
             attention = _boundary_attention(
                 trained.models[group.index(grid) * len(ctx.seeds)], automata[grid], config["T"]
@@ -383,6 +388,8 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
         "depths": depths,
         "accuracy": acc,
         "still_descending": moving,
+        "eval_steps": eval_steps,
+        "eval_loss": [[curves[i, j] for j in range(len(depths))] for i in range(len(names))],
         "T": config["T"],
         "chance": [1.0 / a.n_states for a in automata],
         "solvable": [is_solvable(a) for a in automata],
