@@ -143,7 +143,8 @@ def instability(data: SweepData) -> Figure:
 
 def hard_runs(data: HardData) -> Figure:
     """Per hard automaton: each run's held-out loss against the step, one colour per depth (flat at the end once it
-    settled), and its final accuracy against depth with the paper's best (T = 100)."""
+    settled), titled with the most any run's loss climbed back above its lowest (as :func:`instability`), and its
+    final accuracy against depth with the paper's best (T = 100)."""
     names, depths = data["names"], data["depths"]
     if not names:
         fig, ax = plt.subplots(figsize=(5.0, 1.2))
@@ -157,7 +158,11 @@ def hard_runs(data: HardData) -> Figure:
         for depth, per_seed, colour in zip(depths, curves, colours):
             for k, curve in enumerate(per_seed):
                 left.plot(steps, curve, color=colour, linewidth=1.0, label=f"depth {depth}" if k == 0 else None)
-        left.set(title=f"{name}: held-out loss, {a.shape[1]} seeds", xlabel="step", ylabel="loss")
+        left.set(
+            title=f"{name}: held-out loss, {a.shape[1]} seeds; largest rise {_largest_rise(curves):.3g}",
+            xlabel="step",
+            ylabel="loss",
+        )
         left.legend(fontsize=8)
         for j, (depth, colour) in enumerate(zip(depths, colours)):
             right.plot([depth] * a.shape[1], a[j], "o", color=colour, alpha=0.8)
