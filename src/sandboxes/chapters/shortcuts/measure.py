@@ -358,6 +358,24 @@ def _scores(
     return (np.reshape(scores, (n_automata, -1)), still_descending(trained, LOSS_NOISE).reshape(n_automata, -1))
 
 
+def _by_depth(
+    runs: list[tuple[int, list[int], TrainResult, list[AutomatonTask]]],
+    shape: tuple[int, int, int],
+    config: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
+    """From the runs of :func:`_train_automata` (``shape``: automata x depths x seeds): held-out accuracy and whether
+    the loss had not settled, per run; the evaluated steps and each run's held-out loss at them (one more axis)."""
+    acc, moving = np.zeros(shape), np.zeros(shape, dtype=bool)
+    loss, eval_steps = np.zeros((*shape, 0)), []
+    for j, group, trained, tasks in runs:
+        acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
+        eval_steps = [int(step) for step in trained.eval_steps]
+        if loss.shape[-1] != len(eval_steps):
+            loss = np.zeros((*shape, len(eval_steps)))
+        loss[group, j] = np.reshape(trained.eval_loss, (len(group), shape[2], -1))
+    return acc, moving, eval_steps, loss
+
+
 def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     """Accuracy against depth for every automaton of the sweep (the paper's Figs. 3.15 and 3.16)."""
     names = list(
@@ -370,15 +388,11 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
     )
     depths = sorted(set(int_list(config["depths"]) + [config["depth"], config["shallow_depth"]]))
     automata = [make_automaton(n) for n in names]
-    acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
-    moving = np.zeros_like(acc, dtype=bool)
     grid = next((i for i, a in enumerate(automata) if a.name.startswith("Grid")), None)
-    attention, eval_steps, curves = None, [], {}
-    for j, group, trained, tasks in _train_automata(names, depths, config["steps"], config, ctx):
-        acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
-        eval_steps = trained.eval_steps.tolist()
-        for k, i in enumerate(group):
-            curves[i, j] = trained.eval_loss[k * len(ctx.seeds) : (k + 1) * len(ctx.seeds)].tolist()
+    runs = _train_automata(names, depths, config["steps"], config, ctx)
+    acc, moving, eval_steps, loss = _by_depth(runs, (len(names), len(depths), len(ctx.seeds)), config)
+    attention = None
+    for j, group, trained, _ in runs:
         if grid in group and depths[j] == 2:
             attention = _boundary_attention(
                 trained.models[group.index(grid) * len(ctx.seeds)], automata[grid], config["T"]
@@ -389,7 +403,7 @@ def sweep(config: dict[str, Any], ctx: RunContext) -> SweepData:
         "accuracy": acc,
         "still_descending": moving,
         "eval_steps": eval_steps,
-        "eval_loss": [[curves[i, j] for j in range(len(depths))] for i in range(len(names))],
+        "eval_loss": loss,
         "T": config["T"],
         "chance": [1.0 / a.n_states for a in automata],
         "solvable": [is_solvable(a) for a in automata],
@@ -472,15 +486,8 @@ def hard(config: dict[str, Any], ctx: RunContext) -> HardData:
         config["hard_steps"],
     )
     automata = [make_automaton(n) for n in names]
-    acc = np.zeros((len(names), len(depths), len(ctx.seeds)))
-    moving = np.zeros_like(acc, dtype=bool)
-    loss, eval_steps = np.zeros((*acc.shape, 0)), []
-    for j, group, trained, tasks in _train_automata(names, depths, steps, config, ctx):
-        acc[group, j], moving[group, j] = _scores(trained, tasks, config, len(group))
-        eval_steps = [int(step) for step in trained.eval_steps]
-        if loss.shape[-1] != len(eval_steps):
-            loss = np.zeros((*acc.shape, len(eval_steps)))
-        loss[group, j] = np.reshape(trained.eval_loss, (len(group), len(ctx.seeds), -1))
+    runs = _train_automata(names, depths, steps, config, ctx)
+    acc, moving, eval_steps, loss = _by_depth(runs, (len(names), len(depths), len(ctx.seeds)), config)
     data: HardData = {
         "names": names,
         "depths": depths,
