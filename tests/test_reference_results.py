@@ -270,3 +270,41 @@ def test_an_attempt_shown_on_a_page_exists_and_its_failed_or_undecided_rows_do_n
             assert shown.verdict.failures() or shown.verdict.undecided(), (
                 f"{name} holds every row: commit it as a reference result instead"
             )
+
+
+def _reference_page_chapter() -> Chapter:
+    """TOY with its first section a reference section that a quick page shows from the reference run."""
+    measure = dataclasses.replace(TOY.sections[0], trains=True, reference=True, paper=lambda data: [])
+    return dataclasses.replace(TOY, sections=(measure, TOY.sections[1]), quick_page_from_reference=("measure",))
+
+
+def test_a_quick_page_shows_a_named_section_from_the_reference_run_and_trains_it_at_a_reader_s_values(monkeypatch):
+    chapter = _reference_page_chapter()
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["measure"], n=7))
+    page = notebook.Page(chapter, "quick")
+    assert page.section("measure") == {"n": 7} and "measure" not in page.run.done  # read, not trained
+    page.section("other")
+    merged = page.result()
+    assert list(merged.data) == ["measure", "other"] and merged.data["measure"] == {"n": 7}
+    assert [c.name for c in merged.claims] == ["n is large enough (reference run)", "m is m"]
+    assert notebook.Page(chapter, "quick", overrides={"m": 2}).section("measure") == {"n": 1}  # a reader's values
+    assert notebook.Page(chapter, "quick", seeds=2).section("measure") == {"n": 1}
+    assert notebook.Page(chapter, "reference").section("measure") == {"n": 4}
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["measure"], n=2))
+    with pytest.raises(ClaimFailed, match="n is large enough"):
+        notebook.Page(chapter, "quick").verdict("measure")
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: None)  # none committed: trained
+    assert notebook.Page(chapter, "quick").section("measure") == {"n": 1}
+
+
+def test_a_quick_page_shows_only_reference_sections_that_no_section_it_runs_needs():
+    with pytest.raises(ValueError, match="only reference sections"):
+        dataclasses.replace(TOY, quick_page_from_reference=("measure",))
+
+    def _needs_measure(config: dict, ctx: RunContext, measure: dict) -> dict:
+        return {"m": measure["n"]}
+
+    chapter = _reference_page_chapter()
+    other = dataclasses.replace(TOY.sections[1], compute=_needs_measure)
+    with pytest.raises(ValueError, match="need"):
+        dataclasses.replace(chapter, sections=(chapter.sections[0], other))

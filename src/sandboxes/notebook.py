@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,13 @@ def profile() -> str:
 
 
 class Page:
-    """One chapter page: its run (profile from the environment unless given) and the sections done so far."""
+    """One chapter page: its run (profile from the environment unless given) and the sections done so far.
+
+    At the quick profile with the chapter's own values, the sections the chapter names in
+    ``quick_page_from_reference`` come from its committed reference run (judged there, checked by the tests without
+    rerunning) instead of being trained: the rest of the page trains in a few minutes. Given a reader's values or
+    seeds, or at another profile, the page trains every section.
+    """
 
     def __init__(
         self,
@@ -54,6 +61,11 @@ class Page:
     ) -> None:
         self.chapter = chapter
         self.run: Run = chapter.start(profile_name or profile(), overrides, seeds)
+        shown = chapter.quick_page_from_reference if self.run.profile == "quick" and not overrides else ()
+        self.reference = load_reference_result(chapter.name) if shown and seeds is None else None
+        stored = self.reference.data if self.reference is not None else {}
+        self.from_reference = tuple(name for name in shown if name in stored)
+        self.announced: set[str] = set()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -61,7 +73,20 @@ class Page:
         return self.run.config
 
     def section(self, name: str) -> Any:
-        """Run section ``name`` (and what it needs) and return its data, for its figures."""
+        """Run section ``name`` (and what it needs), or read it from the reference run, and return its data, for its
+        figures."""
+        if name in self.from_reference:
+            if name not in self.announced:
+                self.announced.add(name)
+                display(
+                    note(
+                        f"This quick page shows section {name} from the committed reference run (its values are at "
+                        f"the foot of the page) without training it: it trains for minutes even at the quick values. "
+                        f"`python -m sandboxes run {self.chapter.name} --section {name}` trains it at the quick "
+                        "values; a page given a reader's values trains every section."
+                    )
+                )
+            return self.reference.data[name]
         return self.run.section(name).data
 
     def verdict(self, name: str) -> None:
@@ -69,6 +94,9 @@ class Page:
 
         An undecided row (its budget ran out first) shows as such and does not raise.
         """
+        if name in self.from_reference:
+            reference_verdict(self.reference, name)
+            return
         done = self.run.section(name)
         display(HTML(done.verdict._repr_html_() + self._commands(name)))
         failed = done.verdict.failures()
@@ -91,8 +119,22 @@ class Page:
         return _footer(self.run.section(name).silent, lines)
 
     def result(self) -> Result:
-        """Every section run so far, as one result."""
-        return self.run.result()
+        """Every section run so far, as one result, with the sections read from the reference run, whose rows are
+        named as such (their data and records are the reference run's)."""
+        run = self.run.result()
+        if not self.from_reference:
+            return run
+        order = [s.name for s in self.chapter.sections if s.name in run.data or s.name in self.from_reference]
+        shown = {
+            name: [replace(c, name=f"{c.name} (reference run)") for c in self.reference.claims if c.section == name]
+            for name in self.from_reference
+        }
+        return replace(
+            run,
+            claims=[c for name in order for c in shown.get(name, [c for c in run.claims if c.section == name])],
+            data={name: (self.reference if name in shown else run).data[name] for name in order},
+            sections={name: (self.reference if name in shown else run).sections[name] for name in order},
+        )
 
     def summary(self) -> None:
         """Show every verdict row of the chapter in one table (measured values: not compared by nbval)."""
@@ -244,10 +286,13 @@ def section_figures(chapter: Chapter, section: str) -> list[Callable[[Any], Figu
     return [getattr(module, name) for name in names]
 
 
-def reference_sections(chapter: Chapter, result: Result) -> None:
-    """Every reference section the run made, in reading order: its figures, then its verdict rows under them."""
+def reference_sections(chapter: Chapter, result: Result, shown_above: tuple[str, ...] = ()) -> None:
+    """Every reference section the run made, in reading order: its figures, then its verdict rows under them; those
+    a quick page has ``shown_above`` (:attr:`Page.from_reference`) are named, not drawn twice."""
+    if shown_above:
+        display(note(f"Shown above from this run, in their sections: {', '.join(shown_above)}."))
     for section in chapter.sections:
-        if section.name in chapter.reference_sections:
+        if section.name in chapter.reference_sections and section.name not in shown_above:
             reference_section(result, section.name, *section_figures(chapter, section.name))
 
 

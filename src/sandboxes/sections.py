@@ -159,12 +159,21 @@ class Chapter:
     # seconds: the unit tests' scale
     full_shrunk: Mapping[str, Any] = field(default_factory=dict)  # the full profile with its scale shrunk (steps,
     # widths, samples) and every full-only structure kept: a crash of a long GPU run shows in seconds
+    quick_page_from_reference: tuple[str, ...] = ()  # reference sections that a quick page shows from the
+    # committed reference run instead of training them, so that the page stays within its few minutes (the CLI and
+    # a page given a reader's values train them as any other)
 
     def __post_init__(self) -> None:
         known = {p.name for p in self.params}
         for scale in (self.unit_scale, self.full_shrunk):
             if not set(scale) <= known:
                 raise ValueError(f"{self.name}: a test scale names unknown parameters {sorted(set(scale) - known)}")
+        shown = set(self.quick_page_from_reference)
+        if not shown <= set(self.reference_sections):
+            raise ValueError(f"{self.name}: a quick page shows only reference sections, got {sorted(shown)}")
+        needed = {need for s in self.sections if s.name not in shown for need in s.needs} & shown
+        if needed:
+            raise ValueError(f"{self.name}: sections a quick page runs need {sorted(needed)}, which it would not run")
         for variant in self.reference_variants:
             if not variant.isidentifier():
                 raise ValueError(f"{self.name}: a reference variant's name is a file-name suffix, got {variant!r}")

@@ -586,4 +586,7 @@ CHAPTER = Chapter(
     check=check,
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
+    # the quick page's longest trainings after the two stages and the GPTs (together about 460 of its 700 s on ATen's
+    # default path at one thread, nbval's setting; results/README.md, sizing notes)
+    quick_page_from_reference=("order_training", "support", "trigger", "memories", "separate"),
 )
