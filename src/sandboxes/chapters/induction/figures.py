@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ConstructionData,
         CorollaryData,
         GradientData,
+        GradientGraphs,
         HeldOut,
         HigherOrderData,
         LevelsData,
@@ -102,17 +103,26 @@ def information(data: LevelsData) -> Figure:
     )
 
 
-def gradient(data: GradientData) -> Figure:
-    """Minus the first gradient on layer 1's positional scores where the first stage starts, each row scaled by its
-    largest entry (early rows average fewer positions and move more), the parents circled; and a few rows against
-    the distance back from t: autograd at a tiny scale of layer 2, the derived first-order gradient, and its
-    long-sequence limit, each over the derived row's largest entry."""
+def gradient(data: GradientGraphs) -> Figure:
+    """Per graph (a row of panels): minus the first gradient on layer 1's positional scores where the first stage
+    starts, each row scaled by its largest entry (early rows average fewer positions and move more), the parents
+    circled; and a few rows against the distance back from t: autograd at a tiny scale of layer 2, the derived
+    first-order gradient, and its long-sequence limit, each over the derived row's largest entry."""
+    graphs = data["graphs"]
+    fig, axes = plt.subplots(len(graphs), 2, figsize=(10.5, 4.0 * len(graphs)), squeeze=False)
+    for (graph, run), (left, right) in zip(graphs.items(), axes):
+        _gradient_panels(fig, left, right, run, "the random graph" if graph == "random" else f"the {graph}")
+    fig.tight_layout()
+    return fig
+
+
+def _gradient_panels(fig: Figure, left: plt.Axes, right: plt.Axes, data: GradientData, graph: str) -> None:
+    """One graph's two panels of :func:`gradient`."""
     table = -np.asarray(data["gradient"], dtype=float)
     table[np.triu_indices_from(table)] = np.nan  # j >= i: masked, or the position itself
     table /= np.nanmax(np.abs(table), axis=1, keepdims=True, initial=0.0, where=~np.isnan(table))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
     image = _draw_position_map(
-        left, table, data["parents"], "the first gradient step on layer 1's scores", "coolwarm", "black", -1.0, 1.0
+        left, table, data["parents"], f"the first gradient on layer 1's scores, {graph}", "coolwarm", "black", -1.0, 1.0
     )
     fig.colorbar(image, ax=left, shrink=0.8, label="-dL/dA[i, j] / its row's largest")
     small, first = np.asarray(data["small_scale"]), np.asarray(data["first_order"])
@@ -138,12 +148,10 @@ def gradient(data: GradientData) -> Figure:
         xlabel="distance back from t (j = t - distance)",
         ylabel="-dL/dA[t, j], rows offset",
         xlim=(-0.5, max([16] + [t - data["parents"][t] for t in data["overlap_rows"]]) + 0.5),
-        title="lines: autograd; rings: derived; dashes: long-T limit",
+        title=f"{graph}; lines: autograd; rings: derived; dashes: long-T limit",
     )
     right.set_yticks([])
     right.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def stationary(data: StationaryData) -> Figure:

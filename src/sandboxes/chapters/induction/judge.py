@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         ConstructionData,
         CorollaryData,
         GradientData,
+        GradientGraphs,
         HigherOrderData,
         LevelsData,
         MemoriesData,
@@ -209,12 +210,21 @@ def gradient_claims(margin: np.ndarray, margin_error: np.ndarray, parents: list[
     ]
 
 
-def gradient_rows(config: dict[str, Any], data: GradientData) -> tuple[list[Claim], tuple[str, ...]]:
-    """The key lemma's ranking and the first-order derivation against autograd, from the stored margins and
-    gradients."""
+def gradient_rows(config: dict[str, Any], data: GradientGraphs) -> tuple[list[Claim], tuple[str, ...]]:
+    """Per graph, the key lemma's ranking and the derivations against autograd, each row named with its graph."""
+    return [
+        replace(claim, name=f"{claim.name} ({'random graph' if graph == 'random' else graph})")
+        for graph, run in data["graphs"].items()
+        for claim in graph_gradient_rows(run)
+    ], ()
+
+
+def graph_gradient_rows(data: GradientData) -> list[Claim]:
+    """The key lemma's ranking and the first-order and exact derivations against autograd on one graph, from the
+    stored margins and gradients."""
     margin = np.asarray(data["margin"], dtype=float)
     ranked = gradient_claims(margin, np.asarray(data["margin_error"], dtype=float), data["parents"], data["parts"])
-    return [*ranked, lemma_claim(data), exact_claim(data)], ()
+    return [*ranked, lemma_claim(data), exact_claim(data)]
 
 
 def relative_gap(got: np.ndarray, want: np.ndarray) -> float:

@@ -268,15 +268,31 @@ class GradientData(TypedDict):
     parents: list[int]
 
 
+class GradientGraphs(TypedDict):
+    graphs: dict[str, GradientData]  # per causal graph: the stages' own (stage_graph) first, then the chain and tree
+
+
 OVERLAP_ROWS = 4  # rows of the first gradient (positions with a parent) whose long-sequence limit the figure draws
 
 
-def gradient(config: dict[str, Any], ctx: RunContext) -> GradientData:
-    """The first gradient on layer 1's positional scores where the first stage starts, by autograd; the derived
-    first-order gradient against autograd at a tiny scale of layer 2; and its long-sequence limit on a few rows."""
-    task = theorem_task(config, config["stage_graph"])
+def gradient_graphs(config: dict[str, Any]) -> list[str]:
+    """The graphs the first gradient is taken on: the stages' own, then the chain and the tree where it is neither
+    (the chain shows the checkerboard, the tree a parent that is not the token before)."""
+    return [config["stage_graph"], *(graph for graph in ("chain", "tree") if graph != config["stage_graph"])]
+
+
+def gradient(config: dict[str, Any], ctx: RunContext) -> GradientGraphs:
+    """The first gradient where the first stage starts, on each graph of :func:`gradient_graphs`."""
+    return {"graphs": {graph: graph_gradient(config, graph) for graph in gradient_graphs(config)}}
+
+
+def graph_gradient(config: dict[str, Any], graph: str) -> GradientData:
+    """The first gradient on layer 1's positional scores where the first stage starts on ``graph``, by autograd; the
+    derived first-order gradient against autograd at a tiny scale of layer 2; and its long-sequence limit on a few
+    rows."""
+    task = theorem_task(config, graph)
     chain, k, T = task.chain, config["stage_k"], config["stage_T"]
-    seq, law = task.sequences_and_laws(config["grad_samples"], _generator(config, "gradient"))
+    seq, law = task.sequences_and_laws(config["grad_samples"], _generator(config, f"gradient {graph}"))
     inputs = seq[:, :-1]
 
     def model(scale: float) -> Disentangled:
