@@ -926,8 +926,9 @@ def _forming(task: TriggerTask, order: tuple[int, ...]) -> list[list[float]]:
 
 def _trigger_rows(change: str) -> list:
     task = TriggerTask(12, 2, 32, 0.5, 0)
-    seq = task.sequences(300, _gen(12)).numpy()
-    masks = measure.output_positions(task, seq)
+    drawn, triggers, _ = task.draw(300, _gen(12))
+    seq = drawn.numpy()
+    masks = measure.output_positions(task, seq, triggers)
     two = measure.accuracy_at(
         _recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq, masks
     )
@@ -1333,9 +1334,28 @@ def test_a_trigger_is_always_followed_by_its_sequences_output():
         assert (seq[rows, t + 1] == outputs[rows, slot]).all()
 
 
+def test_triggers_drawn_per_sequence_are_the_sequences_own_and_follow_the_stationary_law():
+    task = TriggerTask(10, 3, 40, 0.5, 1, zipf=1.0, per_sequence=True)
+    drawn, triggers, outputs = task.draw(4000, _gen(15))
+    seq = drawn.numpy()
+    assert (np.diff(triggers, axis=1) > 0).all() and not measure.is_trigger(outputs, triggers).any()
+    for slot in range(task.n_triggers):
+        rows, t = np.nonzero(seq[:, :-1] == triggers[:, slot, None])
+        assert (seq[rows, t + 1] == outputs[rows, slot]).all()
+    assert len({tuple(row) for row in triggers}) > 10  # not one set for every sequence
+    # the first of the draws without replacement is the stationary law itself: the top Gumbel key's token
+    chosen = np.bincount(triggers.ravel(), minlength=task.n_tokens) / len(triggers)
+    assert chosen.argmax() == stationary(task.bigram).argmax() and task.chance == 1 / 7
+    recall = task.recall_positions(seq, triggers)
+    assert recall.any() and (measure.is_trigger(seq[:, :-1], triggers) | ~recall).all()
+    with pytest.raises(ValueError, match="its own"):
+        _ = task.triggers
+
+
 @pytest.mark.parametrize(
     "tasks",
     [
+        [TriggerTask(10, 3, 12, 0.5, 1, scored="recall", per_sequence=True)] * 2,
         [TriggerTask(10, 3, 12, 0.5, 1)] * 3,  # one task: one walk over positions for every member
         [TriggerTask(10, 3, 12, 0.5, 1, scored="recall", zipf=1.0, choice="frequent")] * 2,
         [TriggerTask(10, 3, 12, 0.5, 1), TriggerTask(10, 3, 12, 0.5, 2)],  # differing tasks: one at a time
@@ -1411,10 +1431,11 @@ def test_the_planted_memories_are_recalled_and_predict_a_triggers_output_from_co
     assert max(measure.memory_probes(model, task)) < FORMED
     _plant(model, task, ("ov2", "kq2", "kq1"))
     assert measure.memory_probes(model, task) == [1.0, 1.0, 1.0]
-    seq = task.sequences(200, _gen(4)).numpy()
+    drawn, triggers, _ = task.draw(200, _gen(4))
+    seq = drawn.numpy()
     with torch.no_grad():
         predictions = model(torch.from_numpy(seq[:, :-1])).argmax(dim=-1).numpy()
-    masks = measure.output_positions(task, seq)
+    masks = measure.output_positions(task, seq, triggers)
     assert measure.accuracy_at(predictions, seq, masks)["recall"] > 0.9
 
 

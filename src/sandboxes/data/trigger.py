@@ -6,7 +6,9 @@ then ``z_1`` is uniform and ``z_{t+1}`` is the output of ``z_t`` when ``z_t`` is
 from the global bigram's row of ``z_t``. The bigram (Dirichlet rows, whose base measure may fall as a
 power of the rank, so that a few tokens are frequent) and the triggers (uniform tokens, or the bigram's
 most frequent ones, as Bietti et al. fix them) are fixed by ``seed``, the same for every sequence, as the
-paper's character-level bigram is. Where a trigger
+paper's character-level bigram is; or (``per_sequence``, their code's default) each sequence draws its own
+triggers from the bigram's stationary law, without replacement, so that no token is a trigger in every sequence.
+Where a trigger
 comes back, its output has been seen before in the sequence: predicting it is in-context recall. Training may
 score every target, or (``scored="recall"``, as Bietti et al. train their simplified model) only those recalls.
 """
@@ -50,6 +52,8 @@ class TriggerTask:
     zipf: float = 0.0  # the bigram rows' Dirichlet base measure falls as rank^-zipf (0: flat), so that a few tokens
     # are frequent, as a language's characters are
     choice: str = "uniform"  # the triggers: "uniform" tokens, or the "frequent" ones of the bigram (Bietti et al.)
+    per_sequence: bool = False  # each sequence draws its own triggers from the bigram's stationary law, without
+    # replacement (Bietti et al.'s code's default); ``choice`` then plays no part
 
     def __post_init__(self) -> None:
         if self.choice not in TRIGGER_CHOICES:
@@ -85,62 +89,98 @@ class TriggerTask:
 
     @property
     def triggers(self) -> np.ndarray:
-        """The trigger tokens, sorted."""
+        """The trigger tokens, sorted, where every sequence has the same (read a sequence's own from
+        :meth:`draw` where each draws its own)."""
+        if self.per_sequence:
+            raise ValueError("each sequence draws its own triggers: read them from draw()")
         return self._fixed[1]
 
     @property
+    def candidates(self) -> np.ndarray:
+        """The tokens that may be a trigger: the triggers, or every token the stationary law gives weight to."""
+        return np.flatnonzero(stationary(self.bigram) > 0) if self.per_sequence else self.triggers
+
+    @property
     def outputs_possible(self) -> np.ndarray:
-        """The tokens an output is drawn from: every token that is not a trigger."""
-        return np.setdiff1d(np.arange(self.n_tokens), self.triggers)
+        """The tokens an output may be: every token that is not a trigger (in some sequence, where each draws its
+        own)."""
+        return np.arange(self.n_tokens) if self.per_sequence else np.setdiff1d(np.arange(self.n_tokens), self.triggers)
+
+    @property
+    def chance(self) -> float:
+        """The chance of guessing a sequence's output for a trigger without reading it: one of the tokens that are
+        not that sequence's triggers."""
+        return 1.0 / (self.n_tokens - self.n_triggers)
+
+    def draw(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray, np.ndarray]:
+        """``n`` sequences ``(n, length + 1)``, each one's triggers (sorted) and its output per trigger, both
+        ``(n, n_triggers)``."""
+        outputs, uniform, triggers = self._draws(n, generator)
+        return torch.from_numpy(self._walk(outputs, uniform, triggers)), triggers, outputs
 
     def sequences_and_outputs(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
         """``n`` sequences ``(n, length + 1)`` and each one's output per trigger ``(n, n_triggers)``."""
-        outputs, uniform = self._draws(n, generator)
-        return torch.from_numpy(self._walk(outputs, uniform)), outputs
+        seq, _, outputs = self.draw(n, generator)
+        return seq, outputs
 
-    def _draws(self, n: int, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """What ``n`` sequences draw from ``generator``: each one's outputs and its uniforms ``(n, length + 1)``."""
-        choice = torch.randint(len(self.outputs_possible), (n, self.n_triggers), generator=generator).numpy()
+    def _draws(self, n: int, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What ``n`` sequences draw from ``generator``: each one's outputs, its uniforms ``(n, length + 1)`` and
+        its triggers; drawn per sequence by Gumbel keys on the stationary law's logarithm, whose top ``n_triggers``
+        are a draw without replacement, weighted as one token after another."""
+        choice = torch.randint(self.n_tokens - self.n_triggers, (n, self.n_triggers), generator=generator).numpy()
         uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
-        return self.outputs_possible[choice], uniform
+        if not self.per_sequence:
+            return self.outputs_possible[choice], uniform, np.broadcast_to(self.triggers, (n, self.n_triggers))
+        noise = torch.rand(n, self.n_tokens, generator=generator, dtype=torch.float64).numpy()
+        with np.errstate(divide="ignore"):
+            keys = np.log(stationary(self.bigram))[None] - np.log(-np.log(noise))
+        triggers = np.sort(np.argsort(-keys, axis=1, kind="stable")[:, : self.n_triggers], axis=1)
+        others = np.ones((n, self.n_tokens), dtype=bool)
+        np.put_along_axis(others, triggers, False, axis=1)
+        order = np.argsort(~others, axis=1, kind="stable")  # each row's non-triggers first, in token order
+        return np.take_along_axis(order, choice, axis=1), uniform, triggers
 
-    def _walk(self, outputs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    def _walk(self, outputs: np.ndarray, uniform: np.ndarray, triggers: np.ndarray) -> np.ndarray:
         """The sequences those draws make, row by row: a trigger's next token is its row's output, any other's a draw
         from the bigram."""
         edges = np.cumsum(self.bigram, axis=-1)[:, :-1]
-        slot = np.full(self.n_tokens, -1)
-        slot[self.triggers] = np.arange(self.n_triggers)
         rows = np.arange(len(uniform))
+        slot = np.full((len(uniform), self.n_tokens), -1)
+        np.put_along_axis(slot, triggers, np.arange(self.n_triggers)[None], axis=1)
         seq = np.empty(uniform.shape, dtype=np.int64)
         seq[:, 0] = inverse_cdf(uniform[:, 0], np.arange(1, self.n_tokens) / self.n_tokens)
         for t in range(1, self.length + 1):
-            before = seq[:, t - 1]
-            drawn = inverse_cdf(uniform[:, t], edges[before])
-            seq[:, t] = np.where(slot[before] >= 0, outputs[rows, np.maximum(slot[before], 0)], drawn)
+            here = slot[rows, seq[:, t - 1]]
+            drawn = inverse_cdf(uniform[:, t], edges[seq[:, t - 1]])
+            seq[:, t] = np.where(here >= 0, outputs[rows, np.maximum(here, 0)], drawn)
         return seq
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` sequences of ``length + 1`` tokens."""
-        return self.sequences_and_outputs(n, generator)[0]
+        return self.draw(n, generator)[0]
 
-    def recall_positions(self, seq: np.ndarray) -> np.ndarray:
-        """``(n, length)`` mask over the inputs: a trigger seen earlier in its sequence, so that the target there
-        (its output) has been read in context before."""
+    def recall_positions(self, seq: np.ndarray, triggers: np.ndarray | None = None) -> np.ndarray:
+        """``(n, length)`` mask over the inputs: a trigger (each row's own, ``(n, n_triggers)``, where sequences draw
+        their own) seen earlier in its sequence, so that the target there (its output) has been read in context
+        before."""
         inputs = seq[:, :-1]
+        triggers = np.broadcast_to(self.triggers, (len(seq), self.n_triggers)) if triggers is None else triggers
         seen = np.zeros(inputs.shape, dtype=bool)
-        for trigger in self.triggers:
-            here = inputs == trigger
+        for k in range(self.n_triggers):
+            here = inputs == triggers[:, k, None]
             seen |= here & (np.cumsum(here, axis=1) >= 2)
         return seen
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        return self._pairs(self.sequences(n, generator))
+        seq, triggers, _ = self.draw(n, generator)
+        return self._pairs(seq, triggers)
 
-    def _pairs(self, seq: Tensor) -> tuple[Tensor, Tensor]:
-        """The inputs and scored targets of sequences ``(n, length + 1)``."""
+    def _pairs(self, seq: Tensor, triggers: np.ndarray) -> tuple[Tensor, Tensor]:
+        """The inputs and scored targets of sequences ``(n, length + 1)`` whose triggers are ``triggers``."""
         targets = seq[:, 1:]
         if self.scored == "recall":
-            targets = targets.masked_fill(~torch.from_numpy(self.recall_positions(seq.numpy())), IGNORE_INDEX)
+            recall = torch.from_numpy(self.recall_positions(seq.numpy(), triggers))
+            targets = targets.masked_fill(~recall, IGNORE_INDEX)
         return seq[:, :-1], targets
 
     @staticmethod
@@ -151,7 +191,11 @@ class TriggerTask:
         all members of one task (:func:`~sandboxes.data.together.sample_together`)."""
         task = tasks[0]
         return sample_together(
-            tasks, n, generators, lambda g: task._draws(n, g), lambda *d: task._pairs(torch.from_numpy(task._walk(*d)))
+            tasks,
+            n,
+            generators,
+            lambda g: task._draws(n, g),
+            lambda *d: task._pairs(torch.from_numpy(task._walk(*d)), d[2]),
         )
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:

@@ -91,6 +91,13 @@ STAGE_GRAPH = Choice({**GRAPHS, "random": "Nichani et al.'s: a parent anywhere b
 TRIGGER_CHOICE = Choice(
     dict(zip(TRIGGER_CHOICES, ("uniform tokens", "the bigram's most frequent tokens, as Bietti et al. fix them")))
 )
+TRIGGER_DRAW = Choice(
+    {
+        "fixed": "every sequence has the same triggers (trigger_choice)",
+        "per_sequence": "each sequence draws its own from the bigram's stationary law, without replacement "
+        "(Bietti et al.'s code's default)",
+    }
+)
 MAX_STEPS_T, MAX_STEPS_WIDTH = 512, 4096  # the three steps' largest length and random width (memory, not theory)
 MAX_ENUMERATED = 50_000  # sequences the construction is checked on, at most (every one of k^(T+1))
 
@@ -225,6 +232,14 @@ PARAMS = (
         "frequent",
         "the triggers: the bigram's most frequent tokens (Bietti et al.) or uniform ones",
         TRIGGER_CHOICE,
+    ),
+    Param(
+        "trigger_draw",
+        str,
+        "fixed",
+        "fixed",
+        "the GPTs' trigger task: the same triggers in every sequence, or each sequence its own",
+        TRIGGER_DRAW,
     ),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
     Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),

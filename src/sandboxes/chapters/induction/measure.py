@@ -1150,7 +1150,8 @@ class TriggerData(TypedDict):
 
 
 def trigger_task(config: dict[str, Any]) -> TriggerTask:
-    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``."""
+    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``, or its triggers drawn
+    per sequence (``trigger_draw``)."""
     return TriggerTask(
         config["trigger_tokens"],
         config["triggers"],
@@ -1159,13 +1160,20 @@ def trigger_task(config: dict[str, Any]) -> TriggerTask:
         config["seed"],
         zipf=config["trigger_zipf"],
         choice=config["trigger_choice"],
+        per_sequence=config["trigger_draw"] == "per_sequence",
     )
 
 
-def output_positions(task: TriggerTask, seq: np.ndarray) -> dict[str, np.ndarray]:
-    """Masks over the inputs where the target is a trigger's output: its first occurrence, and a later one."""
-    recall = task.recall_positions(seq)
-    return {"first": np.isin(seq[:, :-1], task.triggers) & ~recall, "recall": recall}
+def is_trigger(tokens: np.ndarray, triggers: np.ndarray) -> np.ndarray:
+    """Whether each of ``tokens`` ``(n, L)`` is one of its row's ``triggers`` ``(n, n_triggers)``."""
+    return (tokens[:, :, None] == triggers[:, None, :]).any(axis=-1)
+
+
+def output_positions(task: TriggerTask, seq: np.ndarray, triggers: np.ndarray) -> dict[str, np.ndarray]:
+    """Masks over the inputs where the target is a trigger's output (``triggers``: each sequence's own): its first
+    occurrence, and a later one."""
+    recall = task.recall_positions(seq, triggers)
+    return {"first": is_trigger(seq[:, :-1], triggers) & ~recall, "recall": recall}
 
 
 def accuracy_at(predictions: np.ndarray, seq: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, float]:
@@ -1195,7 +1203,7 @@ def trigger_memories(model: GPT, task: TriggerTask) -> list[float]:
     tokens, unembed, positions = model.wte.weight, model.head.weight, model.wpe
     first, second = (_head_matrices(block.attn) for block in model.blocks[:2])
     outputs = torch.from_numpy(task.outputs_possible)
-    triggers = torch.from_numpy(task.triggers)
+    triggers = torch.from_numpy(task.candidates)  # every token, where sequences draw their own triggers
     out_recall = probes.recall_share(probes.bilinear_scores(tokens[outputs], second[1].T, unembed), outputs)
     copied = tokens @ first[1].T  # layer 1's write for each token it attends to
     match = max(probes.recall_share(probes.bilinear_scores(tokens[triggers], kq, copied), triggers) for kq in second[0])
@@ -1207,15 +1215,16 @@ def trigger_memories(model: GPT, task: TriggerTask) -> list[float]:
     return [out_recall, match, previous]
 
 
-def previous_token_weight(model: GPT, task: TriggerTask, seq: np.ndarray) -> dict[str, float]:
-    """Layer 1's weight from each position onto the one before, averaged where that token is a trigger and
-    elsewhere, in the head that puts the most on a trigger: a positional previous-token head weighs both alike."""
+def previous_token_weight(model: GPT, seq: np.ndarray, triggers: np.ndarray) -> dict[str, float]:
+    """Layer 1's weight from each position onto the one before, averaged where that token is one of its sequence's
+    ``triggers`` and elsewhere, in the head that puts the most on a trigger: a positional previous-token head
+    weighs both alike."""
     steps = np.arange(1, seq.shape[1] - 1)
     weight = _chunked(
         lambda part: model(part[:, :-1], return_attention=True)[1][0].double().numpy()[:, :, steps, steps - 1],
         torch.from_numpy(seq),
     )  # (B, H, T - 1)
-    trigger_before = np.isin(seq[:, :-2], task.triggers)[:, None].repeat(weight.shape[1], axis=1)
+    trigger_before = is_trigger(seq[:, :-2], triggers)[:, None].repeat(weight.shape[1], axis=1)
     if not trigger_before.any():
         return {"after_trigger": float("nan"), "elsewhere": float(weight.mean())}
     after = np.where(trigger_before, weight, np.nan)
@@ -1242,8 +1251,9 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
         )
         for kind, n in KINDS.items()
     }
-    seq = task.sequences(config["eval_size"], _generator(config, "trigger")).numpy()
-    masks = output_positions(task, seq)
+    drawn, triggers, _ = task.draw(config["eval_size"], _generator(config, "trigger"))
+    seq = drawn.numpy()
+    masks = output_positions(task, seq, triggers)
     accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
     for kind, run in runs.items():
         for model in run.models:
@@ -1252,11 +1262,11 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
             )
             for name, value in accuracy_at(predictions, seq, masks).items():
                 accuracy[name].setdefault(kind, []).append(value)
-    previous = [previous_token_weight(model, task, seq) for model in runs["two_layers"].models]
+    previous = [previous_token_weight(model, seq, triggers) for model in runs["two_layers"].models]
     data: TriggerData = {
         "eval_steps": runs["two_layers"].eval_steps,
         "eval_loss": {kind: run.eval_loss for kind, run in runs.items()},
-        "chance": 1.0 / len(task.outputs_possible),
+        "chance": task.chance,
         "accuracy": accuracy,
         "positions": {name: int(mask.sum()) for name, mask in masks.items()},
         "previous_weight": {part: [weights[part] for weights in previous] for part in ("after_trigger", "elsewhere")},
