@@ -1765,6 +1765,24 @@ def test_the_three_step_rows_fail_for_the_untrained_model():
         assert_fails_in_its_counterfactual(claims, key, "nothing was stepped")
 
 
+def test_a_memory_whose_sequences_hold_too_few_recalls_makes_no_row():
+    task = measure.steps_task(STEPS_CONFIG)
+    blank = [[0.0, 0.0]]  # ties, as where no recall informs an association: read as missed
+    data = {
+        "first_margins": blank * len(task.outputs_possible),
+        "second_margins": blank * len(task.triggers),
+        "parts": 64,
+        "lag_margins": [blank * (STEPS_CONFIG["steps_T"] - 1)],
+        "lags": [measure.positional_lags(_steps_start(STEPS_WIDTH, True))],
+        "second_sizes": [1.0],
+    }
+    enough = [judge.RECALLS_PER_ASSOCIATION * n for n in (len(task.outputs_possible), len(task.triggers), 100)]
+    assert len(judge.three_steps_rows({}, {**data, "recalls": enough})[0]) == 3
+    rows, silent = judge.three_steps_rows({}, {**data, "recalls": [enough[0] - 1, 1, enough[2]]})
+    assert [row.name for row in rows] == [judge.three_steps_claims(data)[2].name] and len(silent) == 2
+    assert "W_OV2" in silent[0] and "W_KQ2" in silent[1]
+
+
 def test_a_second_step_too_short_fails_the_positional_row():
     config = {**STEPS_CONFIG, "steps_samples": 4096}
     stepped = measure.three_step_runs(config, _steps_start(STEPS_WIDTH, True), [0.01])

@@ -996,9 +996,27 @@ def stationary_claim(data: StationaryData) -> Claim:
     return claim
 
 
+RECALLS_PER_ASSOCIATION = 10  # scored recalls per association that a memory's sample must hold on average for its
+# Monte Carlo gradient to stand for the population one (our choice: at fewer, an association seldom or never seen
+# gets no signal, and its tie reads as missed)
+
+
 def three_steps_rows(config: dict[str, Any], data: ThreeStepsData) -> tuple[list[Claim], tuple[str, ...]]:
-    """The three steps' rows, one per memory, from the stored margins."""
-    return three_steps_claims(data), ()
+    """The three steps' rows, one per memory, from the stored margins; none for a memory whose sequences hold too few
+    recalls to inform its associations (``RECALLS_PER_ASSOCIATION``)."""
+    claims = three_steps_claims(data)
+    judged = len(theory.stepped_positions(len(data["lags"][0])))
+    associations = [len(data["first_margins"]), len(data["second_margins"]), judged]
+    recalls = data.get("recalls", [math.inf] * 3)  # files made before the count was kept
+    short = [count < RECALLS_PER_ASSOCIATION * size for count, size in zip(recalls, associations)]
+    silent = tuple(
+        f"three steps, {memory}: its {count} sampled recalls are fewer than {RECALLS_PER_ASSOCIATION} per association "
+        f"({size}), too few for the Monte Carlo gradient to stand for the population's; more sequences "
+        "(--set steps_samples=...) or a longer steps_T make the row"
+        for memory, count, size, low in zip(("W_OV2", "W_KQ2", "W_KQ1"), recalls, associations, short)
+        if low
+    )
+    return [claim for claim, low in zip(claims, short) if not low], silent
 
 
 THREE_STEPS = (

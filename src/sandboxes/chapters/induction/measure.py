@@ -1446,6 +1446,7 @@ class ThreeStepsData(TypedDict):
     widths: list[int]  # widths of random (not orthonormal) parts
     width_probes: list[list[float]]  # width x memory
     width_lags: list[list[int]]
+    recalls: list[int]  # the scored recalls in each memory's sequences (W_OV2's, W_KQ2's, W_KQ1's)
 
 
 def steps_task(config: dict[str, Any]) -> TriggerTask:
@@ -1481,6 +1482,16 @@ def population_gradient(
     sums = torch.stack([sum((chunks[i][0] for i in group), torch.zeros_like(weight)) for group in groups])
     counts = torch.tensor([sum(chunks[i][1] for i in group) for group in groups], dtype=weight.dtype)
     return sums.sum(dim=0) / counts.sum().clamp(min=1), sums / counts.clamp(min=1)[:, None, None]
+
+
+def sample_recalls(name: str, config: dict[str, Any]) -> int:
+    """The scored recalls in the sequences :func:`population_gradient` draws for memory ``name``: the sample's
+    whole information about the memory's associations."""
+    task = steps_task(config)
+    generator = torch.Generator().manual_seed(member_seed("induction", "three steps", name, config["seed"]))
+    samples = config["steps_samples"]
+    sizes = [STEP_CHUNK] * (samples // STEP_CHUNK) + [samples % STEP_CHUNK] * bool(samples % STEP_CHUNK)
+    return sum(int((task.sample(size, generator)[1] != IGNORE_INDEX).sum()) for size in sizes)
 
 
 def step_margins(
@@ -1618,6 +1629,7 @@ def three_steps(config: dict[str, Any], ctx: RunContext) -> ThreeStepsData:
         "cut_probes": [memory_probes(m, task) for m in cut.models],
         "cut_lags": [positional_lags(m) for m in cut.models],
         "cut_lag_margins": cut.margins["kq1"],
+        "recalls": [sample_recalls(name, config) for name in ("ov2", "kq2", "kq1")],
         "widths_length": best,
         "widths": widths,
         "width_probes": [memory_probes(m, task) for m in narrow],
