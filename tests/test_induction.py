@@ -1749,10 +1749,12 @@ def test_after_the_first_step_only_the_value_path_moves_layer_1():
     assert on_first[1] < 1e-6 < on_first[0]
 
 
-def test_the_three_step_rows_fail_for_the_untrained_model():
+def _untrained_steps_data() -> dict:
+    """The rows' data where nothing was stepped: every probe score zero, a tie, with no error (as where no recall
+    informs an association)."""
     task = measure.steps_task(STEPS_CONFIG)
-    blank = [[0.0, 0.0]]  # no step: every probe score is zero, a tie, with no error
-    untrained = {
+    blank = [[0.0, 0.0]]
+    return {
         "first_margins": blank * len(task.outputs_possible),
         "second_margins": blank * len(task.triggers),
         "parts": 64,
@@ -1760,22 +1762,17 @@ def test_the_three_step_rows_fail_for_the_untrained_model():
         "lags": [measure.positional_lags(_steps_start(STEPS_WIDTH, True))],
         "second_sizes": [1.0],
     }
-    claims = judge.three_steps_claims(untrained)
+
+
+def test_the_three_step_rows_fail_for_the_untrained_model():
+    claims = judge.three_steps_claims(_untrained_steps_data())
     for key in ("after the first", "after the second", "after the third"):
         assert_fails_in_its_counterfactual(claims, key, "nothing was stepped")
 
 
 def test_a_memory_whose_sequences_hold_too_few_recalls_makes_no_row():
     task = measure.steps_task(STEPS_CONFIG)
-    blank = [[0.0, 0.0]]  # ties, as where no recall informs an association: read as missed
-    data = {
-        "first_margins": blank * len(task.outputs_possible),
-        "second_margins": blank * len(task.triggers),
-        "parts": 64,
-        "lag_margins": [blank * (STEPS_CONFIG["steps_T"] - 1)],
-        "lags": [measure.positional_lags(_steps_start(STEPS_WIDTH, True))],
-        "second_sizes": [1.0],
-    }
+    data = _untrained_steps_data()  # ties: read as missed
     enough = [judge.RECALLS_PER_ASSOCIATION * n for n in (len(task.outputs_possible), len(task.triggers), 100)]
     assert len(judge.three_steps_rows({}, {**data, "recalls": enough})[0]) == 3
     rows, silent = judge.three_steps_rows({}, {**data, "recalls": [enough[0] - 1, 1, enough[2]]})
