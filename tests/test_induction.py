@@ -56,6 +56,7 @@ from sandboxes.theory.induction import (
     multi_head_order_average,
     multi_head_order_head,
     multi_head_order_leakage,
+    order_blind_accuracy,
     permutation_predictive,
     predictor_loss,
     previous_share,
@@ -932,14 +933,27 @@ def _trigger_rows(change: str) -> list:
     two = measure.accuracy_at(
         _recall_or_bigram(task, seq, change != "two layers that read the bigram only"), seq, masks
     )
-    one = measure.accuracy_at(_recall_or_bigram(task, seq, False), seq, masks)
+    one = measure.accuracy_at(_recall_or_bigram(task, seq, change == "one layer that recalls"), seq, masks)
     data = {
         "chance": 1 / len(task.outputs_possible),
         "accuracy": {name: {"two_layers": [two[name]], "one_layer": [one[name]]} for name in masks},
         "still_descending": {"two_layers": 0, "one_layer": 0},
         "positions": {name: int(mask.sum()) for name, mask in masks.items()},
     }
-    return judge.trigger_claims(data)
+    blind = max(order_blind_accuracy(seq, triggers, stationary(task.bigram), masks["recall"]).values())
+    config = {"n_head": 1, "d_model": 16, "trigger_T": task.length}
+    return [judge.trigger_claim(data, blind), judge.one_layer_trigger_claim(config, data, blind)]
+
+
+def test_the_order_blind_guesses_count_tokens_and_skip_triggers():
+    # trigger 0; law favours token 1: after "0 2 1 2 1 0" the most frequent non-trigger is 1 or 2 (a tie: the first,
+    # 1), and beyond the law's expectation 2 (seen twice where the law expects it 0.6 times)
+    seq = np.array([[0, 2, 1, 2, 1, 0, 2]])
+    mask = np.zeros((1, 6), dtype=bool)
+    mask[0, 5] = True
+    law = np.array([0.2, 0.7, 0.1])
+    got = order_blind_accuracy(seq, np.array([[0]]), law, mask)
+    assert got == {"most often so far": 0.0, "most often beyond the stationary law": 1.0}
 
 
 def _plant(model: AssociativeMemories, task: TriggerTask, memories: tuple[str, ...], scale: float = 30.0) -> None:
@@ -1038,6 +1052,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
         _corollary_rows,
     ),
     (r"trigger task, two layers, every seed: accuracy", "two layers that read the bigram only", _trigger_rows),
+    (r"trigger task, one layer, every seed", "one layer that recalls", _trigger_rows),
     (r"simplified model trained by gradient descent", "W_KQ of layer 1 planted at initialisation", _memories_rows),
     (r"trained together against one at a time", "one at a time as fast as together", _separate_rows),
     (r"three steps, infinite width: after the first", "nothing stepped", _three_steps_rows),

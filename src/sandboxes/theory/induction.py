@@ -40,6 +40,33 @@ def first_formed(steps: Sequence[float], probes: Sequence) -> np.ndarray:
     return np.where(probed.any(axis=1), at[probed.argmax(axis=1)], np.inf)
 
 
+ORDER_BLIND_GUESSES = ("most often so far", "most often beyond the stationary law")  # the guesses that read no order
+
+
+def order_blind_accuracy(
+    seq: np.ndarray, triggers: np.ndarray, law: np.ndarray, mask: np.ndarray, chunk: int = 256
+) -> dict[str, float]:
+    """Accuracy at the ``mask``ed inputs ``(n, length)`` of trigger-task sequences ``seq`` ``(n, length + 1)`` of two
+    guesses that read how often each token came so far, and which are the sequence's ``triggers``, but not in which
+    order: the non-trigger seen most often, and the one seen most often beyond what the stationary ``law`` expects.
+
+    Neither reads which token followed a trigger (induction), so they show what counting alone reaches.
+    """
+    inputs, targets = seq[:, :-1], seq[:, 1:]
+    expected = np.arange(1, inputs.shape[1] + 1)[:, None] * law[None]
+    right = dict.fromkeys(ORDER_BLIND_GUESSES, 0)
+    for start in range(0, len(seq), chunk):
+        part = slice(start, start + chunk)
+        counts = np.cumsum(np.eye(len(law), dtype=np.int32)[inputs[part]], axis=1)  # (chunk, length, tokens)
+        blocked = np.zeros((len(counts), len(law)), dtype=bool)
+        np.put_along_axis(blocked, triggers[part], True, axis=1)
+        for name, score in zip(ORDER_BLIND_GUESSES, (counts, counts - expected)):
+            guess = np.where(blocked[:, None], -np.inf, score).argmax(axis=-1)
+            right[name] += int((guess == targets[part])[mask[part]].sum())
+    scored = int(mask.sum())
+    return {name: right[name] / scored if scored else float("nan") for name in ORDER_BLIND_GUESSES}
+
+
 def stepped_positions(length: int) -> range:
     """The query positions at which the third of Bietti et al.'s three steps is judged: 2 to ``length - 2``.
 

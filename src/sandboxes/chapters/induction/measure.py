@@ -39,8 +39,8 @@ from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
 from .judge import GRADIENT_CHUNKS, parent_margins
+from .tasks import BIGRAM_CONCENTRATION, stage_probes, task_of, trigger_held_out, trigger_task
 from .tasks import generator as _generator
-from .tasks import stage_probes, task_of
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
@@ -1133,9 +1133,6 @@ def support(config: dict[str, Any], ctx: RunContext) -> SupportData:
 
 
 # ---------------------------------------------------------------- the trigger task
-BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
-
-
 class TriggerData(TypedDict):
     eval_steps: list[int]
     eval_loss: dict[str, list[list[float]]]  # kind -> seeds x evaluations
@@ -1147,21 +1144,6 @@ class TriggerData(TypedDict):
     memory_names: list[str]  # the probed memories, in the order Bietti et al. see them form
     memories: list[list[list[float]]]  # two layers: seed x evaluation x memory, the recall probes
     still_descending: dict[str, int]
-
-
-def trigger_task(config: dict[str, Any]) -> TriggerTask:
-    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``, or its triggers drawn
-    per sequence (``trigger_draw``)."""
-    return TriggerTask(
-        config["trigger_tokens"],
-        config["triggers"],
-        config["trigger_T"],
-        BIGRAM_CONCENTRATION,
-        config["seed"],
-        zipf=config["trigger_zipf"],
-        choice=config["trigger_choice"],
-        per_sequence=config["trigger_draw"] == "per_sequence",
-    )
 
 
 def is_trigger(tokens: np.ndarray, triggers: np.ndarray) -> np.ndarray:
@@ -1251,8 +1233,7 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
         )
         for kind, n in KINDS.items()
     }
-    drawn, triggers, _ = task.draw(config["eval_size"], _generator(config, "trigger"))
-    seq = drawn.numpy()
+    seq, triggers = trigger_held_out(config)
     masks = output_positions(task, seq, triggers)
     accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
     for kind, run in runs.items():

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ...data.incontext import InContextMarkov, chain_parents, tree_parents
+from ...data.trigger import TriggerTask
 from ...runtime import member_seed
 
 STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
+BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
 
 
 def task_of(config: dict[str, Any]) -> InContextMarkov:
@@ -28,3 +31,25 @@ def generator(config: dict[str, Any], purpose: str) -> torch.Generator:
 def stage_probes(config: dict[str, Any]) -> Tensor:
     """The held-out sequences on which the training section measures each model's distance to each strategy."""
     return task_of(config).sequences(STAGE_PROBES, generator(config, "stages"))
+
+
+def trigger_task(config: dict[str, Any]) -> TriggerTask:
+    """The trigger task of the chapter's settings; its bigram and triggers fixed by ``seed``, or its triggers drawn
+    per sequence (``trigger_draw``)."""
+    return TriggerTask(
+        config["trigger_tokens"],
+        config["triggers"],
+        config["trigger_T"],
+        BIGRAM_CONCENTRATION,
+        config["seed"],
+        zipf=config["trigger_zipf"],
+        choice=config["trigger_choice"],
+        per_sequence=config["trigger_draw"] == "per_sequence",
+    )
+
+
+def trigger_held_out(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The trigger section's held-out sequences ``(eval_size, trigger_T + 1)`` and each one's triggers: the same for
+    the run, which scores its models on them, and for the judge, which scores the guesses that read no order."""
+    drawn, triggers, _ = trigger_task(config).draw(config["eval_size"], generator(config, "trigger"))
+    return drawn.numpy(), triggers
