@@ -81,7 +81,7 @@ class Page:
                 display(
                     note(
                         f"This quick page shows section {name} from the committed reference run (its values are at "
-                        f"the foot of the page) without training it: it trains for minutes even at the quick values. "
+                        f"the foot of the page) without training it, to keep the page within its few minutes. "
                         f"`python -m sandboxes run {self.chapter.name} --section {name}` trains it at the quick "
                         "values; a page given a reader's values trains every section."
                     )
