@@ -430,6 +430,12 @@ def _sweep_claims(acc):
     return _both(SWEEP_NAMES, SWEEP_DEPTHS, acc, [True, False], QUICK, np.zeros_like(acc, dtype=bool))
 
 
+def _reference_sweep_claims(acc):
+    """The reference sweep's easy rows (the quick page shows them): Grid9 and D8 solved by depth 3 at T = 20."""
+    reference = resolve(chapter.PARAMS, "reference", {})
+    return judge.easy_claims(["Grid9", "D8"], [1, 2, 3], acc, [True, True], reference, np.zeros_like(acc, dtype=bool))
+
+
 def _parity(**changes):
     """The brittleness rows of :func:`_parity_data`."""
     return judge.brittleness_claims(_parity_data(**changes), QUICK)
@@ -562,6 +568,8 @@ COUNTERFACTUALS = [
         lambda: _lemma_claims(grid=lambda s, n: theory.gridworld_by_boundaries(s, n - 1)),
     ),
     (r"^Grid4 \(solvable\)", "untrained: chance accuracy", lambda: _sweep_claims(np.full((2, 2, 2), 0.25))),
+    (r"^Grid9 \(solvable\)", "untrained: chance accuracy", lambda: _reference_sweep_claims(np.full((2, 3, 2), 1 / 9))),
+    (r"^D8 \(solvable\)", "untrained: chance accuracy", lambda: _reference_sweep_claims(np.full((2, 3, 2), 1 / 8))),
     (
         r"^A5 \(non-solvable\)",
         "labels shuffled: A5 gets the gridworld's accuracies",
@@ -601,6 +609,7 @@ def test_unbroken_counterparts_hold():
         _construction_claims(),
         _lemma_claims(),
         _sweep_claims(SOLVED_GRID),
+        _reference_sweep_claims(np.ones((2, 3, 2))),
         _parity(),
         _supervision(),
         _dyck(),
