@@ -47,10 +47,13 @@ def order_blind_accuracy(
     seq: np.ndarray, triggers: np.ndarray, law: np.ndarray, mask: np.ndarray, chunk: int = 256
 ) -> dict[str, float]:
     """Accuracy at the ``mask``ed inputs ``(n, length)`` of trigger-task sequences ``seq`` ``(n, length + 1)`` of two
-    guesses that read how often each token came so far, and which are the sequence's ``triggers``, but not in which
-    order: the non-trigger seen most often, and the one seen most often beyond what the stationary ``law`` expects.
+    guesses that read how often each token came so far, but not in which order: the token seen most often, and the one
+    seen most often beyond what the stationary ``law`` expects, never the current token nor one of ``triggers`` (each
+    sequence's, ``(n, K)``: the tokens known to be triggers without reading the order; none where each sequence
+    draws its own, since only their order reveals them).
 
-    Neither reads which token followed a trigger (induction), so they show what counting alone reaches.
+    Neither reads which token followed a trigger (induction): they show what these two ways of counting reach, not
+    the best that counts allow.
     """
     inputs, targets = seq[:, :-1], seq[:, 1:]
     expected = np.arange(1, inputs.shape[1] + 1)[:, None] * law[None]
@@ -60,8 +63,9 @@ def order_blind_accuracy(
         counts = np.cumsum(np.eye(len(law), dtype=np.int32)[inputs[part]], axis=1)  # (chunk, length, tokens)
         blocked = np.zeros((len(counts), len(law)), dtype=bool)
         np.put_along_axis(blocked, triggers[part], True, axis=1)
+        blocked = blocked[:, None] | (inputs[part, :, None] == np.arange(len(law)))  # (chunk, length, tokens)
         for name, score in zip(ORDER_BLIND_GUESSES, (counts, counts - expected)):
-            guess = np.where(blocked[:, None], -np.inf, score).argmax(axis=-1)
+            guess = np.where(blocked, -np.inf, score).argmax(axis=-1)
             right[name] += int((guess == targets[part])[mask[part]].sum())
     scored = int(mask.sum())
     return {name: right[name] / scored if scored else float("nan") for name in ORDER_BLIND_GUESSES}
