@@ -1805,6 +1805,14 @@ def test_a_memory_whose_sequences_hold_too_few_recalls_makes_no_row():
     assert "W_OV2" in silent[0] and "W_KQ2" in silent[1]
 
 
+def test_a_step_waits_while_the_memory_stepped_before_it_is_within_the_noise():
+    data = _untrained_steps_data()  # ties: every row fails
+    data["second_margins"] = [[0.0, 1.0]] * len(data["second_margins"])  # W_KQ2 within its noise
+    first, second, third = judge.three_steps_claims(data)
+    assert first.holds is False and second.holds is None and third.holds is None
+    assert "the memory stepped before it is within the noise" in third.reason
+
+
 def test_a_second_step_too_short_fails_the_positional_row():
     config = {**STEPS_CONFIG, "steps_samples": 4096}
     stepped = measure.three_step_runs(config, _steps_start(STEPS_WIDTH, True), [0.01])

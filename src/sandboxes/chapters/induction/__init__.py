@@ -91,6 +91,12 @@ STAGE_GRAPH = Choice({**GRAPHS, "random": "Nichani et al.'s: a parent anywhere b
 TRIGGER_CHOICE = Choice(
     dict(zip(TRIGGER_CHOICES, ("uniform tokens", "the bigram's most frequent tokens, as Bietti et al. fix them")))
 )
+TRIGGER_SCORED = Choice(
+    {
+        "every": "every next token is scored",
+        "recall": "only the output after a trigger's second and later occurrences (Bietti et al.'s loss_head_only)",
+    }
+)
 TRIGGER_DRAW = Choice(
     {
         "fixed": "every sequence has the same triggers (trigger_choice)",
@@ -240,6 +246,15 @@ PARAMS = (
         "fixed",
         "the GPTs' trigger task: the same triggers in every sequence, or each sequence its own",
         TRIGGER_DRAW,
+    ),
+    Param(
+        "trigger_scored",
+        str,
+        "every",
+        "every",
+        "the GPTs' trigger loss: every next token, or only a trigger's output from its second occurrence (Bietti et "
+        "al.'s code: loss_head_only)",
+        TRIGGER_SCORED,
     ),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
     Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),

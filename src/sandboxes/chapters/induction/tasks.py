@@ -45,6 +45,7 @@ def trigger_task(config: dict[str, Any]) -> TriggerTask:
         zipf=config["trigger_zipf"],
         choice=config["trigger_choice"],
         per_sequence=config["trigger_draw"] == "per_sequence",
+        scored=config["trigger_scored"],
     )
 
 
