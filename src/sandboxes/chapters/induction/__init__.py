@@ -93,8 +93,9 @@ TRIGGER_CHOICE = Choice(
 )
 TRIGGER_SCORED = Choice(
     {
-        "every": "every next token is scored",
-        "recall": "only the output after a trigger's second and later occurrences (Bietti et al.'s loss_head_only)",
+        "every": "every next token is scored, as Bietti et al.'s code trains its full model",
+        "recall": "only the output after a trigger's second and later occurrences, as their code trains the "
+        "simplified model (loss_head_only)",
     }
 )
 TRIGGER_DRAW = Choice(
@@ -252,8 +253,8 @@ PARAMS = (
         str,
         "every",
         "every",
-        "the GPTs' trigger loss: every next token, or only a trigger's output from its second occurrence (Bietti et "
-        "al.'s code: loss_head_only)",
+        "the GPTs' trigger loss: every next token (Bietti et al.'s full model), or only a trigger's output from its "
+        "second occurrence (their simplified model's loss_head_only, a departure for the GPTs)",
         TRIGGER_SCORED,
     ),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),

@@ -658,9 +658,9 @@ def recall_tail(chances: np.ndarray, at_least: int) -> float:
 
 
 SEQUENTIAL_SILENCE = (
-    "the three sequential gradient steps. Bietti et al.'s theorem recovers the memories with one "
-    "step each, top down, in a simplified setting; this chapter has not yet restored its "
-    "hypotheses from the paper, so it makes no row of it"
+    "the three sequential gradient steps. Bietti et al.'s theorem recovers the memories with one step each, top "
+    "down, and says nothing of training them together; its rows are the section on the three steps, on our reading "
+    "of its hypotheses (the seeds do not give them)"
 )
 
 
