@@ -27,7 +27,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check lint site-test oldest outputs margins reference results lock clean
+.PHONY: book test check lint site-test slurm slurm-stop oldest outputs margins reference results lock clean
 
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
@@ -72,6 +72,13 @@ test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
 	SANDBOXES_PROFILE=quick ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
 		--durations=20 --dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book
+
+# a one-node Slurm cluster on this machine for tests/test_slurm.py: installs Slurm, munge and MariaDB from Debian where
+# missing, then starts them (as root or through sudo; about 20 s the first time, 3 s after); slurm-stop stops them
+slurm:
+	$(SUDO) bash tests/slurm/up.sh
+slurm-stop:
+	$(SUDO) bash tests/slurm/down.sh --all
 
 # Debian's chromium, as root or through sudo; a machine without apt must have chromium on its PATH already
 site-test: $(STAMP)

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from sandboxes import cluster
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 
@@ -56,6 +57,28 @@ def tiny_flags(chapter: str) -> list[str]:
     """Command-line flags that run ``chapter`` at the scale of a unit test."""
     seeds = str(get_chapter(chapter).min_seeds)
     return [arg for key, value in TINY[chapter].items() for arg in ("--set", f"{key}={value}")] + ["--seeds", seeds]
+
+
+def tiny_plan(chapter: str) -> cluster.Plan:
+    """A plan of jobs for ``chapter`` at the scale of a unit test, with the seeds of :func:`tiny_flags`."""
+    overrides = {key: str(value) for key, value in TINY[chapter].items()}
+    return cluster.Plan.make(chapter, "quick", overrides, get_chapter(chapter).min_seeds, "cpu")
+
+
+def what_a_run_computed(body: dict) -> dict:
+    """A result file without what differs between any two runs of the same code: times, dates, machine."""
+    return {
+        "chapter": body["chapter"],
+        "profile": body["profile"],
+        "config": body["config"],
+        "seeds": body["seeds"],
+        "claims": body["claims"],
+        "data": body["data"],
+        "sections": {
+            name: {k: v for k, v in section.items() if k not in ("wall_time_s", "provenance")}
+            for name, section in body["sections"].items()
+        },
+    }
 
 
 @pytest.fixture(scope="session")

@@ -13,38 +13,13 @@ from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
 from sandboxes.results import Result
 
-from conftest import TINY
+from conftest import TINY, tiny_plan, what_a_run_computed
 
 pytestmark = pytest.mark.slow  # chapters run as jobs and merged: make check leaves it out
 
 submitit = pytest.importorskip("submitit")  # the optional [cluster] extra; requirements.txt installs it
 
 CHAPTERS = [chapter.name for chapter in all_chapters()]
-
-
-def _seeds(chapter: str) -> int:
-    return get_chapter(chapter).min_seeds  # as conftest.tiny_flags
-
-
-def _tiny_plan(chapter: str) -> cluster.Plan:
-    overrides = {key: str(value) for key, value in TINY[chapter].items()}
-    return cluster.Plan.make(chapter, "quick", overrides, _seeds(chapter), "cpu")
-
-
-def _what_a_run_computed(body: dict) -> dict:
-    """A result file without what differs between any two runs of the same code: times, dates, machine."""
-    return {
-        "chapter": body["chapter"],
-        "profile": body["profile"],
-        "config": body["config"],
-        "seeds": body["seeds"],
-        "claims": body["claims"],
-        "data": body["data"],
-        "sections": {
-            name: {k: v for k, v in section.items() if k not in ("wall_time_s", "provenance")}
-            for name, section in body["sections"].items()
-        },
-    }
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +30,7 @@ def job_folders(tmp_path_factory):
     def run(chapter: str):
         if chapter not in folders:
             folder = tmp_path_factory.mktemp(f"{chapter}-jobs")
-            plan = _tiny_plan(chapter)
+            plan = tiny_plan(chapter)
             options = cluster.JobOptions("local", max_jobs=2, timeout_min=10)
             # the jobs' processes inherit the environment: the same threads as this one, so the same reduction order
             with pytest.MonkeyPatch.context() as patch:
@@ -71,11 +46,11 @@ def test_jobs_merge_into_exactly_what_one_process_computes(job_folders, tiny_res
     # one chapter here: every chapter, split into section jobs and seed-group jobs, is merged in
     # test_a_section_split_into_seed_groups_merges_into_exactly_what_one_process_computes
     merged = json.loads(cluster.merge_folder(job_folders("hmm")).to_json())
-    assert _what_a_run_computed(merged) == _what_a_run_computed(tiny_result("hmm"))
+    assert what_a_run_computed(merged) == what_a_run_computed(tiny_result("hmm"))
 
 
 def test_a_job_per_section_that_trains_and_one_for_the_theory():
-    plan = _tiny_plan("hmm")
+    plan = tiny_plan("hmm")
     theory = ("paper_example", "counterexample", "powers", "recovery", "ghmm", "ghmm_tensor")
     assert plan.jobs() == [cluster.Job(theory), cluster.Job(("learning",))]
 
@@ -138,7 +113,7 @@ def test_a_section_split_into_seed_groups_merges_into_exactly_what_one_process_c
     overrides = {key: str(value) for key, value in TINY[chapter].items()}
     alone = get_chapter(chapter).run("quick", overrides, SPLIT_SEEDS, "cpu", False)
     merged = json.loads(cluster.merge_folder(folder).to_json())
-    assert _what_a_run_computed(merged) == _what_a_run_computed(json.loads(alone.to_json()))
+    assert what_a_run_computed(merged) == what_a_run_computed(json.loads(alone.to_json()))
     plan = cluster.Plan.load(folder)
     split = [name for name in plan.sections if plan.split(name)]
     assert split == [s.name for s in get_chapter(chapter).sections if s.trains and s.by_seed]
@@ -173,7 +148,7 @@ def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_fo
     (rerun,) = [line for line in said if "done: learning seeds 2,3: " in line]
     assert re.search(r": [1-9]\d* members found stored, 0 trained$", rerun)  # it had stored all before it was killed
     assert cluster.pending_jobs(plan, tmp_path) == []
-    assert _what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == _what_a_run_computed(
+    assert what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == what_a_run_computed(
         json.loads(cluster.merge_folder(source).to_json())
     )
 
@@ -197,7 +172,7 @@ def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folder
 
 
 def test_a_failed_job_is_reported_with_its_log_and_leaves_no_partial(tmp_path, monkeypatch):
-    plan = _tiny_plan("hmm")
+    plan = tiny_plan("hmm")
     failing = cluster.Plan(
         plan.chapter, plan.profile, {**plan.overrides, "steps": "-1"}, plan.seeds, "cpu", ("learning",)
     )  # a value the parameter check refuses, reached only inside the job

@@ -259,6 +259,7 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     if args.into or args.out == "-":
         raise ValueError("--executor writes its result into --folder (or --out PATH): not --into, not --out -")
     options = cluster.JobOptions(args.executor, args.partition, args.gpus_per_job, args.max_jobs, args.timeout_min)
+    cluster.check_partition(options)
     plan = cluster.Plan.make(
         args.chapter,
         args.profile,

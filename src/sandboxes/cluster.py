@@ -17,6 +17,8 @@ the section over all its seeds as one process would. A group job that has finish
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -359,6 +361,22 @@ class JobOptions:
             raise ValueError("--partition is a Slurm option: give it with --executor slurm")
 
 
+def check_partition(options: JobOptions) -> None:
+    """Refuse, before any work, a Slurm partition that this cluster's ``sinfo`` does not list (sbatch would refuse
+    it only when the jobs are submitted, after the calibration, and print its own lines)."""
+    if options.executor != "slurm" or options.partition is None:
+        return
+    try:
+        listed = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise ValueError(f"--partition {options.partition}: sinfo could not list the partitions ({err})") from None
+    partitions = sorted(set(listed.stdout.split()))
+    if options.partition not in partitions:
+        raise ValueError(
+            f"Slurm has no partition {options.partition!r} (sinfo lists: {', '.join(partitions) or 'none'})"
+        )
+
+
 def _executor(options: JobOptions, folder: Path, name: str) -> Any:
     """A submitit executor for ``options`` whose logs go under ``folder``."""
     try:
@@ -415,13 +433,46 @@ def _run_wave(
         else [jobs[i : i + options.max_jobs] for i in range(0, len(jobs), options.max_jobs)]
     )
     for batch in (b for b in batches if b):
-        submitted = executor.map_array(run_job, [plan] * len(batch), batch, [str(folder)] * len(batch))
+        try:
+            submitted = executor.map_array(run_job, [plan] * len(batch), batch, [str(folder)] * len(batch))
+        except Exception as err:  # noqa: BLE001 - sbatch refused the jobs (a partition, an option): say why in a line
+            raise ValueError(f"the scheduler refused the jobs: {_reason(err)}") from None
         for job, spec in zip(submitted, batch):
             say(f"job {job.job_id}: {spec.name}")
         for job, spec in zip(submitted, batch):
             try:
                 say(f"job {job.job_id} done: {job.result()}")
             except Exception as err:  # noqa: BLE001 - a failed job is reported, whatever it raised
-                first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                failed.append((spec, f"{spec.name}: job {job.job_id} failed ({first_line}); log {job.paths.stderr}"))
+                failed.append(
+                    (spec, f"{spec.name}: job {job.job_id} {job_state(job)} ({_reason(err)}); log {job.paths.stderr}")
+                )
     return failed
+
+
+def _reason(err: Exception) -> str:
+    """The line of an error that says what went wrong: sbatch's own error, or the exception a job's trace ends on,
+    where there is one; else the first."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    told = [line.removeprefix("sbatch: error: ") for line in lines if line.startswith("sbatch: error:")]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return (told or raised[-1:] or lines or [type(err).__name__])[0]
+
+
+SETTLING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN")  # states before a job's end is recorded
+
+
+def job_state(job: Any, patience_s: float = 60.0) -> str:
+    """A finished job's state as the scheduler records it (Slurm's, from sacct: FAILED, CANCELLED, TIMEOUT, ...),
+    waiting up to ``patience_s`` for the record to catch up with the job's end; "failed" where none is recorded."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            info = job.get_info(mode="force")
+            state = str(info.get("State") or info.get("jobState") or "UNKNOWN").split()[0]  # Slurm's, or a process's
+        except Exception:  # noqa: BLE001 - no record to read (a local process that is gone): the failure still stands
+            return "failed"
+        if state not in SETTLING:
+            return "failed" if state in ("FINISHED", "COMPLETED") else state  # a process that raised ends "FINISHED"
+        if time.monotonic() > deadline:
+            return "failed"
+        time.sleep(1.0)
