@@ -305,6 +305,7 @@ def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
         (["--executor", "local", "--max-jobs", "0"], "at least 1"),
         (["--partition", "gpu"], "go with --executor"),
         (["--calibration-steps", "3"], "go with --executor"),
+        (["--no-wait"], "go with --executor"),
         (["--seeds-per-job", "2"], "go with --executor"),
         (["--executor", "local", "--seeds-per-job", "1"], "at least 2"),
         (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),

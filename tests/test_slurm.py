@@ -94,3 +94,38 @@ def test_an_option_sbatch_refuses_is_reported_in_one_line(tmp_path):
     no_such_node = cluster.JobOptions("slurm", partition=PARTITION, gpus_per_job=1, timeout_min=10)  # no GPU here
     with pytest.raises(ValueError, match=r"^the scheduler refused the jobs: [^\n]+$"):
         cluster.submit(plan, tmp_path, plan.jobs(), no_such_node, say=lambda line: None)
+
+
+class _Stopped(Exception):
+    """The submitting command ended (killed, logged out) right after its jobs were submitted."""
+
+
+def test_a_rerun_waits_for_jobs_still_running_instead_of_submitting_them_again(tmp_path, capsys):
+    plan = tiny_plan("hmm")
+    held = []
+
+    def stop_after_submitting(line: str) -> None:  # hold each job in the queue, then end the command
+        if line.startswith("job ") and " done" not in line:
+            held.append(line.split()[1].rstrip(":"))
+            subprocess.run(["scontrol", "hold", held[-1]], check=True)
+            raise _Stopped
+
+    learning = cluster.Plan.make("hmm", "quick", plan.overrides, plan.seeds, "cpu", ["learning"])
+    with pytest.raises(_Stopped):
+        cluster.submit(learning, tmp_path, learning.jobs(), _options(), say=stop_after_submitting)
+    try:
+        where = ["--executor", "slurm", "--partition", PARTITION, "--folder", str(tmp_path)]
+        flags = [*tiny_flags("hmm"), "--device", "cpu", "--section", "learning", "--calibration-steps", "2", *where]
+        rerun = ["run", "hmm", *flags]
+        assert main([*rerun, "--no-wait"]) == 3
+        assert f"job {held[0]}: learning, PENDING" in capsys.readouterr().out
+        subprocess.run(["scontrol", "release", held[0]], check=True)
+        assert main(rerun) == 0
+        told = capsys.readouterr().out
+        assert f"job {held[0]}: learning, PENDING since an earlier command" in told
+        assert json.loads((tmp_path / cluster.JOBS_FILE).read_text()) == {
+            "learning": held[0]
+        }  # nothing submitted again
+        assert cluster.pending(learning, tmp_path) == []
+    finally:  # a held job left by a failing test would block the queue
+        subprocess.run(["scancel", *held], check=False)

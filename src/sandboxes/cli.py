@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the jobs and their estimated hours (a short calibration on this machine), submit none",
     )
     jobs.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="where jobs an earlier command submitted to Slurm are still running, print their states and exit (3) "
+        "instead of waiting for them",
+    )
+    jobs.add_argument(
         "--calibration-steps",
         type=int,
         default=cluster.CALIBRATION_STEPS,
@@ -275,12 +281,19 @@ def _on_scheduler(args: argparse.Namespace) -> int:
         cluster.Plan.load(folder), seeds_per_job=plan.seeds_per_job
     ) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
-    jobs = cluster.pending_jobs(plan, folder)
+    pending = cluster.pending_jobs(plan, folder)
+    attached = cluster.still_running(plan, folder, pending, options)  # submitted by an earlier command, not ended
+    if attached and args.no_wait:
+        for job, handle, state in attached:
+            print(f"job {handle.job_id}: {job.name}, {state}")
+        print(f"{len(attached)} jobs of this run are still running; the same command without --no-wait waits for them")
+        return 3
+    jobs = [job for job in pending if job not in {job for job, _, _ in attached}]
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
     print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
     if args.dry_run:
         return 0
-    failures = cluster.submit(plan, folder, jobs, options)
+    failures = cluster.submit(plan, folder, jobs, options, attached=attached)
     for failure in failures:
         print(f"failed: {failure}", file=sys.stderr)
     if failures:
@@ -305,11 +318,12 @@ def _run(args: argparse.Namespace) -> int:
         or args.partition
         or args.gpus_per_job
         or args.dry_run
+        or args.no_wait
         or args.seeds_per_job is not None
         or args.calibration_steps != cluster.CALIBRATION_STEPS
     ):
         raise ValueError(
-            "--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run and --calibration-steps "
+            "--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run, --no-wait and --calibration-steps "
             "go with --executor local or slurm"
         )
     chapter = get_chapter(args.chapter)

@@ -37,6 +37,7 @@ PARTS = "parts"
 LOGS = "logs"
 GROUPS = "groups"
 MEMBERS = "members"
+JOBS_FILE = "jobs.json"  # each submitted job's scheduler id by the job's name: a rerun reattaches to those not ended
 EXECUTORS = ("local", "slurm")
 CALIBRATION_STEPS = 10  # steps per train() call when planning: the first warms up, the other nine are timed
 
@@ -398,17 +399,27 @@ def _executor(options: JobOptions, folder: Path, name: str) -> Any:
 
 
 def submit(
-    plan: Plan, folder: Path, jobs: list[Job], options: JobOptions, say: Callable[[str], None] = print
+    plan: Plan,
+    folder: Path,
+    jobs: list[Job],
+    options: JobOptions,
+    say: Callable[[str], None] = print,
+    attached: Sequence[tuple[Job, Any, str]] = (),
 ) -> list[str]:
-    """Run ``jobs`` and wait for them, the group jobs first, then the jobs of split sections whose groups all
-    succeeded; the failures, each with its log's path."""
+    """Wait for the jobs an earlier command submitted that are still running (``attached``, from
+    :func:`still_running`), then run ``jobs`` and wait for them, the group jobs first, then the jobs of split sections
+    whose groups all succeeded; the failures, each with its log's path."""
     plan.save(folder)
+    for job, handle, state in attached:
+        say(f"job {handle.job_id}: {job.name}, {state} since an earlier command: waiting for it, not submitting again")
+    failed = _wait([(handle, job) for job, handle, _ in attached], say)
     if not jobs:
-        say(f"every section already has a valid partial result in {folder / PARTS}")
-        return []
+        if not attached:
+            say(f"every section already has a valid partial result in {folder / PARTS}")
+        return [message for _, message in failed]
     executor = _executor(options, folder, f"sandboxes-{plan.chapter}")
     waiting = [job for job in jobs if not job.seeds and any(plan.split(name) for name in job.sections)]
-    failed = _run_wave(executor, plan, folder, [job for job in jobs if job not in waiting], options, say)
+    failed += _run_wave(executor, plan, folder, [job for job in jobs if job not in waiting], options, say)
     broken = {job.sections[0] for job, _ in failed if job.seeds}
     held = [
         (job, f"{job.name}: not submitted, since a group job of it failed")
@@ -419,6 +430,34 @@ def submit(
         executor, plan, folder, [j for j in waiting if j.sections[0] not in broken], options, say
     )
     return [message for _, message in failed]
+
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")  # not ended
+
+
+def still_running(plan: Plan, folder: Path, jobs: Sequence[Job], options: JobOptions) -> list[tuple[Job, Any, str]]:
+    """Of ``jobs``, those an earlier command submitted to Slurm (``jobs.json``) that have not ended, each with a
+    handle on it and its state: a rerun waits for them instead of submitting them again."""
+    path = folder / JOBS_FILE
+    if options.executor != "slurm" or not path.exists():
+        return []
+    import submitit
+
+    known = json.loads(path.read_text())
+    found = []
+    for job in (job for job in jobs if job.name in known):
+        handle = submitit.SlurmJob(folder=folder / LOGS / "%j", job_id=known[job.name])
+        state = _recorded_state(handle)
+        if state in ACTIVE:
+            found.append((job, handle, state))
+    return found
+
+
+def _record(folder: Path, submitted: Mapping[str, str]) -> None:
+    """Add the scheduler ids of jobs just submitted, by name, to the folder's ``jobs.json``."""
+    path = folder / JOBS_FILE
+    known = json.loads(path.read_text()) if path.exists() else {}
+    _write_atomically(path, json.dumps({**known, **submitted}, indent=1) + "\n")
 
 
 def _run_wave(
@@ -437,15 +476,23 @@ def _run_wave(
             submitted = executor.map_array(run_job, [plan] * len(batch), batch, [str(folder)] * len(batch))
         except Exception as err:  # noqa: BLE001 - sbatch refused the jobs (a partition, an option): say why in a line
             raise ValueError(f"the scheduler refused the jobs: {_reason(err)}") from None
+        _record(folder, {spec.name: job.job_id for job, spec in zip(submitted, batch)})
         for job, spec in zip(submitted, batch):
             say(f"job {job.job_id}: {spec.name}")
-        for job, spec in zip(submitted, batch):
-            try:
-                say(f"job {job.job_id} done: {job.result()}")
-            except Exception as err:  # noqa: BLE001 - a failed job is reported, whatever it raised
-                failed.append(
-                    (spec, f"{spec.name}: job {job.job_id} {job_state(job)} ({_reason(err)}); log {job.paths.stderr}")
-                )
+        failed += _wait(list(zip(submitted, batch)), say)
+    return failed
+
+
+def _wait(running: Sequence[tuple[Any, Job]], say: Callable[[str], None]) -> list[tuple[Job, str]]:
+    """Wait for each submitted job; those that failed, each with a line that names its state and its log."""
+    failed = []
+    for job, spec in running:
+        try:
+            say(f"job {job.job_id} done: {job.result()}")
+        except Exception as err:  # noqa: BLE001 - a failed job is reported, whatever it raised
+            failed.append(
+                (spec, f"{spec.name}: job {job.job_id} {job_state(job)} ({_reason(err)}); log {job.paths.stderr}")
+            )
     return failed
 
 
@@ -461,18 +508,21 @@ def _reason(err: Exception) -> str:
 SETTLING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN")  # states before a job's end is recorded
 
 
+def _recorded_state(job: Any) -> str | None:
+    """The state the scheduler records for ``job`` now (Slurm's, from sacct; a local process's); None where it has
+    no record to read (a local process that is gone)."""
+    try:
+        info = job.get_info(mode="force")
+    except Exception:  # noqa: BLE001 - whatever the scheduler raised, there is no record
+        return None
+    return str(info.get("State") or info.get("jobState") or "UNKNOWN").split()[0]
+
+
 def job_state(job: Any, patience_s: float = 60.0) -> str:
-    """A finished job's state as the scheduler records it (Slurm's, from sacct: FAILED, CANCELLED, TIMEOUT, ...),
-    waiting up to ``patience_s`` for the record to catch up with the job's end; "failed" where none is recorded."""
+    """A finished job's state as the scheduler records it (Slurm's: FAILED, CANCELLED, TIMEOUT, ...), waiting up to
+    ``patience_s`` for the record to catch up with the job's end; "failed" where none is recorded."""
     deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            info = job.get_info(mode="force")
-            state = str(info.get("State") or info.get("jobState") or "UNKNOWN").split()[0]  # Slurm's, or a process's
-        except Exception:  # noqa: BLE001 - no record to read (a local process that is gone): the failure still stands
-            return "failed"
-        if state not in SETTLING:
-            return "failed" if state in ("FINISHED", "COMPLETED") else state  # a process that raised ends "FINISHED"
-        if time.monotonic() > deadline:
-            return "failed"
+    while (state := _recorded_state(job)) in SETTLING and time.monotonic() < deadline:
         time.sleep(1.0)
+    # a local process that raised ends "FINISHED"
+    return "failed" if state in (None, *SETTLING, "FINISHED", "COMPLETED") else state
