@@ -3,6 +3,7 @@ executor in this process) merges into the single run's result."""
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -151,6 +152,21 @@ def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_fo
     assert what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == what_a_run_computed(
         json.loads(cluster.merge_folder(source).to_json())
     )
+
+
+def test_each_jobs_plan_is_set_beside_what_its_sections_took(job_folders, tmp_path):
+    folder = tmp_path / "jobs"
+    shutil.copytree(job_folders("hmm"), folder)
+    plan = cluster.Plan.load(folder)
+    cluster.save_estimates(folder, [cluster.JobEstimate(job, 10.0, 0) for job in plan.jobs()], "a test")
+    rows = cluster.estimates_against_runs(folder)
+    assert [name for name, _, _ in rows] == [job.name for job in plan.jobs()]
+    for (_, planned, took), job in zip(rows, plan.jobs()):
+        parts = {name: cluster.valid_part(plan, folder, name) for name in job.sections}
+        assert planned == 10.0 and took == sum(part.sections[name]["wall_time_s"] for name, part in parts.items())
+    body = json.loads(cluster.save_comparison(folder, cluster.merge_folder(folder), rows).read_text())
+    assert body["planned_on"] == "a test" and len(body["jobs"]) == len(rows)
+    assert cluster.comparison_table(body).count("<tr>") == len(rows) + 1
 
 
 def test_a_rerun_submits_only_the_missing_and_the_mismatched_sections(job_folders, tmp_path):

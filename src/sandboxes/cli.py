@@ -293,6 +293,7 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
     if args.dry_run:
         return 0
+    cluster.save_estimates(folder, estimates, measured_on)
     failures = cluster.submit(plan, folder, jobs, options, attached=attached)
     for failure in failures:
         print(f"failed: {failure}", file=sys.stderr)
@@ -305,6 +306,11 @@ def _on_scheduler(args: argparse.Namespace) -> int:
 def _merge(folder: Path, out: str | None) -> int:
     result = cluster.merge_folder(folder)
     _report(result, sys.stdout)
+    compared = cluster.estimates_against_runs(folder)
+    for name, planned, took in compared:
+        print(f"job {name}: planned {planned:.1f} s, took {took:.1f} s (planned / took {planned / took:.2f})")
+    if compared:
+        print(f"planned against taken, with the machines: {cluster.save_comparison(folder, result, compared)}")
     path = result.save(Path(out or folder / f"{result.chapter}-{result.profile}.json"))
     print(f"result written to {path}")
     return 0

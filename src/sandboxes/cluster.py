@@ -29,7 +29,7 @@ from . import members
 from .calibration import TrainCall, calibrating
 from .chapters import get_chapter
 from .profiles import resolve
-from .results import Result, merge
+from .results import RESULTS_DIR, Result, merge
 from .runtime import device_name, pick_device
 
 PLAN_FILE = "plan.json"
@@ -37,6 +37,8 @@ PARTS = "parts"
 LOGS = "logs"
 GROUPS = "groups"
 MEMBERS = "members"
+COMPARISONS_DIR = RESULTS_DIR / "cluster"  # committed estimates-against-runs files, which the cluster page shows
+ESTIMATES_FILE = "estimates.json"  # each job's planned seconds, by the job's name, beside what the jobs then took
 JOBS_FILE = "jobs.json"  # each submitted job's scheduler id by the job's name: a rerun reattaches to those not ended
 EXECUTORS = ("local", "slurm")
 CALIBRATION_STEPS = 10  # steps per train() call when planning: the first warms up, the other nine are timed
@@ -321,6 +323,60 @@ def estimate(
         known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error)
         estimates.append(known[alike])
     return estimates, device_name(measured_on)
+
+
+def save_estimates(folder: Path, estimates: Sequence[JobEstimate], measured_on: str) -> None:
+    """Keep each job's planned seconds in the folder (``estimates.json``), to set beside what the job took."""
+    path = folder / ESTIMATES_FILE
+    kept = json.loads(path.read_text())["seconds"] if path.exists() else {}
+    body = {"measured_on": measured_on, "seconds": {**kept, **{e.job.name: e.seconds for e in estimates}}}
+    _write_atomically(path, json.dumps(body, indent=1) + "\n")
+
+
+def estimates_against_runs(folder: Path) -> list[tuple[str, float, float]]:
+    """Per section job planned in ``folder`` whose partial results exist: its name, its planned seconds and the
+    seconds its sections took (their wall times, as the partials record them; a job's start-up is in neither)."""
+    path = folder / ESTIMATES_FILE
+    if not path.exists():
+        return []
+    planned = json.loads(path.read_text())["seconds"]
+    plan = Plan.load(folder)
+    rows = []
+    for job in (job for job in plan.jobs() if not job.seeds and job.name in planned):
+        parts = [valid_part(plan, folder, name) for name in job.sections]
+        if all(part is not None for part in parts):
+            took = sum(part.sections[name]["wall_time_s"] for part, name in zip(parts, job.sections))  # type: ignore
+            rows.append((job.name, float(planned[job.name]), float(took)))
+    return rows
+
+
+def save_comparison(folder: Path, result: Result, compared: Sequence[tuple[str, float, float]]) -> Path:
+    """``estimates-against-runs.json`` in ``folder``: each job's planned and taken seconds, the machine that planned
+    and the one that ran (the cluster page shows such a file from ``results/cluster/``)."""
+    body = {
+        "chapter": result.chapter,
+        "profile": result.profile,
+        "planned_on": json.loads((folder / ESTIMATES_FILE).read_text())["measured_on"],
+        "ran_on": result.provenance.get("device_name"),
+        "git_commit": result.provenance.get("git_commit"),
+        "jobs": [{"job": name, "planned_s": round(planned, 2), "took_s": took} for name, planned, took in compared],
+    }
+    return _write_atomically(folder / "estimates-against-runs.json", json.dumps(body, indent=1) + "\n")
+
+
+def comparison_table(body: Mapping[str, Any]) -> str:
+    """An ``estimates-against-runs.json`` as an HTML table: per job, planned and taken seconds and their ratio."""
+    rows = "".join(
+        f"<tr><td>{row['job']}</td><td>{row['planned_s']:.1f}</td><td>{row['took_s']:.1f}</td>"
+        f"<td>{row['planned_s'] / row['took_s']:.2f}</td></tr>"
+        for row in body["jobs"]
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("job", "planned (s)", "took (s)", "planned / took"))
+    caption = (
+        f"{body['chapter']} at the {body['profile']} profile, planned on {body['planned_on']}, run on "
+        f"{body['ran_on']} (commit {str(body['git_commit'])[:7]})"
+    )
+    return f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def plan_report(

@@ -99,7 +99,12 @@ chown slurm:slurm /etc/slurm/slurmdbd.conf
 chmod 600 /etc/slurm/slurmdbd.conf
 
 "$HERE/down.sh" >/dev/null
-rm -rf /var/spool/slurmctld/* /var/spool/slurmd/*  # a test cluster starts with no jobs and no state of another
+# job ids restart with slurmctld's state and sacct reads them from the database: the two go together, so state of
+# another cluster (or none) starts both afresh, and a restart of this one keeps both
+if [ "$(cat /var/spool/slurmctld/clustername 2>/dev/null)" != sandboxes ]; then
+  rm -rf /var/spool/slurmctld/* /var/spool/slurmd/*
+  mysql -e "DROP DATABASE IF EXISTS slurm_acct_db; CREATE DATABASE slurm_acct_db;"
+fi
 slurmdbd
 wait_for slurmdbd sacctmgr -n show cluster
 slurmctld
