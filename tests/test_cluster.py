@@ -257,6 +257,26 @@ def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_pat
     assert "(after its group jobs; serves their members)" in out
 
 
+def test_max_hours_chooses_the_largest_seed_groups_that_fit():
+    plan = cluster.Plan.make("markov", "quick", {}, 8, "cpu")
+    theory, training = plan.jobs()[0], next(job for job in plan.jobs() if job.sections == ("training",))
+    estimates = [cluster.JobEstimate(theory, 60.0, 0), cluster.JobEstimate(training, 4 * 3600.0, 0)]
+    assert cluster.seeds_per_job_for(plan, estimates, 1.0) == 2  # 8 seeds at a quarter of the time
+    assert cluster.seeds_per_job_for(plan, estimates, 2.0) == 4
+    assert cluster.seeds_per_job_for(plan, estimates, 0.01) == 2  # no group smaller than two seeds
+    assert cluster.seeds_per_job_for(plan, estimates, 4.0) is None  # every job fits
+
+
+def test_the_dry_run_under_max_hours_plans_seed_groups_and_says_what_cannot_fit(tmp_path, capsys):
+    flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
+    where = ["--device", "cpu", "--executor", "local", "--folder", str(tmp_path), "--dry-run"]
+    assert main(["run", "hmm", *flags, "--section", "learning", "--seeds", "4", "--max-hours", "1e-9", *where]) == 0
+    out = capsys.readouterr().out
+    assert "--max-hours 1e-09: sections split into groups of 2 seeds" in out
+    assert "learning seeds 0,1" in out and "learning seeds 2,3" in out
+    assert "learning seeds 0,1: planned over --max-hours 1e-09 and cannot be split further" in out
+
+
 def test_a_rerun_may_split_what_is_left_differently_but_not_change_what_is_computed(tmp_path, capsys):
     flags = [arg for key, value in TINY["hmm"].items() for arg in ("--set", f"{key}={value}")]
     common = [
@@ -322,6 +342,9 @@ def test_the_calibration_scales_a_shortened_run_to_its_planned_steps():
         (["--partition", "gpu"], "go with --executor"),
         (["--calibration-steps", "3"], "go with --executor"),
         (["--no-wait"], "go with --executor"),
+        (["--max-hours", "2"], "go with --executor"),
+        (["--executor", "local", "--max-hours", "0"], "positive"),
+        (["--executor", "local", "--max-hours", "1", "--seeds-per-job", "2"], "not with --seeds-per-job"),
         (["--seeds-per-job", "2"], "go with --executor"),
         (["--executor", "local", "--seeds-per-job", "1"], "at least 2"),
         (["--executor", "local", "--dry-run", "--calibration-steps", "1"], "at least 2"),

@@ -106,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
         help="print the jobs and their estimated hours (a short calibration on this machine), submit none",
     )
     jobs.add_argument(
+        "--max-hours",
+        type=float,
+        default=None,
+        metavar="H",
+        help="split the sections whose job is planned over H hours into seed groups that fit, as --seeds-per-job "
+        "would, with the group size chosen from the calibration (or say which job cannot fit)",
+    )
+    jobs.add_argument(
         "--no-wait",
         action="store_true",
         help="where jobs an earlier command submitted to Slurm are still running, print their states and exit (3) "
@@ -265,6 +273,8 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     if args.into or args.out == "-":
         raise ValueError("--executor writes its result into --folder (or --out PATH): not --into, not --out -")
     options = cluster.JobOptions(args.executor, args.partition, args.gpus_per_job, args.max_jobs, args.timeout_min)
+    if args.max_hours is not None and (args.seeds_per_job is not None or not args.max_hours > 0):
+        raise ValueError("--max-hours is positive and chooses the group size: not with --seeds-per-job")
     cluster.check_partition(options)
     plan = cluster.Plan.make(
         args.chapter,
@@ -290,7 +300,12 @@ def _on_scheduler(args: argparse.Namespace) -> int:
         return 3
     jobs = [job for job in pending if job not in {job for job, _, _ in attached}]
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
+    if args.max_hours is not None:
+        plan, jobs, estimates = _fit_hours(args, plan, folder, attached, estimates)
     print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
+    if args.max_hours is not None:
+        for row in (row for row in estimates if row.seconds > args.max_hours * 3600):
+            print(f"  {row.job.name}: planned over --max-hours {args.max_hours:g} and cannot be split further")
     if args.dry_run:
         return 0
     cluster.save_estimates(folder, estimates, measured_on)
@@ -301,6 +316,21 @@ def _on_scheduler(args: argparse.Namespace) -> int:
         print(f"{len(failures)} jobs failed; the same command reruns only them", file=sys.stderr)
         return 1
     return _merge(folder, args.out)
+
+
+def _fit_hours(
+    args: argparse.Namespace, plan: cluster.Plan, folder: Path, attached: list, estimates: list
+) -> tuple[cluster.Plan, list[cluster.Job], list]:
+    """``--max-hours``: where a section job is planned over it, the plan split into seed groups that fit (the group
+    size from the calibration), its jobs and their estimates made again; else the plan as it was."""
+    size = cluster.seeds_per_job_for(plan, estimates, args.max_hours)
+    if size is None:
+        return plan, [row.job for row in estimates], estimates
+    print(f"--max-hours {args.max_hours:g}: sections split into groups of {size} seeds")
+    plan = cluster.Plan.make(plan.chapter, plan.profile, plan.overrides, plan.seeds, plan.device, plan.sections, size)
+    running = {job for job, _, _ in attached}
+    jobs = [job for job in cluster.pending_jobs(plan, folder) if job not in running]
+    return plan, jobs, cluster.estimate(plan, jobs, steps=args.calibration_steps)[0]
 
 
 def _merge(folder: Path, out: str | None) -> int:
@@ -325,12 +355,13 @@ def _run(args: argparse.Namespace) -> int:
         or args.gpus_per_job
         or args.dry_run
         or args.no_wait
+        or args.max_hours is not None
         or args.seeds_per_job is not None
         or args.calibration_steps != cluster.CALIBRATION_STEPS
     ):
         raise ValueError(
-            "--folder, --partition, --gpus-per-job, --seeds-per-job, --dry-run, --no-wait and --calibration-steps "
-            "go with --executor local or slurm"
+            "--folder, --partition, --gpus-per-job, --seeds-per-job, --max-hours, --dry-run, --no-wait and "
+            "--calibration-steps go with --executor local or slurm"
         )
     chapter = get_chapter(args.chapter)
     if args.into and args.out:

@@ -325,6 +325,26 @@ def estimate(
     return estimates, device_name(measured_on)
 
 
+def seeds_per_job_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: float) -> int | None:
+    """The seeds a group job may take so that every section job planned over ``max_hours`` and splittable fits,
+    its time taken as proportional to its seeds (the split plan is estimated again after); None where every job fits
+    or none over it can be split."""
+    chapter = get_chapter(plan.chapter)
+    seeds = len(plan.expected()[1])
+    least = max([MIN_GROUP] + [chapter.section(name).min_seeds for name in chapter.closure(list(plan.sections))])
+    sizes = [
+        max(least, int(seeds * max_hours * 3600 / row.seconds))
+        for row in estimates
+        if not row.job.seeds
+        and row.seconds > max_hours * 3600
+        and len(row.job.sections) == 1
+        and chapter.section(row.job.sections[0]).trains
+        and chapter.section(row.job.sections[0]).by_seed
+    ]
+    size = min(sizes, default=None)
+    return size if size is not None and size < seeds else None
+
+
 def save_estimates(folder: Path, estimates: Sequence[JobEstimate], measured_on: str) -> None:
     """Keep each job's planned seconds in the folder (``estimates.json``), to set beside what the job took."""
     path = folder / ESTIMATES_FILE
