@@ -41,6 +41,7 @@ COMPARISONS_DIR = RESULTS_DIR / "cluster"  # committed estimates-against-runs fi
 ESTIMATES_FILE = "estimates.json"  # each job's planned seconds, by the job's name, beside what the jobs then took
 JOBS_FILE = "jobs.json"  # each submitted job's scheduler id by the job's name: a rerun reattaches to those not ended
 EXECUTORS = ("local", "slurm")
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")  # Slurm: not ended
 CALIBRATION_STEPS = 10  # steps per train() call when planning: the first warms up, the other nine are timed
 
 
@@ -508,9 +509,6 @@ def submit(
     return [message for _, message in failed]
 
 
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")  # not ended
-
-
 def still_running(plan: Plan, folder: Path, jobs: Sequence[Job], options: JobOptions) -> list[tuple[Job, Any, str]]:
     """Of ``jobs``, those an earlier command submitted to Slurm (``jobs.json``) that have not ended, each with a
     handle on it and its state: a rerun waits for them instead of submitting them again."""
@@ -581,7 +579,7 @@ def _reason(err: Exception) -> str:
     return (told or raised[-1:] or lines or [type(err).__name__])[0]
 
 
-SETTLING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN")  # states before a job's end is recorded
+SETTLING = (*ACTIVE, "UNKNOWN")  # states before a job's end is recorded
 
 
 def _recorded_state(job: Any) -> str | None:
