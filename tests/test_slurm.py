@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sandboxes import cluster
+from sandboxes.chapters import get_chapter
 from sandboxes.cli import main
 
 from conftest import tiny_flags, tiny_plan, what_a_run_computed
@@ -80,6 +81,31 @@ def test_a_cancelled_job_is_reported_and_the_next_run_reruns_it(tmp_path):
     assert cluster.pending(plan, tmp_path) == ["learning"]
     assert cluster.submit(plan, tmp_path, cluster.pending_jobs(plan, tmp_path), _options(), say=lambda line: None) == []
     assert cluster.pending(plan, tmp_path) == []
+
+
+def test_seed_groups_merge_into_what_one_process_computes_after_a_group_lost_in_the_queue_is_rerun(tmp_path):
+    overrides = tiny_plan("hmm").overrides
+    plan = cluster.Plan.make("hmm", "quick", overrides, 4, "cpu", ["learning"], seeds_per_job=2)
+    one_at_a_time = cluster.JobOptions("slurm", partition=PARTITION, max_jobs=1, timeout_min=10)
+    lost = []
+
+    def cancel_the_second_group(line: str) -> None:  # still pending behind the first: Slurm keeps no record of it
+        if line.startswith("job ") and line.endswith(": learning seeds 2,3"):
+            lost.append(line.split()[1].rstrip(":"))
+            subprocess.run(["scancel", lost[-1]], check=True)
+
+    failures = cluster.submit(plan, tmp_path, plan.jobs(), one_at_a_time, say=cancel_the_second_group)
+    assert failures == [
+        f"learning seeds 2,3: job {lost[0]} left Slurm without a record ({cluster.FORGOTTEN}); no log",
+        "learning: not submitted, since a group job of it failed",
+    ]
+    assert cluster.pending_jobs(plan, tmp_path) == [cluster.Job(("learning",), (2, 3)), cluster.Job(("learning",))]
+    assert cluster.submit(plan, tmp_path, cluster.pending_jobs(plan, tmp_path), _options(), say=lambda _: None) == []
+    alone = what_a_run_computed(json.loads(get_chapter("hmm").run("quick", overrides, 4, "cpu", False).to_json()))
+    merged = what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json()))
+    assert merged["data"]["learning"] == alone["data"]["learning"]
+    assert merged["sections"]["learning"] == alone["sections"]["learning"]
+    assert merged["claims"] == [claim for claim in alone["claims"] if claim["section"] == "learning"]
 
 
 def test_a_partition_slurm_does_not_list_is_refused_in_one_line_before_any_work(tmp_path, capsys):

@@ -561,6 +561,9 @@ def _wait(running: Sequence[tuple[Any, Job]], say: Callable[[str], None]) -> lis
     """Wait for each submitted job; those that failed, each with a line that names its state and its log."""
     failed = []
     for job, spec in running:
+        if not _ends(job):
+            failed.append((spec, f"{spec.name}: job {job.job_id} left Slurm without a record ({FORGOTTEN}); no log"))
+            continue
         try:
             say(f"job {job.job_id} done: {job.result()}")
         except Exception as err:  # noqa: BLE001 - a failed job is reported, whatever it raised
@@ -568,6 +571,33 @@ def _wait(running: Sequence[tuple[Any, Job]], say: Callable[[str], None]) -> lis
                 (spec, f"{spec.name}: job {job.job_id} {job_state(job)} ({_reason(err)}); log {job.paths.stderr}")
             )
     return failed
+
+
+FORGOTTEN = "an array task cancelled before it started leaves none"
+QUEUE_CHECK_S = 15.0  # between two looks at Slurm's queue and records while a job runs: gentle on a shared cluster
+
+
+def _ends(job: Any, check_s: float = QUEUE_CHECK_S, poll_s: float = 1.0) -> bool:
+    """Wait until ``job`` ends; False where Slurm neither queues nor records it at two looks ``check_s`` apart (a
+    job between queue and record is missed by one look at most), which submitit would wait for forever. Jobs of
+    other executors end when their result is asked for."""
+    if type(job).__name__ != "SlurmJob":
+        return True
+    missed, last_look = 0, -check_s
+    while not job.done():
+        if time.monotonic() - last_look >= check_s:
+            last_look = time.monotonic()
+            missed = 0 if _queued(job.job_id) or _recorded_state(job) not in (None, "UNKNOWN") else missed + 1
+            if missed == 2:
+                return False
+        time.sleep(poll_s)
+    return True
+
+
+def _queued(job_id: str) -> bool:
+    """Whether Slurm's queue lists ``job_id`` now."""
+    shown = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True, timeout=30)
+    return shown.returncode != 0 or bool(shown.stdout.strip())  # an error is no evidence that the job is gone
 
 
 def _reason(err: Exception) -> str:
