@@ -21,7 +21,8 @@ CALIBRATION_EVAL = 16  # held-out sequences a calibration evaluates; their time 
 
 @dataclass
 class Timing:
-    """Seconds in training steps (each group's first step excluded: it warms up) and in evaluations, per group."""
+    """Seconds in training steps and in evaluations, per group (each group's first step and first evaluation
+    excluded: they warm up)."""
 
     step_s: float = 0.0
     steps: int = 0
