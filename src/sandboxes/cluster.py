@@ -581,7 +581,9 @@ def _ends(job: Any, check_s: float = QUEUE_CHECK_S, poll_s: float = 1.0) -> bool
     """Wait until ``job`` ends; False where Slurm neither queues nor records it at two looks ``check_s`` apart (a
     job between queue and record is missed by one look at most), which submitit would wait for forever. Jobs of
     other executors end when their result is asked for."""
-    if type(job).__name__ != "SlurmJob":
+    from submitit import SlurmJob  # installed wherever a job was submitted
+
+    if not isinstance(job, SlurmJob):
         return True
     missed, last_look = 0, -check_s
     while not job.done():

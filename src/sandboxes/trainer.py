@@ -341,7 +341,10 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
     if timing is not None:
         timing.groups += 1
     for step in bar:
-        started = timing.mark(device) if timing is not None and step > 0 else 0.0
+        # step 0 and its evaluation warm up, untimed: a one-off cost there (a kernel loaded on first use) would be
+        # scaled to every step, and to the whole held-out set at every evaluation, of the full run
+        timed = timing if step > 0 else None
+        started = timed.mark(device) if timed is not None else 0.0
         x, y = sample_members(tasks, config.batch_size, generators)
         losses = per_member_loss(runner(x.to(device)), y.to(device))
         optimizer.zero_grad(set_to_none=True)
@@ -349,12 +352,9 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
         optimizer.step()
         schedule.step()
         train_curve[:, step] = losses.detach()
-        if timing is not None and step > 0:
-            timing.step_s, timing.steps = timing.step_s + timing.mark(device) - started, timing.steps + 1
+        if timed is not None:
+            timed.step_s, timed.steps = timed.step_s + timed.mark(device) - started, timed.steps + 1
         if step % config.eval_every == 0 or step == config.steps - 1:
-            # the first evaluation warms up as the first step does: a one-off cost there (a kernel loaded on first
-            # use) would be scaled to the whole held-out set at every evaluation of the full run
-            timed = timing if step > 0 else None
             started = timed.mark(device) if timed is not None else 0.0
             _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr, diverged)
             checked = step + 1
