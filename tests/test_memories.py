@@ -11,10 +11,11 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
-from sandboxes.chapters.memories import judge, measure
+from sandboxes.chapters.memories import CHAPTER, judge, measure
 from sandboxes.data.facts import FactRecall, balanced_facts
-from sandboxes.model import LinearAttentionRecall
+from sandboxes.model import LinearAttentionRecall, MLPMemory
 from sandboxes.theory import memories as theory
+from sandboxes.trainer import memorise
 
 from conftest import assert_fails_in_its_counterfactual
 
@@ -127,6 +128,81 @@ def test_the_loss_is_its_relation_part_plus_its_subject_part():
         assert loss == pytest.approx(float(task.loss(model(held_out[0]).double(), held_out[1])), rel=1e-6)
 
 
+# ---------------------------------------------------------------- capacity of a trained MLP memory
+def test_the_mlp_memory_reads_relu_features_against_the_output_embeddings():
+    rng = np.random.default_rng(3)
+    inputs, outputs = (torch.from_numpy(measure.unit_embeddings(n, 6, rng)) for n in (5, 7))
+    model = MLPMemory(inputs, outputs, 10, torch.Generator().manual_seed(0))
+    want = torch.relu(inputs @ model.hidden.T + model.bias) @ model.readout @ outputs.T
+    assert torch.allclose(model(torch.arange(5)), want) and model(torch.arange(5)).shape == (5, 7)
+
+
+def test_memorise_stops_at_a_check_that_reaches_the_accuracy_and_fails_where_it_cannot():
+    one = MLPMemory(torch.eye(2)[:1], torch.eye(2)[:1], 3, torch.Generator().manual_seed(0))
+    assert memorise(one, torch.zeros(1, dtype=torch.long), steps=0, lr=0.0, accuracy=1.0)  # one output: always right
+    rng = np.random.default_rng(0)
+    same = torch.from_numpy(measure.unit_embeddings(1, 4, rng)).float().repeat(3, 1)  # three inputs, one embedding
+    model = MLPMemory(same, torch.from_numpy(measure.unit_embeddings(3, 4, rng)).float(), 8, torch.Generator())
+    assert not memorise(model, torch.arange(3), steps=200, lr=0.03, accuracy=0.99)  # one input cannot say three
+
+
+def test_a_wider_mlp_memory_stores_more_and_a_search_repeats_itself():
+    config = {"mlp_steps": 512, "mlp_lr": 3e-2, "mlp_accuracy": 0.99}
+    narrow, wide = (measure.most_memorised(config, 8, m, 0, torch.device("cpu")) for m in (8, 32))
+    assert wide > 1.5 * narrow > 10
+    assert measure.most_memorised(config, 8, 8, 0, torch.device("cpu")) == narrow
+
+
+def _power_law(dims: list[int], ratios: list[int], seeds: int, law, noise: float = 0.03) -> dict:
+    """Capacities N solving N ln N = law(m, d), times a seeded log-normal spread per run."""
+    rng = np.random.default_rng(7)
+
+    def solve(m: int, d: int) -> float:
+        return brentq(lambda n: n * np.log(n) - law(m, d), 1.5, 1e7)
+
+    stored = [
+        [[max(2, round(solve(r * d, d) * rng.lognormal(0, noise))) for _ in range(seeds)] for r in ratios] for d in dims
+    ]
+    return {"dims": dims, "ratios": ratios, "stored": stored, "steps": 4096}
+
+
+def test_the_fitted_exponents_of_an_exact_power_law_are_its_powers():
+    data = _power_law([8, 16, 32], [1, 2, 4], 2, lambda m, d: 3 * m**0.7 * d**1.4, noise=0.0)
+    (a, b), errors = judge.mlp_exponents(data)
+    assert a == pytest.approx(0.7, abs=0.01) and b == pytest.approx(1.4, abs=0.01) and max(errors) < 0.02
+
+
+MLP_LAWS = {
+    "none": lambda m, d: 3 * m * d,
+    "the linear memory's law N ln N = d^2 / 8, blind to the width": lambda m, d: d**2 / 8,
+    "a capacity growing as m d^2": lambda m, d: 3 * m * d**2,
+}
+
+
+def _mlp_rows(change: str) -> list:
+    """The MLP rows on capacities made to order: the theorem's law N ln N = 3 m d, or the change's."""
+    return judge.mlp_capacity_rows({}, _power_law([8, 11, 16, 22], [1, 2, 4], 3, MLP_LAWS[change]))[0]
+
+
+def test_mlp_rows_are_undecided_below_the_settled_budget_and_absent_below_the_authors_smallest_d():
+    data = _power_law([8, 11, 16], [1, 2], 2, MLP_LAWS["none"])
+    short = judge.mlp_capacity_rows({}, {**data, "steps": judge.MLP_SETTLED_STEPS - 1})[0]
+    assert [c.holds for c in short] == [None, None]
+    claims, silences = judge.mlp_capacity_rows({}, {**data, "dims": [4, 11, 16]})
+    assert claims == [] and "every d is at least 8" in silences[0]
+    claims, silences = judge.mlp_capacity_rows({}, {**data, "ratios": [1]})
+    assert claims == [] and "two width ratios" in silences[0]
+
+
+def test_the_check_refuses_repeated_sizes_and_searches_too_large_for_memory():
+    config = {p.name: p.quick for p in CHAPTER.params}
+    with pytest.raises(ValueError, match="repeats"):
+        CHAPTER.check({**config, "mlp_ratios": "2,2"}, 1)
+    with pytest.raises(ValueError, match="starts its search"):
+        CHAPTER.check({**config, "mlp_dims": "512", "mlp_ratios": "64"}, 1)
+    CHAPTER.check({**config, "mlp_dims": "8,16,32,64,90", "mlp_ratios": "1,2,4,8"}, 1)  # the full profile
+
+
 # ---------------------------------------------------------------- counterfactuals
 def squared_loss_gradient(W: np.ndarray, U: np.ndarray, E: np.ndarray, joint: np.ndarray) -> np.ndarray:
     """Autograd's gradient of the squared loss of the logits against one-hot targets: the lemma's cross-entropy
@@ -219,6 +295,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"the relation is known", "half the relation and half the subject at rest", _hallucination_rows),
     (r"the subject is ignored", "half the relation and half the subject at rest", _hallucination_rows),
     (r"then every fact", "training stopped on the rest", _hallucination_rows),
+    (r"grows with the width m", "the linear memory's law N ln N = d^2 / 8, blind to the width", _mlp_rows),
+    (r"grows with the dimension d", "a capacity growing as m d^2", _mlp_rows),
 ]
 
 
@@ -229,7 +307,12 @@ def test_every_row_fails_in_its_counterfactual(key, change, rows):
 
 @pytest.mark.parametrize(
     "rows, change",
-    [(_gradient_rows, "none"), (_capacity_rows, "none"), (_hallucination_rows, "the theorem's path")],
+    [
+        (_gradient_rows, "none"),
+        (_capacity_rows, "none"),
+        (_hallucination_rows, "the theorem's path"),
+        (_mlp_rows, "none"),
+    ],
 )
 def test_every_row_holds_where_the_theory_does(rows, change):
     assert [c.name for c in rows(change) if c.holds is not True] == []

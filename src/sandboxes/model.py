@@ -462,6 +462,28 @@ class LinearAttentionRecall(nn.Module):
         return per_token @ self.value_output
 
 
+class MLPMemory(nn.Module):
+    """Nichani, Lee and Bietti's MLP associative memory ``F(z) = V^T relu(W z + b)``, scored against fixed output
+    embeddings: input ``x`` is embedded as the fixed ``inputs[x]`` and output ``y`` gets the logit
+    ``outputs[y]^T F(inputs[x])``. Only ``W``, ``b`` and ``V`` train; they start as the authors' dense layers do
+    (normal with variance 1 / fan-in, bias zero), drawn from ``generator``.
+    """
+
+    def __init__(self, inputs: Tensor, outputs: Tensor, width: int, generator: torch.Generator) -> None:
+        super().__init__()
+        d = inputs.shape[1]
+        self.register_buffer("inputs", inputs)
+        self.register_buffer("outputs", outputs)
+        self.hidden = nn.Parameter(torch.randn(width, d, generator=generator, dtype=inputs.dtype) / math.sqrt(d))
+        self.bias = nn.Parameter(torch.zeros(width, dtype=inputs.dtype))
+        self.readout = nn.Parameter(torch.randn(width, d, generator=generator, dtype=inputs.dtype) / math.sqrt(width))
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Logits ``(B, outputs)`` of input ids ``idx`` ``(B,)``."""
+        hidden = torch.relu(self.inputs[idx] @ self.hidden.T + self.bias)
+        return hidden @ self.readout @ self.outputs.T
+
+
 class SelfAttentionUnit(nn.Module):
     """Sanford et al.'s self-attention unit on features already embedded: ``f(X) = softmax(X Q (X K)^T) X V``, with
     query and key maps of width ``width`` and a value map to ``out_dim`` (no scaling, mask, residual or MLP)."""

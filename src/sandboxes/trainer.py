@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn import functional as F
 from tqdm import tqdm
 
 from . import calibration, heldout, members, memory
@@ -514,3 +515,26 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
         config=config,
         probes=np.stack([r.probes for r in rows]) if call.probe is not None else None,
     )
+
+
+def memorise(model: nn.Module, targets: Tensor, steps: int, lr: float, accuracy: float, checks: int = 128) -> bool:
+    """Whether full-batch Adam reaches ``accuracy`` on every input's target within ``steps`` steps, checked at
+    ``checks`` evenly spaced steps (the first before any step) and after the last; it stops at the first check that
+    does. The memorisation sweeps' loop: each run has its own number of associations, so a sweep's runs do not
+    stack into an ensemble, and most runs that succeed stop long before the budget."""
+    inputs = torch.arange(len(targets), device=targets.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    every = max(1, steps // checks)
+
+    def reached(logits: Tensor) -> bool:
+        return (logits.argmax(-1) == targets).double().mean().item() >= accuracy
+
+    for step in range(steps):
+        logits = model(inputs)
+        if step % every == 0 and reached(logits):
+            return True
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(logits, targets).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return reached(model(inputs))

@@ -8,13 +8,15 @@ report of the factual recall training beside a run's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, with_reference
+from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
-from .judge import capacity_rows, capacity_summary, gradient_rows, hallucination_rows
-from .measure import capacity, gradient, hallucination
-from .paper import hallucination_vs_paper
+from .judge import capacity_rows, capacity_summary, gradient_rows, hallucination_rows, mlp_capacity_rows
+from .measure import capacity, gradient, hallucination, mlp_capacity, search_start
+from .paper import hallucination_vs_paper, mlp_capacity_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS", "capacity_summary"]
 
@@ -31,6 +33,28 @@ def _draw_dims(rng: np.random.Generator, near: str) -> str:
 
 DIMS = Custom(each(DIM_RANGE).check, "comma-separated dimensions from 8 to 4096", _draw_dims)
 
+
+def _draw_near(rng: np.random.Generator, near: str, low: int) -> str:
+    """Two or three values from half to all of a scale's, each at least ``low`` (a reader's sweep near ours)."""
+    scale = int_list(near)
+    picks = {max(low, int(scale[int(rng.integers(len(scale)))] * 2 ** rng.uniform(-1, 0))) for _ in range(3)}
+    while len(picks) < 2:  # two values at least: a law is fitted across them
+        picks.add(max(picks) + 1)
+    return ",".join(str(v) for v in sorted(picks))
+
+
+MLP_DIMS = Custom(
+    each(in_range(2, 512)).check,
+    "comma-separated dimensions from 2 to 512",
+    lambda rng, near: _draw_near(rng, near, 2),
+)
+RATIOS = Custom(
+    each(in_range(1, 64)).check,
+    "comma-separated widths m / d from 1 to 64",
+    lambda rng, near: _draw_near(rng, near, 1),
+)
+MOST_ASSOCIATIONS = 40000  # the widest search's first bracket end (full profile: about 32000); its logits are N^2
+
 PARAMS = (
     Param("seed", int, 0, 0, "seed of the embeddings of the lemma's example and of the facts table", at_least(0)),
     Param("grad_inputs", int, 24, 24, "inputs N of the lemma's example", at_least(2)),
@@ -45,6 +69,19 @@ PARAMS = (
         DIMS,
     ),
     Param("capacity_seeds", int, 10, 20, "draws of the embeddings per dimension", at_least(1)),
+    Param("mlp_dims", str, "8,12", "8,16,32,64,90", "embedding dimensions d of the trained MLP memories", MLP_DIMS),
+    Param("mlp_ratios", str, "1,2", "1,2,4,8", "widths m of the MLP memories, as multiples of d", RATIOS),
+    Param("mlp_seeds", int, 2, 5, "draws of embeddings and starting weights per (d, m)", at_least(1)),
+    Param("mlp_steps", int, 2048, 32768, "full-batch Adam steps of each MLP memory", at_least(1)),
+    Param("mlp_lr", float, 3e-2, 3e-2, "Adam's step size for the MLP memories (the authors')", positive),
+    Param(
+        "mlp_accuracy",
+        float,
+        0.99,
+        0.99,
+        "share of associations an MLP memory must get right to count as storing them (the authors')",
+        Interval(0.0, 1.0, open_low=True),
+    ),
     Param("subjects", int, 16, 16, "subjects S of the factual recall task", at_least(1)),
     Param("relations", int, 4, 4, "relations R", at_least(1)),
     Param("per_relation", int, 8, 8, "answers per relation |A_r|", at_least(1)),
@@ -63,12 +100,55 @@ PARAMS = (
     Param("fact_steps", int, 8192, 8192, "gradient steps", at_least(1)),
 )
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
-# and a bisection for 20 seeds of both memories about 600 of them); the training as quick, with more seeds.
-PARAMS = with_reference(PARAMS, {"capacity_dims": "32,64,128,256,512", "capacity_seeds": 20})
+# and a bisection for 20 seeds of both memories about 600 of them); the factual recall training as quick, with more
+# seeds; MLP memories up to d = 32 and m = 4d (about 45 minutes: a seed's d = 32, m = 4d search about 7 of them).
+PARAMS = with_reference(
+    PARAMS,
+    {
+        "capacity_dims": "32,64,128,256,512",
+        "capacity_seeds": 20,
+        "mlp_dims": "8,11,16,22,32",
+        "mlp_ratios": "1,2,4",
+        "mlp_seeds": 3,
+        "mlp_steps": 4096,
+    },
+)
 
 
-UNIT_SCALE = {"capacity_dims": "16,128,180", "capacity_seeds": 3, "fact_steps": 64, "fact_batch": 64}
-FULL_SHRUNK = {"capacity_dims": "16,32", "capacity_seeds": 2, "fact_steps": 4, "fact_batch": 16}
+def check(config: dict[str, Any], n_seeds: int) -> None:
+    """Refuse, before any work, MLP sizes listed twice (two runs of one name) and searches whose first bracket would
+    hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory)."""
+    for name in ("mlp_dims", "mlp_ratios"):
+        values = int_list(config[name])
+        if len(set(values)) < len(values):
+            raise ValueError(f"{name} repeats a value: {config[name]}")
+    largest = max(int_list(config["mlp_dims"])) ** 2 * max(int_list(config["mlp_ratios"]))
+    if 2 * search_start(largest) > MOST_ASSOCIATIONS:
+        raise ValueError(
+            f"the largest MLP memory (m d = {largest}) starts its search at {2 * search_start(largest):.0f} "
+            f"associations, more than {MOST_ASSOCIATIONS}"
+        )
+
+
+UNIT_SCALE = {
+    "capacity_dims": "16,128,180",
+    "capacity_seeds": 3,
+    "fact_steps": 64,
+    "fact_batch": 64,
+    "mlp_dims": "8,10",
+    "mlp_seeds": 2,
+    "mlp_steps": 256,
+}
+FULL_SHRUNK = {
+    "capacity_dims": "16,32",
+    "capacity_seeds": 2,
+    "fact_steps": 4,
+    "fact_batch": 16,
+    "mlp_dims": "8,10",
+    "mlp_ratios": "1,2",
+    "mlp_seeds": 2,
+    "mlp_steps": 16,
+}
 
 CHAPTER = Chapter(
     "memories",
@@ -86,6 +166,17 @@ CHAPTER = Chapter(
             sampled_rows="capacity of",
         ),
         Section(
+            "mlp_capacity",
+            "How many associations a trained MLP of width m stores",
+            mlp_capacity,
+            trains=True,
+            by_seed=False,
+            rows=mlp_capacity_rows,
+            figures=("mlp_capacity",),
+            reference=True,
+            paper=mlp_capacity_vs_paper,
+        ),
+        Section(
             "hallucination",
             "The relation first, then the subject",
             hallucination,
@@ -98,4 +189,5 @@ CHAPTER = Chapter(
     ),
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
+    check=check,
 )

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from scipy.special import lambertw
 
 from ...plotting import COLORS, curves_with_band, reference_line
 from ...theory.memories import ASYMPTOTIC_CONSTANT
+from .judge import mlp_constant
 
 if TYPE_CHECKING:
-    from .measure import CapacityData, GradientData, HallucinationData
+    from .measure import CapacityData, GradientData, HallucinationData, MlpCapacityData
 
 
 def one_step(data: GradientData) -> Figure:
@@ -50,6 +52,32 @@ def capacity(data: CapacityData) -> Figure:
     right.semilogx(dims, predicted * np.log(predicted) / dims**2, "-", color=COLORS["theory"], label="predicted")
     reference_line(right, ASYMPTOTIC_CONSTANT, "1/8 (d to infinity)")
     right.set(xlabel="dimension d", ylabel="N ln N / d^2")
+    fig.tight_layout()
+    return fig
+
+
+def mlp_capacity(data: MlpCapacityData) -> Figure:
+    """The most associations a trained MLP memory stores against m d, one colour per width ratio, with the law
+    N ln N = c m d at the median c; and against d beside one-hot embeddings' d."""
+    dims, ratios = np.asarray(data["dims"], float), data["ratios"]
+    runs, constant = np.asarray(data["stored"], dtype=float), mlp_constant(data)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    colors = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(ratios)))
+    for j, (ratio, color) in enumerate(zip(ratios, colors)):
+        params = dims**2 * ratio
+        for side, x in ((left, params), (right, dims)):
+            side.plot(np.repeat(x, runs.shape[2]), runs[:, j].ravel(), ".", color=color, alpha=0.4)
+            side.plot(x, np.median(runs[:, j], axis=1), "o", color=color, label=f"m = {ratio} d (median)")
+    params = np.geomspace((dims**2).min() * min(ratios), (dims**2).max() * max(ratios), 50)
+    n = np.exp(np.real(lambertw(constant * params)))  # N ln N = c m d
+    left.loglog(params, n, "--", color=COLORS["theory"], label=f"N ln N = {constant:.2f} m d")
+    left.set(xlabel="m d", ylabel="associations memorised")
+    right.loglog(dims, dims, ":", color=COLORS["theory"], label="one-hot embeddings: d")
+    right.set_xticks(dims, [str(int(d)) for d in dims])
+    right.minorticks_off()
+    right.set(xlabel="dimension d", ylabel="associations memorised")
+    for side in (left, right):
+        side.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -1,4 +1,4 @@
-"""What the papers report of the factual recall training beside a run's, for the page's comparison table."""
+"""What the papers report of the trained memories beside a run's, for the page's comparison tables."""
 
 from __future__ import annotations
 
@@ -6,10 +6,32 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .judge import plateau_rest
+from .judge import mlp_constant, mlp_exponents, plateau_rest
 
 if TYPE_CHECKING:
-    from .measure import HallucinationData
+    from .measure import HallucinationData, MlpCapacityData
+
+AUTHORS_MLP_CONSTANT = 1 / 0.35  # N ln N / (m d) of the guide line in Nichani, Lee and Bietti's Fig. 1 (right), as
+# their plotting code draws it (m d = 0.35 N ln N); a guide to the eye, not a fit they report
+
+
+def mlp_capacity_vs_paper(run: MlpCapacityData) -> list[tuple[str, str, str]]:
+    """The trained MLP memory's capacity as the authors' Fig. 1 (right) shows it, beside the run."""
+    (a, b), _ = mlp_exponents(run)
+    return [
+        (
+            "law",
+            "N ln N proportional to m d, for m / d = 1, 2, 4, 8 and d from 8 to 90 (Fig. 1, right; 5 seeds, 2^15 "
+            "full-batch Adam steps)",
+            f"N ln N ~ m^{a:.2f} d^{b:.2f} for m / d = {', '.join(map(str, run['ratios']))} and d from "
+            f"{min(run['dims'])} to {max(run['dims'])} ({run['steps']} steps)",
+        ),
+        (
+            "constant",
+            f"guide line N ln N = {AUTHORS_MLP_CONSTANT:.2f} m d (their plotting code)",
+            f"median N ln N / (m d) = {mlp_constant(run):.2f}",
+        ),
+    ]
 
 
 def hallucination_vs_paper(run: HallucinationData) -> list[tuple[str, str, str]]:
