@@ -484,6 +484,46 @@ class MLPMemory(nn.Module):
         return hidden @ self.readout @ self.outputs.T
 
 
+class FactTransformer(nn.Module):
+    """Nichani, Lee and Bietti's one-layer transformer for factual recall: fixed random token embeddings and answer
+    unembeddings, ``heads`` heads of width ``head_dim`` read at the last position (its query against every
+    position's key), an output map back to R^d, and an MLP of width ``width`` added to that output (none at width
+    0); no residual from the tokens, no normalisation, no positions. Weights start as in the authors' code (normal,
+    standard deviation 1 / sqrt(d_h) for the heads, 1 / sqrt(fan-in) for the rest, bias zero), from ``generator``.
+    """
+
+    def __init__(
+        self, vocab_size: int, n_outputs: int, d: int, heads: int, head_dim: int, width: int, generator: torch.Generator
+    ) -> None:
+        super().__init__()
+
+        def normal(*shape: int, std: float) -> Tensor:
+            return torch.randn(*shape, generator=generator) * std
+
+        self.register_buffer("embed", normal(vocab_size, d, std=d**-0.5))
+        self.register_buffer("unembed", normal(n_outputs, d, std=d**-0.5))
+        self.query, self.key, self.value = (nn.Parameter(normal(heads, d, head_dim, std=head_dim**-0.5)) for _ in "qkv")
+        self.out = nn.Parameter(normal(heads * head_dim, d, std=d**-0.5))
+        self.hidden = nn.Parameter(normal(width, d, std=d**-0.5))
+        self.bias = nn.Parameter(torch.zeros(width))
+        self.readout = nn.Parameter(normal(width, d, std=max(width, 1) ** -0.5))
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Answer logits ``(B, n_outputs)`` of sequences ``idx`` ``(B, T)``."""
+        x = self.embed[idx]
+        query = torch.einsum("bd,hde->bhe", x[:, -1], self.query)
+        keys, values = (torch.einsum("btd,hde->bhte", x, w) for w in (self.key, self.value))
+        weights = torch.softmax(torch.einsum("bhe,bhte->bht", query, keys) / self.query.shape[-1] ** 0.5, dim=-1)
+        out = torch.einsum("bht,bhte->bhe", weights, values).flatten(1) @ self.out
+        out = out + torch.relu(out @ self.hidden.T + self.bias) @ self.readout
+        return out @ self.unembed.T
+
+    def parameter_count(self) -> int:
+        """The authors' count, 4 H d_h d + 2 m d: the attention's and the MLP's weight matrices."""
+        heads, d, head_dim = self.query.shape
+        return 4 * heads * head_dim * d + 2 * self.hidden.shape[0] * d
+
+
 class SelfAttentionUnit(nn.Module):
     """Sanford et al.'s self-attention unit on features already embedded: ``f(X) = softmax(X Q (X K)^T) X V``, with
     query and key maps of width ``width`` and a value map to ``out_dim`` (no scaling, mask, residual or MLP)."""

@@ -517,24 +517,31 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
     )
 
 
-def memorise(model: nn.Module, targets: Tensor, steps: int, lr: float, accuracy: float, checks: int = 128) -> bool:
-    """Whether full-batch Adam reaches ``accuracy`` on every input's target within ``steps`` steps, checked at
+def fit_to_accuracy(
+    model: nn.Module,
+    batches: Callable[[int], tuple[Tensor, Tensor]],
+    held_out: tuple[Tensor, Tensor],
+    steps: int,
+    lr: float,
+    accuracy: float,
+    checks: int = 128,
+) -> bool:
+    """Whether Adam on ``batches(step)`` reaches ``accuracy`` on ``held_out`` within ``steps`` steps, checked at
     ``checks`` evenly spaced steps (the first before any step) and after the last; it stops at the first check that
-    does. The memorisation sweeps' loop: each run has its own number of associations, so a sweep's runs do not
-    stack into an ensemble, and most runs that succeed stop long before the budget."""
-    inputs = torch.arange(len(targets), device=targets.device)
+    does. The capacity searches' loop: each run has its own task size, so a search's runs do not stack into an
+    ensemble, and most runs that succeed stop long before the budget."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     every = max(1, steps // checks)
 
-    def reached(logits: Tensor) -> bool:
-        return (logits.argmax(-1) == targets).double().mean().item() >= accuracy
+    def reached() -> bool:
+        with torch.no_grad():
+            return (model(held_out[0]).argmax(-1) == held_out[1]).double().mean().item() >= accuracy
 
     for step in range(steps):
-        logits = model(inputs)
-        if step % every == 0 and reached(logits):
+        if step % every == 0 and reached():
             return True
+        inputs, targets = batches(step)
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(logits, targets).backward()
+        F.cross_entropy(model(inputs), targets).backward()
         optimizer.step()
-    with torch.no_grad():
-        return reached(model(inputs))
+    return reached()

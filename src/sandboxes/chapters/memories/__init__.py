@@ -14,11 +14,26 @@ import numpy as np
 
 from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
-from .judge import capacity_rows, capacity_summary, gradient_rows, hallucination_rows, mlp_capacity_rows
-from .measure import capacity, gradient, hallucination, mlp_capacity, search_start
-from .paper import hallucination_vs_paper, mlp_capacity_vs_paper
+from .judge import (
+    capacity_rows,
+    capacity_summary,
+    fact_capacity_rows,
+    gradient_rows,
+    hallucination_rows,
+    mlp_capacity_rows,
+    mlp_capacity_summary,
+)
+from .measure import (
+    capacity,
+    fact_capacity,
+    gradient,
+    hallucination,
+    mlp_capacity,
+    search_start,
+)
+from .paper import fact_capacity_vs_paper, hallucination_vs_paper, mlp_capacity_vs_paper
 
-__all__ = ["CHAPTER", "PARAMS", "capacity_summary"]
+__all__ = ["CHAPTER", "PARAMS", "capacity_summary", "mlp_capacity_summary"]
 
 SMALL_INIT = Interval(0.0, 1e-2, open_low=True)  # the theorem's small positive initialisation
 DIM_RANGE = in_range(8, 4096)
@@ -43,6 +58,11 @@ def _draw_near(rng: np.random.Generator, near: str, low: int) -> str:
     return ",".join(str(v) for v in sorted(picks))
 
 
+FACT_DIMS = Custom(
+    each(in_range(2, 256)).check,
+    "comma-separated dimensions from 2 to 256",
+    lambda rng, near: _draw_near(rng, near, 2),
+)
 MLP_DIMS = Custom(
     each(in_range(2, 512)).check,
     "comma-separated dimensions from 2 to 512",
@@ -53,6 +73,27 @@ RATIOS = Custom(
     "comma-separated widths m / d from 1 to 64",
     lambda rng, near: _draw_near(rng, near, 1),
 )
+
+
+def _check_shapes(text: str) -> None:
+    """Comma-separated ``alpha:beta`` pairs, each in (0, 8]: H d_h = alpha d and m = beta d."""
+    for pair in str(text).split(","):
+        values = pair.split(":")
+        if len(values) != 2:
+            raise ValueError(f"a shape is alpha:beta (H d_h = alpha d, m = beta d), got {pair!r}")
+        for value in values:
+            Interval(0.0, 8.0, open_low=True).check(float(value))
+
+
+def _draw_shapes(rng: np.random.Generator, near: str) -> str:
+    """One or two shapes with alpha and beta among the authors' 1/4 to 4."""
+    picks = {f"{rng.choice([0.25, 0.5, 1, 2, 4]):g}:{rng.choice([0.25, 0.5, 1, 2, 4]):g}" for _ in range(2)}
+    return ",".join(sorted(picks))
+
+
+SHAPES = Custom(_check_shapes, "comma-separated alpha:beta pairs, each in (0, 8]", _draw_shapes)
+AUTHORS_SHAPES = ",".join(f"{a:g}:{b:g}" for a in (4, 2, 1, 0.5, 0.25) for b in (4, 2, 1, 0.5, 0.25))
+ACCURACY = Interval(0.5, 1.0)  # a share of associations right; below one half a search could grow without end
 MOST_ASSOCIATIONS = 40000  # the widest search's first bracket end (full profile: about 32000); its logits are N^2
 
 PARAMS = (
@@ -80,8 +121,36 @@ PARAMS = (
         0.99,
         0.99,
         "share of associations an MLP memory must get right to count as storing them (the authors')",
-        Interval(0.0, 1.0, open_low=True),
+        ACCURACY,
     ),
+    Param(
+        "facts_dims",
+        str,
+        "16,24",
+        "8,11,16,22,32,45,64,90,128,181",
+        "embedding dimensions d of the one-layer transformers whose facts are counted",
+        FACT_DIMS,
+    ),
+    Param(
+        "facts_shapes", str, "1:1", AUTHORS_SHAPES, "model shapes alpha:beta, H d_h = alpha d and m = beta d", SHAPES
+    ),
+    Param("facts_heads", int, 8, 8, "attention heads H (the authors')", in_range(1, 64)),
+    Param("facts_per_relation", int, 8, 8, "answers per relation (the authors')", in_range(1, 64)),
+    Param("facts_T", int, 32, 32, "tokens per sequence (the end token last)", in_range(3, 256)),
+    Param("facts_batch", int, 256, 1024, "fresh sequences per step", at_least(1)),
+    Param("facts_steps", int, 2048, 16384, "Adam steps of each run at most", at_least(1)),
+    Param(
+        "facts_lrs",
+        str,
+        "1e-2",
+        "1e-3,3e-3,1e-2",
+        "Adam step sizes, tried in turn until one recalls the facts (the authors try three)",
+        each(Interval(0.0, 1.0, open_low=True)),
+    ),
+    Param(
+        "facts_accuracy", float, 0.99, 0.99, "share of held-out sequences a model must answer (the authors')", ACCURACY
+    ),
+    Param("facts_seeds", int, 1, 1, "draws of facts, sequences and starting weights per (shape, d)", at_least(1)),
     Param("subjects", int, 16, 16, "subjects S of the factual recall task", at_least(1)),
     Param("relations", int, 4, 4, "relations R", at_least(1)),
     Param("per_relation", int, 8, 8, "answers per relation |A_r|", at_least(1)),
@@ -101,7 +170,9 @@ PARAMS = (
 )
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
 # and a bisection for 20 seeds of both memories about 600 of them); the factual recall training as quick, with more
-# seeds; MLP memories up to d = 32 and m = 4d (about 45 minutes: a seed's d = 32, m = 4d search about 7 of them).
+# seeds; MLP memories up to d = 32 and m = 4d (about 45 minutes: a seed's d = 32, m = 4d search about 7 of them);
+# one-layer transformers at d = 16 to 32 in the authors' batch of 1024 (a pilot at d = 32, S = 24: 0.97 of the
+# held-out facts after 2048 steps at batch 1024, 0.86 at batch 256), 4096 steps, three seeds (about 35 minutes).
 PARAMS = with_reference(
     PARAMS,
     {
@@ -111,17 +182,25 @@ PARAMS = with_reference(
         "mlp_ratios": "1,2,4",
         "mlp_seeds": 3,
         "mlp_steps": 4096,
+        "facts_dims": "16,24,32",
+        "facts_batch": 1024,
+        "facts_steps": 4096,
+        "facts_seeds": 3,
     },
 )
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
-    """Refuse, before any work, MLP sizes listed twice (two runs of one name) and searches whose first bracket would
-    hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory)."""
-    for name in ("mlp_dims", "mlp_ratios"):
+    """Refuse, before any work, sizes or shapes listed twice (two runs of one name) and searches whose first bracket
+    would hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory); the
+    transformers' domains keep their searches within about 1400 subjects."""
+    for name in ("mlp_dims", "mlp_ratios", "facts_dims"):
         values = int_list(config[name])
         if len(set(values)) < len(values):
             raise ValueError(f"{name} repeats a value: {config[name]}")
+    shapes = [tuple(float(v) for v in pair.split(":")) for pair in str(config["facts_shapes"]).split(",")]
+    if len(set(shapes)) < len(shapes):
+        raise ValueError(f"facts_shapes repeats a shape: {config['facts_shapes']}")
     largest = max(int_list(config["mlp_dims"])) ** 2 * max(int_list(config["mlp_ratios"]))
     if 2 * search_start(largest) > MOST_ASSOCIATIONS:
         raise ValueError(
@@ -138,6 +217,10 @@ UNIT_SCALE = {
     "mlp_dims": "8,10",
     "mlp_seeds": 2,
     "mlp_steps": 256,
+    "facts_dims": "8,16",
+    "facts_seeds": 2,
+    "facts_batch": 32,
+    "facts_steps": 32,
 }
 FULL_SHRUNK = {
     "capacity_dims": "16,32",
@@ -148,6 +231,11 @@ FULL_SHRUNK = {
     "mlp_ratios": "1,2",
     "mlp_seeds": 2,
     "mlp_steps": 16,
+    "facts_dims": "8,16",
+    "facts_shapes": "1:1,0.5:2",
+    "facts_batch": 16,
+    "facts_steps": 8,
+    "facts_lrs": "1e-2",
 }
 
 CHAPTER = Chapter(
@@ -175,6 +263,17 @@ CHAPTER = Chapter(
             figures=("mlp_capacity",),
             reference=True,
             paper=mlp_capacity_vs_paper,
+        ),
+        Section(
+            "fact_capacity",
+            "How many facts one layer stores",
+            fact_capacity,
+            trains=True,
+            by_seed=False,
+            rows=fact_capacity_rows,
+            figures=("fact_capacity",),
+            reference=True,
+            paper=fact_capacity_vs_paper,
         ),
         Section(
             "hallucination",

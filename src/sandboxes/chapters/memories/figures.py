@@ -11,10 +11,10 @@ from scipy.special import lambertw
 
 from ...plotting import COLORS, curves_with_band, reference_line
 from ...theory.memories import ASYMPTOTIC_CONSTANT
-from .judge import mlp_constant
+from .judge import facts_per_parameter, mlp_constant
 
 if TYPE_CHECKING:
-    from .measure import CapacityData, GradientData, HallucinationData, MlpCapacityData
+    from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
 
 
 def one_step(data: GradientData) -> Figure:
@@ -79,6 +79,24 @@ def mlp_capacity(data: MlpCapacityData) -> Figure:
     for side in (left, right):
         side.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def fact_capacity(data: FactCapacityData) -> Figure:
+    """The most facts a one-layer transformer recalls against its parameters, one colour per shape, with the linear
+    law at the median facts per parameter."""
+    sizes = np.asarray(data["sizes"], dtype=float)
+    facts, params = sizes**2, np.asarray(data["params"], dtype=float)
+    fig, ax = plt.subplots()
+    colors = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(data["shapes"])))
+    for i, ((alpha, beta), color) in enumerate(zip(data["shapes"], colors)):
+        ax.plot(np.repeat(params[i], facts.shape[2]), facts[i].ravel(), ".", color=color, alpha=0.4)
+        ax.plot(params[i], np.median(facts[i], axis=1), "o-", color=color, label=f"H d_h = {alpha:g} d, m = {beta:g} d")
+    line = np.geomspace(params.min(), params.max(), 20)
+    per_parameter = facts_per_parameter(data)
+    ax.loglog(line, per_parameter * line, "--", color=COLORS["theory"], label=f"S R = {per_parameter:.3f} P")
+    ax.set(xlabel="parameters P = 4 H d_h d + 2 m d", ylabel="facts recalled (S R, S = R)")
+    ax.legend(fontsize=8)
     return fig
 
 

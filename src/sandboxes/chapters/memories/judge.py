@@ -13,7 +13,7 @@ from ...claims import Claim
 from ...curves import budget_ran_out
 
 if TYPE_CHECKING:
-    from .measure import CapacityData, GradientData, HallucinationData, MlpCapacityData
+    from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
 
 ROUND_OFF = 1e-12  # float64: the lemma and autograd sum the same N K outer products in other orders (measured ~1e-16)
 SINGLE_SHARE = 0.5  # the Gaussian model is judged where the single dot products carry less than half a margin's
@@ -24,6 +24,10 @@ MLP_RATE = 1.0  # the theorem's exponent of m and of d: N = O~(m d), in the auth
 MLP_SMALLEST_DIM = 8  # the authors' smallest d; at d = 4 a memory of width 4 stored 3 associations (a pilot)
 MLP_SETTLED_STEPS = 1024  # pilots at d = 6 to 12: capacities at 256 steps 20-40 % below those at 2048, at 1024 within
 # about 10 % (one seed 20 %); at d = 16, m = 2d, 4096 steps 2 % below 16384
+FACTS_RATE = 1.0  # the theorem's exponent of the facts stored against the parameters: linear, up to log factors
+FACTS_FITTED = 64  # the authors fit the facts stored from 64 facts up (their plotting code drops smaller sizes)
+FACTS_SETTLED_STEPS = 4096  # a pilot at d = 16, S = R = 12, batch 256: 0.99 of the facts held out after about 3000
+# steps, 0.96 after 2000
 SEPARATION = 4  # subjects per relation at and above which the rows are made: the authors' notebook's 16 to 4
 PLATEAU_FRACTION = 0.1  # a loss within this share of the gap from H(a | r) to H(a | s) is at the hallucination level
 
@@ -239,6 +243,84 @@ def mlp_constant(data: MlpCapacityData) -> float:
     dims, ratios = np.asarray(data["dims"], float), np.asarray(data["ratios"], float)
     runs = np.asarray(data["stored"], dtype=float)
     return float(np.median(runs * np.log(runs) / (dims[:, None, None] ** 2 * ratios[None, :, None])))
+
+
+def mlp_capacity_summary(data: MlpCapacityData) -> str:
+    """The runs' budget, the measured constant of the law and the fewest associations stored over one-hot
+    embeddings' d at each d: what the page says of the MLP memories beyond the rows."""
+    fewest = np.asarray(data["stored"]).min(axis=(1, 2)) / np.asarray(data["dims"])
+    return (
+        f"{data['steps']} full-batch Adam steps per run. Median N ln N / (m d): {mlp_constant(data):.2f}. Fewest "
+        f"associations stored over d, by d: {', '.join(f'{d}: {r:.1f}' for d, r in zip(data['dims'], fewest))}."
+    )
+
+
+# ---------------------------------------------------------------- how many facts one layer stores
+def fact_exponent(data: FactCapacityData) -> tuple[float, float]:
+    """The least-squares exponent e of S R ~ c_shape P^e over every (shape, dimension, seed), one intercept per
+    shape, and the half-width of its interval from the residuals (Student-t at the coverage of three normal standard
+    errors)."""
+    sizes = np.asarray(data["sizes"], dtype=float)
+    params = np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape)
+    shape_of = np.broadcast_to(np.arange(sizes.shape[0])[:, None, None], sizes.shape).ravel()
+    x = np.column_stack([np.log(params.ravel()), np.eye(sizes.shape[0])[shape_of]])
+    y = np.log(sizes.ravel() ** 2)
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    residual = y - x @ coef
+    dof = len(y) - x.shape[1]
+    variance = residual @ residual / dof * np.linalg.inv(x.T @ x)[0, 0]
+    return float(coef[0]), float(student_t.ppf(1 - COVERAGE / 2, dof) * np.sqrt(variance))
+
+
+def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The exponent of the facts stored against the parameters, against the theorem's 1, or why no row is made."""
+    sizes = np.asarray(data["sizes"])
+    if len(data["dims"]) < 2:
+        return [], ("facts stored: the exponent is fitted across dimensions, so it needs two facts_dims at least",)
+    if sizes.size - sizes.shape[0] - 1 < 1:
+        return [], ("facts stored: an exponent, an intercept per shape and a spread need more runs; more seeds",)
+    if (sizes**2).min() <= FACTS_FITTED:
+        return [], (
+            f"facts stored: some run stored only {(sizes**2).min()}; the authors fit the law to runs of more than "
+            f"{FACTS_FITTED} facts, so the row is made where every run stores more (larger facts_dims)",
+        )
+    claim = fact_capacity_claim(data)
+    if data["steps"] < FACTS_SETTLED_STEPS:
+        claim = claim.undecided(
+            f"runs of {data['steps']} steps stop short of what the models store (a pilot needed about 3000 steps for "
+            f"144 facts at d = 16); facts_steps of at least {FACTS_SETTLED_STEPS} decide it"
+        )
+    return [claim], ()
+
+
+def fact_capacity_claim(data: FactCapacityData) -> Claim:
+    """The exponent equals the theorem's 1 within the fit's interval widened by one log factor's worth."""
+    exponent, error = fact_exponent(data)
+    smallest = int(np.min(data["params"]))
+    allowance = 1 / float(np.log(smallest))
+    tolerance = error + allowance
+    shapes = ", ".join(f"H d_h = {a:g} d, m = {b:g} d" for a, b in data["shapes"])
+    return Claim(
+        f"facts a one-layer transformer stores grow linearly with its parameters: exponent e of S R ~ c P^e, "
+        f"P = 4 H d_h d + 2 m d, over d = {', '.join(map(str, data['dims']))} ({shapes}; "
+        f"{len(data['sizes'][0][0])} seeds each)",
+        f"{FACTS_RATE:g}",
+        f"{exponent:.3g}",
+        f"± {tolerance:.2g}",
+        "Nichani, Lee and Bietti: a one-layer transformer recalls S R facts once its attention (H d_h >~ S + R) and "
+        "its MLP (m d >~ S R) or its attention alone (d >~ R + A_max, H d_h >~ S) are large enough, so facts "
+        "stored scale linearly with parameters, up to log factors. The tolerance is the fit's interval at the "
+        f"coverage of three standard errors (Student-t, one intercept per shape) plus {allowance:.3f} = 1 / ln P at "
+        "the smallest P fitted (our allowance for a log factor)",
+        bool(abs(exponent - FACTS_RATE) <= tolerance),
+        margin=(tolerance - abs(exponent - FACTS_RATE)) / error if error > 0 else None,
+    )
+
+
+def facts_per_parameter(data: FactCapacityData) -> float:
+    """The median over runs of S R / P: the constant of the linear law, which no row judges."""
+    sizes = np.asarray(data["sizes"], dtype=float)
+    return float(np.median(sizes**2 / np.asarray(data["params"], dtype=float)[:, :, None]))
 
 
 # ---------------------------------------------------------------- the hallucination stage

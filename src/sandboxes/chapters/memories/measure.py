@@ -5,23 +5,26 @@ a small initialisation."""
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from scipy.special import lambertw
+from torch import Tensor
 from torch.nn import functional as F
 from tqdm import tqdm
 
 from ...curves import still_descending
 from ...data.facts import FactRecall
-from ...model import LinearAttentionRecall, MLPMemory
+from ...model import FactTransformer, LinearAttentionRecall, MLPMemory
 from ...profiles import int_list
 from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import memories as theory
-from ...trainer import TrainConfig, memorise, train
+from ...trainer import TrainConfig, fit_to_accuracy, train
 
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 PROBE_SIZE = 4096  # held-out sequences on which each evaluation splits the loss into its relation and subject parts
@@ -190,8 +193,10 @@ def memorised(config: dict[str, Any], d: int, m: int, n: int, seed: int, device:
     )
     start = torch.Generator().manual_seed(member_seed("mlp capacity start", d, m, seed))
     model = MLPMemory(inputs.float(), outputs.float(), m, start).to(device)
-    targets = torch.arange(n, device=device)
-    return memorise(model, targets, config["mlp_steps"], config["mlp_lr"], config["mlp_accuracy"])
+    pairs = torch.arange(n, device=device), torch.arange(n, device=device)  # the full batch: x -> x
+    return fit_to_accuracy(
+        model, lambda step: pairs, pairs, config["mlp_steps"], config["mlp_lr"], config["mlp_accuracy"]
+    )
 
 
 def most_memorised(config: dict[str, Any], d: int, m: int, seed: int, device: torch.device) -> int:
@@ -228,6 +233,108 @@ def mlp_capacity(config: dict[str, Any], ctx: RunContext) -> MlpCapacityData:
         "ratios": ratios,
         "stored": stored.tolist(),
         "steps": config["mlp_steps"],
+    }
+    return data
+
+
+# ---------------------------------------------------------------- how many facts one layer stores
+class FactCapacityData(TypedDict):
+    dims: list[int]
+    shapes: list[list[float]]  # (alpha, beta) per shape: H d_h = alpha d and m = beta d
+    heads: int
+    per_relation: int
+    params: list[list[int]]  # shape x dim: the authors' count, 4 H d_h d + 2 m d
+    sizes: list[list[list[int]]]  # shape x dim x seed: the most subjects S (= relations R) whose facts were recalled
+    steps: int
+
+
+FACTS_START = 0.15  # each search starts where S R = 0.15 x parameters, the authors' guide line (their Fig. 4)
+FACT_HELD_OUT = 1024  # held-out sequences on which a run's accuracy is checked, as the authors'
+
+
+def fact_model_shape(config: dict[str, Any], d: int, alpha: float, beta: float) -> tuple[int, int, int]:
+    """(heads, head width, MLP width) of the shape H d_h = alpha d, m = beta d, as the authors round them."""
+    heads = config["facts_heads"]
+    return heads, max(1, int(d * alpha / heads)), int(d * beta)
+
+
+def fresh_batches(task: FactRecall, n: int, generator: torch.Generator) -> Callable[[int], tuple[Tensor, Tensor]]:
+    """A fresh batch of ``n`` sequences at every step, from ``generator``."""
+    return lambda step: task.sample(n, generator)
+
+
+def recalls_facts(config: dict[str, Any], d: int, shape: tuple[int, int, int], size: int, seed: int) -> bool:
+    """Whether a one-layer transformer of ``shape`` trained on S = R = ``size`` recalls its facts on held-out
+    sequences to ``facts_accuracy``, at some step size of ``facts_lrs`` (tried in turn, as the authors do).
+    The facts table, the model's start and the sequences come from streams fixed by the run's settings."""
+    heads, head_dim, width = shape
+    task = FactRecall(
+        size, size, config["facts_per_relation"], 2 * size, config["facts_T"], member_seed("facts", size, seed)
+    )
+    held_out = task.sample(FACT_HELD_OUT, torch.Generator().manual_seed(member_seed("facts held out", size, seed)))
+    batch = config["facts_batch"]
+    for lr in [float(v) for v in str(config["facts_lrs"]).split(",")]:
+        start = torch.Generator().manual_seed(member_seed("facts start", d, shape, size, seed))
+        model = FactTransformer(task.vocabulary, task.answers, d, heads, head_dim, width, start)
+        draws = torch.Generator().manual_seed(member_seed("facts batches", d, shape, size, seed, lr))
+        if fit_to_accuracy(
+            model,
+            fresh_batches(task, batch, draws),
+            held_out,
+            config["facts_steps"],
+            lr,
+            config["facts_accuracy"],
+        ):
+            return True
+    return False
+
+
+def most_facts(config: dict[str, Any], d: int, alpha: float, beta: float, seed: int) -> int:
+    """The largest S = R whose facts a model of the shape recalls (0 if not even one subject's), by bisection from a
+    bracket around S R = 0.15 x parameters widened until its ends disagree."""
+    shape = fact_model_shape(config, d, alpha, beta)
+    guess = math.sqrt(FACTS_START * fact_parameters(d, shape))
+
+    def stores(size: int) -> bool:
+        return recalls_facts(config, d, shape, size, seed)
+
+    low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
+    while stores(high):
+        low, high = high, 2 * high
+    while low > 1 and not stores(low):
+        low, high = low // 2, low
+    if low == 1 and not stores(1):
+        return 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if stores(middle) else (low, middle)
+    return low
+
+
+def fact_parameters(d: int, shape: tuple[int, int, int]) -> int:
+    """The authors' parameter count of a one-layer transformer: 4 H d_h d + 2 m d."""
+    heads, head_dim, width = shape
+    return 4 * heads * head_dim * d + 2 * width * d
+
+
+def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
+    """Per shape, dimension and seed, the most facts (S = R subjects and relations) a one-layer transformer trained
+    on them recalls (the authors' Fig. 4, left)."""
+    dims, seeds = int_list(config["facts_dims"]), range(config["facts_seeds"])
+    shapes = [[float(v) for v in pair.split(":")] for pair in str(config["facts_shapes"]).split(",")]
+    progress = sys.stderr.isatty() if ctx.progress is None else ctx.progress
+    cells = [(i, j, s) for i in range(len(shapes)) for j in range(len(dims)) for s in seeds]
+    sizes = np.zeros((len(shapes), len(dims), len(seeds)), dtype=int)
+    for i, j, s in tqdm(cells, desc="facts stored", disable=not progress, leave=False, file=sys.stderr):
+        sizes[i, j, s] = most_facts(config, dims[j], *shapes[i], s)
+    data: FactCapacityData = {
+        "dims": dims,
+        "shapes": shapes,
+        "heads": config["facts_heads"],
+        "per_relation": config["facts_per_relation"],
+        "params": [[fact_parameters(d, fact_model_shape(config, d, *shape)) for d in dims] for shape in shapes],
+        "sizes": sizes.tolist(),
+        "steps": config["facts_steps"],
     }
     return data
 

@@ -6,13 +6,36 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .judge import mlp_constant, mlp_exponents, plateau_rest
+from .judge import fact_exponent, facts_per_parameter, mlp_constant, mlp_exponents, plateau_rest
 
 if TYPE_CHECKING:
-    from .measure import HallucinationData, MlpCapacityData
+    from .measure import FactCapacityData, HallucinationData, MlpCapacityData
 
 AUTHORS_MLP_CONSTANT = 1 / 0.35  # N ln N / (m d) of the guide line in Nichani, Lee and Bietti's Fig. 1 (right), as
 # their plotting code draws it (m d = 0.35 N ln N); a guide to the eye, not a fit they report
+
+
+AUTHORS_FACTS_PER_PARAMETER = 0.15  # the guide line of Nichani, Lee and Bietti's Fig. 4 (left), as their plotting
+# code draws it (facts = 0.15 x parameters); a guide to the eye, not a fit they report
+
+
+def fact_capacity_vs_paper(run: FactCapacityData) -> list[tuple[str, str, str]]:
+    """The facts a one-layer transformer stores as the authors' Fig. 4 (left) shows them, beside the run."""
+    exponent, _ = fact_exponent(run)
+    return [
+        (
+            "law",
+            "facts stored linear in parameters, H = 8, 8 answers per relation, H d_h and m from d / 4 to 4 d, d from "
+            "8 to 181 (Fig. 4, left; one seed, up to 2^14 steps of batch 1024, three step sizes)",
+            f"S R ~ P^{exponent:.2f}, H = {run['heads']}, {run['per_relation']} answers per relation, d from "
+            f"{min(run['dims'])} to {max(run['dims'])} ({run['steps']} steps)",
+        ),
+        (
+            "constant",
+            f"guide line S R = {AUTHORS_FACTS_PER_PARAMETER} P (their plotting code)",
+            f"median S R / P = {facts_per_parameter(run):.3f}",
+        ),
+    ]
 
 
 def mlp_capacity_vs_paper(run: MlpCapacityData) -> list[tuple[str, str, str]]:
