@@ -234,8 +234,9 @@ FACT_CONFIG = {
 
 def test_a_one_layer_transformer_recalls_a_few_facts_and_not_those_of_a_table_beyond_its_size():
     small = measure.fact_model_shape(FACT_CONFIG, 16, 1, 1)
-    assert measure.recalls_facts(FACT_CONFIG, 16, small, 2, 0)
-    assert not measure.recalls_facts(FACT_CONFIG, 8, (8, 1, 0), 24, 0)  # 576 facts, 256 parameters, no MLP
+    cpu = torch.device("cpu")
+    assert measure.recalls_facts(FACT_CONFIG, 16, small, 2, 0, cpu)
+    assert not measure.recalls_facts(FACT_CONFIG, 8, (8, 1, 0), 24, 0, cpu)  # 576 facts, 256 parameters, no MLP
 
 
 def _fact_sizes(dims: list[int], shapes: list[tuple[float, float]], seeds: int, law, noise: float = 0.05) -> dict:
@@ -256,6 +257,8 @@ def _fact_sizes(dims: list[int], shapes: list[tuple[float, float]], seeds: int, 
         "params": params,
         "sizes": sizes,
         "steps": 4096,
+        "batch": 1024,
+        "lrs": [1e-2],
     }
 
 
@@ -267,7 +270,7 @@ FACT_LAWS = {
 
 def _fact_rows(change: str) -> list:
     """The facts row on sizes made to order: the authors' guide line S R = 0.15 P, or the change's."""
-    return judge.fact_capacity_rows({}, _fact_sizes([16, 24, 32, 48], [(1, 1), (0.5, 2)], 2, FACT_LAWS[change]))[0]
+    return judge.fact_capacity_rows({}, _fact_sizes([16, 24], [(0.5, 0.5), (1, 1), (2, 2)], 2, FACT_LAWS[change]))[0]
 
 
 def test_the_fitted_facts_exponent_of_an_exact_power_law_is_its_power():
@@ -276,12 +279,19 @@ def test_the_fitted_facts_exponent_of_an_exact_power_law_is_its_power():
     assert exponent == pytest.approx(0.8, abs=0.02) and error < 0.1
 
 
-def test_the_facts_row_is_undecided_below_the_settled_budget_and_absent_below_the_authors_smallest_fit():
-    data = _fact_sizes([16, 24, 32], [(1, 1)], 2, FACT_LAWS["none"])
+def test_the_facts_row_is_undecided_below_the_settled_budget_and_absent_below_the_authors_smallest_plot():
+    data = _fact_sizes([16, 24, 32, 48, 64], [(1, 1)], 2, FACT_LAWS["none"])
     short = judge.fact_capacity_rows({}, {**data, "steps": judge.FACTS_SETTLED_STEPS - 1})[0]
     assert [c.holds for c in short] == [None]
-    claims, silences = judge.fact_capacity_rows({}, _fact_sizes([8, 16], [(1, 1)], 2, FACT_LAWS["none"]))
+    claims, silences = judge.fact_capacity_rows({}, _fact_sizes([8, 16, 24, 32, 48], [(1, 1)], 2, FACT_LAWS["none"]))
     assert claims == [] and "more than 64 facts" in silences[0]
+
+
+def test_no_law_row_from_a_fit_with_too_few_degrees_of_freedom():
+    claims, silences = judge.fact_capacity_rows({}, _fact_sizes([16, 24, 32], [(1, 1)], 3, FACT_LAWS["none"]))
+    assert claims == [] and "7 degrees of freedom" in silences[0]
+    claims, silences = judge.mlp_capacity_rows({}, _power_law([8, 11], [1, 2], 2, MLP_LAWS["none"]))
+    assert claims == [] and "5 degrees of freedom" in silences[0]
 
 
 # ---------------------------------------------------------------- counterfactuals
@@ -380,7 +390,11 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"grows with the dimension d", "a capacity growing as m d^2", _mlp_rows),
     (r"grow linearly with its parameters", "a capacity growing as the square root of the parameters", _fact_rows),
 ]
-SILENT_AT_UNIT_SCALE = (r"grow linearly with its parameters",)  # its runs store too few facts for the row there
+SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row
+    r"grows with the width m",
+    r"grows with the dimension d",
+    r"grow linearly with its parameters",
+)
 
 
 @pytest.mark.parametrize("key, change, rows", COUNTERFACTUALS, ids=[f"{k} <- {c}" for k, c, _ in COUNTERFACTUALS])

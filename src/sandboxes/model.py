@@ -466,7 +466,7 @@ class MLPMemory(nn.Module):
     """Nichani, Lee and Bietti's MLP associative memory ``F(z) = V^T relu(W z + b)``, scored against fixed output
     embeddings: input ``x`` is embedded as the fixed ``inputs[x]`` and output ``y`` gets the logit
     ``outputs[y]^T F(inputs[x])``. Only ``W``, ``b`` and ``V`` train; they start as the authors' dense layers do
-    (normal with variance 1 / fan-in, bias zero), drawn from ``generator``.
+    (normal with variance 1 / fan-in, bias zero; theirs is truncated at two standard deviations), from ``generator``.
     """
 
     def __init__(self, inputs: Tensor, outputs: Tensor, width: int, generator: torch.Generator) -> None:
@@ -489,7 +489,8 @@ class FactTransformer(nn.Module):
     unembeddings, ``heads`` heads of width ``head_dim`` read at the last position (its query against every
     position's key), an output map back to R^d, and an MLP of width ``width`` added to that output (none at width
     0); no residual from the tokens, no normalisation, no positions. Weights start as in the authors' code (normal,
-    standard deviation 1 / sqrt(d_h) for the heads, 1 / sqrt(fan-in) for the rest, bias zero), from ``generator``.
+    standard deviation 1 / sqrt(d_h) for the heads, 1 / sqrt(d) for the output map and the embeddings, 1 / sqrt(fan-in)
+    for the MLP, bias zero; their MLP's normal is truncated, ours is not), from ``generator``.
     """
 
     def __init__(

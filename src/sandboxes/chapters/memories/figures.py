@@ -97,6 +97,7 @@ def fact_capacity(data: FactCapacityData) -> Figure:
     ax.loglog(line, per_parameter * line, "--", color=COLORS["theory"], label=f"S R = {per_parameter:.3f} P")
     ax.set(xlabel="parameters P = 4 H d_h d + 2 m d", ylabel="facts recalled (S R, S = R)")
     ax.legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 

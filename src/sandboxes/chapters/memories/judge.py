@@ -22,10 +22,12 @@ RATE = 2.0  # the theorem's exponent of the capacity, N = O~(d^2), up to its log
 COVERAGE = 0.0027  # two-sided: what three normal standard errors leave out
 MLP_RATE = 1.0  # the theorem's exponent of m and of d: N = O~(m d), in the authors' form N ln N ~ c m d
 MLP_SMALLEST_DIM = 8  # the authors' smallest d; at d = 4 a memory of width 4 stored 3 associations (a pilot)
+FIT_DOF = 8  # degrees of freedom a law's fit needs for a row: below it Student-t's three-error interval (4.0 at 8,
+# 9.2 at 3) is wide enough to let one-hot (exponent 0 in m) and linear memories (2 in d) pass
 MLP_SETTLED_STEPS = 1024  # pilots at d = 6 to 12: capacities at 256 steps 20-40 % below those at 2048, at 1024 within
 # about 10 % (one seed 20 %); at d = 16, m = 2d, 4096 steps 2 % below 16384
 FACTS_RATE = 1.0  # the theorem's exponent of the facts stored against the parameters: linear, up to log factors
-FACTS_FITTED = 64  # the authors fit the facts stored from 64 facts up (their plotting code drops smaller sizes)
+FACTS_PLOTTED = 64  # the authors plot the facts stored above 64 facts (their plotting code drops smaller sizes)
 FACTS_SETTLED_STEPS = 4096  # a pilot at d = 16, S = R = 12, batch 256: 0.99 of the facts held out after about 3000
 # steps, 0.96 after 2000
 SEPARATION = 4  # subjects per relation at and above which the rows are made: the authors' notebook's 16 to 4
@@ -166,10 +168,17 @@ def mlp_exponents(data: MlpCapacityData) -> tuple[np.ndarray, np.ndarray]:
     return coef[1:], error[1:]
 
 
-def log_allowance(data: MlpCapacityData) -> float:
-    """What the theorem's hidden log factors may do to a local exponent: one more factor ln(m d) in N moves it by
-    1 / ln(m d), taken at the smallest m d fitted, where it is largest (our reading of O~, not the paper's)."""
-    return 1 / float(np.log(min(data["dims"]) ** 2 * min(data["ratios"])))
+def log_allowance(params: np.ndarray) -> float:
+    """What the theorem's hidden log factors may do to a local exponent: one more factor ln P in the capacity moves
+    it by 1 / ln P, taken at the geometric mean of the parameter counts P fitted (our reading of O~, not the
+    paper's)."""
+    return 1 / float(np.mean(np.log(params)))
+
+
+def mlp_params(data: MlpCapacityData) -> np.ndarray:
+    """m d of every (dimension, width) fitted."""
+    dims = np.asarray(data["dims"], dtype=float)
+    return (dims[:, None] ** 2 * np.asarray(data["ratios"], dtype=float)[None, :]).ravel()
 
 
 def mlp_capacity_rows(config: dict[str, Any], data: MlpCapacityData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -181,11 +190,15 @@ def mlp_capacity_rows(config: dict[str, Any], data: MlpCapacityData) -> tuple[li
             "MLP capacity: the exponents of m and of d are fitted apart, so they need at least two dimensions and two "
             "width ratios (mlp_dims, mlp_ratios)",
         )
-    if runs.size < 4:
-        return [], ("MLP capacity: two exponents, an intercept and a spread need four runs; more mlp_seeds make them",)
+    if runs.size - 3 < FIT_DOF:
+        return [], (
+            f"MLP capacity: {runs.size} runs leave the fit of two exponents and an intercept {runs.size - 3} degrees "
+            f"of freedom; at fewer than {FIT_DOF} its interval is too wide to tell the law from a linear memory's or "
+            "one-hot embeddings' (more mlp_seeds, mlp_dims or mlp_ratios make the rows)",
+        )
     if min(data["dims"]) < MLP_SMALLEST_DIM:
         return [], (
-            f"MLP capacity: the law is asymptotic and the authors fit it from d = {MLP_SMALLEST_DIM} (at d = 4 a "
+            f"MLP capacity: the law is asymptotic and the authors sweep from d = {MLP_SMALLEST_DIM} (at d = 4 a "
             f"memory of width 4 stores about 3 associations), so rows are made where every d is at least "
             f"{MLP_SMALLEST_DIM}",
         )
@@ -206,7 +219,7 @@ def mlp_capacity_rows(config: dict[str, Any], data: MlpCapacityData) -> tuple[li
 def mlp_capacity_claims(data: MlpCapacityData) -> list[Claim]:
     """Each exponent equals the theorem's 1 within the fit's interval widened by one log factor's worth."""
     (a, b), (error_a, error_b) = mlp_exponents(data)
-    allowance = log_allowance(data)
+    allowance = log_allowance(mlp_params(data))
     runs = np.asarray(data["stored"])
     fitted = (
         f"fitted over d = {', '.join(map(str, data['dims']))} and m / d = {', '.join(map(str, data['ratios']))}, "
@@ -215,8 +228,8 @@ def mlp_capacity_claims(data: MlpCapacityData) -> list[Claim]:
     reason = (
         "MLP associative memories store N = O~(m d) associations, with matching lower bounds (Nichani, Lee and "
         "Bietti); the authors plot N ln N against m d. The tolerance is the fit's interval at the coverage of three "
-        f"standard errors (Student-t) plus {allowance:.3f} = 1 / ln(m d) at the smallest m d fitted: one more log "
-        "factor in N, which O~ leaves free, moves a local exponent by that much (our allowance)"
+        f"standard errors (Student-t) plus {allowance:.3f} = 1 / ln(m d) at the geometric mean of the m d fitted: "
+        "one more log factor in N, which O~ leaves free, moves a local exponent by that much (our allowance)"
     )
     claims = []
     for name, what, value, error in (
@@ -257,19 +270,16 @@ def mlp_capacity_summary(data: MlpCapacityData) -> str:
 
 # ---------------------------------------------------------------- how many facts one layer stores
 def fact_exponent(data: FactCapacityData) -> tuple[float, float]:
-    """The least-squares exponent e of S R ~ c_shape P^e over every (shape, dimension, seed), one intercept per
-    shape, and the half-width of its interval from the residuals (Student-t at the coverage of three normal standard
-    errors)."""
+    """The least-squares exponent e of S R ~ c P^e over every (shape, dimension, seed), one line for every shape as
+    the authors draw one, and the half-width of its interval from the residuals (Student-t at the coverage of three
+    normal standard errors)."""
     sizes = np.asarray(data["sizes"], dtype=float)
-    params = np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape)
-    shape_of = np.broadcast_to(np.arange(sizes.shape[0])[:, None, None], sizes.shape).ravel()
-    x = np.column_stack([np.log(params.ravel()), np.eye(sizes.shape[0])[shape_of]])
-    y = np.log(sizes.ravel() ** 2)
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    residual = y - x @ coef
-    dof = len(y) - x.shape[1]
-    variance = residual @ residual / dof * np.linalg.inv(x.T @ x)[0, 0]
-    return float(coef[0]), float(student_t.ppf(1 - COVERAGE / 2, dof) * np.sqrt(variance))
+    params = np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape).ravel()
+    x, y = np.log(params), np.log(sizes.ravel() ** 2)
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    error = np.sqrt(residual @ residual / (len(x) - 2) / ((x - x.mean()) ** 2).sum())
+    return float(slope), float(student_t.ppf(1 - COVERAGE / 2, len(x) - 2) * error)
 
 
 def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -277,12 +287,16 @@ def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[
     sizes = np.asarray(data["sizes"])
     if len(data["dims"]) < 2:
         return [], ("facts stored: the exponent is fitted across dimensions, so it needs two facts_dims at least",)
-    if sizes.size - sizes.shape[0] - 1 < 1:
-        return [], ("facts stored: an exponent, an intercept per shape and a spread need more runs; more seeds",)
-    if (sizes**2).min() <= FACTS_FITTED:
+    if sizes.size - 2 < FIT_DOF:
         return [], (
-            f"facts stored: some run stored only {(sizes**2).min()}; the authors fit the law to runs of more than "
-            f"{FACTS_FITTED} facts, so the row is made where every run stores more (larger facts_dims)",
+            f"facts stored: {sizes.size} runs leave the fit of an exponent and an intercept {sizes.size - 2} degrees "
+            f"of freedom; at fewer than {FIT_DOF} its interval is too wide to tell a linear law from S growing as d "
+            "alone (more facts_seeds, facts_dims or facts_shapes make the row)",
+        )
+    if (sizes**2).min() <= FACTS_PLOTTED:
+        return [], (
+            f"facts stored: some run stored only {(sizes**2).min()}; the authors plot runs of more than "
+            f"{FACTS_PLOTTED} facts, so the row is made where every run stores more (larger facts_dims)",
         )
     claim = fact_capacity_claim(data)
     if data["steps"] < FACTS_SETTLED_STEPS:
@@ -296,22 +310,23 @@ def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[
 def fact_capacity_claim(data: FactCapacityData) -> Claim:
     """The exponent equals the theorem's 1 within the fit's interval widened by one log factor's worth."""
     exponent, error = fact_exponent(data)
-    smallest = int(np.min(data["params"]))
-    allowance = 1 / float(np.log(smallest))
+    sizes = np.asarray(data["sizes"])
+    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
     tolerance = error + allowance
     shapes = ", ".join(f"H d_h = {a:g} d, m = {b:g} d" for a, b in data["shapes"])
     return Claim(
         f"facts a one-layer transformer stores grow linearly with its parameters: exponent e of S R ~ c P^e, "
         f"P = 4 H d_h d + 2 m d, over d = {', '.join(map(str, data['dims']))} ({shapes}; "
-        f"{len(data['sizes'][0][0])} seeds each)",
+        f"{sizes.shape[2]} seeds each; one line for every shape)",
         f"{FACTS_RATE:g}",
         f"{exponent:.3g}",
         f"± {tolerance:.2g}",
         "Nichani, Lee and Bietti: a one-layer transformer recalls S R facts once its attention (H d_h >~ S + R) and "
-        "its MLP (m d >~ S R) or its attention alone (d >~ R + A_max, H d_h >~ S) are large enough, so facts "
-        "stored scale linearly with parameters, up to log factors. The tolerance is the fit's interval at the "
-        f"coverage of three standard errors (Student-t, one intercept per shape) plus {allowance:.3f} = 1 / ln P at "
-        "the smallest P fitted (our allowance for a log factor)",
+        "its MLP (m d >~ S R) or its attention alone (d >~ R + A_max, H d_h >~ S) are large enough, and "
+        "information-theoretic lower bounds match up to log factors, so the facts stored scale linearly with the "
+        "parameters, whichever part holds them (the authors draw one line through every shape). The tolerance is the "
+        f"fit's interval at the coverage of three standard errors (Student-t) plus {allowance:.3f} = 1 / ln P at the "
+        "geometric mean of the P fitted (our allowance for a log factor)",
         bool(abs(exponent - FACTS_RATE) <= tolerance),
         margin=(tolerance - abs(exponent - FACTS_RATE)) / error if error > 0 else None,
     )
@@ -321,6 +336,17 @@ def facts_per_parameter(data: FactCapacityData) -> float:
     """The median over runs of S R / P: the constant of the linear law, which no row judges."""
     sizes = np.asarray(data["sizes"], dtype=float)
     return float(np.median(sizes**2 / np.asarray(data["params"], dtype=float)[:, :, None]))
+
+
+def fact_capacity_summary(data: FactCapacityData) -> str:
+    """The runs' budget and the measured facts per parameter: what the page says of the facts stored beyond the
+    row."""
+    return (
+        f"At most {data['steps']} Adam steps per run, batches of {data['batch']} sequences, step sizes "
+        f"{', '.join(f'{lr:g}' for lr in data['lrs'])} tried in turn, {len(data['sizes'][0][0])} seeds per shape and "
+        f"d. Median S R / P: "
+        f"{facts_per_parameter(data):.3f}."
+    )
 
 
 # ---------------------------------------------------------------- the hallucination stage

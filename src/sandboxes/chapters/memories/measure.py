@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypedDict
 
 import numpy as np
@@ -205,6 +206,7 @@ def most_memorised(config: dict[str, Any], d: int, m: int, seed: int, device: to
     the boundary the bisection finds, as the authors' is."""
     guess = search_start(m * d)
 
+    @cache
     def stores(n: int) -> bool:
         return memorised(config, d, m, n, seed, device)
 
@@ -246,6 +248,8 @@ class FactCapacityData(TypedDict):
     params: list[list[int]]  # shape x dim: the authors' count, 4 H d_h d + 2 m d
     sizes: list[list[list[int]]]  # shape x dim x seed: the most subjects S (= relations R) whose facts were recalled
     steps: int
+    batch: int
+    lrs: list[float]  # Adam step sizes tried in turn
 
 
 FACTS_START = 0.15  # each search starts where S R = 0.15 x parameters, the authors' guide line (their Fig. 4)
@@ -258,12 +262,21 @@ def fact_model_shape(config: dict[str, Any], d: int, alpha: float, beta: float) 
     return heads, max(1, int(d * alpha / heads)), int(d * beta)
 
 
-def fresh_batches(task: FactRecall, n: int, generator: torch.Generator) -> Callable[[int], tuple[Tensor, Tensor]]:
-    """A fresh batch of ``n`` sequences at every step, from ``generator``."""
-    return lambda step: task.sample(n, generator)
+def fresh_batches(
+    task: FactRecall, n: int, generator: torch.Generator, device: torch.device
+) -> Callable[[int], tuple[Tensor, Tensor]]:
+    """A fresh batch of ``n`` sequences at every step, drawn from ``generator`` on the CPU and moved to ``device``."""
+
+    def batch(step: int) -> tuple[Tensor, Tensor]:
+        tokens, answers = task.sample(n, generator)
+        return tokens.to(device), answers.to(device)
+
+    return batch
 
 
-def recalls_facts(config: dict[str, Any], d: int, shape: tuple[int, int, int], size: int, seed: int) -> bool:
+def recalls_facts(
+    config: dict[str, Any], d: int, shape: tuple[int, int, int], size: int, seed: int, device: torch.device
+) -> bool:
     """Whether a one-layer transformer of ``shape`` trained on S = R = ``size`` recalls its facts on held-out
     sequences to ``facts_accuracy``, at some step size of ``facts_lrs`` (tried in turn, as the authors do).
     The facts table, the model's start and the sequences come from streams fixed by the run's settings."""
@@ -271,15 +284,18 @@ def recalls_facts(config: dict[str, Any], d: int, shape: tuple[int, int, int], s
     task = FactRecall(
         size, size, config["facts_per_relation"], 2 * size, config["facts_T"], member_seed("facts", size, seed)
     )
-    held_out = task.sample(FACT_HELD_OUT, torch.Generator().manual_seed(member_seed("facts held out", size, seed)))
+    tokens, answers = task.sample(
+        FACT_HELD_OUT, torch.Generator().manual_seed(member_seed("facts held out", size, seed))
+    )
+    held_out = tokens.to(device), answers.to(device)
     batch = config["facts_batch"]
-    for lr in [float(v) for v in str(config["facts_lrs"]).split(",")]:
+    for lr in fact_lrs(config):
         start = torch.Generator().manual_seed(member_seed("facts start", d, shape, size, seed))
-        model = FactTransformer(task.vocabulary, task.answers, d, heads, head_dim, width, start)
+        model = FactTransformer(task.vocabulary, task.answers, d, heads, head_dim, width, start).to(device)
         draws = torch.Generator().manual_seed(member_seed("facts batches", d, shape, size, seed, lr))
         if fit_to_accuracy(
             model,
-            fresh_batches(task, batch, draws),
+            fresh_batches(task, batch, draws, device),
             held_out,
             config["facts_steps"],
             lr,
@@ -289,14 +305,20 @@ def recalls_facts(config: dict[str, Any], d: int, shape: tuple[int, int, int], s
     return False
 
 
-def most_facts(config: dict[str, Any], d: int, alpha: float, beta: float, seed: int) -> int:
+def fact_lrs(config: dict[str, Any]) -> list[float]:
+    """The Adam step sizes a run tries in turn."""
+    return [float(v) for v in str(config["facts_lrs"]).split(",")]
+
+
+def most_facts(config: dict[str, Any], d: int, alpha: float, beta: float, seed: int, device: torch.device) -> int:
     """The largest S = R whose facts a model of the shape recalls (0 if not even one subject's), by bisection from a
     bracket around S R = 0.15 x parameters widened until its ends disagree."""
     shape = fact_model_shape(config, d, alpha, beta)
     guess = math.sqrt(FACTS_START * fact_parameters(d, shape))
 
+    @cache
     def stores(size: int) -> bool:
-        return recalls_facts(config, d, shape, size, seed)
+        return recalls_facts(config, d, shape, size, seed, device)
 
     low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
     while stores(high):
@@ -326,7 +348,7 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
     cells = [(i, j, s) for i in range(len(shapes)) for j in range(len(dims)) for s in seeds]
     sizes = np.zeros((len(shapes), len(dims), len(seeds)), dtype=int)
     for i, j, s in tqdm(cells, desc="facts stored", disable=not progress, leave=False, file=sys.stderr):
-        sizes[i, j, s] = most_facts(config, dims[j], *shapes[i], s)
+        sizes[i, j, s] = most_facts(config, dims[j], *shapes[i], s, ctx.device)
     data: FactCapacityData = {
         "dims": dims,
         "shapes": shapes,
@@ -335,6 +357,8 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
         "params": [[fact_parameters(d, fact_model_shape(config, d, *shape)) for d in dims] for shape in shapes],
         "sizes": sizes.tolist(),
         "steps": config["facts_steps"],
+        "batch": config["facts_batch"],
+        "lrs": fact_lrs(config),
     }
     return data
 
