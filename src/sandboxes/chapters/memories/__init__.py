@@ -293,4 +293,6 @@ CHAPTER = Chapter(
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
     check=check,
+    quick_page_from_reference=("mlp_capacity", "fact_capacity"),  # their quick searches take minutes, and their quick
+    # sizes leave the fits too few degrees of freedom for a row
 )
