@@ -89,6 +89,17 @@ def capacity_constant(n: float, d: int) -> float:
     return n * math.log(n) / d**2
 
 
+def mlp_capacity_constant(stored: np.ndarray, dims: np.ndarray, ratios: np.ndarray) -> float:
+    """The median over runs (dimension x width ratio x seed) of N ln N / (m d): the constant of the law
+    N ln N ~ c m d."""
+    return float(np.median(stored * np.log(stored) / (dims[:, None, None] ** 2 * ratios[None, :, None])))
+
+
+def facts_per_parameter(sizes: np.ndarray, params: np.ndarray) -> float:
+    """The median over runs (shape x dimension x seed) of S R / P with S = R: the constant of a linear law."""
+    return float(np.median(sizes**2 / params[:, :, None]))
+
+
 def _mean_entropy(rows: np.ndarray) -> float:
     """Mean over rows of the entropy (nats) of each row's empirical law of values."""
     total = 0.0

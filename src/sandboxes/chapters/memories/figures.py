@@ -10,8 +10,7 @@ from matplotlib.figure import Figure
 from scipy.special import lambertw
 
 from ...plotting import COLORS, curves_with_band, reference_line
-from ...theory.memories import ASYMPTOTIC_CONSTANT
-from .judge import facts_per_parameter, mlp_constant
+from ...theory.memories import ASYMPTOTIC_CONSTANT, facts_per_parameter, mlp_capacity_constant
 
 if TYPE_CHECKING:
     from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
@@ -60,7 +59,8 @@ def mlp_capacity(data: MlpCapacityData) -> Figure:
     """The most associations a trained MLP memory stores against m d, one colour per width ratio, with the law
     N ln N = c m d at the median c; and against d beside one-hot embeddings' d."""
     dims, ratios = np.asarray(data["dims"], float), data["ratios"]
-    runs, constant = np.asarray(data["stored"], dtype=float), mlp_constant(data)
+    runs = np.asarray(data["stored"], dtype=float)
+    constant = mlp_capacity_constant(runs, dims, np.asarray(ratios, dtype=float))
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     colors = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(ratios)))
     for j, (ratio, color) in enumerate(zip(ratios, colors)):
@@ -93,7 +93,7 @@ def fact_capacity(data: FactCapacityData) -> Figure:
         ax.plot(np.repeat(params[i], facts.shape[2]), facts[i].ravel(), ".", color=color, alpha=0.4)
         ax.plot(params[i], np.median(facts[i], axis=1), "o-", color=color, label=f"H d_h = {alpha:g} d, m = {beta:g} d")
     line = np.geomspace(params.min(), params.max(), 20)
-    per_parameter = facts_per_parameter(data)
+    per_parameter = facts_per_parameter(sizes, params)
     ax.loglog(line, per_parameter * line, "--", color=COLORS["theory"], label=f"S R = {per_parameter:.3f} P")
     ax.set(xlabel="parameters P = 4 H d_h d + 2 m d", ylabel="facts recalled (S R, S = R)")
     ax.legend(fontsize=8)

@@ -11,6 +11,7 @@ from scipy.stats import t as student_t
 
 from ...claims import Claim
 from ...curves import budget_ran_out
+from ...theory import memories as theory
 
 if TYPE_CHECKING:
     from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
@@ -253,9 +254,9 @@ def mlp_capacity_claims(data: MlpCapacityData) -> list[Claim]:
 
 def mlp_constant(data: MlpCapacityData) -> float:
     """The median over runs of N ln N / (m d): the constant of the authors' law, which no row judges."""
-    dims, ratios = np.asarray(data["dims"], float), np.asarray(data["ratios"], float)
-    runs = np.asarray(data["stored"], dtype=float)
-    return float(np.median(runs * np.log(runs) / (dims[:, None, None] ** 2 * ratios[None, :, None])))
+    return theory.mlp_capacity_constant(
+        np.asarray(data["stored"], dtype=float), np.asarray(data["dims"], float), np.asarray(data["ratios"], float)
+    )
 
 
 def mlp_capacity_summary(data: MlpCapacityData) -> str:
@@ -334,8 +335,7 @@ def fact_capacity_claim(data: FactCapacityData) -> Claim:
 
 def facts_per_parameter(data: FactCapacityData) -> float:
     """The median over runs of S R / P: the constant of the linear law, which no row judges."""
-    sizes = np.asarray(data["sizes"], dtype=float)
-    return float(np.median(sizes**2 / np.asarray(data["params"], dtype=float)[:, :, None]))
+    return theory.facts_per_parameter(np.asarray(data["sizes"], dtype=float), np.asarray(data["params"], dtype=float))
 
 
 def fact_capacity_summary(data: FactCapacityData) -> str:
