@@ -183,6 +183,25 @@ def search_start(params: int) -> float:
     return START_CONSTANT * params / float(np.real(lambertw(START_CONSTANT * params)))
 
 
+def largest_stored(stores: Callable[[int], bool], guess: float, precision: float) -> int:
+    """The largest n for which ``stores(n)`` holds (0 if not even for 1), to within ``precision`` of it (at least 1),
+    by bisection from the bracket [guess / 2, 2 guess] widened until its ends disagree; each n is trained once.
+    Runs near the boundary now and then disagree with their neighbours, so this is the boundary the bisection finds,
+    as the authors' is."""
+    stores = cache(stores)
+    low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
+    while stores(high):
+        low, high = high, 2 * high
+    while low > 1 and not stores(low):
+        low, high = low // 2, low
+    if low == 1 and not stores(1):
+        return 0
+    while high - low > max(1, int(low * precision)):
+        middle = (low + high) // 2
+        low, high = (middle, high) if stores(middle) else (low, middle)
+    return low
+
+
 def memorised(config: dict[str, Any], d: int, m: int, n: int, seed: int, device: torch.device) -> bool:
     """Whether an MLP memory of width ``m`` trained by full-batch Adam memorises the first ``n`` associations
     x -> x of one draw of unit embeddings in R^d (the authors' f*, one output per input) to ``mlp_accuracy``.
@@ -201,24 +220,8 @@ def memorised(config: dict[str, Any], d: int, m: int, n: int, seed: int, device:
 
 
 def most_memorised(config: dict[str, Any], d: int, m: int, seed: int, device: torch.device) -> int:
-    """The largest n memorised, to within 1 % (the authors' bisection), from a bracket around N ln N = 3 m d that is
-    widened until its ends disagree. Runs near the boundary now and then disagree with their neighbours, so this is
-    the boundary the bisection finds, as the authors' is."""
-    guess = search_start(m * d)
-
-    @cache
-    def stores(n: int) -> bool:
-        return memorised(config, d, m, n, seed, device)
-
-    low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
-    while stores(high):
-        low, high = high, 2 * high
-    while low > 1 and not stores(low):
-        low, high = low // 2, low
-    while high - low > max(1, low // 100):
-        middle = (low + high) // 2
-        low, high = (middle, high) if stores(middle) else (low, middle)
-    return low
+    """The largest n memorised, to within 1 % (the authors' bisection), searched from N ln N = 3 m d."""
+    return largest_stored(lambda n: memorised(config, d, m, n, seed, device), search_start(m * d), 0.01)
 
 
 def mlp_capacity(config: dict[str, Any], ctx: RunContext) -> MlpCapacityData:
@@ -311,26 +314,11 @@ def fact_lrs(config: dict[str, Any]) -> list[float]:
 
 
 def most_facts(config: dict[str, Any], d: int, alpha: float, beta: float, seed: int, device: torch.device) -> int:
-    """The largest S = R whose facts a model of the shape recalls (0 if not even one subject's), by bisection from a
-    bracket around S R = 0.15 x parameters widened until its ends disagree."""
+    """The largest S = R whose facts a model of the shape recalls (0 if not even one subject's), exactly, searched
+    from S R = 0.15 x parameters."""
     shape = fact_model_shape(config, d, alpha, beta)
     guess = math.sqrt(FACTS_START * fact_parameters(d, shape))
-
-    @cache
-    def stores(size: int) -> bool:
-        return recalls_facts(config, d, shape, size, seed, device)
-
-    low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
-    while stores(high):
-        low, high = high, 2 * high
-    while low > 1 and not stores(low):
-        low, high = low // 2, low
-    if low == 1 and not stores(1):
-        return 0
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if stores(middle) else (low, middle)
-    return low
+    return largest_stored(lambda size: recalls_facts(config, d, shape, size, seed, device), guess, 0.0)
 
 
 def fact_parameters(d: int, shape: tuple[int, int, int]) -> int:
