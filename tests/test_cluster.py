@@ -4,11 +4,13 @@ executor in this process) merges into the single run's result."""
 import json
 import re
 import shutil
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
-from sandboxes import cluster
+from sandboxes import cluster, members
 from sandboxes.calibration import Timing, TrainCall
 from sandboxes.chapters import all_chapters, get_chapter
 from sandboxes.cli import main
@@ -154,6 +156,130 @@ def test_a_killed_group_job_is_rerun_alone_and_finds_what_it_had_stored(split_fo
     )
 
 
+SHARED = "phase_diagram"  # the Markov chapter's grid: one training call per kind over every (p, q) cell and seed
+SHARES = 3
+GRID = {**{key: str(value) for key, value in TINY["markov"].items()}, "grid_seeds": "2"}  # 8 members per call
+
+
+def _copy(source, target):
+    """A job folder's files, less its logs."""
+    for path in source.rglob("*"):
+        if path.is_file() and "logs" not in path.parts:
+            copy = target / path.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(path.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def share_folder(tmp_path_factory):
+    """The Markov phase diagram at unit scale split into three share jobs and its own, run in this process: the
+    folder and what the jobs said."""
+    folder = tmp_path_factory.mktemp("markov-shares")
+    plan = cluster.Plan.make("markov", "quick", GRID, None, "cpu", [SHARED], shares={SHARED: SHARES})
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cluster, "_executor", _in_this_process)
+        assert cluster.submit(plan, folder, plan.jobs(), cluster.JobOptions("local"), say=said.append) == []
+    return folder, said
+
+
+def test_share_jobs_take_blocks_of_two_or_more_of_every_call_s_members():
+    shared = members.Shared(Path("unused"), share=(0, 3))
+    blocks = [members.share_rows(replace(shared, share=(g, 3)), 8) for g in range(3)]
+    assert blocks == [{0, 1, 2}, {3, 4, 5}, {6, 7}]
+    assert [members.share_rows(replace(shared, share=(g, 3)), 5) for g in range(3)] == [{0, 1, 2}, {3, 4}, set()]
+    assert [members.share_rows(replace(shared, share=(g, 2)), 1) for g in range(2)] == [{0}, set()]
+    assert members.share_rows(members.Shared(Path("unused")), 8) is None  # no share: every member
+
+
+def test_a_section_split_into_shares_plans_its_share_jobs_then_its_own():
+    overrides = {key: str(value) for key, value in TINY["markov"].items()}
+    plan = cluster.Plan.make("markov", "quick", overrides, None, "cpu", [SHARED, "depth"], shares={SHARED: 2})
+    assert plan.jobs() == [
+        cluster.Job((SHARED,), share=(0, 2)),
+        cluster.Job((SHARED,), share=(1, 2)),
+        cluster.Job((SHARED,)),
+        cluster.Job(("depth",)),
+    ]
+    assert [job.name for job in plan.jobs()[:2]] == [f"{SHARED} share 1 of 2", f"{SHARED} share 2 of 2"]
+    for shares in ({"global_minimum": 2}, {SHARED: 1}, {"basin": 2}):  # no training; one share; not in the plan
+        with pytest.raises(ValueError, match="shares"):
+            cluster.Plan.make("markov", "quick", overrides, None, "cpu", [SHARED, "global_minimum"], shares=shares)
+
+
+def test_a_section_split_into_shares_merges_into_exactly_what_one_process_computes(share_folder):
+    folder, said = share_folder
+    alone = get_chapter("markov").run("quick", GRID, None, "cpu", False, [SHARED])
+    merged = json.loads(cluster.merge_folder(folder).to_json())
+    assert what_a_run_computed(merged) == what_a_run_computed(json.loads(alone.to_json()))
+    pattern = r" done: (.*): (\d+) members found stored, (\d+) trained(?:, (\d+) left to other shares)?$"
+    done = [found for line in said if (found := re.search(pattern, line))]
+    (own,) = [found for found in done if found[1].endswith(f"/{cluster.PARTS}/{SHARED}.json")]
+    shares = [found for found in done if found[1].startswith(f"{SHARED} share ")]
+    assert own[3] == "0" and len(shares) == SHARES  # the section's own job trained nothing
+    assert [int(found[3]) for found in shares] == [6, 6, 4]  # blocks of 3, 3 and 2 of both calls' 8 members
+    assert sum(int(found[3]) for found in shares) == int(own[2])  # and between them every member once
+
+
+def test_a_lost_share_job_holds_back_the_section_and_its_rerun_finds_what_it_had_stored(share_folder, tmp_path):
+    source, _ = share_folder
+    _copy(source, tmp_path)
+    plan = cluster.Plan.load(tmp_path)
+    lost = cluster.Job((SHARED,), share=(1, SHARES))
+    (tmp_path / cluster.PARTS / f"{SHARED}.json").unlink()  # as if the share job and the section's job never ended
+    cluster.group_path(tmp_path, lost).unlink()
+    assert cluster.pending_jobs(plan, tmp_path) == [lost, cluster.Job((SHARED,))]
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cluster, "_executor", _in_this_process)
+        real = cluster.run_job
+
+        def fails(plan, job, folder):  # the share job fails: its section's own job must not run
+            if job == lost:
+                raise RuntimeError("lost")
+            return real(plan, job, folder)
+
+        patch.setattr(cluster, "run_job", fails)
+        patch.setattr(cluster, "job_state", lambda job: "failed")  # the debug executor records no state to wait for
+        failures = cluster.submit(
+            plan, tmp_path, cluster.pending_jobs(plan, tmp_path), cluster.JobOptions(), say=said.append
+        )
+        assert len(failures) == 2 and f"{SHARED}: not submitted, since a share job of it failed" in failures
+        patch.setattr(cluster, "run_job", real)
+        assert (
+            cluster.submit(plan, tmp_path, cluster.pending_jobs(plan, tmp_path), cluster.JobOptions(), say=said.append)
+            == []
+        )
+    (rerun,) = [line for line in said if f"done: {SHARED} share 2 of {SHARES}: " in line]
+    assert re.search(r": [1-9]\d* members found stored, 0 trained, \d+ left to other shares$", rerun)
+    assert what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json())) == what_a_run_computed(
+        json.loads(cluster.merge_folder(source).to_json())
+    )
+
+
+def test_max_hours_splits_a_grid_section_into_the_share_jobs_that_fit():
+    plan = cluster.Plan.make("markov", "quick", {}, 8, "cpu")
+    theory = plan.jobs()[0]
+    grid, training = (next(job for job in plan.jobs() if job.sections == (name,)) for name in (SHARED, "training"))
+    estimates = [
+        cluster.JobEstimate(theory, 60.0, 0),
+        cluster.JobEstimate(grid, 2.5 * 3600.0, 0, members=50),
+        cluster.JobEstimate(training, 4 * 3600.0, 0, members=8),  # by seed: seed groups, not shares
+    ]
+    assert cluster.shares_for(plan, estimates, 1.0) == {SHARED: 3}
+    assert cluster.shares_for(plan, estimates, 0.01) == {SHARED: 25}  # no block smaller than two members
+    assert cluster.shares_for(plan, estimates, 3.0) == {}  # every job fits
+
+
+def test_the_dry_run_under_max_hours_plans_share_jobs_for_a_grid(tmp_path, capsys):
+    flags = [arg for key, value in GRID.items() for arg in ("--set", f"{key}={value}")]
+    where = ["--device", "cpu", "--executor", "local", "--folder", str(tmp_path), "--dry-run"]
+    assert main(["run", "markov", *flags, "--section", SHARED, "--max-hours", "1e-9", *where]) == 0
+    out = capsys.readouterr().out
+    assert f"--max-hours 1e-09: {SHARED} split into 4 share jobs" in out  # 8 members per call: 4 blocks of 2
+    assert f"{SHARED} share 4 of 4" in out and "(after its group or share jobs; serves their members)" in out
+
+
 def test_each_jobs_plan_is_set_beside_what_its_sections_took(job_folders, tmp_path):
     folder = tmp_path / "jobs"
     shutil.copytree(job_folders("hmm"), folder)
@@ -254,7 +380,7 @@ def test_the_dry_run_of_a_split_section_plans_its_group_jobs_and_its_own(tmp_pat
     )
     out = capsys.readouterr().out
     assert "3 jobs to run" in out and "learning seeds 0,1" in out and "learning seeds 2,3" in out
-    assert "(after its group jobs; serves their members)" in out
+    assert "(after its group or share jobs; serves their members)" in out
 
 
 def test_max_hours_chooses_the_largest_seed_groups_that_fit():

@@ -108,6 +108,17 @@ def test_seed_groups_merge_into_what_one_process_computes_after_a_group_lost_in_
     assert merged["claims"] == [claim for claim in alone["claims"] if claim["section"] == "learning"]
 
 
+def test_share_jobs_of_a_grid_section_merge_into_what_one_process_computes(tmp_path):
+    overrides = {**tiny_plan("markov").overrides, "grid_seeds": "2"}  # 8 members per training call
+    plan = cluster.Plan.make("markov", "quick", overrides, None, "cpu", ["phase_diagram"], shares={"phase_diagram": 2})
+    said: list[str] = []
+    assert cluster.submit(plan, tmp_path, plan.jobs(), _options(), say=said.append) == []
+    assert sum(" done: phase_diagram share " in line for line in said) == 2
+    alone = get_chapter("markov").run("quick", overrides, None, "cpu", False, ["phase_diagram"])
+    merged = what_a_run_computed(json.loads(cluster.merge_folder(tmp_path).to_json()))
+    assert merged == what_a_run_computed(json.loads(alone.to_json()))
+
+
 def test_a_partition_slurm_does_not_list_is_refused_in_one_line_before_any_work(tmp_path, capsys):
     flags = ["--executor", "slurm", "--partition", "nosuchpartition", "--calibration-steps", "2"]
     code = main(["run", "hmm", *tiny_flags("hmm"), "--section", "learning", *flags, "--folder", str(tmp_path)])

@@ -111,7 +111,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="H",
         help="split the sections whose job is planned over H hours into seed groups that fit, as --seeds-per-job "
-        "would, with the group size chosen from the calibration (or say which job cannot fit)",
+        "would, with the group size chosen from the calibration; a section whose training is not one member per "
+        "seed (a grid, a sweep) into share jobs that each train a share of every training call (or say which job "
+        "cannot fit)",
     )
     jobs.add_argument(
         "--no-wait",
@@ -288,7 +290,7 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     folder = Path(args.folder or f"runs/{plan.chapter}-{plan.profile}-jobs")
     # how many seeds a job takes changes no result: a rerun may split what is left differently
     if (folder / cluster.PLAN_FILE).exists() and replace(
-        cluster.Plan.load(folder), seeds_per_job=plan.seeds_per_job
+        cluster.Plan.load(folder), seeds_per_job=plan.seeds_per_job, shares=plan.shares
     ) != plan:
         raise ValueError(f"{folder} holds another plan ({cluster.PLAN_FILE}); give a new --folder")
     pending = cluster.pending_jobs(plan, folder)
@@ -322,12 +324,19 @@ def _fit_hours(
     args: argparse.Namespace, plan: cluster.Plan, folder: Path, attached: list, estimates: list
 ) -> tuple[cluster.Plan, list[cluster.Job], list]:
     """``--max-hours``: where a section job is planned over it, the plan split into seed groups that fit (the group
-    size from the calibration), its jobs and their estimates made again; else the plan as it was."""
+    size from the calibration) or, for a section whose training is not one member per seed, into share jobs, its
+    jobs and their estimates made again; else the plan as it was."""
     size = cluster.seeds_per_job_for(plan, estimates, args.max_hours)
-    if size is None:
+    shares = cluster.shares_for(plan, estimates, args.max_hours)
+    if size is None and not shares:
         return plan, [row.job for row in estimates], estimates
-    print(f"--max-hours {args.max_hours:g}: sections split into groups of {size} seeds")
-    plan = cluster.Plan.make(plan.chapter, plan.profile, plan.overrides, plan.seeds, plan.device, plan.sections, size)
+    if size is not None:
+        print(f"--max-hours {args.max_hours:g}: sections split into groups of {size} seeds")
+    for name, n in shares.items():
+        print(f"--max-hours {args.max_hours:g}: {name} split into {n} share jobs")
+    plan = cluster.Plan.make(
+        plan.chapter, plan.profile, plan.overrides, plan.seeds, plan.device, plan.sections, size, shares
+    )
     running = {job for job, _, _ in attached}
     jobs = [job for job in cluster.pending_jobs(plan, folder) if job not in running]
     return plan, jobs, cluster.estimate(plan, jobs, steps=args.calibration_steps)[0]

@@ -12,11 +12,19 @@ training those seeds' members of every training call of the section and storing 
 :mod:`sandboxes.members`), then the section's own job, which finds every member stored, trains none, and computes
 the section over all its seeds as one process would. A group job that has finished leaves a marker,
 ``groups/<section>/<seeds>.json``; a rerun skips it.
+
+A section whose training is not one member per seed (a grid of cells, a sweep) splits into *share jobs* instead
+(``shares``): share g of n trains the g-th block of every training call's members and stores them
+(:func:`sandboxes.members.share_rows`), leaving the other blocks untrained; its own result is thrown away, and its
+marker is ``groups/<section>/share-<g>-of-<n>.json``. The section's own job then finds the members stored, as after
+group jobs. A training call that starts from what an earlier call trained gets other keys in the share jobs (their
+earlier members were partly untrained), so the section's own job trains it: slower, never different.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import time
@@ -51,17 +59,26 @@ MIN_GROUP = 2  # seeds per group job at least: one seed alone would train as a p
 
 @dataclass(frozen=True)
 class Job:
-    """One job: ``sections`` run and written as partial results, or with ``seeds``, a group job that trains those
-    seeds of its one section and stores their members."""
+    """One job: ``sections`` run and written as partial results; with ``seeds``, a group job that trains those
+    seeds of its one section and stores their members; with ``share`` = (g, n), a share job that trains the g-th of
+    n blocks of every training call of its one section and stores them."""
 
     sections: tuple[str, ...]
     seeds: tuple[int, ...] = ()
+    share: tuple[int, int] | tuple[()] = ()
+
+    @property
+    def stores(self) -> bool:
+        """Whether the job only trains and stores members (a group or share job) and writes no partial result."""
+        return bool(self.seeds or self.share)
 
     @property
     def name(self) -> str:
         """How the plan and the logs name the job."""
         if self.seeds:
             return f"{self.sections[0]} seeds {','.join(map(str, self.seeds))}"
+        if self.share:
+            return f"{self.sections[0]} share {self.share[0] + 1} of {self.share[1]}"
         return self.sections[0] if len(self.sections) == 1 else f"{len(self.sections)} theory sections"
 
 
@@ -76,6 +93,7 @@ class Plan:
     device: str = "auto"
     sections: tuple[str, ...] = ()
     seeds_per_job: int | None = None  # split a section with more seeds into group jobs of this many seeds
+    shares: Mapping[str, int] = field(default_factory=dict)  # split these sections into this many share jobs each
 
     @classmethod
     def make(
@@ -87,6 +105,7 @@ class Plan:
         device: str,
         sections: Sequence[str] = (),
         seeds_per_job: int | None = None,
+        shares: Mapping[str, int] | None = None,
     ) -> Plan:
         """Check the values as a single run would (every check before any job starts); default: all sections."""
         found = get_chapter(chapter)
@@ -94,7 +113,11 @@ class Plan:
         names = [found.section(name).name for name in sections] or [s.name for s in found.sections]
         for name in found.closure(names):
             run.check_seeds(name)
-        plan = cls(found.name, profile, dict(overrides), seeds, device, tuple(names), seeds_per_job)
+        for name, n in (shares or {}).items():
+            if name not in names or not found.section(name).trains or n < 2:
+                raise ValueError(f"shares: {name} is not a section of the plan that trains, or {n} < 2 shares")
+        shared = {found.section(name).name: n for name, n in (shares or {}).items()}
+        plan = cls(found.name, profile, dict(overrides), seeds, device, tuple(names), seeds_per_job, shared)
         if seeds_per_job is not None:
             least = max([MIN_GROUP] + [found.section(name).min_seeds for name in found.closure(names)])
             if seeds_per_job < least:
@@ -131,7 +154,7 @@ class Plan:
         theory = tuple(name for name in wanted if not self._trains(name))
         out = [Job(theory)] if theory else []
         for name in (n for n in wanted if self._trains(n)):
-            out += [Job((name,), group) for group in self.groups(name)] + [Job((name,))]
+            out += [Job((name,), group) for group in self.groups(name)] + self.share_jobs(name) + [Job((name,))]
         return out
 
     def save(self, folder: Path) -> None:
@@ -147,8 +170,13 @@ class Plan:
         return cls(**{**body, "sections": tuple(body["sections"])})
 
     def split(self, section: str) -> bool:
-        """Whether ``section`` runs as group jobs and then its own."""
-        return bool(self.groups(section))
+        """Whether ``section`` runs as group or share jobs and then its own."""
+        return bool(self.groups(section) or self.share_jobs(section))
+
+    def share_jobs(self, section: str) -> list[Job]:
+        """The share jobs of ``section``: none if it is split into seed groups or not named in ``shares``."""
+        n = self.shares.get(section, 0)
+        return [] if self.groups(section) or n < 2 else [Job((section,), share=(g, n)) for g in range(n)]
 
     def expected(self) -> tuple[dict[str, Any], list[int]]:
         """The config and seed list every partial result of this plan must carry."""
@@ -159,18 +187,20 @@ class Plan:
 
 def run_job(plan: Plan, job: Job, folder: str) -> str:
     """One job: run its sections (and the sections they read) and write each one's partial result; or, for a group
-    job, train its seeds' members of its section, store them and leave the group's marker. What it did, in a line."""
+    or share job, train its members of its section, store them and leave its marker. What it did, in a line."""
     chapter = get_chapter(plan.chapter)
     root = Path(folder)
     if not any(plan.split(name) for name in job.sections):
         result = chapter.run(plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections))
         return ", ".join(str(_save_atomically(only(result, n), part_path(root, n))) for n in job.sections)
-    with members.sharing(root / MEMBERS) as shared:
+    with members.sharing(root / MEMBERS, job.share or None) as shared:
         result = chapter.run(
             plan.profile, plan.overrides, plan.seeds, plan.device, False, list(job.sections), job.seeds
         )
     counts = f"{shared.served} members found stored, {shared.trained} trained"
-    if job.seeds:
+    if job.share:
+        counts += f", {shared.skipped} left to other shares"
+    if job.stores:
         _write_atomically(group_path(root, job), json.dumps(_group_record(plan, job)) + "\n")
         return f"{job.name}: {counts}"
     (name,) = job.sections
@@ -178,13 +208,14 @@ def run_job(plan: Plan, job: Job, folder: str) -> str:
 
 
 def group_path(folder: Path, job: Job) -> Path:
-    """Where group job ``job`` leaves its marker when it has finished."""
-    return folder / GROUPS / job.sections[0] / f"{'-'.join(map(str, job.seeds))}.json"
+    """Where group or share job ``job`` leaves its marker when it has finished."""
+    name = f"share-{job.share[0] + 1}-of-{job.share[1]}" if job.share else "-".join(map(str, job.seeds))
+    return folder / GROUPS / job.sections[0] / f"{name}.json"
 
 
 def _group_record(plan: Plan, job: Job) -> dict[str, Any]:
-    """What a group job's marker holds: the plan's chapter, profile, config and seeds, and its own section and
-    seeds, so that a marker left by another plan does not count."""
+    """What a group or share job's marker holds: the plan's chapter, profile, config and seeds, and its own
+    section, seeds and share, so that a marker left by another plan does not count."""
     config, seeds = plan.expected()
     return {
         "chapter": plan.chapter,
@@ -193,11 +224,12 @@ def _group_record(plan: Plan, job: Job) -> dict[str, Any]:
         "seeds": seeds,
         "section": job.sections[0],
         "group": list(job.seeds),
+        "share": list(job.share),
     }
 
 
 def group_done(plan: Plan, folder: Path, job: Job) -> bool:
-    """Whether group job ``job`` of this plan has finished (its marker exists and matches the plan)."""
+    """Whether group or share job ``job`` of this plan has finished (its marker exists and matches the plan)."""
     path = group_path(folder, job)
     try:
         return json.loads(path.read_text()) == json.loads(json.dumps(_group_record(plan, job)))
@@ -259,7 +291,7 @@ def pending(plan: Plan, folder: Path) -> list[str]:
 
 def pending_jobs(plan: Plan, folder: Path) -> list[Job]:
     """The jobs still to run: those of the sections without a valid partial, less the group jobs that finished."""
-    return [job for job in plan.jobs(pending(plan, folder)) if not (job.seeds and group_done(plan, folder, job))]
+    return [job for job in plan.jobs(pending(plan, folder)) if not (job.stores and group_done(plan, folder, job))]
 
 
 def merge_folder(folder: Path) -> Result:
@@ -287,6 +319,7 @@ class JobEstimate:
     seconds: float
     step_bytes: int
     error: str = ""
+    members: int = 0  # the most members one of its training calls trains: what share jobs can split
 
 
 def estimate(
@@ -294,19 +327,21 @@ def estimate(
 ) -> tuple[list[JobEstimate], str]:
     """Each job's cost, from a short calibration on this machine: every train() call runs ``steps`` steps and is
     scaled to its planned steps, the rest of a section runs in full; and the device that measured it. Group jobs
-    of one size are calibrated once; a split section's own job trains nothing, so only the rest of it counts."""
+    of one size are calibrated once; a split section's own job trains nothing, so only the rest of it counts; a
+    share job of n is the whole section with its training divided by n (calibrated once per section)."""
     if steps < 2:
         raise ValueError(f"--calibration-steps must be at least 2 (the first step warms up, untimed), got {steps}")
     chapter = get_chapter(plan.chapter)
     measured_on = pick_device(device)
     estimates: list[JobEstimate] = []
-    known: dict[tuple[tuple[str, ...], int], JobEstimate] = {}
+    known: dict[tuple[tuple[str, ...], int, tuple[int, ...]], JobEstimate] = {}
     for job in jobs:
-        alike = (job.sections, len(job.seeds))
-        if job.seeds and alike in known:
+        alike = (job.sections, len(job.seeds), job.share[1:])
+        if job.stores and alike in known:
             estimates.append(replace(known[alike], job=job))
             continue
-        served = not job.seeds and any(plan.split(name) for name in job.sections)
+        served = not job.stores and any(plan.split(name) for name in job.sections)
+        shares = job.share[1] if job.share else 1
         start = time.perf_counter()
         error = ""
         with calibrating(steps) as calls:
@@ -319,9 +354,10 @@ def estimate(
             time.perf_counter()
             - start
             - sum(call.wall_time for call in calls)
-            + sum(call.estimated_s for call in counted)
+            + sum(call.estimated_s for call in counted) / shares
         )
-        known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error)
+        most = max((call.members * call.groups for call in calls if isinstance(call, TrainCall)), default=0)
+        known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error, most)
         estimates.append(known[alike])
     return estimates, device_name(measured_on)
 
@@ -336,7 +372,7 @@ def seeds_per_job_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: f
     sizes = [
         max(least, int(seeds * max_hours * 3600 / row.seconds))
         for row in estimates
-        if not row.job.seeds
+        if not row.job.stores
         and row.seconds > max_hours * 3600
         and len(row.job.sections) == 1
         and chapter.section(row.job.sections[0]).trains
@@ -344,6 +380,22 @@ def seeds_per_job_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: f
     ]
     size = min(sizes, default=None)
     return size if size is not None and size < seeds else None
+
+
+def shares_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: float) -> dict[str, int]:
+    """Per section job planned over ``max_hours`` whose training is not one member per seed (so seed groups cannot
+    split it), the share jobs that bring it under, its training taken as evenly divisible (the split plan is
+    estimated again after), and no more than its largest training call has blocks of two members."""
+    chapter = get_chapter(plan.chapter)
+    shares = {}
+    for row in estimates:
+        if row.job.stores or len(row.job.sections) != 1:
+            continue
+        section = chapter.section(row.job.sections[0])
+        most = min(math.ceil(row.seconds / (max_hours * 3600)), row.members // MIN_GROUP)
+        if section.trains and not section.by_seed and row.seconds > max_hours * 3600 and most >= 2:
+            shares[section.name] = most
+    return shares
 
 
 def save_estimates(folder: Path, estimates: Sequence[JobEstimate], measured_on: str) -> None:
@@ -363,7 +415,7 @@ def estimates_against_runs(folder: Path) -> list[tuple[str, float, float]]:
     planned = json.loads(path.read_text())["seconds"]
     plan = Plan.load(folder)
     rows = []
-    for job in (job for job in plan.jobs() if not job.seeds and job.name in planned):
+    for job in (job for job in plan.jobs() if not job.stores and job.name in planned):
         parts = [valid_part(plan, folder, name) for name in job.sections]
         if all(part is not None for part in parts):
             took = sum(part.sections[name]["wall_time_s"] for part, name in zip(parts, job.sections))  # type: ignore
@@ -412,8 +464,8 @@ def plan_report(
     for row in estimates:
         hours = row.seconds / 3600 * max(1, gpus_per_job)
         note = f"  (calibration stopped early: {row.error})" if row.error else ""
-        if not row.job.seeds and any(plan.split(name) for name in row.job.sections):
-            note += "  (after its group jobs; serves their members)"
+        if not row.job.stores and any(plan.split(name) for name in row.job.sections):
+            note += "  (after its group or share jobs; serves their members)"
         lines.append(f"  {row.job.name:<24} {hours:9.3f} {unit}  largest step {row.step_bytes / 2**30:6.2f} GiB{note}")
     total = sum(e.seconds for e in estimates) / 3600 * max(1, gpus_per_job)
     lines.append(f"  {'total':<24} {total:9.3f} {unit}")
@@ -495,11 +547,11 @@ def submit(
             say(f"every section already has a valid partial result in {folder / PARTS}")
         return [message for _, message in failed]
     executor = _executor(options, folder, f"sandboxes-{plan.chapter}")
-    waiting = [job for job in jobs if not job.seeds and any(plan.split(name) for name in job.sections)]
+    waiting = [job for job in jobs if not job.stores and any(plan.split(name) for name in job.sections)]
     failed += _run_wave(executor, plan, folder, [job for job in jobs if job not in waiting], options, say)
-    broken = {job.sections[0] for job, _ in failed if job.seeds}
+    broken = {job.sections[0]: "share" if job.share else "group" for job, _ in failed if job.stores}
     held = [
-        (job, f"{job.name}: not submitted, since a group job of it failed")
+        (job, f"{job.name}: not submitted, since a {broken[job.sections[0]]} job of it failed")
         for job in waiting
         if job.sections[0] in broken
     ]

@@ -4,8 +4,9 @@ Under :func:`sharing`, every :func:`~sandboxes.trainer.train` call looks each of
 what fixes that member's run (its schedule, task, seed, architecture and initial weights, whether it is vmapped,
 the device) and trains only the members it does not find, storing them. A cluster run's group jobs train a few
 seeds of a section each; the job that then runs the section over all its seeds finds every member stored and
-trains none. A member's run does not depend on the members trained beside it (``tests/test_trainer.py``), so that
-section computes exactly what one process computes (``tests/test_cluster.py``).
+trains none. A share job of a section that trains a grid instead trains one block of every training call's members
+(:func:`share_rows`). A member's run does not depend on the members trained beside it (``tests/test_trainer.py``),
+so that section computes exactly what one process computes (``tests/test_cluster.py``).
 """
 
 from __future__ import annotations
@@ -27,21 +28,25 @@ from torch import Tensor, nn
 
 @dataclass
 class Shared:
-    """A folder of stored members, and how many members the calls under :func:`sharing` found or trained."""
+    """A folder of stored members, how many members the calls under :func:`sharing` found or trained, and for a
+    share job, which share (g, n) of every call's members it trains."""
 
     folder: Path
     served: int = 0
     trained: int = 0
+    share: tuple[int, int] | None = None
+    skipped: int = 0
 
 
 _active: Shared | None = None
 
 
 @contextmanager
-def sharing(folder: Path) -> Iterator[Shared]:
-    """Within it, training calls serve the members stored in ``folder`` and store the members they train."""
+def sharing(folder: Path, share: tuple[int, int] | None = None) -> Iterator[Shared]:
+    """Within it, training calls serve the members stored in ``folder`` and store the members they train; with
+    ``share`` = (g, n), each call trains only the g-th of n blocks of its members (:func:`share_rows`)."""
     global _active
-    outer, _active = _active, Shared(Path(folder))
+    outer, _active = _active, Shared(Path(folder), share=share)
     try:
         yield _active
     finally:
@@ -51,6 +56,19 @@ def sharing(folder: Path) -> Iterator[Shared]:
 def active() -> Shared | None:
     """The store training calls share now, if any."""
     return _active
+
+
+def share_rows(shared: Shared, members: int) -> set[int] | None:
+    """The rows of a call's ``members`` that this share job trains (None: every row, no share): share g of n takes
+    the g-th of up to n consecutive blocks of two or more members (a member trains bit for bit alike in any vmapped
+    ensemble of two or more, ``tests/test_trainer.py``); a call of one member falls to share 0. The blocks follow
+    the call's order, which the section's own job repeats, so between them the share jobs store every member of
+    each call that does not depend on what an earlier call trained."""
+    if shared.share is None:
+        return None
+    g, n = shared.share
+    blocks = np.array_split(np.arange(members), max(1, min(n, members // 2)))
+    return set(blocks[g].tolist()) if g < len(blocks) else set()
 
 
 def _bytes(tensor: Tensor) -> bytes:

@@ -484,7 +484,8 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
         for i, name in enumerate(keys)
         if (stored := members.load(shared, name)) is not None and (call.probe is None or stored.probes is not None)
     }  # a member stored unprobed cannot serve a probe
-    todo = [i for i in range(len(seeds)) if i not in found]
+    mine = members.share_rows(shared, len(seeds))
+    todo = [i for i in range(len(seeds)) if i not in found and (mine is None or i in mine)]
     served = [i for i in range(len(seeds)) if i in found]
     if served:  # the divergence warnings its training gave, which decide whether a failed row is undecided
         _check_again(
@@ -501,7 +502,12 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
                 None if fresh.probes is None else fresh.probes[row],
             )
             members.save(shared, keys[i], found[i])
-    shared.served, shared.trained = shared.served + len(seeds) - len(todo), shared.trained + len(todo)
+    skipped = [i for i in range(len(seeds)) if i not in found]
+    for i in skipped:  # another share's: untrained, with curves of NaN, so that the section can go on
+        found[i] = _untrained(models[i], config, call.probe)
+    shared.served += len(served)
+    shared.trained += len(todo)
+    shared.skipped += len(skipped)
     for i, model in enumerate(models):
         model.load_state_dict(found[i].state)
     rows = [found[i] for i in range(len(seeds))]
@@ -514,6 +520,25 @@ def _train_shared(shared: members.Shared, call: _Call) -> TrainResult:
         wall_time=time.perf_counter() - start,
         config=config,
         probes=np.stack([r.probes for r in rows]) if call.probe is not None else None,
+    )
+
+
+def _untrained(
+    model: nn.Module, config: TrainConfig, probe: Callable[[nn.Module], Sequence[float]] | None
+) -> members.Stored:
+    """A member a share job leaves to another share: its initial weights and curves of NaN, shaped as a trained
+    member's (what the job computes from it is thrown away)."""
+    evals = np.asarray([s for s in range(config.steps) if s % config.eval_every == 0 or s == config.steps - 1])
+    probed = None
+    if probe is not None:
+        with torch.no_grad():
+            probed = np.full((len(evals), len(list(probe(model)))), np.nan)
+    return members.Stored(
+        {k: v.clone() for k, v in model.state_dict().items()},
+        np.full(config.steps, np.nan),
+        evals,
+        np.full(len(evals), np.nan),
+        probed,
     )
 
 
