@@ -221,7 +221,6 @@ def test_the_fact_transformer_reads_the_last_position_and_ignores_the_order_of_t
     assert measure.fact_parameters(16, (4, 2, 8)) == model.parameter_count()
 
 
-
 def test_the_fact_transformer_folds_its_key_and_value_maps_without_changing_its_function():
     model = FactTransformer(20, 12, 16, 4, 3, 8, torch.Generator().manual_seed(0)).double()
     tokens = torch.randint(20, (5, 9), generator=torch.Generator().manual_seed(1))
@@ -232,6 +231,7 @@ def test_the_fact_transformer_folds_its_key_and_value_maps_without_changing_its_
     out = torch.einsum("bht,bhte->bhe", weights, values).flatten(1) @ model.out
     out = out + torch.relu(out @ model.hidden.T + model.bias) @ model.readout
     assert torch.allclose(model(tokens), out @ model.unembed.T, rtol=1e-12, atol=1e-12)
+
 
 FACT_CONFIG = {
     "facts_heads": 8,

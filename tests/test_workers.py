@@ -8,11 +8,12 @@ import torch
 
 from sandboxes import members
 from sandboxes.calibration import calibrating
+from sandboxes.chapters.memories import measure
 from sandboxes.data.markov import MarkovChain
 from sandboxes.model import GPT
 from sandboxes.theory.markov import binary_config
 from sandboxes.trainer import TrainConfig, TrainingDiverged
-from sandboxes.workers import TrainRequest, in_workers, seed_groups, train_each, train_spread
+from sandboxes.workers import TrainRequest, in_workers, map_each, seed_groups, train_each, train_spread
 
 pytestmark = pytest.mark.slow  # training spread over worker processes: make check leaves it out
 
@@ -114,3 +115,16 @@ def test_one_call_asked_of_two_workers_runs_here_at_one_thread_as_a_worker_would
         assert SEEN_THREADS and set(SEEN_THREADS) == {1} and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_searches_in_workers_give_one_threads_values_in_order():
+    config = {"mlp_steps": 64, "mlp_lr": 3e-2, "mlp_accuracy": 0.99}
+    calls = [(config, 6, m, seed, CPU) for m in (3, 24) for seed in (0, 1)]
+    spread = map_each(measure.most_memorised, calls, workers=2, cost=[m for _, _, m, _, _ in calls])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = map_each(measure.most_memorised, calls, workers=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert spread == alone and spread[0] < spread[2]  # in the calls' order: the narrow memory stores fewer

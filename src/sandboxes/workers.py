@@ -132,6 +132,51 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
     return results
 
 
+def _call_packed(call: bytes) -> bytes:
+    """What a worker does for :func:`map_each`: one packed (function, arguments) in, its packed value out."""
+    fn, args = _unpacked(call)  # type: ignore[misc]
+    return _packed(fn(*args))
+
+
+def map_each(
+    fn: Callable[..., Any],
+    calls: Sequence[tuple[Any, ...]],
+    workers: int = 1,
+    progress: bool | None = None,
+    desc: str = "",
+    cost: Sequence[float] | None = None,
+) -> list[Any]:
+    """``fn(*args)`` for each ``args`` of ``calls``, in order: here, or with ``workers`` > 1 in that many processes
+    of one thread each, the costliest first (by ``cost``). For independent searches whose runs differ in size, so
+    that they do not stack into one vmapped ensemble (the memories chapter's capacity bisections); ``fn`` is a
+    module-level function. As for :func:`train_each`, any number of workers gives the same values, which may
+    differ from this process's at its own thread count."""
+    show = sys.stderr.isatty() if progress is None else progress
+    if workers <= 1 or len(calls) <= 1:
+        threads = torch.get_num_threads()
+        if workers > 1:
+            torch.set_num_threads(1)  # one call asked of workers: here, with a worker's numbers
+        try:
+            return [fn(*args) for args in tqdm(calls, desc=desc, disable=not show, leave=False, file=sys.stderr)]
+        finally:
+            torch.set_num_threads(threads)
+    order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
+    results: list[Any] = [None] * len(calls)
+    context = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's OpenMP threads
+    with ProcessPoolExecutor(min(workers, len(calls)), mp_context=context, initializer=_start_worker) as pool:
+        futures = {pool.submit(_call_packed, _packed((fn, calls[i]))): i for i in order}
+        for future in tqdm(
+            as_completed(futures),
+            total=len(futures),
+            desc=f"{desc} in {workers} workers",
+            disable=not show,
+            leave=False,
+            file=sys.stderr,
+        ):
+            results[futures[future]] = _unpacked(future.result())
+    return results
+
+
 def seed_groups(n_seeds: int, workers: int) -> list[list[int]]:
     """The members ``0 .. n_seeds - 1`` in at most ``workers`` runs of consecutive members, two or more each: a member
     trains bit for bit alike in any vmapped ensemble of two or more (``tests/test_trainer.py``), not alone."""

@@ -26,6 +26,7 @@ from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import memories as theory
 from ...trainer import TrainConfig, fit_to_accuracy, train
+from ...workers import map_each
 
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 PROBE_SIZE = 4096  # held-out sequences on which each evaluation splits the loss into its relation and subject parts
@@ -228,15 +229,14 @@ def mlp_capacity(config: dict[str, Any], ctx: RunContext) -> MlpCapacityData:
     """Per dimension, width and seed, the most associations a trained MLP memory stores (the authors' Fig. 1,
     right)."""
     dims, ratios, seeds = int_list(config["mlp_dims"]), int_list(config["mlp_ratios"]), range(config["mlp_seeds"])
-    progress = sys.stderr.isatty() if ctx.progress is None else ctx.progress
-    cells = [(d, r, s) for d in dims for r in ratios for s in seeds]
-    stored = np.zeros((len(dims), len(ratios), len(seeds)), dtype=int)
-    for d, r, s in tqdm(cells, desc="MLP capacity", disable=not progress, leave=False, file=sys.stderr):
-        stored[dims.index(d), ratios.index(r), s] = most_memorised(config, d, r * d, s, ctx.device)
+    cells = [(config, d, r * d, s, ctx.device) for d in dims for r in ratios for s in seeds]
+    stored = map_each(
+        most_memorised, cells, ctx.workers, ctx.progress, "MLP capacity", [m * d for _, d, m, _, _ in cells]
+    )
     data: MlpCapacityData = {
         "dims": dims,
         "ratios": ratios,
-        "stored": stored.tolist(),
+        "stored": np.reshape(stored, (len(dims), len(ratios), len(seeds))).tolist(),
         "steps": config["mlp_steps"],
     }
     return data
@@ -332,11 +332,12 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
     on them recalls (the authors' Fig. 4, left)."""
     dims, seeds = int_list(config["facts_dims"]), range(config["facts_seeds"])
     shapes = [[float(v) for v in pair.split(":")] for pair in str(config["facts_shapes"]).split(",")]
-    progress = sys.stderr.isatty() if ctx.progress is None else ctx.progress
-    cells = [(i, j, s) for i in range(len(shapes)) for j in range(len(dims)) for s in seeds]
-    sizes = np.zeros((len(shapes), len(dims), len(seeds)), dtype=int)
-    for i, j, s in tqdm(cells, desc="facts stored", disable=not progress, leave=False, file=sys.stderr):
-        sizes[i, j, s] = most_facts(config, dims[j], *shapes[i], s, ctx.device)
+    cells = [(config, d, *shape, s, ctx.device) for shape in shapes for d in dims for s in seeds]
+    costs = [fact_parameters(d, fact_model_shape(config, d, a, b)) for _, d, a, b, _, _ in cells]
+    sizes = np.reshape(
+        map_each(most_facts, cells, ctx.workers, ctx.progress, "facts stored", costs),
+        (len(shapes), len(dims), len(seeds)),
+    )
     data: FactCapacityData = {
         "dims": dims,
         "shapes": shapes,
