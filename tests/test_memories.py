@@ -17,7 +17,7 @@ from sandboxes.model import FactTransformer, LinearAttentionRecall, MLPMemory
 from sandboxes.theory import memories as theory
 from sandboxes.trainer import fit_to_accuracy
 
-from conftest import assert_fails_in_its_counterfactual
+from conftest import TINY, assert_fails_in_its_counterfactual
 
 CONFIG = {"seed": 0, "grad_inputs": 24, "grad_outputs": 16, "grad_d": 32}
 
@@ -458,3 +458,16 @@ def test_no_capacity_row_with_fewer_than_two_dimensions_where_the_single_product
     data |= {"predicted": [8.9, 314.7], "single_share": [0.8, 0.45]}
     claims, silences = judge.capacity_rows({}, data)
     assert claims == [] and "fewer than two" in silences[0]
+
+
+@pytest.mark.slow  # worker processes
+def test_searches_in_workers_record_every_parameter_they_read():
+    small = {"mlp_dims": "8", "mlp_ratios": "1", "mlp_steps": "16", "facts_dims": "8", "facts_steps": "16"}
+    overrides = {**{k: str(v) for k, v in TINY["memories"].items()}, **small, "mlp_seeds": "2", "facts_seeds": "2"}
+    sections = ["mlp_capacity", "fact_capacity"]
+    one, two = (CHAPTER.run("quick", overrides, None, "cpu", False, sections, workers=w) for w in (1, 2))
+    for name, keys in zip(sections, (measure.MLP_SEARCH, measure.FACTS_SEARCH)):
+        assert (
+            set(keys) <= set(two.sections[name]["params"])
+            and one.sections[name]["params"] == two.sections[name]["params"]
+        )

@@ -132,6 +132,9 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
     return results
 
 
+CPU = torch.device("cpu")
+
+
 def _call_packed(call: bytes) -> bytes:
     """What a worker does for :func:`map_each`: one packed (function, arguments) in, its packed value out."""
     fn, args = _unpacked(call)  # type: ignore[misc]
@@ -145,17 +148,19 @@ def map_each(
     progress: bool | None = None,
     desc: str = "",
     cost: Sequence[float] | None = None,
+    device: torch.device = CPU,
 ) -> list[Any]:
     """``fn(*args)`` for each ``args`` of ``calls``, in order: here, or with ``workers`` > 1 in that many processes
     of one thread each, the costliest first (by ``cost``). For independent searches whose runs differ in size, so
     that they do not stack into one vmapped ensemble (the memories chapter's capacity bisections); ``fn`` is a
     module-level function. As for :func:`train_each`, any number of workers gives the same values, which may
-    differ from this process's at its own thread count."""
+    differ from this process's at its own thread count. Where the calls run on a GPU, or a plan is being calibrated,
+    they run here."""
     show = sys.stderr.isatty() if progress is None else progress
-    if workers <= 1 or len(calls) <= 1:
+    if workers <= 1 or len(calls) <= 1 or device.type != "cpu" or calibration.is_calibrating():
         threads = torch.get_num_threads()
-        if workers > 1:
-            torch.set_num_threads(1)  # one call asked of workers: here, with a worker's numbers
+        if workers > 1 and device.type == "cpu":
+            torch.set_num_threads(1)  # asked of workers but run here: with a worker's numbers
         try:
             return [fn(*args) for args in tqdm(calls, desc=desc, disable=not show, leave=False, file=sys.stderr)]
         finally:

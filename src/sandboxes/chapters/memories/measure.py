@@ -225,13 +225,32 @@ def most_memorised(config: dict[str, Any], d: int, m: int, seed: int, device: to
     return largest_stored(lambda n: memorised(config, d, m, n, seed, device), search_start(m * d), 0.01)
 
 
+MLP_SEARCH = ("mlp_steps", "mlp_lr", "mlp_accuracy")  # what a search for an MLP memory's capacity reads
+FACTS_SEARCH = (
+    "facts_heads",
+    "facts_per_relation",
+    "facts_T",
+    "facts_batch",
+    "facts_steps",
+    "facts_lrs",
+    "facts_accuracy",
+)
+
+
+def read_here(config: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The values of ``keys``, read in this process: a search in a worker process reads a copy of them, and the
+    section's record of the parameters it read (which the reference check compares) must still name them."""
+    return {key: config[key] for key in keys}
+
+
 def mlp_capacity(config: dict[str, Any], ctx: RunContext) -> MlpCapacityData:
     """Per dimension, width and seed, the most associations a trained MLP memory stores (the authors' Fig. 1,
     right)."""
     dims, ratios, seeds = int_list(config["mlp_dims"]), int_list(config["mlp_ratios"]), range(config["mlp_seeds"])
-    cells = [(config, d, r * d, s, ctx.device) for d in dims for r in ratios for s in seeds]
+    search = read_here(config, MLP_SEARCH)
+    cells = [(search, d, r * d, s, ctx.device) for d in dims for r in ratios for s in seeds]
     stored = map_each(
-        most_memorised, cells, ctx.workers, ctx.progress, "MLP capacity", [m * d for _, d, m, _, _ in cells]
+        most_memorised, cells, ctx.workers, ctx.progress, "MLP capacity", [m * d for _, d, m, _, _ in cells], ctx.device
     )
     data: MlpCapacityData = {
         "dims": dims,
@@ -332,10 +351,11 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
     on them recalls (the authors' Fig. 4, left)."""
     dims, seeds = int_list(config["facts_dims"]), range(config["facts_seeds"])
     shapes = [[float(v) for v in pair.split(":")] for pair in str(config["facts_shapes"]).split(",")]
-    cells = [(config, d, *shape, s, ctx.device) for shape in shapes for d in dims for s in seeds]
+    search = read_here(config, FACTS_SEARCH)
+    cells = [(search, d, *shape, s, ctx.device) for shape in shapes for d in dims for s in seeds]
     costs = [fact_parameters(d, fact_model_shape(config, d, a, b)) for _, d, a, b, _, _ in cells]
     sizes = np.reshape(
-        map_each(most_facts, cells, ctx.workers, ctx.progress, "facts stored", costs),
+        map_each(most_facts, cells, ctx.workers, ctx.progress, "facts stored", costs, ctx.device),
         (len(shapes), len(dims), len(seeds)),
     )
     data: FactCapacityData = {
