@@ -202,7 +202,7 @@ def test_a_section_split_into_shares_plans_its_share_jobs_then_its_own():
         cluster.Job(("depth",)),
     ]
     assert [job.name for job in plan.jobs()[:2]] == [f"{SHARED} share 1 of 2", f"{SHARED} share 2 of 2"]
-    for shares in ({"global_minimum": 2}, {SHARED: 1}, {"basin": 2}):  # no training; one share; not in the plan
+    for shares in ({"global_minimum": 2}, {SHARED: 1}, {"basin": 2}):  # not shareable; one share; not in the plan
         with pytest.raises(ValueError, match="shares"):
             cluster.Plan.make("markov", "quick", overrides, None, "cpu", [SHARED, "global_minimum"], shares=shares)
 
@@ -269,6 +269,11 @@ def test_max_hours_splits_a_grid_section_into_the_share_jobs_that_fit():
     assert cluster.shares_for(plan, estimates, 1.0) == {SHARED: 3}
     assert cluster.shares_for(plan, estimates, 0.01) == {SHARED: 25}  # no block smaller than two members
     assert cluster.shares_for(plan, estimates, 3.0) == {}  # every job fits
+    induction = cluster.Plan.make("induction", "quick", {}, None, "cpu", ["parent_heads"])
+    (heads,) = induction.jobs()
+    assert cluster.shares_for(induction, [cluster.JobEstimate(heads, 9 * 3600.0, 0, members=50)], 1.0) == {}
+    with pytest.raises(ValueError, match="may be shared"):  # kept whole: its members differ in another ensemble
+        cluster.Plan.make("induction", "quick", {}, None, "cpu", ["parent_heads"], shares={"parent_heads": 2})
 
 
 def test_the_dry_run_under_max_hours_plans_share_jobs_for_a_grid(tmp_path, capsys):

@@ -422,3 +422,16 @@ def test_a_cpu_is_named_by_its_model_and_the_cores_this_process_may_use(monkeypa
     monkeypatch.setattr(runtime, "Path", lambda path: SimpleNamespace(read_text=lambda: info))
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     assert device_name(torch.device("cpu")) == "Some CPU 9000, 3 cores"
+
+
+def test_a_lone_missing_member_trains_beside_another_as_in_the_whole_ensemble(tmp_path):
+    # a share or group job rerun after it stored all but one member of a call: that one must not train alone
+    whole = train(make_model, TASK, CONFIG, seeds=[0, 1, 2, 3])
+    with members.sharing(tmp_path) as shared:
+        train(make_model, TASK, CONFIG, seeds=[0, 1, 2])
+        again = train(make_model, TASK, CONFIG, seeds=[0, 1, 2, 3])
+    assert (shared.trained, shared.served) == (4, 3)
+    assert np.array_equal(again.train_loss[3], whole.train_loss[3])
+    assert all(
+        torch.equal(x, y) for x, y in zip(again.models[3].state_dict().values(), whole.models[3].state_dict().values())
+    )

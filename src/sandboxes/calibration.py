@@ -59,6 +59,7 @@ class TrainCall:
     task: Any = field(default=None, compare=False, repr=False)
     members: int = 1
     batch_size: int = 0
+    total: int = 1  # members of the whole call, in every group
 
     @property
     def estimated_s(self) -> float:

@@ -303,7 +303,7 @@ def _on_scheduler(args: argparse.Namespace) -> int:
     jobs = [job for job in pending if job not in {job for job, _, _ in attached}]
     estimates, measured_on = cluster.estimate(plan, jobs, steps=args.calibration_steps)  # this machine's device
     if args.max_hours is not None:
-        plan, jobs, estimates = _fit_hours(args, plan, folder, attached, estimates)
+        plan, jobs, estimates, attached = _fit_hours(args, plan, folder, options, attached, estimates)
     print(cluster.plan_report(plan, estimates, measured_on, args.gpus_per_job, args.calibration_steps))
     if args.max_hours is not None:
         for row in (row for row in estimates if row.seconds > args.max_hours * 3600):
@@ -321,15 +321,21 @@ def _on_scheduler(args: argparse.Namespace) -> int:
 
 
 def _fit_hours(
-    args: argparse.Namespace, plan: cluster.Plan, folder: Path, attached: list, estimates: list
-) -> tuple[cluster.Plan, list[cluster.Job], list]:
+    args: argparse.Namespace,
+    plan: cluster.Plan,
+    folder: Path,
+    options: cluster.JobOptions,
+    attached: list,
+    estimates: list,
+) -> tuple[cluster.Plan, list[cluster.Job], list, list]:
     """``--max-hours``: where a section job is planned over it, the plan split into seed groups that fit (the group
     size from the calibration) or, for a section whose training is not one member per seed, into share jobs, its
-    jobs and their estimates made again; else the plan as it was."""
+    jobs, their estimates and the jobs of it an earlier command left running made again; else the plan as it
+    was."""
     size = cluster.seeds_per_job_for(plan, estimates, args.max_hours)
     shares = cluster.shares_for(plan, estimates, args.max_hours)
     if size is None and not shares:
-        return plan, [row.job for row in estimates], estimates
+        return plan, [row.job for row in estimates], estimates, attached
     if size is not None:
         print(f"--max-hours {args.max_hours:g}: sections split into groups of {size} seeds")
     for name, n in shares.items():
@@ -337,9 +343,11 @@ def _fit_hours(
     plan = cluster.Plan.make(
         plan.chapter, plan.profile, plan.overrides, plan.seeds, plan.device, plan.sections, size, shares
     )
+    pending = cluster.pending_jobs(plan, folder)
+    attached = cluster.still_running(plan, folder, pending, options)  # the split plan's jobs an earlier command left
     running = {job for job, _, _ in attached}
-    jobs = [job for job in cluster.pending_jobs(plan, folder) if job not in running]
-    return plan, jobs, cluster.estimate(plan, jobs, steps=args.calibration_steps)[0]
+    jobs = [job for job in pending if job not in running]
+    return plan, jobs, cluster.estimate(plan, jobs, steps=args.calibration_steps)[0], attached
 
 
 def _merge(folder: Path, out: str | None) -> int:

@@ -17,8 +17,8 @@ A section whose training is not one member per seed (a grid of cells, a sweep) s
 (``shares``): share g of n trains the g-th block of every training call's members and stores them
 (:func:`sandboxes.members.share_rows`), leaving the other blocks untrained; its own result is thrown away, and its
 marker is ``groups/<section>/share-<g>-of-<n>.json``. The section's own job then finds the members stored, as after
-group jobs. A training call that starts from what an earlier call trained gets other keys in the share jobs (their
-earlier members were partly untrained), so the section's own job trains it: slower, never different.
+group jobs. A training call that starts from what an earlier call trained gets other keys in a share job wherever
+that job left the earlier call's member untrained, so the section's own job trains those: slower, never different.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ class Plan:
         for name in found.closure(names):
             run.check_seeds(name)
         for name, n in (shares or {}).items():
-            if name not in names or not found.section(name).trains or n < 2:
-                raise ValueError(f"shares: {name} is not a section of the plan that trains, or {n} < 2 shares")
+            if name not in names or not found.section(name).shareable or n < 2:
+                raise ValueError(f"shares: {name} is not a section of the plan that may be shared, or {n} < 2 shares")
         shared = {found.section(name).name: n for name, n in (shares or {}).items()}
         plan = cls(found.name, profile, dict(overrides), seeds, device, tuple(names), seeds_per_job, shared)
         if seeds_per_job is not None:
@@ -224,7 +224,7 @@ def _group_record(plan: Plan, job: Job) -> dict[str, Any]:
         "seeds": seeds,
         "section": job.sections[0],
         "group": list(job.seeds),
-        "share": list(job.share),
+        **({"share": list(job.share)} if job.share else {}),
     }
 
 
@@ -354,9 +354,9 @@ def estimate(
             time.perf_counter()
             - start
             - sum(call.wall_time for call in calls)
-            + sum(call.estimated_s for call in counted) / shares
+            + sum(call.estimated_s / (shares if isinstance(call, TrainCall) else 1) for call in counted)
         )
-        most = max((call.members * call.groups for call in calls if isinstance(call, TrainCall)), default=0)
+        most = max((call.total for call in calls if isinstance(call, TrainCall)), default=0)
         known[alike] = JobEstimate(job, seconds, max((call.step_bytes for call in counted), default=0), error, most)
         estimates.append(known[alike])
     return estimates, device_name(measured_on)
@@ -384,8 +384,9 @@ def seeds_per_job_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: f
 
 def shares_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: float) -> dict[str, int]:
     """Per section job planned over ``max_hours`` whose training is not one member per seed (so seed groups cannot
-    split it), the share jobs that bring it under, its training taken as evenly divisible (the split plan is
-    estimated again after), and no more than its largest training call has blocks of two members."""
+    split it) and whose members may be shared (``Section.shareable``), the share jobs that bring it under, its
+    training taken as evenly divisible (the split plan is estimated again after), and no more than its largest
+    training call has blocks of two members."""
     chapter = get_chapter(plan.chapter)
     shares = {}
     for row in estimates:
@@ -393,7 +394,7 @@ def shares_for(plan: Plan, estimates: Sequence[JobEstimate], max_hours: float) -
             continue
         section = chapter.section(row.job.sections[0])
         most = min(math.ceil(row.seconds / (max_hours * 3600)), row.members // MIN_GROUP)
-        if section.trains and not section.by_seed and row.seconds > max_hours * 3600 and most >= 2:
+        if section.shareable and not section.by_seed and row.seconds > max_hours * 3600 and most >= 2:
             shares[section.name] = most
     return shares
 

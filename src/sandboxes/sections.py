@@ -81,6 +81,8 @@ class Section:
     min_seeds: int = 1  # a section that compares seeds with each other needs several
     trains: bool = False  # it trains models: its rows may be undecided, and a reference run must make it
     by_seed: bool = True  # its training runs one member per seed of the run's seeds: a cluster run may split them
+    shareable: bool = False  # its training calls' members train alike in any vmapped ensemble of two or more (tested
+    # for the model it trains): a cluster run may split each call's members into share jobs
     # the names of the rows judged from data without the models (a closed form beside the runs), which a diverged
     # training leaves as they are
     theory: Callable[[Any], tuple[str, ...]] | None = None

@@ -464,6 +464,7 @@ def _train_all(call: _Call) -> TrainResult:
                 tasks[0],
                 len(groups[0]),
                 config.batch_size,
+                len(seeds),
             )
         )
         return replace(_repeated(parts[0], seeds), wall_time=time.perf_counter() - start)

@@ -168,6 +168,7 @@ CHAPTER = Chapter(
             phase_diagram,
             trains=True,
             by_seed=False,
+            shareable=True,  # the one-layer GPT of tests/test_trainer.py's ensemble test
             rows=phase_section_rows,
             figures=("phase_diagram",),
             reference=True,
@@ -189,6 +190,7 @@ CHAPTER = Chapter(
             depth,
             trains=True,
             by_seed=False,  # depth_seeds
+            shareable=True,  # GPTs of the ensemble test's kind, one to three layers
             rows=depth_rows,
             figures=("depth",),
             reference=True,
