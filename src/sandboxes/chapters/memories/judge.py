@@ -310,9 +310,8 @@ def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[
 
 def fact_capacity_claim(data: FactCapacityData) -> Claim:
     """The exponent equals the theorem's 1 within the fit's interval widened by one log factor's worth."""
-    exponent, error = fact_exponent(data)
+    exponent, error, allowance = fact_exponent_and_tolerance(data)
     sizes = np.asarray(data["sizes"])
-    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
     tolerance = error + allowance
     shapes = ", ".join(f"H d_h = {a:g} d, m = {b:g} d" for a, b in data["shapes"])
     return Claim(
@@ -333,6 +332,17 @@ def fact_capacity_claim(data: FactCapacityData) -> Claim:
     )
 
 
+def fact_exponent_and_tolerance(data: FactCapacityData) -> tuple[float, float, float]:
+    """The fitted exponent of S R on P, its three-standard-error half-width, and the log factor's allowance."""
+    exponent, error = fact_exponent(data)
+    sizes = np.asarray(data["sizes"])
+    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
+    return exponent, error, allowance
+
+
+SQRT_RATE = 0.5  # the exponent of S R ~ sqrt(P), the rival law the counterfactual tests plant
+
+
 def facts_per_parameter(data: FactCapacityData) -> float:
     """The median over runs of S R / P: the constant of the linear law, which no row judges."""
     return theory.facts_per_parameter(np.asarray(data["sizes"], dtype=float), np.asarray(data["params"], dtype=float))
@@ -345,7 +355,31 @@ def fact_capacity_summary(data: FactCapacityData) -> str:
         f"At most {data['steps']} Adam steps per run, batches of {data['batch']} sequences, step sizes "
         f"{', '.join(f'{lr:g}' for lr in data['lrs'])} tried in turn, {len(data['sizes'][0][0])} seeds per shape and "
         f"d. Median S R / P: "
-        f"{facts_per_parameter(data):.3f}."
+        f"{facts_per_parameter(data):.3f}." + _fact_trend(data)
+    )
+
+
+def _fact_trend(data: FactCapacityData) -> str:
+    """S R / P at the smallest and the largest P, and whether the row's interval also holds the square-root law's
+    exponent: what the row's width leaves open."""
+    sizes, params = np.asarray(data["sizes"], dtype=float), np.asarray(data["params"], dtype=float)
+    if sizes.size < 3 or len(data["dims"]) < 2:
+        return ""
+    ratio = sizes**2 / params[:, :, None]
+    low, high = np.unravel_index(params.argmin(), params.shape), np.unravel_index(params.argmax(), params.shape)
+    exponent, error, allowance = fact_exponent_and_tolerance(data)
+    tolerance = error + allowance
+    admits = abs(exponent - SQRT_RATE) <= tolerance
+    return (
+        f" S R / P (median of the seeds) is {np.median(ratio[low]):.3f} at the smallest P ({params[low]:.0f}) and "
+        f"{np.median(ratio[high]):.3f} at the largest ({params[high]:.0f}). The fitted exponent is {exponent:.2f}; the "
+        f"row's interval, {exponent - tolerance:.2f} to {exponent + tolerance:.2f}, "
+        + (
+            f"also holds {SQRT_RATE:g}, the exponent of S R ~ sqrt(P): at these sizes the row tells growth with P "
+            "from none, not linear growth from square-root growth."
+            if admits
+            else f"leaves out {SQRT_RATE:g}, the exponent of S R ~ sqrt(P)."
+        )
     )
 
 
