@@ -291,6 +291,19 @@ def test_the_fitted_facts_exponent_of_an_exact_power_law_is_its_power():
     assert exponent == pytest.approx(0.8, abs=0.02) and error < 0.1
 
 
+def test_the_shapes_alone_give_the_law_s_exponent_and_the_note_says_when_d_carries_the_fit():
+    shapes = [(0.5, 0.5), (1, 1), (2, 2)]
+    linear = _fact_sizes([64, 128, 256], shapes, 2, lambda p: 0.15 * p, noise=0.0)
+    within, error, dof = judge.within_dimension_exponent(linear)
+    assert within == pytest.approx(1, abs=0.02) and dof == 18 - 3 - 1
+    blind = {**linear, "sizes": [[[d // 4] * 2 for d in linear["dims"]] for _ in shapes]}  # S in d alone
+    assert judge.within_dimension_exponent(blind)[0] == pytest.approx(0, abs=1e-9)
+    assert "the shapes' parameters count" in judge.fact_capacity_summary(linear)
+    assert "the row's exponent is carried by d" in judge.fact_capacity_summary(
+        {**blind, "sizes": [[[d // 4, d // 4 + 1] for d in linear["dims"]] for _ in shapes]}
+    )
+
+
 def test_the_facts_row_is_undecided_below_the_settled_budget_and_absent_below_the_authors_smallest_plot():
     data = _fact_sizes([16, 24, 32, 48, 64], [(1, 1)], 2, FACT_LAWS["none"])
     short = judge.fact_capacity_rows({}, {**data, "steps": judge.FACTS_SETTLED_STEPS - 1})[0]
