@@ -83,9 +83,9 @@ def _start_worker() -> None:
     warnings.simplefilter("ignore", TrainingDiverged)
 
 
-def _run_packed(request: bytes) -> bytes:
-    """What a worker does: one packed request in, its packed result out."""
-    return _packed(_unpacked(request).run(progress=False))
+def _run_here(request: TrainRequest) -> TrainResult:
+    """What a worker does for :func:`train_each`: one request's call, without a progress bar."""
+    return request.run(progress=False)
 
 
 def in_workers(requests: Sequence[TrainRequest], workers: int) -> bool:
@@ -112,21 +112,9 @@ def train_each(requests: Sequence[TrainRequest], workers: int = 1, progress: boo
             return [request.run(progress) for request in requests]
         finally:
             torch.set_num_threads(threads)
-    order = sorted(range(len(requests)), key=lambda i: -requests[i].cost())
-    results: list[TrainResult | None] = [None] * len(requests)
-    show = sys.stderr.isatty() if progress is None else progress
-    context = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's OpenMP threads
-    with ProcessPoolExecutor(min(workers, len(requests)), mp_context=context, initializer=_start_worker) as pool:
-        futures = {pool.submit(_run_packed, _packed(requests[i])): i for i in order}
-        for future in tqdm(
-            as_completed(futures),
-            total=len(futures),
-            desc=f"trainings in {workers} workers",
-            disable=not show,
-            leave=False,
-            file=sys.stderr,
-        ):
-            results[futures[future]] = _unpacked(future.result())
+    results = map_each(
+        _run_here, [(r,) for r in requests], workers, progress, "trainings", [r.cost() for r in requests]
+    )
     for result in results:
         trainer.warn_diverged(result)
     return results
