@@ -31,6 +31,7 @@ from sandboxes.theory.induction import (
     MATCH_SCALES,
     MAX_PERMUTED_STATES,
     PARENT_MASS,
+    STEPS_LONG,
     STRATEGIES,
     bayes_predictive,
     blank_second_gradient,
@@ -1833,7 +1834,14 @@ def test_narrow_random_parts_fail_the_positional_row():
     assert_fails_in_its_counterfactual(judge.three_steps_claims(data), "after the third", "random parts, d = 16")
 
 
-def test_the_three_steps_judge_positions_2_to_T_minus_2():
-    assert list(stepped_positions(8)) == [2, 3, 4, 5, 6]
-    assert previous_share([0, 0, 1, 1, 1, 1, 1, 6]) == 1.0
-    assert previous_share([0, 1, 0, 1, 1, 1, 1, 1]) == 0.8
+def test_the_three_steps_judge_positions_2_to_T_minus_3():
+    assert list(stepped_positions(8)) == [2, 3, 4, 5]
+    assert previous_share([0, 0, 1, 1, 1, 1, 0, 6]) == 1.0
+    assert previous_share([0, 1, 0, 1, 1, 1, 1, 1]) == 0.75
+
+
+def test_the_three_steps_make_no_rows_on_short_sequences():
+    data = _untrained_steps_data()  # ties: every row fails where rows are made
+    short = {**data, "lags": [lags[: STEPS_LONG - 1] for lags in data["lags"]]}
+    rows, silent = judge.three_steps_rows({}, short)
+    assert rows == [] and len(silent) == 1 and f"below {STEPS_LONG}" in silent[0]

@@ -636,7 +636,7 @@ def three_steps(data: ThreeStepsData) -> Figure:
     sizes.set(
         xscale="log",
         xlabel="length of the second step (on W_KQ2)",
-        ylabel="share of positions 2..T-2 sent to the one before",
+        ylabel="share of positions 2..T-3 sent to the one before",
         ylim=(0, 1.05),
     )
     sizes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)

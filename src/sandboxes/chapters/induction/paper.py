@@ -331,7 +331,7 @@ def three_steps_vs_paper(run: ThreeStepsData) -> list[Row]:
             "of each memory's associations recalled",
             "all three memories recovered (informal; the slides give no sizes)",
             f"W_OV2 {run['first_probes'][0]:.3f}, W_KQ2 {run['probes'][best][1]:.3f}, W_KQ1 {shares[best]:.3f} "
-            f"(positions 2 to T - 2, second step of length {run['second_sizes'][best]:g}; orthonormal parts of "
+            f"(positions 2 to T - 3, second step of length {run['second_sizes'][best]:g}; orthonormal parts of "
             f"width {run['width']})",
         ),
         (
