@@ -25,6 +25,7 @@ from sandboxes.data.trigger import TriggerTask, stationary
 from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig, WindowHeads
 from sandboxes.profiles import resolve
+from sandboxes.runtime import seed_everything
 from sandboxes.theory.induction import (
     FORMED,
     LEMMA_BETA,
@@ -75,6 +76,7 @@ from sandboxes.theory.induction import (
     window_gap,
     window_weights,
 )
+from sandboxes.trainer import train
 
 from conftest import TINY, assert_fails_in_its_counterfactual
 
@@ -645,6 +647,7 @@ class _Mixture(torch.nn.Module):
 
 
 STRAIGHT = "two layers straight from the uniform guess to the Bayes predictor"
+NO_REST = "two layers pass the unigram stage without resting"
 
 
 def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[list[float]]:
@@ -652,7 +655,9 @@ def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[l
     probe = measure.strategy_probe(task, seq[:256])
     if change == STRAIGHT:
         return [probe(_Mixture(task, w)) for w in np.linspace(0, 1, 21)]
-    names = ("uniform", "unigram", "unigram", "bayes", "bayes")
+    names = ("uniform", "unigram", "unigram", "unigram", "bayes")
+    if change == NO_REST:
+        names = ("uniform", "uniform", "unigram", "bayes", "bayes")
     return [probe(_Estimator(task, name)) for name in names]
 
 
@@ -670,6 +675,20 @@ def test_no_mixture_of_the_uniform_guess_and_the_bayes_predictor_is_nearest_the_
         nearest = [int(np.argmin(probe(_Mixture(task, w, geometric=geometric)))) for w in np.linspace(0, 1, 41)]
         assert STRATEGIES.index("unigram") not in nearest
         assert nearest[0] == STRATEGIES.index("uniform") and nearest[-1] == STRATEGIES.index("bayes")
+
+
+def test_a_mixture_of_the_uniform_guess_and_the_unigram_nearest_the_unigram_is_near_its_loss():
+    # why the plateau row judges the rest and not the level: nearest the unigram by the divergence is near its loss
+    for task in _chapter_tasks():
+        seq = task.sequences(256, _gen(8))
+        probe, array = measure.strategy_probe(task, seq), seq.numpy()
+        laws = strategy_predictions(task, array)
+        unigram, bayes = (predictor_loss(laws[name], array).loss for name in ("unigram", "bayes"))
+        weight = next(w for w in np.linspace(0, 1, 21) if np.argmin(probe(_Mixture(task, w, end="unigram"))) == 1)
+        with torch.no_grad():
+            log_probs = _Mixture(task, weight, end="unigram")(seq[:, :-1]).double()
+        loss = float(-log_probs.gather(-1, seq[:, 1:, None]).mean())
+        assert 0 < (loss - unigram) / (unigram - bayes) < 0.25
 
 
 def test_a_path_through_the_unigram_seen_on_either_side_of_its_stage_is_undecided_not_failed():
@@ -745,6 +764,29 @@ def test_the_stages_row_waits_for_a_descending_run_and_fails_a_settled_one_that_
     assert _stage_rows([[U, G, G]]).holds is False
 
 
+def test_the_rest_is_counted_from_the_evaluations_on_the_side_that_makes_the_row_harder():
+    steps = [0, 10, 20, 30, 40, 50]
+    assert judge.rest_and_approach(np.array([U, U, G, G, G, B]), list(STRATEGIES), steps) == (20, 20)
+    paths = [[U, G, G, G, B], [U, U, G, B, B]]  # rests 20 after 10 steps; passes within one interval after 20
+    data = {"eval_steps": steps[:5], "strategies": list(STRATEGIES), "still_descending": {"two_layers": 0}}
+    data |= {"strategy_distance": {"two_layers": paths}, "eval_loss": {"two_layers": [[1.0] * 5] * 2}}
+    rest = judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9})
+    assert _stage_rows(paths).holds and rest.holds is False
+    assert rest.measured == "a rest no longer than the approach in seed 1"
+
+
+def test_the_judge_reads_the_loss_curve_on_the_trainers_own_held_out_sequences():
+    config = {**resolve(chapter.PARAMS, "quick", {}), "T": 8, "d_model": 8, "steps": 2, "evaluations": 2}
+    config |= {"batch_size": 4, "lr": 0.0}  # the evaluation at step 0 follows one update: one that moves nothing
+    task, make = tasks.task_of(config), lambda: GPT(measure._gpt(config, 2))
+    run = train(make, task, measure._schedule(config), [3], "cpu")
+    seed_everything(3)
+    seq = tasks.curve_sequences(config)
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(make()(seq[:, :-1]).flatten(0, 1), seq[:, 1:].flatten())
+    assert run.eval_loss[0][0] == pytest.approx(float(loss), rel=1e-5)
+
+
 def _training_rows(change: str) -> list:
     task = InContextMarkov.chain(3, 1.0, 16)
     seq, ood = task.sequences(1000, _gen(6)), replace(task, alpha=0.3).sequences(1000, _gen(7))
@@ -771,9 +813,11 @@ def _training_rows(change: str) -> list:
         "eval_steps": list(range(0, 10 * len(path), 10)),
         "strategies": list(STRATEGIES),
         "strategy_distance": {"two_layers": [path]},
+        "eval_loss": {"two_layers": [[1.0] * len(path)]},
     }
     separation = strategy_separation(strategy_predictions(task, seq[:256].numpy()))
-    return [*judge.training_claims(data), judge.stages_claim(data, separation)]
+    levels = {"unigram": 1.0, "bayes": 0.9}
+    return [*judge.training_claims(data), judge.stages_claim(data, separation), judge.rest_claim(data, levels)]
 
 
 ORDER_CHANGES = {  # a change to one shape's model -> what that shape is replaced by
@@ -1049,6 +1093,7 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"both stages \(layer 2 trained after layer 1\)", "layer 2 left at its first stage's scale", _second_stage_rows),
     (r"another prior", "two layers fall to the unigram level off the prior", _training_rows),
     (r"stages \(Edelman", STRAIGHT, _training_rows),
+    (r"plateau \(Edelman", NO_REST, _training_rows),
     (r"order m, three layers of one head", "three layers window read unordered", _order_training_rows),
     (r"order m, two layers of one head", "two layers untrained", _order_training_rows),
     (r"relative-position heads in layer 1", "heads untrained", _parent_heads_rows),
@@ -1110,10 +1155,16 @@ def test_every_row_has_a_counterfactual(tiny_result):
         assert sum(bool(re.search(key, name)) for key, *_ in COUNTERFACTUALS) == 1, name
     # silent at unit scale, their builders make them instead, and every other row must come from the chapter's run:
     # the order-m rows (16 held-out sequences cannot resolve half their gap), the second stage's (at stage_T = 32
-    # with ten states the graph at its best scale does not beat the unigram) and the corollary's distance (16
-    # sequences leave the graph's bound wide enough to take in the training prior's predictor)
+    # with ten states the graph at its best scale does not beat the unigram), the corollary's distance (16
+    # sequences leave the graph's bound wide enough to take in the training prior's predictor) and the three steps'
+    # (steps_T = 8 is below theory.STEPS_LONG)
     unmatched = [(key, rows) for key, _, rows in COUNTERFACTUALS if not any(re.search(key, n) for n in names)]
-    silent = {_order_training_rows: "order_training", _second_stage_rows: "staged", _corollary_rows: "corollary"}
+    silent = {
+        _order_training_rows: "order_training",
+        _second_stage_rows: "staged",
+        _corollary_rows: "corollary",
+        _three_steps_rows: "three_steps",
+    }
     assert {rows for _, rows in unmatched} <= set(silent)
     assert all(result["sections"][silent[rows]]["silent"] for _, rows in unmatched)
     # one row per counterfactual, but the gradient's, which come once per graph, judged by the same functions

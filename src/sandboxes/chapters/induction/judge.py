@@ -18,7 +18,7 @@ from ...curves import budget_ran_out, misses_settled
 from ...data.trigger import stationary
 from ...theory import induction as theory
 from ...theory.induction import FORMED, PARENT_MASS
-from .tasks import stage_probes, task_of, trigger_held_out, trigger_task
+from .tasks import curve_sequences, stage_probes, task_of, trigger_held_out, trigger_task
 
 if TYPE_CHECKING:
     from .measure import (
@@ -362,7 +362,8 @@ def staged_claim(run: StageRun) -> Claim:
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
     """The training section's rows and the reasons for the rows it does not make, from its data alone (as run, or
     as read back from a result file, where the reference check recomputes them)."""
-    return [*training_claims(data), stages_claim(data, stage_separation(config))], (
+    separation = stage_separation(config)
+    return [*training_claims(data), stages_claim(data, separation), rest_claim(data, curve_levels(config))], (
         one_layer_silence(config),
         GPT_ATTENTION_SILENCE,
     )
@@ -865,6 +866,75 @@ def stages_claim(data: TrainingData, separation: float) -> Claim:
             "evaluations), or distances not finite: more evaluations (--set evaluations=...) or a smaller step size "
             "(--set lr=...) spread the switch over several evaluations"
         )
+    return claim.eventually(settled, unsettled)
+
+
+def curve_levels(config: dict[str, Any]) -> dict[str, float]:
+    """The in-context unigram's and the Bayes predictor's losses on the sequences the trainer reads the loss curve on
+    (:func:`tasks.curve_sequences`), so that a point of the curve is set beside them without another sample's noise."""
+    seq = curve_sequences(config).numpy()
+    laws = theory.strategy_predictions(task_of(config), seq)
+    return {name: theory.predictor_loss(laws[name], seq).loss for name in ("unigram", "bayes")}
+
+
+def rest_and_approach(distances: np.ndarray, names: list[str], steps: list[int]) -> tuple[int, int]:
+    """For a seed whose stages came in order: the steps it rested nearest the unigram, at least (from the first
+    evaluation nearest it to the last before the first nearest the Bayes predictor), and the steps it took to get
+    there, at most (from the start to that first evaluation)."""
+    unigram = first_nearest(distances, names.index("unigram"))
+    bayes = first_nearest(distances, names.index("bayes"))
+    assert unigram is not None and bayes is not None and unigram < bayes
+    return steps[bayes - 1] - steps[unigram], steps[unigram]
+
+
+def rest_claim(data: TrainingData, levels: dict[str, float]) -> Claim:
+    """Training lingers at the unigram stage: in every two-layer seed the rest there outlasts the approach to it
+    (:func:`rest_and_approach`, each bounded on the side that makes the row harder). A seed whose stages did not come
+    in order decides nothing here but where the stages row fails too (the Bayes predictor first where the evaluations
+    resolve it; the Bayes stage never reached by a settled run); the loss at the first evaluation nearest the unigram
+    is printed against the unigram's level on the same sequences (``levels``)."""
+    names, steps = data["strategies"], data["eval_steps"]
+    distances = np.asarray(data["strategy_distance"]["two_layers"], dtype=float)
+    outcomes = [stage_outcome(d, names) for d in distances]
+    ordered = [k for k, outcome in enumerate(outcomes) if outcome == "in order"]
+    spans = {k: rest_and_approach(distances[k], names, steps) for k in ordered}
+    short = [k for k, (rest, approach) in spans.items() if rest <= approach]
+    gap = levels["unigram"] - levels["bayes"]
+    plateau = [
+        (data["eval_loss"]["two_layers"][k][first_nearest(distances[k], names.index("unigram"))] - levels["unigram"])
+        / gap
+        for k in ordered
+    ]
+    measured = (
+        f"a rest no longer than the approach in seed {', '.join(map(str, short))}"
+        if short
+        else "longer in every seed"
+        if len(ordered) == len(outcomes)
+        else f"stages not in order in seed {', '.join(str(k) for k in range(len(outcomes)) if k not in spans)}"
+    )
+    claim = Claim.exact(
+        "plateau (Edelman et al.; Varre et al.), two layers, every seed: training lingers at the unigram stage, "
+        "resting there longer than it took to reach it",
+        "longer in every seed",
+        measured,
+        "the slides (after Varre et al.): training lingers at plateaus because sub-n-grams, here the in-context "
+        "unigram, are near-stationary points of the loss, while the uniform guess at the start is not; Edelman et "
+        "al. see the loss rest at the unigram level before it falls to the bigram's. The rest counts the steps "
+        "from the first evaluation nearest the unigram to the last before the first nearest the Bayes predictor, "
+        "the approach those up to that first evaluation. Rest against approach, per seed: "
+        + (", ".join(f"{spans[k][0]} / {spans[k][1]}" for k in ordered) or "none")
+        + "; the loss at the first evaluation nearest the unigram, as a share of the unigram-to-Bayes gap from the "
+        "unigram's level on the same held-out sequences (negative: below it): "
+        + (", ".join(f"{share:+.2f}" for share in plateau) or "none")
+        + ". Written after the reference run was read",
+    )
+    if short or "skipped" in outcomes:
+        return claim
+    if "unresolved" in outcomes or "not finite" in outcomes:
+        return claim.undecided("a switch within one interval between evaluations, or distances not finite")
+    settled, unsettled = budget_ran_out(
+        data["still_descending"]["two_layers"], "two-layer runs were still descending", "steps"
+    )
     return claim.eventually(settled, unsettled)
 
 

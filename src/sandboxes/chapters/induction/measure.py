@@ -39,7 +39,7 @@ from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
 from .judge import GRADIENT_CHUNKS, parent_margins
-from .tasks import BIGRAM_CONCENTRATION, stage_probes, task_of, trigger_held_out, trigger_task
+from .tasks import BIGRAM_CONCENTRATION, CURVE_SEQUENCES, stage_probes, task_of, trigger_held_out, trigger_task
 from .tasks import generator as _generator
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
@@ -785,7 +785,7 @@ def _schedule(config: dict[str, Any], steps_key: str = "steps", lr_key: str = "l
         lr=config[lr_key],
         warmup=min(config["warmup"], steps - 1),
         eval_every=max(1, steps // config["evaluations"]),
-        eval_size=256,
+        eval_size=CURVE_SEQUENCES,
     )
 
 

@@ -10,7 +10,10 @@ from torch import Tensor
 
 from ...data.incontext import InContextMarkov, chain_parents, tree_parents
 from ...data.trigger import TriggerTask
+from ...heldout import TRAINER_EVAL
+from ...heldout import generator as held_out_generator
 from ...runtime import member_seed
+from ...trainer import sample_members
 
 STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
 BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
@@ -28,9 +31,19 @@ def generator(config: dict[str, Any], purpose: str) -> torch.Generator:
     return torch.Generator().manual_seed(member_seed("induction", purpose, config["seed"]))
 
 
+CURVE_SEQUENCES = 256  # the trainer's held-out set for the GPTs' loss curves (TrainConfig.eval_size)
+
+
 def stage_probes(config: dict[str, Any]) -> Tensor:
     """The held-out sequences on which the training section measures each model's distance to each strategy."""
     return task_of(config).sequences(STAGE_PROBES, generator(config, "stages"))
+
+
+def curve_sequences(config: dict[str, Any]) -> Tensor:
+    """The held-out sequences ``(CURVE_SEQUENCES, T + 1)`` on which the trainer reads the training section's loss
+    curve, drawn as the trainer draws them: the judge scores the strategies on the same ones."""
+    inputs, targets = sample_members([task_of(config)], CURVE_SEQUENCES, [held_out_generator(TRAINER_EVAL)])
+    return torch.cat([inputs[0, :, :1], targets[0]], dim=1)
 
 
 def trigger_task(config: dict[str, Any]) -> TriggerTask:
