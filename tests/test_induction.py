@@ -647,7 +647,7 @@ class _Mixture(torch.nn.Module):
 
 
 STRAIGHT = "two layers straight from the uniform guess to the Bayes predictor"
-NO_REST = "two layers pass the unigram stage without resting"
+NO_REST = "two layers pass the unigram stage as fast as they reached it"
 
 
 def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[list[float]]:
@@ -656,8 +656,6 @@ def _stage_path(task: InContextMarkov, seq: torch.Tensor, change: str) -> list[l
     if change == STRAIGHT:
         return [probe(_Mixture(task, w)) for w in np.linspace(0, 1, 21)]
     names = ("uniform", "unigram", "unigram", "unigram", "bayes")
-    if change == NO_REST:
-        names = ("uniform", "uniform", "unigram", "bayes", "bayes")
     return [probe(_Estimator(task, name)) for name in names]
 
 
@@ -764,15 +762,37 @@ def test_the_stages_row_waits_for_a_descending_run_and_fails_a_settled_one_that_
     assert _stage_rows([[U, G, G]]).holds is False
 
 
-def test_the_rest_is_counted_from_the_evaluations_on_the_side_that_makes_the_row_harder():
-    steps = [0, 10, 20, 30, 40, 50]
-    assert judge.rest_and_approach(np.array([U, U, G, G, G, B]), list(STRATEGIES), steps) == (20, 20)
-    paths = [[U, G, G, G, B], [U, U, G, B, B]]  # rests 20 after 10 steps; passes within one interval after 20
-    data = {"eval_steps": steps[:5], "strategies": list(STRATEGIES), "still_descending": {"two_layers": 0}}
-    data |= {"strategy_distance": {"two_layers": paths}, "eval_loss": {"two_layers": [[1.0] * 5] * 2}}
-    rest = judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9})
-    assert _stage_rows(paths).holds and rest.holds is False
-    assert rest.measured == "a rest no longer than the approach in seed 1"
+_RESTING = [1.10, 1.02, 1.015, 1.01, 0.93]  # a loss that falls fast to the unigram stage, rests, then falls again
+
+
+def _rest_row(paths: list, losses: list, still_descending: int = 0) -> Claim:
+    """The plateau row on given distances and held-out losses (seed x evaluation), one evaluation every ten steps."""
+    data = {"eval_steps": list(range(0, 10 * len(paths[0]), 10)), "strategies": list(STRATEGIES)}
+    data |= {"strategy_distance": {"two_layers": paths}, "eval_loss": {"two_layers": losses}}
+    data |= {"still_descending": {"two_layers": still_descending}}
+    return judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9}, 1.0)
+
+
+def test_the_plateau_row_compares_the_mean_falls_per_step_of_the_approach_and_the_rest():
+    path = np.array([U, G, G, G, B])
+    assert judge.plateau_slopes(path, np.array(_RESTING), list(STRATEGIES), [0, 10, 20, 30, 40]) == pytest.approx(
+        (0.008, 0.0005)
+    )
+    assert _rest_row([[U, G, G, G, B]], [_RESTING]).holds is True
+    steady = [1.10, 1.06, 1.02, 0.98, 0.94]
+    assert _rest_row([[U, G, G, G, B]] * 2, [_RESTING, steady]).measured == "as fast or faster in seed 1"
+
+
+def test_the_plateau_row_waits_where_the_evaluations_do_not_resolve_the_approach_or_the_rest():
+    assert _rest_row([[G, G, G, B]], [[1.02, 1.015, 1.01, 0.93]]).holds is None  # the unigram from the first
+    assert _rest_row([[U, G, B, B]], [[1.10, 1.02, 0.95, 0.93]]).holds is None  # Bayes at the next evaluation
+
+
+def test_the_plateau_row_follows_the_stages_row_where_that_one_fails_or_waits():
+    skipped = [[0.0, 0.2, 0.3], [0.08, 0.2, 0.2], [0.11, 0.2, 0.12], [0.12, 0.2, 0.1], [0.15, 0.2, 0.05]]
+    assert _rest_row([skipped], [_RESTING]).holds is False
+    assert _rest_row([[U, G, G, G, G]], [_RESTING], still_descending=1).holds is None
+    assert _rest_row([[U, G, G, G, G]], [_RESTING]).holds is False  # settled without reaching Bayes
 
 
 def test_the_judge_reads_the_loss_curve_on_the_trainers_own_held_out_sequences():
@@ -813,11 +833,12 @@ def _training_rows(change: str) -> list:
         "eval_steps": list(range(0, 10 * len(path), 10)),
         "strategies": list(STRATEGIES),
         "strategy_distance": {"two_layers": [path]},
-        "eval_loss": {"two_layers": [[1.0] * len(path)]},
+        "eval_loss": {"two_layers": [[1.10, 1.06, 1.02, 0.98, 0.94] if change == NO_REST else _RESTING]},
     }
     separation = strategy_separation(strategy_predictions(task, seq[:256].numpy()))
     levels = {"unigram": 1.0, "bayes": 0.9}
-    return [*judge.training_claims(data), judge.stages_claim(data, separation), judge.rest_claim(data, levels)]
+    rest = judge.rest_claim(data, levels, separation)
+    return [*judge.training_claims(data), judge.stages_claim(data, separation), rest]
 
 
 ORDER_CHANGES = {  # a change to one shape's model -> what that shape is replaced by
@@ -1053,11 +1074,11 @@ def _separate_rows(change: str) -> list:
 
 
 def _three_steps_rows(change: str) -> list:
-    T = 16  # margins 10 standard errors clear, or, with nothing stepped, every probe score a tie with no error
+    T = 32  # margins 10 standard errors clear, or, with nothing stepped, every probe score a tie with no error
     margin = [[0.0, 0.0]] if change == "nothing stepped" else [[1.0, 0.1]]
     data = {"first_margins": margin * 5, "second_margins": margin * 2, "parts": 64, "second_sizes": [10.0]}
     data |= {"lag_margins": [margin * (T - 1)], "lags": [[0] + [1] * (T - 1)]}
-    return judge.three_steps_claims(data)
+    return judge.three_steps_rows({}, data)[0]
 
 
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
@@ -1891,8 +1912,20 @@ def test_the_three_steps_judge_positions_2_to_T_minus_3():
     assert previous_share([0, 1, 0, 1, 1, 1, 1, 1]) == 0.75
 
 
-def test_the_three_steps_make_no_rows_on_short_sequences():
+def test_the_three_steps_make_no_score_memory_rows_on_short_sequences():
     data = _untrained_steps_data()  # ties: every row fails where rows are made
     short = {**data, "lags": [lags[: STEPS_LONG - 1] for lags in data["lags"]]}
     rows, silent = judge.three_steps_rows({}, short)
-    assert rows == [] and len(silent) == 1 and f"below {STEPS_LONG}" in silent[0]
+    assert [row.name for row in rows] == [judge.three_steps_claims(data)[0].name] and len(silent) == 2
+    assert all(f"below {STEPS_LONG}" in reason for reason in silent)
+
+
+def test_the_positional_row_reads_positions_2_to_T_minus_3_only():
+    T, clear = 32, [1.0, 0.1]
+    data = {"first_margins": [clear] * 5, "second_margins": [clear] * 2, "parts": 64, "second_sizes": [10.0]}
+    data["lags"] = [[0] + [1] * (T - 1)]
+    for position, judged in ((T - 3, True), (T - 2, False), (1, False)):
+        margins = [clear] * (T - 1)
+        margins[position - 1] = [-1.0, 0.1]  # the margins start at query position 1
+        third = judge.three_steps_claims({**data, "lag_margins": [margins]})[2]
+        assert third.holds is (not judged), position
