@@ -280,9 +280,28 @@ FACT_LAWS = {
 }
 
 
+SHAPE_BLIND = "a capacity set by d alone, whatever the shape"
+
+
 def _fact_rows(change: str) -> list:
-    """The facts row on sizes made to order: the authors' guide line S R = 0.15 P, or the change's."""
-    return judge.fact_capacity_rows({}, _fact_sizes([16, 24], [(0.5, 0.5), (1, 1), (2, 2)], 2, FACT_LAWS[change]))[0]
+    """The facts rows on sizes made to order: the authors' guide line S R = 0.15 P, or the change's."""
+    shapes = [(0.5, 0.5), (1, 1), (2, 2)]
+    data = _fact_sizes([16, 24], shapes, 2, FACT_LAWS.get(change, FACT_LAWS["none"]))
+    if change == SHAPE_BLIND:  # S R as the 1:1 shape stores at each d, in every shape
+        data["sizes"] = [data["sizes"][1]] * len(shapes)
+    return judge.fact_capacity_rows({}, data)[0]
+
+
+def test_the_shape_blind_capacity_holds_the_pooled_row_and_fails_the_one_across_shapes():
+    pooled, within = _fact_rows(SHAPE_BLIND)
+    assert pooled.holds is True and within.holds is False
+
+
+def test_the_row_across_shapes_waits_while_its_interval_also_holds_the_shape_blind_exponent():
+    data = _fact_sizes([16, 24], [(1, 1), (2, 2)], 3, FACT_LAWS["none"], noise=0.4)  # a wide spread between seeds
+    exponent, error, _ = judge.within_dimension_exponent(data)
+    assert exponent - error < 0 < 1 < exponent + error + 0.2
+    assert judge.fact_capacity_rows({}, data)[0][1].holds is None
 
 
 def test_the_fitted_facts_exponent_of_an_exact_power_law_is_its_power():
@@ -414,11 +433,13 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"grows with the width m", "the linear memory's law N ln N = d^2 / 8, blind to the width", _mlp_rows),
     (r"grows with the dimension d", "a capacity growing as m d^2", _mlp_rows),
     (r"grow linearly with its parameters", "a capacity growing as the square root of the parameters", _fact_rows),
+    (r"across shapes at a fixed d", SHAPE_BLIND, _fact_rows),
 ]
 SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row
     r"grows with the width m",
     r"grows with the dimension d",
     r"grow linearly with its parameters",
+    r"across shapes at a fixed d",
 )
 
 

@@ -173,10 +173,12 @@ PARAMS = (
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
 # and a bisection for 20 seeds of both memories about 600 of them); the factual recall training as quick, with more
 # seeds; MLP memories up to d = 32 and m = 4d (about 45 minutes: a seed's d = 32, m = 4d search about 7 of them);
-# one-layer transformers at d = 16, 24 and 32 in two shapes whose P spans a factor 8, in the authors' batch of 1024,
-# 8192 steps (half the authors'; a pilot search at d = 32, shape 2:2 stored S = 28, its run at S = 27 stopping at
-# about half of them), two seeds (12 runs: the fit's 10 degrees of freedom; a d = 32, 2:2 search took 5.5 min).
-# A first reference (shapes 0.5:0.5, 1:1, 2:2 at d = 16, 24, 4096 steps) made no row: results/attempts/.
+# one-layer transformers at d = 24 and 32 in four shapes, three on the diagonal whose P spans a factor 4 at each d and
+# 0.5:2 (the 1:1 shape's P with the load on the MLP), in the authors' batch of 1024, 8192 steps (half the authors';
+# a pilot search at d = 32, shape 2:2 stored S = 28, its run at S = 27 stopping at about half of them), two seeds
+# (16 runs: the pooled fit's 14 degrees of freedom, 13 across shapes at a fixed d; a d = 32, 2:2 search took 5.5 min).
+# Two earlier references are kept in results/attempts/: shapes 0.5:0.5, 1:1, 2:2 at d = 16, 24, 4096 steps (no row),
+# and 1:1, 2:2 at d = 16, 24, 32 (the pooled row held, carried by d).
 PARAMS = with_reference(
     PARAMS,
     {
@@ -186,8 +188,8 @@ PARAMS = with_reference(
         "mlp_ratios": "1,2,4",
         "mlp_seeds": 3,
         "mlp_steps": 4096,
-        "facts_dims": "16,24,32",
-        "facts_shapes": "1:1,2:2",
+        "facts_dims": "24,32",
+        "facts_shapes": "0.5:0.5,1:1,2:2,0.5:2",
         "facts_batch": 1024,
         "facts_steps": 8192,
         "facts_seeds": 2,

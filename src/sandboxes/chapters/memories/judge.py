@@ -299,13 +299,25 @@ def fact_capacity_rows(config: dict[str, Any], data: FactCapacityData) -> tuple[
             f"facts stored: some run stored only {(sizes**2).min()}; the authors plot runs of more than "
             f"{FACTS_PLOTTED} facts, so the row is made where every run stores more (larger facts_dims)",
         )
-    claim = fact_capacity_claim(data)
-    if data["steps"] < FACTS_SETTLED_STEPS:
-        claim = claim.undecided(
-            f"runs of {data['steps']} steps stop short of what the models store (the budget was calibrated on one "
-            f"pilot at d = 16, batches of 256); facts_steps of at least {FACTS_SETTLED_STEPS} decide it"
+    claims, silent = [fact_capacity_claim(data)], ()
+    within_dof = sizes.size - sizes.shape[1] - 1
+    if len(data["shapes"]) < 2 or within_dof < FIT_DOF:
+        silent = (
+            f"facts stored across shapes at a fixed d: {len(data['shapes'])} shapes and {within_dof} degrees of "
+            f"freedom; the row needs two shapes at least and {FIT_DOF} degrees of freedom (more facts_shapes, "
+            "facts_seeds or facts_dims make it)",
         )
-    return [claim], ()
+    else:
+        claims.append(within_dimension_claim(data))
+    if data["steps"] < FACTS_SETTLED_STEPS:
+        claims = [
+            claim.undecided(
+                f"runs of {data['steps']} steps stop short of what the models store (the budget was calibrated on "
+                f"one pilot at d = 16, batches of 256); facts_steps of at least {FACTS_SETTLED_STEPS} decide it"
+            )
+            for claim in claims
+        ]
+    return claims, silent
 
 
 def fact_capacity_claim(data: FactCapacityData) -> Claim:
@@ -330,6 +342,38 @@ def fact_capacity_claim(data: FactCapacityData) -> Claim:
         bool(abs(exponent - FACTS_RATE) <= tolerance),
         margin=(tolerance - abs(exponent - FACTS_RATE)) / error if error > 0 else None,
     )
+
+
+def within_dimension_claim(data: FactCapacityData) -> Claim:
+    """The exponent across shapes at a fixed d (:func:`within_dimension_exponent`) equals the theorem's 1 within its
+    interval widened by one log factor's worth: the part of the law a capacity set by d alone would not give."""
+    exponent, error, dof = within_dimension_exponent(data)
+    sizes = np.asarray(data["sizes"])
+    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
+    tolerance = error + allowance
+    shapes = ", ".join(f"{a:g}:{b:g}" for a, b in data["shapes"])
+    claim = Claim(
+        f"facts stored across shapes at a fixed d grow linearly with the parameters: exponent e of S R ~ c_d P^e, "
+        f"one intercept c_d per d = {', '.join(map(str, data['dims']))}, over the shapes {shapes} (H d_h : m in "
+        f"units of d; {sizes.shape[2]} seeds each)",
+        f"{FACTS_RATE:g}",
+        f"{exponent:.3g}",
+        f"± {tolerance:.2g}",
+        "Nichani, Lee and Bietti: the facts stored scale linearly with the parameters, whichever part holds them. At "
+        "a fixed d the shapes change the parameters through H d_h and m alone, so this exponent is the law's own; a "
+        "capacity set by d alone, which the pooled row cannot tell from it when d carries its fit, gives 0 here. The "
+        f"tolerance is the fit's interval at three standard errors (Student-t, {dof} degrees of freedom) plus "
+        f"{allowance:.3f} = 1 / ln P at the geometric mean of the P fitted, as the pooled row's. Rule written before "
+        "its first run (issue 45), after a review of the first reference found the pooled row carried by d",
+        bool(abs(exponent - FACTS_RATE) <= tolerance),
+        margin=(tolerance - abs(exponent - FACTS_RATE)) / error if error > 0 else None,
+    )
+    if claim.holds and exponent - tolerance <= 0:
+        return claim.undecided(
+            "the interval also holds 0, the exponent of a capacity set by d alone, so these runs do not tell the "
+            "two apart: more facts_seeds or facts_shapes (wider apart) decide it"
+        )
+    return claim
 
 
 def fact_exponent_and_tolerance(data: FactCapacityData) -> tuple[float, float, float]:
