@@ -13,7 +13,6 @@ from ...data.trigger import TriggerTask
 from ...heldout import TRAINER_EVAL
 from ...heldout import generator as held_out_generator
 from ...runtime import member_seed
-from ...trainer import sample_members
 
 STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
 BIGRAM_CONCENTRATION = 0.5  # Dirichlet rows of the global bigram: peaked, as a language's letter bigram is
@@ -42,7 +41,8 @@ def stage_probes(config: dict[str, Any]) -> Tensor:
 def curve_sequences(config: dict[str, Any]) -> Tensor:
     """The held-out sequences ``(CURVE_SEQUENCES, T + 1)`` on which the trainer reads the training section's loss
     curve, drawn as the trainer draws them: the judge scores the strategies on the same ones."""
-    inputs, targets = sample_members([task_of(config)], CURVE_SEQUENCES, [held_out_generator(TRAINER_EVAL)])
+    task = task_of(config)
+    inputs, targets = task.sample_members([task], CURVE_SEQUENCES, [held_out_generator(TRAINER_EVAL)])
     return torch.cat([inputs[0, :, :1], targets[0]], dim=1)
 
 
