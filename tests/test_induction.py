@@ -770,7 +770,7 @@ def _rest_row(paths: list, losses: list, still_descending: int = 0) -> Claim:
     data = {"eval_steps": list(range(0, 10 * len(paths[0]), 10)), "strategies": list(STRATEGIES)}
     data |= {"strategy_distance": {"two_layers": paths}, "eval_loss": {"two_layers": losses}}
     data |= {"still_descending": {"two_layers": still_descending}}
-    return judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9}, 1.0)
+    return judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9}, judge.stages_claim(data, 1.0))
 
 
 def test_the_plateau_row_compares_the_mean_falls_per_step_of_the_approach_and_the_rest():
@@ -836,9 +836,8 @@ def _training_rows(change: str) -> list:
         "eval_loss": {"two_layers": [[1.10, 1.06, 1.02, 0.98, 0.94] if change == NO_REST else _RESTING]},
     }
     separation = strategy_separation(strategy_predictions(task, seq[:256].numpy()))
-    levels = {"unigram": 1.0, "bayes": 0.9}
-    rest = judge.rest_claim(data, levels, separation)
-    return [*judge.training_claims(data), judge.stages_claim(data, separation), rest]
+    stages = judge.stages_claim(data, separation)
+    return [*judge.training_claims(data), stages, judge.rest_claim(data, {"unigram": 1.0, "bayes": 0.9}, stages)]
 
 
 ORDER_CHANGES = {  # a change to one shape's model -> what that shape is replaced by

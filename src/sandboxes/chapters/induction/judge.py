@@ -362,9 +362,8 @@ def staged_claim(run: StageRun) -> Claim:
 def training_rows(config: dict[str, Any], data: TrainingData) -> tuple[list[Claim], tuple[str, ...]]:
     """The training section's rows and the reasons for the rows it does not make, from its data alone (as run, or
     as read back from a result file, where the reference check recomputes them)."""
-    separation = stage_separation(config)
-    rest = rest_claim(data, curve_levels(config), separation)
-    return [*training_claims(data), stages_claim(data, separation), rest], (
+    stages = stages_claim(data, stage_separation(config))
+    return [*training_claims(data), stages, rest_claim(data, curve_levels(config), stages)], (
         one_layer_silence(config),
         GPT_ATTENTION_SILENCE,
     )
@@ -895,14 +894,13 @@ def plateau_slopes(
     return float(approach), float(rest)
 
 
-def rest_claim(data: TrainingData, levels: dict[str, float], separation: float) -> Claim:
+def rest_claim(data: TrainingData, levels: dict[str, float], stages: Claim) -> Claim:
     """Training lingers at the unigram stage: in every two-layer seed the held-out loss falls more slowly while the
     model is nearest the unigram than it fell on the way there (:func:`plateau_slopes`). The stages must have come
-    in order: where the stages row fails or waits, so does this row, for the same reasons; a seed whose evaluations
-    do not resolve the approach or the rest leaves it undecided. The loss at the first evaluation nearest the unigram
-    is printed against the unigram's level on the same sequences (``levels``)."""
+    in order: where the stages row (``stages``) fails or waits, so does this row, for the same reasons; a seed whose
+    evaluations do not resolve the approach or the rest leaves it undecided. The loss at the first evaluation nearest
+    the unigram is printed against the unigram's level on the same sequences (``levels``)."""
     names = data["strategies"]
-    stages = stages_claim(data, separation)
     distances = np.asarray(data["strategy_distance"]["two_layers"], dtype=float)
     losses = np.asarray(data["eval_loss"]["two_layers"], dtype=float)
     ordered = [k for k, d in enumerate(distances) if stage_outcome(d, names) == "in order"]

@@ -348,8 +348,7 @@ def within_dimension_claim(data: FactCapacityData) -> Claim:
     """The exponent across shapes at a fixed d (:func:`within_dimension_exponent`) equals the theorem's 1 within its
     interval widened by one log factor's worth: the part of the law a capacity set by d alone would not give."""
     exponent, error, dof = within_dimension_exponent(data)
-    sizes = np.asarray(data["sizes"])
-    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
+    sizes, allowance = np.asarray(data["sizes"]), fact_allowance(data)
     tolerance = error + allowance
     shapes = ", ".join(f"{a:g}:{b:g}" for a, b in data["shapes"])
     claim = Claim(
@@ -379,9 +378,13 @@ def within_dimension_claim(data: FactCapacityData) -> Claim:
 def fact_exponent_and_tolerance(data: FactCapacityData) -> tuple[float, float, float]:
     """The fitted exponent of S R on P, its three-standard-error half-width, and the log factor's allowance."""
     exponent, error = fact_exponent(data)
+    return exponent, error, fact_allowance(data)
+
+
+def fact_allowance(data: FactCapacityData) -> float:
+    """The log factor's allowance (:func:`log_allowance`) over every run's parameter count: both facts rows add it."""
     sizes = np.asarray(data["sizes"])
-    allowance = log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
-    return exponent, error, allowance
+    return log_allowance(np.broadcast_to(np.asarray(data["params"], dtype=float)[:, :, None], sizes.shape))
 
 
 SQRT_RATE = 0.5  # the exponent of S R ~ sqrt(P), the rival law the counterfactual tests plant
