@@ -26,6 +26,7 @@ from sandboxes.losses import IGNORE_INDEX
 from sandboxes.model import GPT, AssociativeMemories, Disentangled, GPTConfig, WindowHeads
 from sandboxes.profiles import resolve
 from sandboxes.runtime import seed_everything
+from sandboxes.sections import RunContext
 from sandboxes.theory.induction import (
     FORMED,
     LEMMA_BETA,
@@ -1489,6 +1490,22 @@ def test_a_bad_trigger_task_is_refused(bad):
 def test_too_many_triggers_are_refused_before_any_work():
     with pytest.raises(ValueError, match="triggers <= trigger_tokens - 2"):
         chapter.CHAPTER.start("quick", {"trigger_tokens": 5, "triggers": 4}, 1, "cpu")
+
+
+@pytest.mark.parametrize("ratios", ["0.3", "0.5,1.01", "0.03"])
+def test_a_width_that_is_no_whole_multiple_of_the_heads_is_refused_before_any_work(ratios):
+    with pytest.raises(ValueError, match="width_ratios times width_T"):
+        chapter.CHAPTER.start("quick", {"width_T": 32, "width_ratios": ratios}, 1, "cpu")
+
+
+def test_the_width_section_trains_one_ensemble_per_width_at_its_own_length():
+    config = resolve(chapter.PARAMS, "quick", {**chapter.UNIT_SCALE, "width_T": 8, "width_ratios": "1,2"})
+    assert tasks.trigger_widths(config) == [8, 16]
+    data = measure.trigger_width(config, RunContext("quick", torch.device("cpu"), [0, 1], progress=False))
+    assert data["T"] == 8 and data["widths"] == [8, 16]
+    assert [len(per_width) for per_width in data["recall"]] == [2, 2]
+    assert np.asarray(data["memories"]).shape[:2] == (2, 2)
+    assert judge.trigger_width_rows(config, data) == ([], (judge.WIDTH_SILENCE,))
 
 
 def test_the_hand_built_induction_head_holds_all_three_memories_and_a_fresh_model_none():

@@ -12,8 +12,8 @@ attention on the causal graph, and kernels of another prior); three and two laye
 on a chain of order m (Rajaraman et al.; Ekbote et al.), and two layers with a relative-position head
 per parent (Chen et al.); two layers trained on a prior of restricted support and tested outside it,
 and the two stages on the same prior (the corollary);
-Bietti et al.'s trigger task, and their simplified model in which only three associative memories
-train.
+Bietti et al.'s trigger task (and the width at which layer 1 stores positions), and their simplified model in
+which only three associative memories train.
 
 ``measure`` computes each section (the exact checks, the Monte Carlo estimates and the training runs) into its data,
 ``judge`` makes the rows from a section's config and data alone, ``paper`` sets the papers' reports beside a run's;
@@ -22,11 +22,24 @@ train.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...data.trigger import TRIGGER_CHOICES
 from ...model import check_heads
-from ...profiles import FLAG, Choice, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
+from ...profiles import (
+    FLAG,
+    Choice,
+    Interval,
+    Param,
+    at_least,
+    each,
+    float_list,
+    in_range,
+    int_list,
+    positive,
+    with_reference,
+)
 from ...sections import Chapter, Section
 from .judge import (
     GRADIENT_CHUNKS,
@@ -46,6 +59,7 @@ from .judge import (
     three_steps_rows,
     training_rows,
     trigger_rows,
+    trigger_width_rows,
     two_layer_order_rows,
 )
 from .measure import (
@@ -66,6 +80,7 @@ from .measure import (
     three_steps,
     training,
     trigger,
+    trigger_width,
     two_layer_order,
 )
 from .paper import (
@@ -79,8 +94,10 @@ from .paper import (
     three_steps_vs_paper,
     training_vs_paper,
     trigger_vs_paper,
+    trigger_width_vs_paper,
     update_seconds,
 )
+from .tasks import trigger_widths
 
 __all__ = ["CHAPTER", "PARAMS", "update_seconds"]
 
@@ -259,6 +276,15 @@ PARAMS = (
     ),
     Param("trigger_T", int, 64, 256, "tokens a model reads in the trigger task", in_range(4, 512)),
     Param("trigger_steps", int, 1000, 20000, "training steps on the trigger task", at_least(1)),
+    Param("width_T", int, 32, 64, "tokens the trigger task's width section reads", in_range(4, 512)),
+    Param(
+        "width_ratios",
+        str,
+        "0.5,1,2",
+        "0.5,1,2,4",
+        "widths of the width section's two-layer GPTs, as multiples of width_T",
+        each(positive),
+    ),
     Param(
         "memory_T",
         int,
@@ -325,6 +351,8 @@ PARAMS = with_reference(
         "triggers": 5,
         "trigger_T": 256,
         "trigger_steps": 2400,
+        "width_T": 64,
+        "width_ratios": "0.5,1,2,4",
         "memory_T": 128,
         "memory_d": 128,
         "memory_steps": 3000,
@@ -380,6 +408,12 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
             f"the three steps hold activations of steps_T x width per sequence: steps_T <= {MAX_STEPS_T} and "
             f"steps_widths <= {MAX_STEPS_WIDTH}, got {config['steps_T']} and {config['steps_widths']}"
         )
+    for ratio, width in zip(float_list(config["width_ratios"]), trigger_widths(config)):
+        if not math.isclose(ratio * config["width_T"], width) or width < config["n_head"] or width % config["n_head"]:
+            raise ValueError(
+                f"each of width_ratios times width_T is a width that n_head = {config['n_head']} divides, got "
+                f"{ratio:g} x {config['width_T']}"
+            )
     count = config["construct_k"] ** (config["construct_T"] + 1)
     if count > MAX_ENUMERATED:
         raise ValueError(
@@ -405,6 +439,7 @@ UNIT_SCALE = {
     "eval_size": 16,
     "trigger_T": 8,
     "trigger_steps": 3,
+    "width_T": 8,
     "stage_steps": 3,
     "stage_T": 32,
     "stage2_steps": 3,
@@ -434,6 +469,7 @@ FULL_SHRUNK = {
     "d_model": 16,
     "trigger_T": 16,
     "trigger_steps": 2,
+    "width_T": 16,
     "stage_steps": 2,
     "stage_T": 8,
     "stage2_steps": 2,
@@ -583,6 +619,16 @@ CHAPTER = Chapter(
             paper=trigger_vs_paper,
         ),
         Section(
+            "trigger_width",
+            "Where layer 1 stores positions: width against length",
+            trigger_width,
+            trains=True,
+            rows=trigger_width_rows,
+            figures=("trigger_width",),
+            reference=True,
+            paper=trigger_width_vs_paper,
+        ),
+        Section(
             "memories",
             "Three associative memories, in order",
             memories,
@@ -617,8 +663,17 @@ CHAPTER = Chapter(
     check=check,
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
-    # the quick page's longest trainings but the GPTs' on the chain (together about 515 of its 700 s on ATen's default
+    # the quick page's longest trainings but the GPTs' on the chain (together about 575 of its 700 s on ATen's default
     # path at one thread, nbval's setting; results/README.md, sizing notes); the stages' reference run reads the quick
     # sizes with more steps and seeds
-    quick_page_from_reference=("staged", "order_training", "support", "trigger", "memories", "separate"),
+    quick_page_from_reference=(
+        "staged",
+        "order_training",
+        "support",
+        "trigger",
+        "trigger_width",
+        "memories",
+        "separate",
+        "three_steps",
+    ),
 )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ThreeStepsData,
         TrainingData,
         TriggerData,
+        TriggerWidthData,
         TwoLayerOrderData,
     )
 
@@ -464,6 +465,36 @@ def _memory_curves(data: TriggerData | MemoriesData) -> Figure:
 def memories(data: TriggerData) -> Figure:
     """Each memory-recall probe of the two-layer GPTs on the trigger task over training."""
     return _memory_curves(data)
+
+
+def trigger_width(data: TriggerWidthData) -> Figure:
+    """Left: layer 1's positional probe over training at each width (median over seeds, each seed thin). Right: per
+    width, every seed's probe at the end and layer 1's weight on the token before, after a trigger and elsewhere."""
+    fig, (curves, ends) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"wspace": 0.3})
+    previous = data["memory_names"].index("W_KQ of layer 1")
+    steps = np.asarray(data["eval_steps"])
+    ratios = np.asarray(data["widths"], dtype=float) / data["T"]
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(ratios)))
+    for index, (width, color) in enumerate(zip(data["widths"], colors)):
+        probe = np.asarray(data["memories"][index], dtype=float)[:, :, previous]
+        curves.plot(steps, probe.T, color=color, linewidth=0.6, alpha=0.5)
+        curves.plot(steps, np.median(probe, axis=0), color=color, linewidth=2, label=f"width {width}")
+        ends.scatter(np.full(len(probe), ratios[index]), probe[:, -1], color="black", s=14)
+        for part, marker, shade in (("after_trigger", "^", COLORS["tied"]), ("elsewhere", "v", COLORS["untied"])):
+            weights = data["previous_weight"][part][index]
+            ends.scatter(np.full(len(weights), ratios[index]), weights, color=shade, marker=marker, s=14)
+    curves.axhline(FORMED, color=COLORS["theory"], linestyle="--", linewidth=1, label="half the positions")
+    curves.set(xlabel="step", ylabel="positional probe of layer 1's W_KQ", ylim=(0, 1.05), title=f"T = {data['T']}")
+    curves.legend(fontsize=8, loc="upper left")
+    ends.scatter([], [], color="black", s=14, label="positional probe at the end")
+    ends.scatter([], [], color=COLORS["tied"], marker="^", s=14, label="weight on the token before, after a trigger")
+    ends.scatter([], [], color=COLORS["untied"], marker="v", s=14, label="weight on the token before, elsewhere")
+    ends.axhline(FORMED, color=COLORS["theory"], linestyle="--", linewidth=1)
+    ends.set(xscale="log", xlabel="width / T", ylabel="share", ylim=(0, 1.05), xticks=ratios)
+    ends.set_xticklabels([f"{ratio:g}" for ratio in ratios])
+    ends.minorticks_off()
+    ends.legend(fontsize=7, loc="upper left")
+    return fig
 
 
 def simplified_memories(data: MemoriesData) -> Figure:

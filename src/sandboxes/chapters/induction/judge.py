@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ThreeStepsData,
         TrainingData,
         TriggerData,
+        TriggerWidthData,
         TwoLayerOrderData,
     )
 
@@ -718,6 +719,39 @@ MEMORY_SILENCE = (
     "trains, and layer 1 may find a trigger by its content instead of storing the positional "
     "previous-token memory, so the order is shown as a measurement"
 )
+
+
+WIDTH_SILENCE = (
+    "the width at which layer 1 stores positions: no theorem of the seeds says at what width a trained GPT stores the positional previous-token "
+    "memory (Bietti et al.'s analysis takes its embeddings near orthogonal, a width large against what they embed), "
+    "so the probe against the width is shown as a measurement"
+)
+
+
+def trigger_width_rows(config: dict[str, Any], data: TriggerWidthData) -> tuple[list[Claim], tuple[str, ...]]:
+    """No row, and why: the width section measures what no theorem of the seeds predicts."""
+    return [], (WIDTH_SILENCE,)
+
+
+def trigger_width_summary(data: TriggerWidthData) -> str:
+    """Per width: layer 1's positional probe at the end and at its highest, its weight on the token before after a
+    trigger and elsewhere, the recall accuracy, and the runs still descending (each a range over seeds)."""
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.2f}" if len(values) == 1 else f"{min(values):.2f} to {max(values):.2f}"
+
+    previous = data["memory_names"].index("W_KQ of layer 1")
+    lines = []
+    for index, width in enumerate(data["widths"]):
+        probe = np.asarray(data["memories"][index], dtype=float)[:, :, previous]  # seed x evaluation
+        lines.append(
+            f"width {width} ({width / data['T']:g} T): positional probe of layer 1 {spread(list(probe[:, -1]))} at "
+            f"the end, {spread(list(probe.max(axis=1)))} at its highest; weight on the token before "
+            f"{spread(data['previous_weight']['after_trigger'][index])} after a trigger, "
+            f"{spread(data['previous_weight']['elsewhere'][index])} elsewhere; recall "
+            f"{spread(data['recall'][index])}; {data['still_descending'][index]} of {len(probe)} runs still descending"
+        )
+    return "\n".join(lines)
 
 
 PRECISION_BITS = 32  # float32 weights and activations

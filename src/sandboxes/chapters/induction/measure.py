@@ -39,7 +39,16 @@ from ...sections import RunContext
 from ...theory import induction as theory
 from ...trainer import TrainConfig, TrainResult, train
 from .judge import GRADIENT_CHUNKS, parent_margins
-from .tasks import BIGRAM_CONCENTRATION, CURVE_SEQUENCES, stage_probes, task_of, trigger_held_out, trigger_task
+from .tasks import (
+    BIGRAM_CONCENTRATION,
+    CURVE_SEQUENCES,
+    stage_probes,
+    task_of,
+    trigger_held_out,
+    trigger_task,
+    trigger_widths,
+    width_config,
+)
 from .tasks import generator as _generator
 
 RIVALS = {"alpha/2": 0.5, "2 alpha": 2.0}  # count estimators smoothed otherwise, the posterior predictive's rivals
@@ -1164,6 +1173,12 @@ def accuracy_at(predictions: np.ndarray, seq: np.ndarray, masks: dict[str, np.nd
     return {name: float(right[mask].mean()) if mask.any() else float("nan") for name, mask in masks.items()}
 
 
+def trigger_accuracy(model: GPT, seq: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, float]:
+    """``accuracy_at`` of ``model``'s next-token guesses on the held-out ``seq``."""
+    predictions = _chunked(lambda part: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(), torch.from_numpy(seq))
+    return accuracy_at(predictions, seq, masks)
+
+
 MEMORIES = ("W_OV of layer 2", "W_KQ of layer 2", "W_KQ of layer 1")  # in the order Bietti et al. see them form
 
 
@@ -1238,10 +1253,7 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
     accuracy: dict[str, dict[str, list[float]]] = {name: {} for name in masks}
     for kind, run in runs.items():
         for model in run.models:
-            predictions = _chunked(
-                lambda part, model=model: model.cpu()(part[:, :-1]).argmax(dim=-1).numpy(), torch.from_numpy(seq)
-            )
-            for name, value in accuracy_at(predictions, seq, masks).items():
+            for name, value in trigger_accuracy(model, seq, masks).items():
                 accuracy[name].setdefault(kind, []).append(value)
     previous = [previous_token_weight(model, seq, triggers) for model in runs["two_layers"].models]
     data: TriggerData = {
@@ -1254,6 +1266,54 @@ def trigger(config: dict[str, Any], ctx: RunContext) -> TriggerData:
         "memory_names": list(MEMORIES),
         "memories": runs["two_layers"].probes,
         "still_descending": {kind: int(still_descending(run, LOSS_NOISE).sum()) for kind, run in runs.items()},
+    }  # type: ignore[typeddict-item]
+    return data
+
+
+# ---------------------------------------------------------------- the trigger task's width against its length
+class TriggerWidthData(TypedDict):
+    T: int  # tokens read (width_T)
+    widths: list[int]
+    eval_steps: list[int]
+    memory_names: list[str]
+    memories: list[list[list[list[float]]]]  # width x seed x evaluation x memory, the recall probes
+    recall: list[list[float]]  # width x seed: accuracy on a trigger's output seen earlier in the sequence
+    previous_weight: dict[str, list[list[float]]]  # "after_trigger" / "elsewhere" -> width x seed
+    still_descending: list[int]  # per width, runs whose held-out loss was still falling at the end
+
+
+def trigger_width(config: dict[str, Any], ctx: RunContext) -> TriggerWidthData:
+    """Two-layer GPTs on the trigger task at ``width_T`` tokens, one ensemble per width of ``trigger_widths``: where
+    layer 1 stores the positional previous-token memory and where it looks back by a trigger's content instead."""
+    at = width_config(config)
+    task = trigger_task(at)
+    seq, triggers = trigger_held_out(at)
+    masks = output_positions(task, seq, triggers)
+    runs = [
+        train(
+            lambda width=width: GPT(_gpt({**at, "d_model": width}, 2, "trigger_tokens", "trigger_T")),
+            task,
+            _schedule(config, "trigger_steps"),
+            ctx.seeds,
+            ctx.device,
+            progress=ctx.progress,
+            probe=partial(trigger_memories, task=task),
+        )
+        for width in trigger_widths(config)
+    ]
+    previous = [[previous_token_weight(model, seq, triggers) for model in run.models] for run in runs]
+    data: TriggerWidthData = {
+        "T": config["width_T"],
+        "widths": trigger_widths(config),
+        "eval_steps": runs[0].eval_steps,
+        "memory_names": list(MEMORIES),
+        "memories": [run.probes for run in runs],
+        "recall": [[trigger_accuracy(model, seq, masks)["recall"] for model in run.models] for run in runs],
+        "previous_weight": {
+            part: [[weights[part] for weights in per_width] for per_width in previous]
+            for part in ("after_trigger", "elsewhere")
+        },
+        "still_descending": [int(still_descending(run, LOSS_NOISE).sum()) for run in runs],
     }  # type: ignore[typeddict-item]
     return data
 

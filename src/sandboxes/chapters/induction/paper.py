@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         ThreeStepsData,
         TrainingData,
         TriggerData,
+        TriggerWidthData,
     )
 
 
@@ -194,6 +195,24 @@ def trigger_vs_paper(run: TriggerData) -> list[Row]:
             f"one layer {_spread(run['accuracy']['recall']['one_layer'])}, two layers "
             f"{_spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
         ),
+    ]
+
+
+def trigger_width_vs_paper(run: TriggerWidthData) -> list[Row]:
+    """The widths against the length at which Bietti et al.'s code trains, beside the run's probe at each."""
+    previous = run["memory_names"].index("W_KQ of layer 1")
+    ends = [
+        f"{width / run['T']:g} T: {_spread([seed[-1][previous] for seed in probes])}"
+        for width, probes in zip(run["widths"], run["memories"])
+    ]
+    return [
+        (
+            "trigger task: width against the sequence's length, and layer 1's positional probe at the end",
+            "their code (albietz/transformer-birth): 256 tokens; the simplified model of its README at width 256 "
+            "(1 T), the full model's default width 128 (0.5 T, 4 heads); the paper reads W_KQ1's positional "
+            "memory as formed",
+            f"at T = {run['T']}, two layers: " + "; ".join(ends),
+        )
     ]
 
 

@@ -12,6 +12,7 @@ from ...data.incontext import InContextMarkov, chain_parents, tree_parents
 from ...data.trigger import TriggerTask
 from ...heldout import TRAINER_EVAL
 from ...heldout import generator as held_out_generator
+from ...profiles import float_list
 from ...runtime import member_seed
 
 STAGE_PROBES = 256  # held-out sequences on which each evaluation measures the model's distance to each strategy
@@ -67,3 +68,13 @@ def trigger_held_out(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     the run, which scores its models on them, and for the judge, which scores the guesses that read no order."""
     drawn, triggers, _ = trigger_task(config).draw(config["eval_size"], generator(config, "trigger"))
     return drawn.numpy(), triggers
+
+
+def width_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The trigger task's values read by the width section: those of the trigger section at ``width_T`` tokens."""
+    return {**config, "trigger_T": config["width_T"]}
+
+
+def trigger_widths(config: dict[str, Any]) -> list[int]:
+    """The widths the width section trains: each of ``width_ratios`` times ``width_T``."""
+    return [round(ratio * config["width_T"]) for ratio in float_list(config["width_ratios"])]
