@@ -722,9 +722,9 @@ MEMORY_SILENCE = (
 
 
 WIDTH_SILENCE = (
-    "the width at which layer 1 stores positions: no theorem of the seeds says at what width a trained GPT stores the positional previous-token "
-    "memory (Bietti et al.'s analysis takes its embeddings near orthogonal, a width large against what they embed), "
-    "so the probe against the width is shown as a measurement"
+    "the width at which layer 1 stores positions: no theorem of the seeds says at what width a trained GPT stores "
+    "the positional previous-token memory (Bietti et al.'s analysis takes its embeddings near orthogonal, a width "
+    "large against what they embed), so the probe against the width is shown as a measurement"
 )
 
 

@@ -286,7 +286,7 @@ OVERLAP_ROWS = 4  # rows of the first gradient (positions with a parent) whose l
 
 def gradient_graphs(config: dict[str, Any]) -> list[str]:
     """The graphs the first gradient is taken on: the stages' own, then the chain and the tree where it is neither
-    (the chain shows the checkerboard, the tree a parent that is not the token before)."""
+    (the chain, where an earlier model's other entries alternated in sign; the tree, a parent not the token before)."""
     return [config["stage_graph"], *(graph for graph in ("chain", "tree") if graph != config["stage_graph"])]
 
 
