@@ -41,6 +41,7 @@ from sandboxes.theory.induction import (
     carried_weight,
     chi2_information,
     chi2_overlap,
+    chi2_regime,
     count_predictive,
     exact_first_gradient,
     first_order_gradient,
@@ -61,10 +62,12 @@ from sandboxes.theory.induction import (
     multi_head_order_leakage,
     order_blind_accuracy,
     permutation_predictive,
+    position_marginals,
     predictor_loss,
     previous_share,
     sequence_losses,
     squared_norm,
+    stationary_roots,
     stepped_positions,
     strategy_predictions,
     strategy_separation,
@@ -462,7 +465,11 @@ def _levels_rows(change: str) -> list:
         diff = sequence_losses(bayes_predictive(replace(task, alpha=factor * claimed), seq), seq) - bayes
         rivals[name] = [float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))]
     information, _ = measure.information_table(task, 200, seed=0, positions=16)
-    return judge.levels_claims(rivals, information, measure.parent_positions(chain))
+    kernels = task.kernels(200, _gen(6))
+    uniform = np.full(kernels.shape[:2], 1 / 3)
+    start = uniform if change == "the chi-square form from a uniform start" else stationary_roots(kernels)
+    regime = {"stationary": list(chi2_regime(task, kernels, 16, start)), "uniform": [0.0, 0.0]}
+    return [*judge.levels_claims(rivals, information, measure.parent_positions(chain)), *judge.regime_claims(regime)]
 
 
 def _construction_rows(change: str) -> list:
@@ -1084,6 +1091,7 @@ def _three_steps_rows(change: str) -> list:
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"Bayes optimality", "the posterior with 50 times the prior's pseudo-counts", _levels_rows),
     (r"data processing: the parent", "information ranked against the chain while the data follow a tree", _levels_rows),
+    (r"key lemma in its regime", "the chi-square form from a uniform start", _levels_rows),
     (r"construction writes the in-context count", "no first layer", _construction_rows),
     (r"three-layer construction writes the in-context order", "equal window weights", _higher_order_rows),
     (r"two layers of one head each: the construction writes", "keys read their own window", _two_layer_order_rows),
@@ -1310,6 +1318,16 @@ def test_the_exact_first_gradient_is_autograds_at_any_scale(scale):
         rtol=1e-6,
         atol=0,
     )
+
+
+@pytest.mark.parametrize("parents", [chain_parents(24), tree_parents(24, 4, seed=1)], ids=["chain", "tree"])
+def test_the_chi_square_form_is_exact_from_a_stationary_start_and_not_from_a_uniform_one(parents):
+    task = InContextMarkov(3, 1.0, parents)
+    kernels = task.kernels(300, _gen(7))
+    identity, excess = chi2_regime(task, kernels, 24, stationary_roots(kernels))
+    assert identity < 1e-12 and excess < 0
+    assert np.allclose(position_marginals(task, kernels, stationary_roots(kernels)), stationary_roots(kernels)[:, None])
+    assert chi2_regime(task, kernels, 24, np.full((300, 3), 1 / 3))[0] > 1e-3
 
 
 def test_the_long_sequence_limit_at_the_parent_is_one_plus_the_chi_square_information():

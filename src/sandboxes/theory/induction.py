@@ -27,6 +27,7 @@ from scipy import special
 from torch import Tensor
 
 from ..data.incontext import InContextMarkov
+from ..data.trigger import stationary
 from ..model import GPT, Disentangled, GPTConfig, zero_gpt
 
 FORMED = 0.5  # a memory-recall probe counts a memory as formed once it recalls half of its associations
@@ -373,8 +374,9 @@ def _ancestors(parent: list[int | None], i: int) -> dict[int, int]:
     return out
 
 
-def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray:
-    """Exact joint law of ``(s_j, s_i)`` for every ``j <= i`` and every kernel: shape ``(len(kernels), i + 1, k, k)``.
+def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int, root: np.ndarray | None = None) -> np.ndarray:
+    """Exact joint law of ``(s_j, s_i)`` for every ``j <= i`` and every kernel: shape ``(len(kernels), i + 1, k, k)``,
+    the roots drawn from ``root`` (:func:`position_marginals`).
 
     In a one-parent graph ``s_j`` and ``s_i`` meet at their lowest common ancestor ``a``:
     ``P(s_j, s_i) = sum_x P(s_a = x) K^{d(a, j)}(x, s_j) K^{d(a, i)}(x, s_i)``, with ``K`` the kernel and
@@ -382,12 +384,7 @@ def joint_laws(task: InContextMarkov, kernels: np.ndarray, i: int) -> np.ndarray
     """
     parent = single_parents(task)
     m, k = kernels.shape[0], task.n_states
-    marginal = [np.full((m, k), 1.0 / k)]
-    for position in range(1, i + 1):
-        above = parent[position]
-        marginal.append(
-            np.full((m, k), 1.0 / k) if above is None else np.einsum("ma,mab->mb", marginal[above], kernels)
-        )
+    marginal = position_marginals(task, kernels, root)[:, : i + 1].transpose(1, 0, 2)
     powers = [np.broadcast_to(np.eye(k), (m, k, k))]
     for _ in range(i):
         powers.append(np.einsum("mab,mbc->mac", powers[-1], kernels))
@@ -735,31 +732,69 @@ def squared_norm(parts: np.ndarray) -> tuple[float, float]:
     return cross(flat), float(np.sqrt((m - 1) / m * ((left_out - left_out.mean()) ** 2).sum()))
 
 
-def position_marginals(task: InContextMarkov, kernels: np.ndarray) -> np.ndarray:
+def position_marginals(task: InContextMarkov, kernels: np.ndarray, root: np.ndarray | None = None) -> np.ndarray:
     """The exact law of every position of a one-parent graph, per kernel: ``(len(kernels), len(task.parents), k)``
-    (a root uniform, a child its parent's law times the kernel)."""
+    (a root at ``root``, one law per kernel, uniform by default as the chapter's sequences start; a child its
+    parent's law times the kernel)."""
     parent = single_parents(task)
     m, k = kernels.shape[0], task.n_states
-    laws = [np.full((m, k), 1.0 / k)]
+    start = np.full((m, k), 1.0 / k) if root is None else root
+    laws = [start]
     for position in range(1, len(parent)):
         above = parent[position]
-        laws.append(np.full((m, k), 1.0 / k) if above is None else np.einsum("ma,mab->mb", laws[above], kernels))
+        laws.append(start if above is None else np.einsum("ma,mab->mb", laws[above], kernels))
     return np.stack(laws, axis=1)
 
 
-def chi2_overlap(task: InContextMarkov, kernels: np.ndarray, t: int, floor: float) -> np.ndarray:
-    """``E_pi sum_ab P(s_j = a, s_t = b) pi(a, b) / fbar(b)`` for every ``j <= t``, minus its mean over ``j``: the
-    first gradient's row ``t`` in the limit of long sequences, up to the factor ``-(1 - floor) / (k (t + 1) T)``.
-    There the model's law ``f`` tends to ``fbar = (1 - floor) mbar + floor / k``, ``mbar`` the mean law of the
-    ``T`` positions read, and the query's law is uniform. Where every position has the same law (a stationary
-    start) and without the floor, the parent's term is ``1 + I_chi2(s_p; s_t)``, and any other ``j``'s is a
-    chi-square inner product of two joint laws, at most ``sqrt((1 + I_chi2(s_j; s_t)) (1 + I_chi2(s_p; s_t)))``
-    by Cauchy-Schwarz, so at most the parent's by data processing; the row's mean taken away, of either sign."""
-    laws = joint_laws(task, kernels, t)  # (m, t + 1, k, k): the law of (s_j, s_t)
-    mean_law = position_marginals(task, kernels)[:, : task.length].mean(axis=1)
+def stationary_roots(kernels: np.ndarray) -> np.ndarray:
+    """Each kernel's stationary law, ``(len(kernels), k)``: a graph whose roots start there has it at every
+    position, the start of Nichani et al.'s code and the regime of the key lemma's chi-square form."""
+    return np.stack([stationary(kernel) for kernel in kernels])
+
+
+def overlap_terms(
+    task: InContextMarkov, kernels: np.ndarray, t: int, floor: float, root: np.ndarray | None = None
+) -> np.ndarray:
+    """Per kernel, ``sum_ab P(s_j = a, s_t = b) pi(a, b) / fbar(b)`` for every ``j <= t``, ``(len(kernels), t + 1)``:
+    the first gradient's row ``t`` in the limit of long sequences before its mean over ``j`` is taken, up to the
+    factor ``-(1 - floor) / (k (t + 1) T)``. There the model's law ``f`` tends to ``fbar = (1 - floor) mbar + floor /
+    k``, ``mbar`` the mean law of the ``T`` positions read, and the query's law is uniform."""
+    laws = joint_laws(task, kernels, t, root)  # (m, t + 1, k, k): the law of (s_j, s_t)
+    mean_law = position_marginals(task, kernels, root)[:, : task.length].mean(axis=1)
     model_law = (1 - floor) * mean_law + floor / task.n_states
-    overlap = np.einsum("mjab,mab,mb->mj", laws, kernels, 1.0 / model_law).mean(axis=0)
+    return np.einsum("mjab,mab,mb->mj", laws, kernels, 1.0 / model_law)
+
+
+def chi2_overlap(task: InContextMarkov, kernels: np.ndarray, t: int, floor: float) -> np.ndarray:
+    """The prior's mean of :func:`overlap_terms`, minus its mean over ``j``: the first gradient's row ``t`` in the
+    limit of long sequences. Where every position has the same law (a stationary start) and without the floor, the
+    parent's term is ``1 + I_chi2(s_p; s_t)``, and any other ``j``'s is a chi-square inner product of two joint laws,
+    at most ``sqrt((1 + I_chi2(s_j; s_t)) (1 + I_chi2(s_p; s_t)))`` by Cauchy-Schwarz, so at most the parent's by
+    data processing (:func:`chi2_regime` checks both); the row's mean taken away, of either sign."""
+    overlap = overlap_terms(task, kernels, t, floor).mean(axis=0)
     return overlap - overlap.mean()
+
+
+def chi2_regime(task: InContextMarkov, kernels: np.ndarray, positions: int, root: np.ndarray) -> tuple[float, float]:
+    """The key lemma's chi-square form, kernel by kernel, at every position ``t <= positions`` with a parent and
+    another earlier position, without the floor and with the roots at ``root``: the largest
+    ``|term_p - (1 + I_chi2(s_p; s_t))|`` of :func:`overlap_terms`, and the largest excess of another earlier
+    position's term over the parent's. Both are 0 up to round-off where every position has one law
+    (:func:`stationary_roots`); a start that is not stationary (the chapter's uniform one) moves them."""
+    parent = single_parents(task)
+    marginals = position_marginals(task, kernels, root)
+    identity, excess = 0.0, -math.inf
+    for t in range(2, min(positions, len(parent) - 1) + 1):
+        p = parent[t]
+        if p is None:
+            continue
+        terms = overlap_terms(task, kernels, t, 0.0, root)
+        law = marginals[:, p, :, None] * kernels  # the law of (s_p, s_t)
+        one_plus = (law**2 / (law.sum(axis=2, keepdims=True) * law.sum(axis=1, keepdims=True))).sum(axis=(1, 2))
+        identity = max(identity, float(np.abs(terms[:, p] - one_plus).max()))
+        others = [j for j in range(t) if j != p]
+        excess = max(excess, float((terms[:, others] - terms[:, p, None]).max()))
+    return identity, excess
 
 
 class HigherOrderSlots(NamedTuple):

@@ -130,7 +130,36 @@ def higher_order_claims(
 
 def levels_rows(config: dict[str, Any], data: LevelsData) -> tuple[list[Claim], tuple[str, ...]]:
     """The loss levels' rows, from the stored rival differences and chi-square information table."""
-    return levels_claims(data["rivals"], np.asarray(data["information"], dtype=float), data["parents"]), ()
+    claims = levels_claims(data["rivals"], np.asarray(data["information"], dtype=float), data["parents"])
+    return [*claims, *regime_claims(data["regime"])], ()
+
+
+REGIME_ROUNDOFF = 1e-9  # float64 sums of a few hundred terms of size about k: far above their round-off (1e-14)
+
+
+def regime_claims(regime: dict[str, list[float]]) -> list[Claim]:
+    """The key lemma's chi-square form in its regime (theory.chi2_regime with a stationary start): exact at the
+    parent, and no other earlier position above it, kernel by kernel; no row where no position has a parent and
+    another earlier one."""
+    identity, excess = regime["stationary"]
+    if not math.isfinite(excess):
+        return []
+    outside_identity, outside_excess = regime["uniform"]
+    return [
+        Claim.at_most(
+            "key lemma in its regime (every position at its kernel's stationary law, no floor), kernel by kernel: "
+            "the first gradient's long-sequence term at the parent minus 1 + I_chi2(s_p; s_t), in absolute value, "
+            "and the excess of any other earlier position's term over the parent's (the larger)",
+            REGIME_ROUNDOFF,
+            max(identity, excess),
+            "exact: with every position at one law and no floor the parent's term is 1 + I_chi2 and, by "
+            "Cauchy-Schwarz and data processing, no other's exceeds it; the allowance is float64 round-off. "
+            f"The parent leads by at least {-excess:.3g}. Outside the regime, from this chapter's uniform start, "
+            f"the parent's term is off by up to {outside_identity:.3g} and another position's exceeds it by up to "
+            f"{outside_excess:.3g} (negative: none does)",
+            digits=3,
+        )
+    ]
 
 
 def construction_rows(config: dict[str, Any], data: ConstructionData) -> tuple[list[Claim], tuple[str, ...]]:

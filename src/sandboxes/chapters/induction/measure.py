@@ -67,6 +67,7 @@ class LevelsData(TypedDict):
     parents: list[int]  # each position's parent (-1 at a root)
     information: list[list[float]]  # row i: E_pi I_chi2(s_i; s_j) for j < i (NaN from j = i on)
     information_error: list[list[float]]  # their standard errors over the prior draws
+    regime: dict[str, list[float]]  # "stationary" / "uniform" start -> theory.chi2_regime's [identity, excess]
 
 
 def information_table(
@@ -98,6 +99,11 @@ def levels(config: dict[str, Any], ctx: RunContext) -> LevelsData:
     information, error = information_table(
         task, config["chi2_kernels"], member_seed("chi2", config["seed"]), config["chi2_positions"]
     )
+    kernels = task.kernels(config["chi2_kernels"], torch.Generator().manual_seed(member_seed("chi2", config["seed"])))
+    starts = {"stationary": theory.stationary_roots(kernels), "uniform": np.full(kernels.shape[:2], 1 / task.n_states)}
+    regime = {
+        name: list(theory.chi2_regime(task, kernels, config["chi2_positions"], root)) for name, root in starts.items()
+    }
     parents = parent_positions(task)
     data: LevelsData = {
         "levels": {
@@ -109,6 +115,7 @@ def levels(config: dict[str, Any], ctx: RunContext) -> LevelsData:
         "parents": parents,
         "information": information,
         "information_error": error,
+        "regime": regime,
     }  # type: ignore[typeddict-item]
     return data
 
