@@ -493,7 +493,7 @@ def trigger_width(data: TriggerWidthData) -> Figure:
     ends.set(xscale="log", xlabel="width / T", ylabel="share", ylim=(0, 1.05), xticks=ratios)
     ends.set_xticklabels([f"{ratio:g}" for ratio in ratios])
     ends.minorticks_off()
-    ends.legend(fontsize=7, loc="upper left")
+    ends.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 
