@@ -89,16 +89,18 @@ def test_seed_groups_merge_into_what_one_process_computes_after_a_group_lost_in_
     one_at_a_time = cluster.JobOptions("slurm", partition=PARTITION, max_jobs=1, timeout_min=10)
     lost = []
 
-    def cancel_the_second_group(line: str) -> None:  # still pending behind the first: Slurm keeps no record of it
+    def cancel_the_second_group(line: str) -> None:  # pending behind the first, Slurm keeps no record of it
         if line.startswith("job ") and line.endswith(": learning seeds 2,3"):
             lost.append(line.split()[1].rstrip(":"))
             subprocess.run(["scancel", lost[-1]], check=True)
 
     failures = cluster.submit(plan, tmp_path, plan.jobs(), one_at_a_time, say=cancel_the_second_group)
-    assert failures == [
-        f"learning seeds 2,3: job {lost[0]} left Slurm without a record ({cluster.FORGOTTEN}); no log",
-        "learning: not submitted, since a group job of it failed",
-    ]
+    # where the first group ends before scancel arrives (a loaded machine), the second has started and is cancelled
+    # with a record: lost either way, and the rerun below must recover it
+    forgotten = f"learning seeds 2,3: job {lost[0]} left Slurm without a record ({cluster.FORGOTTEN}); no log"
+    started = f"learning seeds 2,3: job {lost[0]} CANCELLED ("
+    assert len(failures) == 2 and (failures[0] == forgotten or failures[0].startswith(started)), failures
+    assert failures[1] == "learning: not submitted, since a group job of it failed"
     assert cluster.pending_jobs(plan, tmp_path) == [cluster.Job(("learning",), (2, 3)), cluster.Job(("learning",))]
     assert cluster.submit(plan, tmp_path, cluster.pending_jobs(plan, tmp_path), _options(), say=lambda _: None) == []
     alone = what_a_run_computed(json.loads(get_chapter("hmm").run("quick", overrides, 4, "cpu", False).to_json()))

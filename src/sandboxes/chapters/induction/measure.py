@@ -1296,11 +1296,14 @@ def trigger_width(config: dict[str, Any], ctx: RunContext) -> TriggerWidthData:
     task = trigger_task(at)
     seq, triggers = trigger_held_out(at)
     masks = output_positions(task, seq, triggers)
+    # the curves serve only to say whether a run still descends: at most eval_size sequences, where a reader's few
+    # held-out sequences at a long length and a wide model would otherwise make each evaluation cost minutes
+    schedule = replace(_schedule(config, "trigger_steps"), eval_size=min(CURVE_SEQUENCES, config["eval_size"]))
     runs = [
         train(
             lambda width=width: GPT(_gpt({**at, "d_model": width}, 2, "trigger_tokens", "trigger_T")),
             task,
-            _schedule(config, "trigger_steps"),
+            schedule,
             ctx.seeds,
             ctx.device,
             progress=ctx.progress,
