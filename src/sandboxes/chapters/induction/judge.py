@@ -762,13 +762,14 @@ def trigger_width_rows(config: dict[str, Any], data: TriggerWidthData) -> tuple[
     return [], (WIDTH_SILENCE,)
 
 
+def spread(values: list[float]) -> str:
+    """A range over seeds to two decimals, or the one value."""
+    return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+
+
 def trigger_width_summary(data: TriggerWidthData) -> str:
     """Per width: layer 1's positional probe at the end and at its highest, its weight on the token before after a
     trigger and elsewhere, the recall accuracy, and the runs still descending (each a range over seeds)."""
-
-    def spread(values: list[float]) -> str:
-        return f"{min(values):.2f}" if len(values) == 1 else f"{min(values):.2f} to {max(values):.2f}"
-
     previous = data["memory_names"].index("W_KQ of layer 1")
     lines = []
     for index, width in enumerate(data["widths"]):

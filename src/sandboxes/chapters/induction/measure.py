@@ -1299,6 +1299,7 @@ def trigger_width(config: dict[str, Any], ctx: RunContext) -> TriggerWidthData:
     # the curves serve only to say whether a run still descends: at most eval_size sequences, where a reader's few
     # held-out sequences at a long length and a wide model would otherwise make each evaluation cost minutes
     schedule = replace(_schedule(config, "trigger_steps"), eval_size=min(CURVE_SEQUENCES, config["eval_size"]))
+    widths = trigger_widths(config)
     runs = [
         train(
             lambda width=width: GPT(_gpt({**at, "d_model": width}, 2, "trigger_tokens", "trigger_T")),
@@ -1309,12 +1310,12 @@ def trigger_width(config: dict[str, Any], ctx: RunContext) -> TriggerWidthData:
             progress=ctx.progress,
             probe=partial(trigger_memories, task=task),
         )
-        for width in trigger_widths(config)
+        for width in widths
     ]
     previous = [[previous_token_weight(model, seq, triggers) for model in run.models] for run in runs]
     data: TriggerWidthData = {
         "T": config["width_T"],
-        "widths": trigger_widths(config),
+        "widths": widths,
         "eval_steps": runs[0].eval_steps,
         "memory_names": list(MEMORIES),
         "memories": [run.probes for run in runs],

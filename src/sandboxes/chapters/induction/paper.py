@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory.induction import carried_weight, formed_apart, formed_together, previous_share
-from .judge import first_nearest, formation_steps, gap_share, stage_starts
+from .judge import first_nearest, formation_steps, gap_share, spread, stage_starts
 
 if TYPE_CHECKING:
     from .measure import (
@@ -43,10 +43,6 @@ def update_seconds(sections: Mapping[str, Mapping[str, Any]], data: Mapping[str,
 
 
 Row = tuple[str, str, str]  # the quantity, what the paper reports, what the run measured
-
-
-def _spread(values: list[float]) -> str:
-    return f"{min(values):.2f} to {max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
 
 def _gap_to_graph(values: list[float]) -> str:
@@ -93,7 +89,7 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
             "the two-layer GPT trained end to end (Edelman et al. train it so; Nichani et al.'s Thm (1), L - OPT "
             "≲ T^-cγ, covers only the disentangled model trained in stages)",
             "the loss rests near the unigram level, then falls to the Bayes level",
-            f"gap closed {_spread(inside['gap_closed']['two_layers'])}; longest rest within a quarter of the "
+            f"gap closed {spread(inside['gap_closed']['two_layers'])}; longest rest within a quarter of the "
             f"unigram-to-Bayes gap of the unigram level ({levels['unigram']:.3f}; Bayes {levels['bayes']:.3f}), "
             f"per seed: {'; '.join(rests)}",
         ),
@@ -111,20 +107,20 @@ def training_vs_paper(run: TrainingData) -> list[Row]:
         (
             "one layer (Sanford et al.; slides)",
             "heads x width x precision = Ω(T), no constant stated: silent at these sizes",
-            f"gap closed {_spread(inside['gap_closed']['one_layer'])}",
+            f"gap closed {spread(inside['gap_closed']['one_layer'])}",
         ),
         (
             "the GPT's layer 1, trained end to end (no row: Thm (2) is about the staged disentangled model)",
             "no report for a GPT (Thm (2)'s adjacency is the staged model's, set beside it in its own section)",
             "weight on the parent in the head that reads it, worst of the first half of the positions (scored at "
             "every position, the last keys are read by few queries and learn last): "
-            + _spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
+            + spread([float(carried_weight(w, run["parents"]).min()) for w in run["parent_weight"]["two_layers"]]),
         ),
         (
             "the GPT on another prior (no row: the corollary is about the staged disentangled model, judged in its "
             "own section)",
             "no report for a GPT (the corollary's tracking of the estimator is the staged model's)",
-            f"gap closed {_spread(outside['gap_closed']['two_layers'])}",
+            f"gap closed {spread(outside['gap_closed']['two_layers'])}",
         ),
     ]
 
@@ -134,7 +130,7 @@ def support_vs_paper(run: SupportData) -> list[Row]:
     outside = run["outside"]
     levels = outside["levels"]
     prior_share = (
-        _spread(
+        spread(
             [
                 (levels["prior_bayes"] - loss) / (levels["prior_bayes"] - levels["bayes"])
                 for loss in outside["loss"]["two_layers"]
@@ -149,11 +145,11 @@ def support_vs_paper(run: SupportData) -> list[Row]:
             "not be in the prior's support)",
             "no report for a GPT (the corollary's ‖f - π̃(·|s_T)‖∞ ≲ T^-cγ is the staged model's, set beside it "
             "in the next section)",
-            f"the GPT, no row: gap closed {_spread(outside['gap_closed']['two_layers'])}, of the gap "
+            f"the GPT, no row: gap closed {spread(outside['gap_closed']['two_layers'])}, of the gap "
             f"from the training prior's Bayes predictor to the count estimator {prior_share}; last-position "
-            f"distance to π̃ {_spread(run['distance']['models'])} (count estimator "
-            f"{_spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
-            f"{_spread(run['distance'].get('prior_bayes', [float('nan')]))})",
+            f"distance to π̃ {spread(run['distance']['models'])} (count estimator "
+            f"{spread(run['distance']['count_estimator'])}, the training prior's Bayes predictor "
+            f"{spread(run['distance'].get('prior_bayes', [float('nan')]))})",
         )
     ]
 
@@ -171,9 +167,9 @@ def corollary_vs_paper(run: CorollaryData) -> list[Row]:
             "be in the prior's support)",
             "‖f - π̃(·|s_T)‖∞ ≲ T^-cγ",
             f"share of the gap from the training prior's Bayes predictor to the count estimator closed "
-            f"{_spread(shares)} (the graph at its training scale: "
+            f"{spread(shares)} (the graph at its training scale: "
             f"{(levels['prior_bayes'] - levels['graph']) / gap:.2f}); last-token distance ‖f - π̃‖∞ "
-            f"{_spread([mean for mean, _ in distance['models']])} (the graph {distance['graph'][0][0]:.3f}, the "
+            f"{spread([mean for mean, _ in distance['models']])} (the graph {distance['graph'][0][0]:.3f}, the "
             f"count estimator {distance['smoothed'][0][0]:.3f}, the training prior's Bayes predictor "
             f"{distance['prior_bayes'][0][0]:.3f})",
         )
@@ -187,15 +183,15 @@ def trigger_vs_paper(run: TriggerData) -> list[Row]:
             "trigger task: the step at which each memory-recall probe first reaches 1/2 (two layers)",
             ", then ".join(run["memory_names"]) + " (the last by position: the token before)",
             "per seed: " + "; ".join(_formed(run)) + "; layer 1's weight on the token before: "
-            f"{_spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
-            f"{_spread(run['previous_weight']['elsewhere'])} elsewhere",
+            f"{spread(run['previous_weight']['after_trigger'])} where it is a trigger, "
+            f"{spread(run['previous_weight']['elsewhere'])} elsewhere",
         ),
         (
             "trigger task (Bietti et al., the 65 characters of a Shakespeare bigram): accuracy on a "
             "trigger's output seen earlier in the sequence",
             "one layer about 55 %, two layers about 99 %",
-            f"one layer {_spread(run['accuracy']['recall']['one_layer'])}, two layers "
-            f"{_spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
+            f"one layer {spread(run['accuracy']['recall']['one_layer'])}, two layers "
+            f"{spread(run['accuracy']['recall']['two_layers'])} (chance {run['chance']:.2f})",
         ),
     ]
 
@@ -204,7 +200,7 @@ def trigger_width_vs_paper(run: TriggerWidthData) -> list[Row]:
     """The widths against the length at which Bietti et al.'s code trains, beside the run's probe at each."""
     previous = run["memory_names"].index("W_KQ of layer 1")
     ends = [
-        f"{width / run['T']:g} T: {_spread([seed[-1][previous] for seed in probes])}"
+        f"{width / run['T']:g} T: {spread([seed[-1][previous] for seed in probes])}"
         for width, probes in zip(run["widths"], run["memories"])
     ]
     return [
@@ -310,12 +306,12 @@ def order_training_vs_paper(run: OrderTrainingData) -> list[Row]:
             f"three layers of one head, order {run['order']} (Rajaraman et al.)",
             "represent the order-k count estimator for any k; trained long enough, one head per layer reaches low "
             "loss as k grows (no number in the seed's slides)",
-            f"gap closed {_spread(run['gap_closed']['three_layers'])} ({where})",
+            f"gap closed {spread(run['gap_closed']['three_layers'])} ({where})",
         ),
         (
             f"two layers of one head, order {run['order']} (Ekbote et al.)",
             "two layers suffice to represent it (a construction; no training number in the seed's slides)",
-            f"gap closed {_spread(run['gap_closed']['two_layers'])}",
+            f"gap closed {spread(run['gap_closed']['two_layers'])}",
         ),
     ]
 
@@ -336,7 +332,7 @@ def parent_heads_vs_paper(run: ParentHeadsData) -> list[Row]:
         (
             "the same models' held-out loss",
             "the generalised induction head's estimator (no number in the slides)",
-            f"gap closed {_spread(run['gap_closed'])} (from the best lesser estimator, {lesser}, "
+            f"gap closed {spread(run['gap_closed'])} (from the best lesser estimator, {lesser}, "
             f"{run['levels'][lesser]:.3f}, to the order-m Bayes level {run['levels']['bayes']:.3f})",
         ),
     ]
