@@ -16,10 +16,12 @@ from sandboxes.data.hmm import (
     FiniteSample,
     GaussianHMM,
     MaskedPrediction,
+    PerSymbol,
     check_ghmm,
     check_hmm,
     check_transition,
 )
+from sandboxes.model import MultiLayerPerceptron
 from sandboxes.theory import hmm as theory
 
 from conftest import TINY as TINY_CONFIGS
@@ -139,6 +141,32 @@ def test_finite_sample_draws_only_its_fixed_pairs():
     x, y = sample.sample(500, torch.Generator().manual_seed(0))
     stored = {tuple(row) for row in torch.cat([sample.inputs, sample.targets], dim=1).tolist()}
     assert {tuple(row) for row in torch.cat([x, y], dim=1).tolist()} <= stored
+
+
+def test_per_symbol_summary_gives_the_batch_loss_and_gradient():
+    task = FiniteSample(MaskedPrediction(HMM(*valid_hmm()), 1, (2, 3)), 300, seed=4)
+    summary = PerSymbol(task)
+    torch.manual_seed(0)
+    model = MultiLayerPerceptron((4, 8, 16))
+    losses, grads = [], []
+    for sampler in (task, summary):
+        x, y = sampler.sample(1000, torch.Generator().manual_seed(5))
+        model.zero_grad()
+        loss = sampler.loss(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    # float32 sums of 1000 terms in another order: apart by a few of float32's 6e-8 relative steps per term summed
+    largest = grads[0].abs().max()
+    assert abs(losses[0] - losses[1]) < 1e-5 * losses[0] and losses[0] > 0.5
+    assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-5 * largest.item()) and largest > 1e-2
+
+
+def test_per_symbol_summary_needs_one_hot_pairs():
+    task = FiniteSample(MaskedPrediction(HMM(*valid_hmm()), 1, (2,)), 20, seed=1)
+    object.__setattr__(task, "targets", task.targets * 0.5)
+    with pytest.raises(ValueError, match="one-hot"):
+        PerSymbol(task)
 
 
 # ---------------------------------------------------------------- closed-form predictors

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ...curves import still_descending
-from ...data.hmm import HMM, FiniteSample, MaskedPrediction, check_ghmm, check_transition
+from ...data.hmm import HMM, FiniteSample, MaskedPrediction, PerSymbol, check_ghmm, check_transition
 from ...model import MultiLayerPerceptron
 from ...profiles import int_list
 from ...runtime import member_seed
@@ -179,7 +179,9 @@ def _train_predictors(config: dict[str, Any], ctx: RunContext, hmms: list[HMM], 
     members = list(itertools.product(range(2), range(len(sizes)), ctx.seeds))
     given, targets = task
     tasks = [
-        FiniteSample(MaskedPrediction(hmms[h], given, targets), sizes[i], member_seed("samples", h, sizes[i], s))
+        PerSymbol(
+            FiniteSample(MaskedPrediction(hmms[h], given, targets), sizes[i], member_seed("samples", h, sizes[i], s))
+        )
         for h, i, s in members
     ]
     d = hmms[0].d
