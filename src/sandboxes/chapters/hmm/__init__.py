@@ -136,7 +136,7 @@ CHAPTER = Chapter(
     "hmm",
     "HMM identifiability from masked prediction",
     PARAMS,
-    seeds={"quick": 3, "reference": 5, "full": 10},
+    seeds={"quick": 3, "reference": 10, "full": 10},
     sections=(
         Section(
             "paper_example",
