@@ -95,7 +95,7 @@ PARAMS = with_reference(
         "steps": 400,
         "sweep_length": 256,
         "grid": 7,
-        "grid_seeds": 3,
+        "grid_seeds": 5,
         "init_scales": "0.005,0.01,0.02,0.05,0.1,0.2,0.5,1.0",
         "switch_probs": "0.4,0.5,0.6,0.7,0.9,0.95",
         "depths": "1,2,4,8",
