@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from sandboxes.calibration import calibrating
 from sandboxes.chapters import hmm as chapter
 from sandboxes.chapters.hmm import judge, measure
 from sandboxes.data.hmm import (
@@ -21,8 +22,10 @@ from sandboxes.data.hmm import (
     check_hmm,
     check_transition,
 )
+from sandboxes.memory import meta_batch
 from sandboxes.model import MultiLayerPerceptron
 from sandboxes.theory import hmm as theory
+from sandboxes.trainer import TrainConfig, train
 
 from conftest import TINY as TINY_CONFIGS
 from conftest import assert_fails_in_its_counterfactual
@@ -143,23 +146,43 @@ def test_finite_sample_draws_only_its_fixed_pairs():
     assert {tuple(row) for row in torch.cat([x, y], dim=1).tolist()} <= stored
 
 
-def test_per_symbol_summary_gives_the_batch_loss_and_gradient():
+@pytest.mark.parametrize("n", [1000, 3])  # 3 draws leave some of the 4 symbols out of the batch
+def test_per_symbol_summary_gives_the_batch_loss_and_gradient(n):
     task = FiniteSample(MaskedPrediction(HMM(*valid_hmm()), 1, (2, 3)), 300, seed=4)
     summary = PerSymbol(task)
     torch.manual_seed(0)
     model = MultiLayerPerceptron((4, 8, 16))
     losses, grads = [], []
     for sampler in (task, summary):
-        x, y = sampler.sample(1000, torch.Generator().manual_seed(5))
+        x, y = sampler.sample(n, torch.Generator().manual_seed(5))
         model.zero_grad()
         loss = sampler.loss(model(x), y)
         loss.backward()
         losses.append(loss.item())
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    # float32 sums of 1000 terms in another order: apart by a few of float32's 6e-8 relative steps per term summed
+    drawn = task.inputs[task.draw(n, torch.Generator().manual_seed(5))].argmax(dim=1).unique().numel()
+    assert drawn == 4 if n == 1000 else drawn < 4
+    # float32 sums of up to 1000 terms in another order: their rounding adds like a random walk, about
+    # sqrt(1000) x 6e-8 = 2e-6 of the largest term; 1e-5 allows five times that (measured: 6e-8)
     largest = grads[0].abs().max()
     assert abs(losses[0] - losses[1]) < 1e-5 * losses[0] and losses[0] > 0.5
     assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-5 * largest.item()) and largest > 1e-2
+
+
+def test_a_per_symbol_batch_reaches_the_model_as_one_row_per_symbol():
+    summary = PerSymbol(FiniteSample(MaskedPrediction(HMM(*valid_hmm()), 1, (2, 3)), 50, seed=2))
+    x, y = meta_batch(summary, 8192)
+    real_x, real_y = summary.sample(8192, torch.Generator().manual_seed(0))
+    assert x.shape == real_x.shape == (4, 4) and y.shape == real_y.shape == (4, 18)
+
+
+def test_a_plan_scales_no_per_symbol_evaluation():
+    # a plan reads a few held-out rows and scales their time to the set; a summary is already its few rows
+    tasks = [PerSymbol(FiniteSample(MaskedPrediction(HMM(*valid_hmm()), 1, (2,)), 50, seed=s)) for s in (0, 1)]
+    config = TrainConfig(steps=3, batch_size=64, lr=1e-2, eval_size=4096, eval_every=1)
+    with calibrating(2) as calls:
+        train(lambda: MultiLayerPerceptron((4, 4, 4)), tasks, config, seeds=[0, 1], batched=True)
+    assert calls[0].timing.eval_scale == 1
 
 
 def test_per_symbol_summary_needs_one_hot_pairs():

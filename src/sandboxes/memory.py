@@ -19,12 +19,14 @@ if TYPE_CHECKING:
 
 
 def meta_batch(task: Task, n: int) -> tuple[Tensor, Tensor]:
-    """Inputs and targets of ``n`` samples of ``task`` on the ``meta`` device: their shapes and dtypes (from one
-    real sample), no data, so a step can be counted at any size for free."""
+    """Inputs and targets of ``n`` samples of ``task`` as they reach the model, on the ``meta`` device: their shapes
+    and dtypes (from one real sample), no data, so a step can be counted at any size for free. A task that summarises
+    its batches says how many rows a batch of ``n`` becomes (``batch_rows``)."""
     x, y = task.sample(1, torch.Generator().manual_seed(0))
+    rows = task.batch_rows(n) if hasattr(task, "batch_rows") else n
     return (
-        torch.empty((n, *x.shape[1:]), dtype=x.dtype, device="meta"),
-        torch.empty((n, *y.shape[1:]), dtype=y.dtype, device="meta"),
+        torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device="meta"),
+        torch.empty((rows, *y.shape[1:]), dtype=y.dtype, device="meta"),
     )
 
 

@@ -39,11 +39,13 @@ class Task(Protocol):
     """What the trainer needs of a data source: a sampler and a per-model loss.
 
     A task class may also offer a static ``sample_members(tasks, n, generators)`` that samples
-    for many members at once (see :func:`sample_members`).
+    for many members at once (see :func:`sample_members`), and a task that hands the model a summary of its
+    batch instead of the batch a ``batch_rows(n)``: the rows a batch of ``n`` samples reaches the model as
+    (:class:`~sandboxes.data.hmm.PerSymbol`; counted by :func:`~sandboxes.memory.meta_batch`).
     """
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """``n`` fresh (input, target) pairs drawn with ``generator``."""
+        """``n`` fresh (input, target) pairs drawn with ``generator`` (or their summary: see ``batch_rows``)."""
         ...
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
@@ -327,8 +329,8 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
     x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])
     planning = calibration.active()
     timing = planning.timing if planning is not None else None
-    if timing is not None and config.eval_size > CALIBRATION_EVAL:  # a plan reads a few and scales their time
-        timing.eval_scale = config.eval_size / CALIBRATION_EVAL
+    if timing is not None and x_eval.shape[1] > CALIBRATION_EVAL:  # a plan reads a few rows and scales their time
+        timing.eval_scale = x_eval.shape[1] / CALIBRATION_EVAL
         x_eval, y_eval = x_eval[:, :CALIBRATION_EVAL], y_eval[:, :CALIBRATION_EVAL]
     x_eval, y_eval = x_eval.to(device), y_eval.to(device)
 

@@ -241,7 +241,12 @@ class PerSymbol:
         spread = counts * (1 - (mean**2).sum(dim=1)) / n
         return torch.eye(d), torch.cat([(counts / n)[:, None], mean, spread[:, None]], dim=1).float()
 
+    def batch_rows(self, n: int) -> int:
+        """Rows a batch of ``n`` pairs reaches the model as: one per input symbol, whatever ``n``."""
+        return self.pairs.inputs.shape[1]
+
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """The batch's mean squared error, summed over the output coordinates, from its summary."""
+        """The batch's mean squared error, summed over the output coordinates, from its summary (a sum over its
+        rows, so it cannot be read in chunks of rows)."""
         share, mean, spread = targets[:, 0], targets[:, 1:-1], targets[:, -1]
         return (share * ((outputs - mean) ** 2).sum(dim=-1) + spread).sum()
