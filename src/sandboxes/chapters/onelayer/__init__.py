@@ -349,6 +349,7 @@ CHAPTER = Chapter(
     "What one attention layer can represent",
     PARAMS,
     seeds={"quick": 3, "reference": 5, "full": 10},
+    reference_workers=2,  # the learning section's ensembles train side by side, a process of one thread each
     sections=(
         Section("match2", "Match2 in embedding dimension 3", match2, rows=match2_rows, figures=("match2",)),
         Section("match3", "Match3 in one layer of width M", match3, rows=match3_rows),

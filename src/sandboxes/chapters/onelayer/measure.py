@@ -20,7 +20,8 @@ from ...profiles import float_list, int_list
 from ...runtime import member_seed
 from ...sections import RunContext
 from ...theory import onelayer as theory
-from ...trainer import TrainConfig, train
+from ...trainer import TrainConfig, TrainResult
+from ...workers import TrainRequest, train_each
 
 ROWS_AT_ONCE = 2**21  # attention weights held at once while checking the unit: a chunk of inputs of (N + 1)^2 each
 FLOAT32_BITS = 24  # significant bits of a float32
@@ -434,24 +435,28 @@ def balanced_error(model: torch.nn.Module, held_out: tuple[torch.Tensor, torch.T
     return float(np.mean(rates))
 
 
-def train_pair(N: int, depth: int, width: int, config: dict[str, Any], ctx: RunContext) -> PairRun:
-    """Both tasks at one N, depth and width, the run's seeds of each trained as one ensemble, each member's balanced
-    error measured on held-out inputs."""
-    M, seeds = config["learn_M"], list(ctx.seeds)
+def pair_request(N: int, depth: int, width: int, config: dict[str, Any], ctx: RunContext) -> TrainRequest:
+    """Both tasks at one N, depth and width, the run's seeds of each, as one ensemble's training call."""
+    seeds = list(ctx.seeds)
+    tasks = [Matching(task, N, config["learn_M"]) for task in TASKS]
+    return TrainRequest(
+        partial(GPT, learning_model(N, config["learn_M"], depth, width)),
+        [t for t in tasks for _ in seeds],
+        learning_schedule(config),
+        seeds * len(tasks),
+        ctx.device,
+    )
+
+
+def pair_run(N: int, depth: int, width: int, config: dict[str, Any], n_seeds: int, run: TrainResult) -> PairRun:
+    """One trained pair's record: each member's balanced error on held-out inputs, its curve and whether it moved."""
+    M = config["learn_M"]
     tasks = [Matching(task, N, M) for task in TASKS]
     held = [
         t.sample(HELD_OUT, torch.Generator().manual_seed(member_seed("matching", t.task, N, config["seed"])))
         for t in tasks
     ]
-    run = train(
-        partial(GPT, learning_model(N, M, depth, width)),
-        [t for t in tasks for _ in seeds],
-        learning_schedule(config),
-        seeds * len(tasks),
-        ctx.device,
-        progress=ctx.progress,
-    )
-    k, shape = len(seeds), (len(tasks), len(seeds))
+    k, shape = n_seeds, (len(tasks), n_seeds)
     positive = [float(y[y >= 0].float().mean()) for _, y in held]
     # a loss that has not come below the best constant answer's (the entropy of the matched share) has not started
     constant = np.repeat([binary_entropy(p) for p in positive], k)[:, None]
@@ -473,14 +478,16 @@ def train_pair(N: int, depth: int, width: int, config: dict[str, Any], ctx: RunC
 
 def learning(config: dict[str, Any], ctx: RunContext) -> LearningData:
     """One layer at each width and N trained on Match2 and on Match3 over inputs of one law; deeper models at the
-    smallest width."""
+    smallest width. Each (shape, N) is one ensemble; with ``--workers`` they train side by side."""
     sizes, widths, depths = (int_list(config[key]) for key in ("learn_N", "learn_widths", "learn_depths"))
     shapes = [(depth, width) for depth in depths for width in widths if depth == 1 or width == min(widths)]
+    pairs = [(N, depth, width) for depth, width in shapes for N in sizes]
+    trained = train_each([pair_request(*pair, config, ctx) for pair in pairs], ctx.workers, ctx.progress)
     return {
         "N": sizes,
         "widths": widths,
         "depths": depths,
-        "runs": [train_pair(N, depth, width, config, ctx) for depth, width in shapes for N in sizes],
+        "runs": [pair_run(*pair, config, len(ctx.seeds), run) for pair, run in zip(pairs, trained)],
         "solved": config["solved"],
     }
 
@@ -655,22 +662,22 @@ def largest_errors(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
 
 def qsa_trained(config: dict[str, Any], ctx: RunContext) -> QSATrainData:
     """Self-attention units of each width trained on qSA at the slide's N and q, the run's seeds as one ensemble per
-    width; each unit's error and attention on held-out inputs."""
+    width (side by side with ``--workers``); each unit's error and attention on held-out inputs."""
     task = SparseAveraging(config["qsa_train_N"], config["qsa_train_q"], config["qsa_dim"])
     widths = int_list(config["qsa_train_widths"])
     z, named = task.draw(HELD_OUT, torch.Generator().manual_seed(member_seed("qsa held-out", task.N, config["seed"])))
     x, target = task.encode(z, named)
-    runs = [
-        train(
+    requests = [
+        TrainRequest(
             partial(SelfAttentionUnit, task.in_dim, m, task.dim),
             task,
             qsa_train_schedule(config),
             ctx.seeds,
             ctx.device,
-            progress=ctx.progress,
         )
         for m in widths
     ]
+    runs = train_each(requests, ctx.workers, ctx.progress)
     mask = torch.zeros(*named.shape[:2], task.N).scatter_(-1, named, 1.0)
     error, mass = [], []
     with torch.no_grad():
