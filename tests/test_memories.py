@@ -11,6 +11,8 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
+from sandboxes import performance
+from sandboxes.calibration import calibrating
 from sandboxes.chapters.memories import CHAPTER, judge, measure
 from sandboxes.data.facts import FactRecall, balanced_facts
 from sandboxes.model import FactTransformer, LinearAttentionRecall, MLPMemory
@@ -157,6 +159,38 @@ def test_a_wider_mlp_memory_stores_more_and_a_search_repeats_itself():
     narrow, wide = (measure.most_memorised(config, 6, m, 0, torch.device("cpu")) for m in (6, 24))
     assert wide > 1.5 * narrow > 10
     assert measure.most_memorised(config, 6, 6, 0, torch.device("cpu")) == narrow
+
+
+def test_a_planned_search_times_one_run_at_its_guess_and_counts_every_run_it_would_make():
+    config = {"mlp_steps": 256, "mlp_lr": 3e-2, "mlp_accuracy": 0.99}
+    guess = measure.search_start(6 * 6)
+    with calibrating(4) as calls:
+        found = measure.most_memorised(config, 6, 6, 0, torch.device("cpu"))
+    (call,) = calls
+    runs = measure.search_runs(guess, 0.01)
+    assert found == round(guess) and call.groups == runs
+    assert call.planned_steps == 256 and call.timing.steps == 3 and call.batch_size == found
+    assert call.estimated_s > runs * 256 / 4 * call.timing.step_s / 3  # the whole budget of every run, roughly
+
+
+@pytest.mark.parametrize("guess", [5.3, 31.3, 200.0, 1234.5])
+@pytest.mark.parametrize("precision", [0.0, 0.01])
+@pytest.mark.parametrize("share", [0.55, 0.8, 1.0, 1.3, 1.9])
+def test_a_plan_counts_about_the_runs_a_search_makes_when_its_answer_is_in_the_first_bracket(guess, precision, share):
+    asked: list[int] = []
+    measure.largest_stored(lambda n: asked.append(n) or n <= share * guess, guess, precision)
+    assert abs(len(asked) - measure.search_runs(guess, precision)) <= 1
+
+
+def test_fitting_under_a_plan_runs_its_steps_without_stopping_and_records_its_budget():
+    one = MLPMemory(torch.eye(2)[:1], torch.eye(2)[:1], 3, torch.Generator().manual_seed(0))
+    pair = _full_batch(1)
+    with calibrating(5) as calls:
+        assert fit_to_accuracy(one, lambda step: pair, pair, steps=100, lr=0.01, accuracy=1.0)
+    (call,) = calls
+    assert (call.planned_steps, call.timing.steps, call.eval_every, call.groups) == (100, 4, 1, 1)
+    work = performance.count_step(call.make_model(), call.task, call.batch_size)
+    assert work.flops > 0 and call.step_bytes > 0
 
 
 def _power_law(dims: list[int], ratios: list[int], seeds: int, law, noise: float = 0.03) -> dict:

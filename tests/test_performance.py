@@ -133,6 +133,20 @@ def test_the_page_tables_show_every_call_and_name_the_sections_not_surveyed(toy_
     assert "toy/training" in performance.operators_table(toy_survey)
 
 
+def test_a_search_s_runs_of_many_sizes_share_one_row_and_a_few_shapes_keep_theirs(toy_survey):
+    (call,) = toy_survey["sections"][0]["calls"]
+    runs = [
+        {**call, "batch_size": 4 + n, "member_step": {**call["member_step"], "compiled_attention": False}}
+        for n in range(performance.MAX_SETTINGS + 1)
+    ]
+    surveyed = {**toy_survey, "sections": [{**toy_survey["sections"][0], "calls": runs}]}
+    table, speed = performance.sections_table(surveyed), performance.speedup_table(surveyed)
+    assert table.count("toy/training") == speed.count("toy/training") == 1
+    assert f"batch 4 to {4 + performance.MAX_SETTINGS}" in table and "runs of their own sizes" in speed
+    few = {**surveyed, "sections": [{**surveyed["sections"][0], "calls": runs[:-1]}]}
+    assert performance.sections_table(few).count("toy/training") == performance.MAX_SETTINGS
+
+
 def test_a_call_with_no_timed_step_is_counted_not_timed():
     peaks = performance.Peaks("a machine", 1, 1e10, 1e9, 1e10)
     surveyed = performance.survey_section(TOY, "one_step", peaks, steps=3)

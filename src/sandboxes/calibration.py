@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import torch
@@ -148,6 +148,23 @@ def calibrated_map(fn: Callable[[In], Out], chunks: Sequence[In]) -> list[Out]:
         )
     )
     return [first] * (len(chunks) - 1) + [last]
+
+
+def repeated(run: Callable[[], Out], times: int) -> Out:
+    """``run()``, which the full run makes ``times`` times over with calls alike (a capacity search's runs, one
+    after another); under :func:`calibrating` the calls it records count ``times`` times over."""
+    if _calibration is None:
+        return run()
+    calls = _calibration.calls
+    mark = len(calls)
+    out = run()
+    calls[mark:] = [
+        replace(call, groups=call.groups * times)
+        if isinstance(call, TrainCall)
+        else replace(call, ran_in_full_s=call.ran_in_full_s * times)
+        for call in calls[mark:]
+    ]
+    return out
 
 
 def count_chunks(seq: Tensor, chunk: int) -> tuple[Tensor, ...]:

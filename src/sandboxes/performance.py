@@ -48,6 +48,7 @@ TARGET_SPEEDUP = 2.0  # issue 43: every section's training throughput twice what
 SURVEY_STEPS = 6  # steps per training call: the first warms up, the other five are timed
 TOP_OPERATORS = 6  # operators listed per section, by their share of its profiled time
 PEAK_REPEATS = 5  # a microbenchmark's best of this many timings
+MAX_SETTINGS = 6  # shapes of one section's calls the tables list one by one (more: a search's runs, by model)
 
 aten = torch.ops.aten
 _FLASH = (aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_flash_attention_for_cpu_backward)
@@ -341,27 +342,58 @@ def _shape(call: dict[str, Any]) -> tuple:
     )
 
 
+def _median(calls: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(call[key] for call in calls)
+
+
+def _count(calls: list[dict[str, Any]]) -> str:
+    return f" ({len(calls)} calls)" * (len(calls) > 1)
+
+
+def _settings(
+    calls: list[dict[str, Any]], key: Callable[[dict[str, Any]], tuple] = _shape
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A section's training calls as the tables' rows, each with its label: one row per shape (``key``), or, where
+    a section's calls come in more than ``MAX_SETTINGS`` shapes and none ran the compiled kernel (a capacity search's
+    runs, each at its own size), one row per model and length with the range of batches, whose numbers are medians."""
+    shapes: dict[tuple, list[dict[str, Any]]] = {}
+    for call in calls:
+        shapes.setdefault(key(call), []).append(call)
+    if len(shapes) <= MAX_SETTINGS or any(call["member_step"]["compiled_attention"] for call in calls):
+        return [
+            (f"{model}, T {length}, batch {batch}, {members} at once" + _count(alike), alike)
+            for (model, length, batch, members, *_), alike in shapes.items()
+        ]
+    models: dict[tuple, list[dict[str, Any]]] = {}
+    for call in calls:
+        models.setdefault((call["model"].split(" (")[0], call["length"], call["members"]), []).append(call)
+    rows = []
+    for (model, length, members), alike in models.items():
+        batches = sorted(call["batch_size"] for call in alike)
+        label = f"{model}, T {length}, batch {batches[0]:,} to {batches[-1]:,}, {members} at once"
+        rows.append((label + f" ({len(alike)} runs of their own sizes: medians)", alike))
+    return rows
+
+
 def sections_table(surveyed: dict[str, Any]) -> str:
     """One row per setting of every surveyed section (its training calls of one shape together, the median over
-    them): step time, tokens per second, counted work and bytes, and the fraction of the machine's limit it
-    reached, as HTML."""
+    them; a search's runs of many sizes together, see :func:`_settings`): step time, tokens per second, counted work
+    and bytes, and the fraction of the machine's limit it reached, as HTML."""
     rows = []
     for section in surveyed["sections"]:
-        shapes: dict[tuple, list[dict[str, Any]]] = {}
-        for call in section["calls"]:
-            shapes.setdefault(_shape(call), []).append(call)
-        for (model, length, batch, members, *_), calls in shapes.items():
-            work = calls[0]["member_step"]
+        for label, calls in _settings(section["calls"]):
             rows.append(
                 [
                     f"{section['chapter']}/{section['section']}",
-                    f"{model}, T {length}, batch {batch}, {members} at once"
-                    + (f" ({len(calls)} calls)" * (len(calls) > 1)),
-                    f"{1e3 * statistics.median(c['step_s'] for c in calls):.1f}",
-                    f"{statistics.median(c['tokens_per_s'] for c in calls) / 1e3:,.0f}",
-                    f"{work['flops'] / 1e6:,.0f} / {work['exps'] / 1e6:,.2f} / {work['bytes'] / 1e6:,.0f}",
+                    label,
+                    f"{1e3 * _median(calls, 'step_s'):.1f}",
+                    f"{_median(calls, 'tokens_per_s') / 1e3:,.0f}",
+                    " / ".join(
+                        f"{statistics.median(c['member_step'][key] for c in calls) / 1e6:,.{digits}f}"
+                        for key, digits in (("flops", 0), ("exps", 2), ("bytes", 0))
+                    ),
                     f"{max(c['step_bytes'] for c in calls) / 2**20:,.0f}",
-                    f"{100 * statistics.median(c['limit_fraction'] for c in calls):.0f} %",
+                    f"{100 * _median(calls, 'limit_fraction'):.0f} %",
                 ]
             )
     surveyed_names = {(section["chapter"], section["section"]) for section in surveyed["sections"]}
@@ -396,17 +428,10 @@ def operators_table(surveyed: dict[str, Any]) -> str:
     return _html_table(["section", "operators by share of the profiled time (self CPU time)"], rows)
 
 
-def _by_setting(calls: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
-    """Training calls grouped by setting: the model's shape, length, batch and members at once (not the counted
-    work, which differs between the two attention kernels)."""
-    grouped: dict[tuple, list[dict[str, Any]]] = {}
-    for call in calls:
-        grouped.setdefault(_shape(call)[:4], []).append(call)
-    return grouped
-
-
-def _median(calls: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(call[key] for call in calls)
+def _setting(call: dict[str, Any]) -> tuple:
+    """What makes two training calls alike for the speedup table: the model's shape, length, batch and members at
+    once (not the counted work, which differs between the two attention kernels)."""
+    return _shape(call)[:4]
 
 
 def speedup_table(surveyed: dict[str, Any], target: float = TARGET_SPEEDUP) -> str:
@@ -417,19 +442,19 @@ def speedup_table(surveyed: dict[str, Any], target: float = TARGET_SPEEDUP) -> s
     rows = []
     for entry in surveyed["sections"]:
         operator, share = entry["operators"][0] if entry["operators"] else ("", 0.0)
-        blocked = _by_setting(entry.get("blocked", {}).get("calls", []))
-        for (model, length, batch, members), calls in _by_setting(entry["calls"]).items():
+        blocked: dict[tuple, list[dict[str, Any]]] = {}
+        for call in entry.get("blocked", {}).get("calls", []):
+            blocked.setdefault(_setting(call), []).append(call)
+        for setting, calls in _settings(entry["calls"], _setting):
             held = f"{100 * _median(calls, 'limit_fraction'):.0f} % of the limit; {operator} takes "
             held += f"{100 * share:.0f} % of the section's time"
-            before = blocked.get((model, length, batch, members))
+            before = blocked.get(_setting(calls[0]))
             if before and any(call["member_step"]["compiled_attention"] for call in calls):
                 ratio = _median(calls, "tokens_per_s") / _median(before, "tokens_per_s")
                 cells = [f"{_median(before, 'tokens_per_s') / 1e3:,.0f}", f"{ratio:.2f}"]
                 verdict = "met" if ratio >= target else f"not met: {held}"
             else:
                 cells, verdict = ["", ""], f"kernels unchanged: {held}"
-            setting = f"{model}, T {length}, batch {batch}, {members} at once"
-            setting += f" ({len(calls)} calls)" * (len(calls) > 1)
             speed = f"{_median(calls, 'tokens_per_s') / 1e3:,.0f}"
             rows.append([f"{entry['chapter']}/{entry['section']}", setting, cells[0], speed, cells[1], verdict])
     header = ["section", "setting", "k tokens/s, blocked kernel", "compiled kernel", "ratio", f"{target:g} times"]

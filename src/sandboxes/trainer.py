@@ -545,6 +545,21 @@ def _untrained(
     )
 
 
+class BatchStream:
+    """The batches of a :func:`fit_to_accuracy` run as a :class:`Task`, so that planning can count a step's work and
+    bytes: a sample is the first rows of step 0's batch, the loss the cross-entropy that run minimises."""
+
+    def __init__(self, batches: Callable[[int], tuple[Tensor, Tensor]]) -> None:
+        self.batches = batches
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        inputs, targets = self.batches(0)
+        return inputs[:n], targets[:n]
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets)
+
+
 def fit_to_accuracy(
     model: nn.Module,
     batches: Callable[[int], tuple[Tensor, Tensor]],
@@ -557,19 +572,45 @@ def fit_to_accuracy(
     """Whether Adam on ``batches(step)`` reaches ``accuracy`` on ``held_out`` within ``steps`` steps, checked at
     ``checks`` evenly spaced steps (the first before any step) and after the last; it stops at the first check that
     does. The capacity searches' loop: each run has its own task size, so a search's runs do not stack into an
-    ensemble, and most runs that succeed stop long before the budget."""
+    ensemble, and most runs that succeed stop long before the budget. Under :func:`calibration.calibrating` it runs
+    the calibration's steps without stopping, times them and records the call with its whole budget."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     every = max(1, steps // checks)
+    planning = calibration.active()
+    timing = Timing(groups=1) if planning is not None else None
+    start = copy.deepcopy(model) if planning is not None else None
+    began = time.perf_counter()
 
     def reached() -> bool:
         with torch.no_grad():
             return (model(held_out[0]).argmax(-1) == held_out[1]).double().mean().item() >= accuracy
 
-    for step in range(steps):
-        if step % every == 0 and reached():
+    for step in range(min(steps, planning.steps) if planning is not None else steps):
+        if step % every == 0 and timing is None and reached():
             return True
+        started = time.perf_counter()
         inputs, targets = batches(step)
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(inputs), targets).backward()
         optimizer.step()
+        if timing is not None and step > 0:  # the first step warms up, untimed
+            timing.step_s, timing.steps = timing.step_s + time.perf_counter() - started, timing.steps + 1
+    if planning is not None and start is not None and timing is not None:
+        checked = time.perf_counter()
+        reached()
+        timing.eval_s, timing.evals = time.perf_counter() - checked, 1
+        stream = BatchStream(batches)
+        config = TrainConfig(steps, len(batches(0)[1]), lr, eval_every=every)
+        planning.calls.append(
+            TrainCall(
+                steps,
+                every,
+                time.perf_counter() - began,
+                timing,
+                memory.step_bytes(lambda: start, stream, config, 1, held_out[0].device),
+                make_model=lambda: copy.deepcopy(start),
+                task=stream,
+                batch_size=config.batch_size,
+            )
+        )
     return reached()

@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from ... import calibration
 from ...curves import still_descending
 from ...data.facts import FactRecall
 from ...model import FactTransformer, LinearAttentionRecall, MLPMemory
@@ -184,12 +185,22 @@ def search_start(params: int) -> float:
     return START_CONSTANT * params / float(np.real(lambertw(START_CONSTANT * params)))
 
 
+def search_runs(guess: float, precision: float) -> int:
+    """About the runs :func:`largest_stored` makes when its answer lies in its first bracket (to within one): the
+    bracket's two ends, then halvings of its width (1.5 ``guess``) down to ``precision`` of the guess (at least 1)."""
+    return 2 + max(0, math.ceil(math.log2(1.5 * guess / max(1.0, guess * precision))))
+
+
 def largest_stored(stores: Callable[[int], bool], guess: float, precision: float) -> int:
     """The largest n for which ``stores(n)`` holds (0 if not even for 1), to within ``precision`` of it (at least 1),
     by bisection from the bracket [guess / 2, 2 guess] widened until its ends disagree; each n is trained once.
     Runs near the boundary now and then disagree with their neighbours, so this is the boundary the bisection finds,
     as the authors' is."""
     stores = cache(stores)
+    if calibration.is_calibrating():  # a plan times one run, at the guess, for each run the search would make
+        n = max(1, round(guess))
+        calibration.repeated(lambda: stores(n), search_runs(guess, precision))
+        return n
     low, high = max(1, int(guess / 2)), max(2, int(2 * guess))
     while stores(high):
         low, high = high, 2 * high
