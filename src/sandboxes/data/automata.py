@@ -497,6 +497,9 @@ class ScratchpadParity:
     def __init__(self, length: int, p_one: float = 0.5) -> None:
         self.task = AutomatonTask(cyclic(2), length, bernoulli_probs(p_one))
 
+    def __repr__(self) -> str:
+        return f"ScratchpadParity({self.task!r})"  # the member store's key reads it (sandboxes.members.key)
+
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         sigma, states = self.task.sample(n, generator)
         tokens = torch.stack([sigma, states + 2], dim=2).reshape(n, -1)

@@ -113,14 +113,16 @@ def _as_task(seq: Tensor, mode: Mode) -> tuple[Tensor, Tensor]:
     return inputs, targets
 
 
+@dataclass(frozen=True)
 class Sharpened:
     """A flip-flop task whose loss adds ``weight`` times the mean attention entropy (all layers, heads, queries).
 
-    Its model returns ``(logits, attention)``, e.g. a GPT wrapped in :class:`sandboxes.model.WithAttention`.
+    Its model returns ``(logits, attention)``, e.g. a GPT wrapped in :class:`sandboxes.model.WithAttention`. Its
+    repr names the weight, which the member store's key reads (:func:`sandboxes.members.key`).
     """
 
-    def __init__(self, task: FlipFlop, weight: float) -> None:
-        self.task, self.weight = task, weight
+    task: FlipFlop
+    weight: float
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         return self.task.sample(n, generator)
