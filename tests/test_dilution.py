@@ -10,6 +10,7 @@ import pytest
 import torch
 from scipy.stats import binom
 
+from sandboxes import members
 from sandboxes.chapters import dilution as chapter
 from sandboxes.chapters.dilution import judge, measure, paper
 from sandboxes.data.flipflop import (
@@ -373,13 +374,22 @@ def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_ma
 
 def test_every_row_but_the_trained_ones_holds_even_at_unit_test_scale(tiny_result):
     claims = tiny_result("dilution")["claims"]
-    assert [c["name"] for c in claims if c["section"] not in ("training", "second_phases") and not c["holds"]] == []
+    trained = ("training", "second_phases", "sharpening")
+    assert [c["name"] for c in claims if c["section"] not in trained and not c["holds"]] == []
 
 
 @pytest.mark.parametrize("name, value", [("T", "31"), ("T", "2"), ("p_i", "1.0"), ("sharpen", "-1"), ("base", "63")])
 def test_bad_parameters_are_rejected(name, value):
     with pytest.raises(ValueError):
         resolve(chapter.PARAMS, "quick", {name: value})
+
+
+def test_the_member_store_tells_two_weights_of_the_penalty_apart():
+    # the sweep trains one first phase's models with each weight: a stored member must not serve another weight
+    task, model = FlipFlop.with_ignore(8, 0.8), WithAttention(GPT(GPTConfig(vocab_size=5, block_size=8, d_model=8)))
+    schedule = measure._schedule(2, 4, 1e-3, 0.0, 0)
+    keys = {members.key(schedule, Sharpened(task, w), 0, model, True, torch.device("cpu")) for w in (0.1, 0.3)}
+    assert len(keys) == 2
 
 
 def test_sharpen_zero_is_a_valid_setting():
@@ -530,7 +540,40 @@ COUNTERFACTUALS = {
     "sharpening lowers": lambda: judge._sharpening_claims(  # sharpen = 0: the sharpened run is the plain one
         {"plain": [_sharp(_sharp_gpt(k)) for k in (0, 1)], "sharpened": [_sharp(_sharp_gpt(k)) for k in (0, 1)]}, 0
     ),
+    "the penalty acts": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 50], [0.3, 0.3]))[0],
+    # a penalty that works as the thesis reports: the weight 1 leaves a hundredth of the plain twins' wrong reads
+    "R6 not seen at this scale, sparse strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
+    "R6 not seen at this scale, dense strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
 }
+
+SWEEP_CONFIG = {"finetune_steps": 500, "start_steps": 3000}
+
+
+def _sweep(wrong: list[int], entropy: list[float] | None = None, moving: list[int] | None = None) -> dict:
+    """A sweep over the weights (0 first) whose seeds make ``wrong`` wrong reads together on each rare set, two
+    seeds alike, with the last layer's read entropy of each weight's seeds."""
+    entropy = entropy or [0.3 / (1 + 10 * k) for k in range(len(wrong))]
+    return {
+        "coefficients": [0.0, 1.0, 10.0][: len(wrong)],
+        "counts": {name: [[(w // 2, 30000), (w - w // 2, 30000)] for w in wrong] for name in judge.RARE_SETS},
+        "read_entropy": [[e, e] for e in entropy],
+        "final_loss": [[0.01, 0.01] for _ in wrong],
+        "still_descending": moving or [0] * len(wrong),
+    }
+
+
+def test_the_sweep_holds_where_no_weight_cuts_tenfold_and_waits_while_a_sharpened_run_descends():
+    claims, silent = judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 200, 300]))
+    assert [c.holds for c in claims] == [True, True, True] and silent == ()
+    assert claims[1].measured == "0.5" and "smallest at 1" in claims[1].reason
+    waiting, _ = judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 200, 300], moving=[0, 0, 1]))
+    assert [c.holds for c in waiting] == [True, None, None]  # the penalty acted; R6 may yet appear
+
+
+def test_no_sweep_row_on_a_set_where_the_plain_twins_made_too_few_errors():
+    claims, silent = judge.sharpening_rows(SWEEP_CONFIG, _sweep([6, 0]))
+    assert [c.name.split(":")[0] for c in claims] == ["the penalty acts"] and len(silent) == 2
+    assert "made 6 wrong reads" in silent[0]
 
 
 def _row(claims, key: str):

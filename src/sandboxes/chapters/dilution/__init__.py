@@ -23,9 +23,9 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import bound_rows, construction_rows, second_phase_rows, simulator_rows, training_rows
-from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, simulator, training
-from .paper import premise_attempts, second_phases_vs_paper, training_vs_paper
+from .judge import bound_rows, construction_rows, second_phase_rows, sharpening_rows, simulator_rows, training_rows
+from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, sharpening, simulator, training
+from .paper import premise_attempts, second_phases_vs_paper, sharpening_vs_paper, training_vs_paper
 
 __all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts"]
 
@@ -108,6 +108,15 @@ PARAMS = (
         non_negative,
     ),
     Param(
+        "sharpen_grid",
+        str,
+        "0.03,0.3,3",
+        "0.01,0.03,0.1,0.3,1,10,30",
+        "weights of the entropy penalty the sharpening sweep tries, each a second phase beside the plain twin (the "
+        "full profile's: the thesis's grid, Sec. 3.5.6.4)",
+        each(positive),
+    ),
+    Param(
         "rare_mix",
         str,
         "0.9,0.98,0.1",
@@ -156,6 +165,7 @@ PARAMS = with_reference(
         "n_dense": 3_600,
         "n_in_distribution": 29_000,
         "sharpen": 0.03,
+        "sharpen_grid": "0.01,0.3,10",
     },
 )
 
@@ -243,11 +253,21 @@ CHAPTER = Chapter(
             reference=True,
             paper=second_phases_vs_paper,
         ),
+        Section(
+            "sharpening",
+            "Sharpening swept: R6 at this scale",
+            sharpening,
+            trains=True,
+            rows=sharpening_rows,
+            figures=("sharpening_sweep",),
+            reference=True,
+            paper=sharpening_vs_paper,
+        ),
     ),
     check=check,
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
     # the quick page's two trainings, about 205 of its 230 s under nbval (ATen's default path, one thread), and at the
     # quick length sparse strings are hardly out of distribution: the reference run shows the thesis's question
-    quick_page_from_reference=("training", "second_phases"),
+    quick_page_from_reference=("training", "second_phases", "sharpening"),
 )

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         BoundData,
         ConstructionData,
         SecondPhaseData,
+        SharpeningData,
         Sharpness,
         SimulatorData,
         TrainingData,
@@ -224,4 +225,32 @@ def second_phase_curves(data: SecondPhaseData) -> Figure:
     ax.axvline(start, color=COLORS["theory"], ls=":", lw=1, label="second phases start")
     ax.set(xlabel="step", ylabel="held-out objective of the phase (nats)", yscale="log")
     ax.legend(fontsize=8)
+    return fig
+
+
+def sharpening_sweep(data: SharpeningData) -> Figure:
+    """Per weight of the penalty (0: the plain twins), each seed's wrong sparse and dense reads and its last layer's
+    read entropy, with the seeds' total or mean as a line."""
+    coefficients = data["coefficients"]
+    x = np.arange(len(coefficients))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, name in zip(axes, ("sparse", "dense")):
+        wrong = np.array([[w for w, _ in seeds] for seeds in data["counts"][name]], dtype=float)
+        for k in x:
+            jitter = np.linspace(-0.12, 0.12, wrong.shape[1])
+            ax.plot(k + jitter, np.log10(1 + wrong[k]), "o", ms=4, color=KINDS["sharpened" if k else "plain"])
+        ax.plot(x, np.log10(1 + wrong.sum(axis=1)), "-", color=COLORS["theory"], lw=1, label="all seeds together")
+        ax.axhline(np.log10(1 + wrong[0].sum() / 10), color=COLORS["theory"], ls="--", lw=1, label="a tenth of plain's")
+        ax.set(title=f"{name} ({data['counts'][name][0][0][1]} reads a seed)", ylabel="log10(1 + wrong reads)")
+    entropy = np.asarray(data["read_entropy"], dtype=float)
+    for k in x:
+        jitter = np.linspace(-0.12, 0.12, entropy.shape[1])
+        axes[2].plot(k + jitter, entropy[k], "o", ms=4, color=KINDS["sharpened" if k else "plain"])
+    axes[2].plot(x, entropy.mean(axis=1), "-", color=COLORS["theory"], lw=1)
+    axes[2].set(title="sharpness at reads", ylabel="last layer's read entropy (nats)", yscale="log")
+    for ax in axes:
+        ax.set_xticks(x, ["plain"] + [f"{c:g}" for c in coefficients[1:]])
+        ax.set_xlabel("weight of the entropy penalty")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
     return fig

@@ -27,7 +27,7 @@ from ...sections import RunContext
 from ...theory import dilution as theory
 from ...trainer import TrainConfig, TrainResult, train
 from ...workers import TrainRequest, train_spread
-from .judge import BOUND_TOL
+from .judge import BOUND_TOL, RARE_SETS, read_entropy
 
 SIGMAS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
 LENGTHS = (2, 4, 16, 64, 256, 1024, 4096)
@@ -445,11 +445,9 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> SecondPhaseData:
     penalty, and on the rare-string mixture; counted on the same strings."""
     task = FlipFlop.with_ignore(config["T"], config["p_i"])
     first = _first_phase(config, ctx, config["start_steps"])
-    second = _schedule(
-        config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"], config["warmup"]
-    )
+    second = _second_schedule(config)
     run = dict(seeds=ctx.seeds, device=ctx.device, progress=ctx.progress, batched=config["batched_seeds"])
-    phases = {"plain": train([_copier(m) for m in first.models], task, second, **run)}
+    phases = {"plain": _plain_phase(config, ctx, first)}
     if config["sharpen"] > 0:
         phases["sharpened"] = train(
             [_copier(m, WithAttention) for m in first.models], Sharpened(task, config["sharpen"]), second, **run
@@ -475,6 +473,61 @@ def second_phases(config: dict[str, Any], ctx: RunContext) -> SecondPhaseData:
         },
         "sharpness": sharpness,
         "still_descending": moving,
+    }
+    return data
+
+
+def _second_schedule(config: dict[str, Any]) -> TrainConfig:
+    return _schedule(
+        config["finetune_steps"], config["batch_size"], config["finetune_lr"], config["weight_decay"], config["warmup"]
+    )
+
+
+def _plain_phase(config: dict[str, Any], ctx: RunContext, first: TrainResult) -> TrainResult:
+    """The plain second phase from ``first`` (the paired control), trained once per run for both sections that
+    compare with it."""
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    run = dict(seeds=ctx.seeds, device=ctx.device, progress=ctx.progress, batched=config["batched_seeds"])
+    return ctx.train_once(
+        ("plain second phase", config["start_steps"]),
+        lambda: train([_copier(m) for m in first.models], task, _second_schedule(config), **run),
+    )
+
+
+class SharpeningData(TypedDict):
+    coefficients: list[float]  # the penalty's weights, 0 (the plain twin) first
+    counts: dict[str, list[list[tuple[int, int]]]]  # sparse / dense -> coefficient -> per seed (wrong, total)
+    read_entropy: list[list[float]]  # coefficient -> per seed: the last layer's read entropy (judge.read_entropy)
+    final_loss: list[list[float]]  # coefficient -> per seed: held-out loss at the end (the penalty's included)
+    still_descending: list[int]  # coefficient -> runs whose loss had not settled at the end
+
+
+def sharpening(config: dict[str, Any], ctx: RunContext) -> SharpeningData:
+    """The second phases' sharpening penalty at each weight of ``sharpen_grid``, every run from the same first
+    phase and on the same batches as the plain twin (weight 0), counted on the sparse and dense strings."""
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    first = _first_phase(config, ctx, config["start_steps"])
+    run = dict(seeds=ctx.seeds, device=ctx.device, progress=ctx.progress, batched=config["batched_seeds"])
+    coefficients = [0.0] + float_list(config["sharpen_grid"])
+    phases = [_plain_phase(config, ctx, first)] + [
+        train(
+            [_copier(m, WithAttention) for m in first.models], Sharpened(task, weight), _second_schedule(config), **run
+        )
+        for weight in coefficients[1:]
+    ]
+    models = [[getattr(m, "gpt", m) for m in phase.models] for phase in phases]
+    tests = _test_sets(config)
+    rare = {name: tests[name] for name in RARE_SETS}
+    counted = [_count(ms, rare, ctx.device, f"sharpen {c:g}", ctx.progress) for c, ms in zip(coefficients, models)]
+    sample = tests["in-distribution"][:64]
+    data: SharpeningData = {
+        "coefficients": coefficients,
+        "counts": {name: [counts[name] for counts in counted] for name in RARE_SETS},
+        "read_entropy": [
+            [read_entropy(s) for s in calibrated_map(lambda m: _sharpness(m, sample, ctx.device), ms)] for ms in models
+        ],
+        "final_loss": [phase.eval_loss[:, -1].tolist() for phase in phases],
+        "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for phase in phases],
     }
     return data
 

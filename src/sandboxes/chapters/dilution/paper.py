@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ...results import Result
-    from .measure import SecondPhaseData, TrainingData
+    from .measure import SecondPhaseData, SharpeningData, TrainingData
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
@@ -102,6 +102,35 @@ def second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
             _against_twin(counts, "rare"),
         ),
         ("runs with no wrong read on any of the three test sets", "6 of 25 runs trained on the mixture (R4)", flawless),
+    ]
+
+
+def sharpening_vs_paper(data: SharpeningData) -> list[tuple[str, str, str]]:
+    """R6 beside the sweep: the wrong reads of each weight's seeds, pooled, against the plain twins'."""
+    coefficients, counts = data["coefficients"], data["counts"]
+
+    def pooled(name: str) -> str:
+        wrong = [sum(w for w, _ in seeds) for seeds in counts[name]]
+        return ", ".join(f"{c:g}: {w}" for c, w in zip(coefficients, wrong)) + f" (of {counts[name][0][0][1]} each)"
+
+    return [
+        (
+            "weights of the entropy penalty tried",
+            "0.01, 0.03, 0.1, 0.3, 1, 10, 30, with linear or oscillating annealing from steps 0, 2000 or 5000 of "
+            "10k, three losses (entropy, -L2, -Linf) (Sec. 3.5.6.4)",
+            ", ".join(f"{c:g}" for c in coefficients[1:]) + ": entropy, constant after a warm-up, a second phase",
+        ),
+        (
+            "sparse strings: wrong reads by weight, pooled over seeds (0: the plain twins)",
+            "sharpening among the strongest cuts, by orders of magnitude (R6, Fig. 3.25 right)",
+            pooled("sparse"),
+        ),
+        (
+            "dense strings: wrong reads by weight, pooled over seeds (0: the plain twins)",
+            "errors cut by an order of magnitude, never to exactly 0 (Section 3.2.2; R6 to R8); non-trainable "
+            "positions help most on dense strings",
+            pooled("dense"),
+        ),
     ]
 
 
