@@ -570,6 +570,15 @@ def test_the_sweep_holds_where_no_weight_cuts_tenfold_and_waits_while_a_sharpene
     assert [c.holds for c in waiting] == [True, None, None]  # the penalty acted; R6 may yet appear
 
 
+def test_the_sweep_s_findings_and_table_give_each_weight_against_the_plain_twins():
+    data = _sweep([400, 200, 30000], moving=[0, 0, 2])
+    lines = chapter.sharpening_findings(data)
+    assert lines[0].startswith("weight 1: wrong reads over the plain twins', sparse 0.50, dense 0.50")
+    assert "50.0% of sparse reads wrong; 2 of 2 runs still descending" in lines[1]
+    table = paper.sharpening_vs_paper(data)
+    assert "0: 400, 1: 200, 10: 30000 (of 30000 each)" in table[1][2]
+
+
 def test_no_sweep_row_on_a_set_where_the_plain_twins_made_too_few_errors():
     claims, silent = judge.sharpening_rows(SWEEP_CONFIG, _sweep([6, 0]))
     assert [c.name.split(":")[0] for c in claims] == ["the penalty acts"] and len(silent) == 2

@@ -25,9 +25,15 @@ from ...profiles import (
 from ...sections import Chapter, Section
 from .judge import bound_rows, construction_rows, second_phase_rows, sharpening_rows, simulator_rows, training_rows
 from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, sharpening, simulator, training
-from .paper import premise_attempts, second_phases_vs_paper, sharpening_vs_paper, training_vs_paper
+from .paper import (
+    premise_attempts,
+    second_phases_vs_paper,
+    sharpening_findings,
+    sharpening_vs_paper,
+    training_vs_paper,
+)
 
-__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts"]
+__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts", "sharpening_findings"]
 
 
 def _even_at_least(low: int, why: str) -> Custom:

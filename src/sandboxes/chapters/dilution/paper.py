@@ -134,6 +134,25 @@ def sharpening_vs_paper(data: SharpeningData) -> list[tuple[str, str, str]]:
     ]
 
 
+def sharpening_findings(data: SharpeningData) -> list[str]:
+    """Per weight of the sweep: the sharpened seeds' wrong reads over their plain twins' on each rare set (pooled),
+    the share of sparse reads they get wrong, and how many of their runs were still descending at the end."""
+    coefficients, counts, moving = data["coefficients"], data["counts"], data["still_descending"]
+    lines = []
+    for k, weight in enumerate(coefficients[1:], start=1):
+        ratios = []
+        for name in ("sparse", "dense"):
+            plain, swept = (sum(w for w, _ in counts[name][j]) for j in (0, k))
+            ratios.append(f"{name} {swept / plain:.2f}" if plain else f"{name} {swept} (plain: none)")
+        wrong, reads = (sum(seed[i] for seed in counts["sparse"][k]) for i in (0, 1))
+        seeds = len(counts["sparse"][k])
+        lines.append(
+            f"weight {weight:g}: wrong reads over the plain twins', {', '.join(ratios)}; "
+            f"{wrong / reads:.1%} of sparse reads wrong; {moving[k]} of {seeds} runs still descending"
+        )
+    return lines
+
+
 def premise_attempts(reference: Result, attempts: Sequence[Result]) -> list[tuple[str, str, str]]:
     """The reference's training section and each attempt to bring every seed to no wrong in-distribution read:
     what it changed, its seeds, and their wrong in-distribution reads."""
