@@ -573,7 +573,8 @@ def test_the_sweep_holds_where_no_weight_cuts_tenfold_and_waits_while_a_sharpene
 def test_the_sweep_s_findings_and_table_give_each_weight_against_the_plain_twins():
     data = _sweep([400, 200, 30000], moving=[0, 0, 2])
     lines = chapter.sharpening_findings(data)
-    assert lines[0].startswith("weight 1: wrong reads over the plain twins', sparse 0.50, dense 0.50")
+    assert lines[0].startswith("weight 1: wrong reads over the plain twins' (pooled), sparse 0.50, dense 0.50")
+    assert "seeds with fewer or more than their twin, sparse 2 fewer, 0 more, dense 2 fewer, 0 more" in lines[0]
     assert "50.0% of sparse reads wrong; 2 of 2 runs still descending" in lines[1]
     table = paper.sharpening_vs_paper(data)
     assert "0: 400, 1: 200, 10: 30000 (of 30000 each)" in table[1][2]

@@ -297,6 +297,21 @@ def test_a_quick_page_shows_a_named_section_from_the_reference_run_and_trains_it
     assert notebook.Page(chapter, "quick").section("measure") == {"n": 1}
 
 
+def test_a_quick_page_shows_a_section_the_reference_lacks_from_its_attempt_and_the_reference_once_made(monkeypatch):
+    chapter = dataclasses.replace(_reference_page_chapter(), quick_page_attempts={"measure": "toy-attempt.json"})
+    monkeypatch.setattr(notebook, "attempt_result", lambda name: _made(["measure"], n=9))
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["other"]))
+    page = notebook.Page(chapter, "quick")
+    assert page.section("measure") == {"n": 9} and "measure" not in page.run.done
+    page.section("other")
+    assert [c.name for c in page.result().claims] == ["n is large enough (reference attempt)", "m is m"]
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["measure"], n=7))
+    assert notebook.Page(chapter, "quick").section("measure") == {"n": 7}  # the reference run, once it has it
+    assert notebook.Page(chapter, "quick", seeds=2).section("measure") == {"n": 1}  # a reader's seeds: trained
+    with pytest.raises(ValueError, match="attempt only for a section"):
+        dataclasses.replace(TOY, quick_page_attempts={"other": "toy-attempt.json"})
+
+
 def test_a_quick_page_shows_only_reference_sections_that_no_section_it_runs_needs():
     with pytest.raises(ValueError, match="only reference sections"):
         dataclasses.replace(TOY, quick_page_from_reference=("measure",))

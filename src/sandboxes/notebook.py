@@ -65,7 +65,20 @@ class Page:
         self.reference = load_reference_result(chapter.name) if shown and seeds is None else None
         stored = self.reference.data if self.reference is not None else {}
         self.from_reference = tuple(name for name in shown if name in stored)
+        attempts = chapter.quick_page_attempts if shown and seeds is None else {}
+        self.from_attempts = {  # sections the reference run has not made yet, shown from a committed attempt
+            name: (file, attempt_result(file)) for name, file in attempts.items() if name not in stored
+        }
         self.announced: set[str] = set()
+
+    def _stored(self, name: str) -> tuple[Result, str] | None:
+        """The committed run a quick page shows section ``name`` from, and what it is; None if it trains it."""
+        if name in self.from_reference:
+            return self.reference, "the committed reference run (its values are at the foot of the page)"
+        if name in self.from_attempts:
+            file, result = self.from_attempts[name]
+            return result, f"the committed reference attempt `results/attempts/{file}` (its rows are not all decided)"
+        return None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -75,27 +88,29 @@ class Page:
     def section(self, name: str) -> Any:
         """Run section ``name`` (and what it needs), or read it from the reference run, and return its data, for its
         figures."""
-        if name in self.from_reference:
-            if name not in self.announced:
-                self.announced.add(name)
-                display(
-                    note(
-                        f"This quick page shows section {name} from the committed reference run (its values are at "
-                        f"the foot of the page) without training it, to keep the page within its few minutes. "
-                        f"`python -m sandboxes run {self.chapter.name} --section {name}` trains it at the quick "
-                        "values; a page given a reader's values trains every section."
-                    )
+        stored = self._stored(name)
+        if stored is None:
+            return self.run.section(name).data
+        result, what = stored
+        if name not in self.announced:
+            self.announced.add(name)
+            display(
+                note(
+                    f"This quick page shows section {name} from {what} without training it, to keep the page within "
+                    f"its few minutes. `python -m sandboxes run {self.chapter.name} --section {name}` trains it at "
+                    "the quick values; a page given a reader's values trains every section."
                 )
-            return self.reference.data[name]
-        return self.run.section(name).data
+            )
+        return result.data[name]
 
     def verdict(self, name: str) -> None:
         """Show section ``name``'s verdict rows and the commands that remake it; raise if a row fails.
 
         An undecided row (its budget ran out first) shows as such and does not raise.
         """
-        if name in self.from_reference:
-            reference_verdict(self.reference, name)
+        stored = self._stored(name)
+        if stored is not None:
+            reference_verdict(stored[0], name)
             return
         done = self.run.section(name)
         display(HTML(done.verdict._repr_html_() + self._commands(name)))
@@ -122,18 +137,20 @@ class Page:
         """Every section run so far, as one result, with the sections read from the reference run, whose rows are
         named as such (their data and records are the reference run's)."""
         run = self.run.result()
-        if not self.from_reference:
+        stored = {name: self._stored(name)[0] for name in (*self.from_reference, *self.from_attempts)}
+        if not stored:
             return run
-        order = [s.name for s in self.chapter.sections if s.name in run.data or s.name in self.from_reference]
+        order = [s.name for s in self.chapter.sections if s.name in run.data or s.name in stored]
+        label = {name: "reference run" if name in self.from_reference else "reference attempt" for name in stored}
         shown = {
-            name: [replace(c, name=f"{c.name} (reference run)") for c in self.reference.claims if c.section == name]
-            for name in self.from_reference
+            name: [replace(c, name=f"{c.name} ({label[name]})") for c in result.claims if c.section == name]
+            for name, result in stored.items()
         }
         return replace(
             run,
             claims=[c for name in order for c in shown.get(name, [c for c in run.claims if c.section == name])],
-            data={name: (self.reference if name in shown else run).data[name] for name in order},
-            sections={name: (self.reference if name in shown else run).sections[name] for name in order},
+            data={name: stored.get(name, run).data[name] for name in order},
+            sections={name: stored.get(name, run).sections[name] for name in order},
         )
 
     def summary(self) -> None:

@@ -164,6 +164,9 @@ class Chapter:
     quick_page_from_reference: tuple[str, ...] = ()  # reference sections that a quick page shows from the
     # committed reference run instead of training them, so that the page stays within its few minutes (the CLI and
     # a page given a reader's values train them as any other)
+    quick_page_attempts: Mapping[str, str] = field(default_factory=dict)  # section of quick_page_from_reference ->
+    # a file under results/attempts/ that a quick page shows it from while the reference run has no result for it
+    # (an attempt whose rows are not all decided: a reference result's must be)
 
     def __post_init__(self) -> None:
         known = {p.name for p in self.params}
@@ -173,6 +176,10 @@ class Chapter:
         shown = set(self.quick_page_from_reference)
         if not shown <= set(self.reference_sections):
             raise ValueError(f"{self.name}: a quick page shows only reference sections, got {sorted(shown)}")
+        if not set(self.quick_page_attempts) <= shown:
+            raise ValueError(
+                f"{self.name}: a quick page shows an attempt only for a section it shows from the reference"
+            )
         needed = {need for s in self.sections if s.name not in shown for need in s.needs} & shown
         if needed:
             raise ValueError(f"{self.name}: sections a quick page runs need {sorted(needed)}, which it would not run")

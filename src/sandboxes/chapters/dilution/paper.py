@@ -146,9 +146,15 @@ def sharpening_findings(data: SharpeningData) -> list[str]:
             ratios.append(f"{name} {swept / plain:.2f}" if plain else f"{name} {swept} (plain: none)")
         wrong, reads = (sum(seed[i] for seed in counts["sparse"][k]) for i in (0, 1))
         seeds = len(counts["sparse"][k])
+        fewer = ", ".join(
+            f"{name} {sum(s[0] < p[0] for s, p in zip(counts[name][k], counts[name][0]))} fewer, "
+            f"{sum(s[0] > p[0] for s, p in zip(counts[name][k], counts[name][0]))} more"
+            for name in ("sparse", "dense")
+        )
         lines.append(
-            f"weight {weight:g}: wrong reads over the plain twins', {', '.join(ratios)}; "
-            f"{wrong / reads:.1%} of sparse reads wrong; {moving[k]} of {seeds} runs still descending"
+            f"weight {weight:g}: wrong reads over the plain twins' (pooled), {', '.join(ratios)}; seeds with fewer "
+            f"or more than their twin, {fewer}; {wrong / reads:.1%} of sparse reads wrong; {moving[k]} of {seeds} "
+            "runs still descending"
         )
     return lines
 
