@@ -195,7 +195,7 @@ def test_a_setting_not_surveyed_on_the_blocked_kernel_is_named_unchanged_with_wh
 def test_the_survey_runs_a_section_with_narrow_heads_again_on_the_blocked_kernel(monkeypatch):
     monkeypatch.setattr(performance, "get_chapter", lambda name: TOY)
     monkeypatch.setattr(performance, "measure_peaks", lambda: performance.Peaks("a machine", 1, 1e10, 1e9, 1e10))
-    (section,) = performance.survey([("toy", "training")], steps=3)["sections"]
+    (section,) = performance.survey([("toy", "training")], steps=3, isolated=False)["sections"]
     assert [call["member_step"]["compiled_attention"] for call in section["calls"]] == [True]
     assert [call["member_step"]["compiled_attention"] for call in section["blocked"]["calls"]] == [False]
 
@@ -215,3 +215,9 @@ def test_the_committed_rounds_against_the_authors_were_made_from_a_clean_tree():
     records = [json.loads(p.read_text()) for p in performance.SURVEY_FILE.parent.glob("against-authors-*.json")]
     assert records and all(r["rounds"] for r in records)
     assert all(made["provenance"]["git_dirty"] is False for made in records)
+
+
+def test_an_isolated_survey_runs_each_section_in_a_process_of_its_own(monkeypatch):
+    monkeypatch.setattr(performance, "measure_peaks", lambda: performance.Peaks("a machine", 1, 1e10, 1e9, 1e10))
+    (section,) = performance.survey([("memories", "hallucination")], steps=3)["sections"]
+    assert (section["chapter"], section["section"]) == ("memories", "hallucination") and section["calls"]

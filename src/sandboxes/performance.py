@@ -18,10 +18,12 @@ from __future__ import annotations
 import copy
 import html
 import json
+import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -267,12 +269,27 @@ def top_operators(profiled: profile) -> list[list[Any]]:
     return [[event.key, event.self_cpu_time_total / total] for event in averages[:TOP_OPERATORS]]
 
 
+def survey_paired(chapter: str, section: str, peaks: Peaks, steps: int = SURVEY_STEPS) -> dict[str, Any]:
+    """:func:`survey_section` of ``chapter``'s ``section`` and, where its steps ran the compiled kernel, the same
+    section just after on the blocked kernel (``blocked``)."""
+    entry = survey_section(get_chapter(chapter), section, peaks, steps)
+    if any(call["member_step"]["compiled_attention"] for call in entry["calls"]):
+        # attention.narrow_kernels reads this at every call
+        with mock.patch.dict(os.environ, {"SANDBOXES_ATTENTION": "blocked"}):
+            entry["blocked"] = survey_section(get_chapter(chapter), section, peaks, steps)
+    return entry
+
+
 def survey(
-    sections: list[tuple[str, str]] | None = None, steps: int = SURVEY_STEPS, path: Path | None = None
+    sections: list[tuple[str, str]] | None = None,
+    steps: int = SURVEY_STEPS,
+    path: Path | None = None,
+    isolated: bool = True,
 ) -> dict[str, Any]:
     """The machine's peaks and every reference section (or ``sections``, as (chapter, section) pairs) surveyed,
     with the commit, versions and machine that made it; written to ``path`` after each section, if given, so that
-    a long survey stopped midway keeps what it made."""
+    a long survey stopped midway keeps what it made. ``isolated``: each section in a process of its own, which
+    returns its memory when it ends (one process for every section grew past 24 GB under the profiler)."""
     start, commit = time.perf_counter(), current_commit()
     peaks = measure_peaks()
     wanted = sections or [(c.name, s) for c in all_chapters() for s in c.reference_sections]
@@ -283,11 +300,11 @@ def survey(
         "sections": [],
     }
     for chapter, section in wanted:
-        entry = survey_section(get_chapter(chapter), section, peaks, steps)
-        if any(call["member_step"]["compiled_attention"] for call in entry["calls"]):
-            # the same section just after on the blocked kernel (attention.narrow_kernels reads this at every call)
-            with mock.patch.dict(os.environ, {"SANDBOXES_ATTENTION": "blocked"}):
-                entry["blocked"] = survey_section(get_chapter(chapter), section, peaks, steps)
+        if isolated:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                entry = pool.submit(survey_paired, chapter, section, peaks, steps).result()
+        else:
+            entry = survey_paired(chapter, section, peaks, steps)
         surveyed["sections"].append(entry)
         surveyed["provenance"] = provenance("cpu", peaks.machine, time.perf_counter() - start, commit)
         if path is not None:
