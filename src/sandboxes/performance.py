@@ -387,7 +387,8 @@ def _settings(
     rows = []
     for (model, length, members), alike in models.items():
         batches = sorted(call["batch_size"] for call in alike)
-        label = f"{model}, T {length}, batch {batches[0]:,} to {batches[-1]:,}, {members} at once"
+        sizes = f"{batches[0]:,}" if batches[0] == batches[-1] else f"{batches[0]:,} to {batches[-1]:,}"
+        label = f"{model}, T {length}, batch {sizes}, {members} at once"
         rows.append((label + f" ({len(alike)} runs of their own sizes: medians)", alike))
     return rows
 
