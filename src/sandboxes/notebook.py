@@ -135,15 +135,15 @@ class Page:
 
     def result(self) -> Result:
         """Every section run so far, as one result, with the sections read from the reference run, whose rows are
-        named as such (their data and records are the reference run's)."""
+        named as such (their data and records are the reference run's); not those shown from an attempt."""
         run = self.run.result()
-        stored = {name: self._stored(name)[0] for name in (*self.from_reference, *self.from_attempts)}
+        # an attempt's rows are shown under its section, not counted among the chapter's (they are not all decided)
+        stored = {name: self.reference for name in self.from_reference}
         if not stored:
             return run
         order = [s.name for s in self.chapter.sections if s.name in run.data or s.name in stored]
-        label = {name: "reference run" if name in self.from_reference else "reference attempt" for name in stored}
         shown = {
-            name: [replace(c, name=f"{c.name} ({label[name]})") for c in result.claims if c.section == name]
+            name: [replace(c, name=f"{c.name} (reference run)") for c in result.claims if c.section == name]
             for name, result in stored.items()
         }
         return replace(
