@@ -580,6 +580,14 @@ def test_the_sweep_s_findings_and_table_give_each_weight_against_the_plain_twins
     assert "0: 400, 1: 200, 10: 30000 (of 30000 each)" in table[1][2]
 
 
+def test_the_penalty_row_reads_the_largest_weight_wherever_the_reader_lists_it():
+    data = _sweep([400, 200, 300], entropy=[0.3, 0.1, 0.3])  # weights 0, 1, 10: only 1 sharpens
+    unsorted = {**data, "coefficients": [0.0, 10.0, 1.0]}  # the same runs, the sharp one now the largest weight
+    assert judge.sharpening_rows(SWEEP_CONFIG, data)[0][0].holds is False
+    acts = judge.sharpening_rows(SWEEP_CONFIG, unsorted)[0][0]
+    assert acts.holds is True and "largest weight (10)" in acts.name
+
+
 def test_no_sweep_row_on_a_set_where_the_plain_twins_made_too_few_errors():
     claims, silent = judge.sharpening_rows(SWEEP_CONFIG, _sweep([6, 0]))
     assert [c.name.split(":")[0] for c in claims] == ["the penalty acts"] and len(silent) == 2

@@ -597,7 +597,7 @@ def fit_to_accuracy(
             timing.step_s, timing.steps = timing.step_s + time.perf_counter() - started, timing.steps + 1
     if planning is not None and start is not None and timing is not None:
         checked = time.perf_counter()
-        reached()
+        done = reached()
         timing.eval_s, timing.evals = time.perf_counter() - checked, 1
         stream = BatchStream(batches)
         config = TrainConfig(steps, len(batches(0)[1]), lr, eval_every=every)
@@ -613,4 +613,5 @@ def fit_to_accuracy(
                 batch_size=config.batch_size,
             )
         )
+        return done
     return reached()

@@ -436,18 +436,19 @@ def sharpening_rows(config: dict[str, Any], data: SharpeningData) -> tuple[list[
     """The penalty swept: that it acts at the grid's largest weight, and R6 per rare set, stated as what this scale
     shows (no weight cuts the plain twins' wrong reads tenfold), undecided while a sharpened run still descends."""
     coefficients, moving = data["coefficients"], data["still_descending"]
-    plain, largest = data["read_entropy"][0], data["read_entropy"][-1]
+    top = int(np.argmax(coefficients))  # a reader may list the weights in any order
+    plain, largest = data["read_entropy"][0], data["read_entropy"][top]
     ratios = [s / max(p, 1e-12) for s, p in zip(largest, plain)]
     acts = (
         Claim.at_most(
-            f"the penalty acts: at the grid's largest weight ({coefficients[-1]:g}) every seed's last-layer read "
+            f"the penalty acts: at the grid's largest weight ({coefficients[top]:g}) every seed's last-layer read "
             f"entropy is at most nine tenths of its plain twin's (largest ratio)",
             SHARPENING_RATIO,
             float(np.max(ratios)),
             "the premise of the rows below: a penalty that did not sharpen could not cut errors; without it the "
             "paired runs are identical and the ratio is exactly 1",
         )
-        .eventually(*budget_ran_out(moving[-1], "sharpened runs were still descending", "finetune_steps"))
+        .eventually(*budget_ran_out(moving[top], "sharpened runs were still descending", "finetune_steps"))
         .held_to_spread(SHARPENING_RATIO, ratios)
     )
     claims, silent = [acts], []
