@@ -24,7 +24,9 @@ from sandboxes.data.flipflop import (
     Sharpened,
     W,
     all_strings,
+    automaton_states,
     check_sequences,
+    latest_write_position,
     read_errors,
 )
 from sandboxes.losses import attention_entropy
@@ -298,9 +300,9 @@ def test_case2_top_key_and_output_turn_stale_at_the_predicted_length(delta):
 def test_orthogonal_simulator_tracks_the_latest_write_on_long_strings():
     model = theory.simulator(theory.SimulatorWeights())
     seq = measure._random_simulator_strings(1024, 2)
-    assert torch.equal(_top_keys(model, seq), theory.latest_write_position(seq))
+    assert torch.equal(_top_keys(model, seq), latest_write_position(seq))
     with torch.no_grad():
-        assert torch.equal(model(seq).argmax(-1), theory.simulator_states(seq))
+        assert torch.equal(model(seq).argmax(-1), automaton_states(seq))
 
 
 @pytest.mark.parametrize("switch, delta", [(theory.case1_switch, -0.5), (theory.case2_switch, 0.5)])

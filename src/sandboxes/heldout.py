@@ -19,6 +19,7 @@ ATTENTION_MAPS = TRAINER_EVAL + 2  # sequences whose attention maps a figure dra
 FLIPFLOP_TEST_SETS = TRAINER_EVAL + 1  # flip-flop test sets: in-distribution, sparse, dense at +0, +1, +2
 FLIPFLOP_CONSTRUCTION = TRAINER_EVAL + 7  # random strings for the Proposition 3 construction
 SIMULATOR_STRINGS = TRAINER_EVAL + 11  # random strings fed to the flip-flop simulator
+AUTOMATON_STRINGS = TRAINER_EVAL + 13  # held-out flip-flop automaton strings read by trained simulators
 LENGTH_SWEEP = TRAINER_EVAL  # plus the block size: strings of each length in the construction sweep
 DYCK_EVAL = TRAINER_EVAL + 3  # held-out Dyck prefixes: accuracy and stack-likeness of trained models (shortcuts)
 MARKOV_EXCESS = 20_000_003  # sequences on which a Markov model's exact excess loss is measured

@@ -22,6 +22,7 @@ from ..losses import IGNORE_INDEX, attention_entropy, next_token_loss
 
 W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
 VOCAB = ("w", "r", "i", "0", "1")
+WRITE0, WRITE1, NOOP = 0, 1, 2  # the flip-flop automaton's inputs (Definition 11): write 0, write 1, do nothing
 
 Mode = Literal["clean", "generative"]
 
@@ -115,13 +116,14 @@ def _as_task(seq: Tensor, mode: Mode) -> tuple[Tensor, Tensor]:
 
 @dataclass(frozen=True)
 class Sharpened:
-    """A flip-flop task whose loss adds ``weight`` times the mean attention entropy (all layers, heads, queries).
+    """A flip-flop task (language or automaton) whose loss adds ``weight`` times the mean attention entropy (all
+    layers, heads, queries).
 
     Its model returns ``(logits, attention)``, e.g. a GPT wrapped in :class:`sandboxes.model.WithAttention`. Its
     repr names the weight, which the member store's key reads (:func:`sandboxes.members.key`).
     """
 
-    task: FlipFlop
+    task: FlipFlop | FlipFlopAutomaton
     weight: float
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -130,7 +132,7 @@ class Sharpened:
     def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
         logits, attention = outputs
         return (
-            next_token_loss(logits, targets)
+            self.task.loss(logits, targets)
             + self.weight * torch.stack([attention_entropy(a).mean() for a in attention]).mean()
         )
 
@@ -195,3 +197,48 @@ def read_errors(logits: Tensor, inputs: Tensor) -> tuple[int, int]:
     reads, answers = read_targets(inputs)
     wrong = (logits.argmax(dim=-1) != answers) & reads
     return int(wrong.sum()), int(reads.sum())
+
+
+@dataclass(frozen=True)
+class FlipFlopAutomaton:
+    """The flip-flop automaton as a sequence task (the thesis's Definition 11): inputs write 0, write 1 or noop, the
+    first a write and each later one a noop with probability ``p_noop``; the target at every position is the state,
+    the latest write's bit (``WRITE0`` or ``WRITE1``), all positions scored."""
+
+    length: int
+    p_noop: float
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"an automaton string has at least one input, got length {self.length}")
+        if not 0.0 <= self.p_noop < 1.0:
+            raise ValueError(f"p_noop must lie in [0, 1), got {self.p_noop}")
+
+    def sequences(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` input strings, shape ``(n, length)``: writes of either bit with probability ``(1 - p_noop) / 2``."""
+        u = torch.rand(n, self.length, generator=generator, dtype=torch.float64)
+        write = (1 - self.p_noop) / 2
+        seq = torch.where(u < write, WRITE0, torch.where(u < 2 * write, WRITE1, NOOP))
+        seq[:, 0] = torch.randint(WRITE0, WRITE1 + 1, (n,), generator=generator)
+        return seq
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        seq = self.sequences(n, generator)
+        return seq, automaton_states(seq)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
+
+
+def latest_write_position(seq: Tensor) -> Tensor:
+    """Position of the latest write at or before each input of automaton strings (-1 before the first)."""
+    slot = torch.arange(seq.shape[1]).expand_as(seq)
+    return torch.where(seq != NOOP, slot, torch.full_like(slot, -1)).cummax(dim=1).values
+
+
+def automaton_states(seq: Tensor) -> Tensor:
+    """The flip-flop automaton's state after each input: the latest write (the strings start with a write)."""
+    last = latest_write_position(seq)
+    if (last < 0).any():
+        raise ValueError("automaton strings must start with a write")
+    return seq.gather(1, last)

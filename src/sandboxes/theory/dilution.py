@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.flipflop import ONE, ZERO, I, R, W
+from ..data.flipflop import NOOP, ONE, WRITE0, WRITE1, ZERO, I, R, W
 from ..model import GPT, CausalSelfAttention, GPTConfig, zero_gpt
 
 
@@ -282,7 +282,6 @@ def witness_onset(weights: FlipFlopWeights, limit: int = 1 << 16) -> int:
 
 
 # ---------------------------------------------------------------- Proposition 5
-WRITE0, WRITE1, NOOP = 0, 1, 2  # the flip-flop automaton's inputs: write 0, write 1, do nothing
 
 
 @dataclass(frozen=True)
@@ -346,6 +345,59 @@ def position_product(model: GPT, scale: float) -> float:
     return float(u @ M @ u) * (scale / model.config.block_size) ** 2
 
 
+@dataclass(frozen=True)
+class NoopQueryScores:
+    """Proposition 5's decomposition of a 1-layer linear-position head's scores at a noop query ``i`` on key ``j``:
+    ``token[x_j] + query_position[x_j] p_i + (key_position + delta p_i) p_j`` with ``p_t = t / block_size``
+    (embeddings ``e``, position direction ``u``, bilinear form ``M``: ``token = e_noop M e^T``, ``query_position =
+    u M e^T``, ``key_position = e_noop M u``, ``delta = u M u``, the paper's ``W_Qp^T W_Kp``)."""
+
+    token: np.ndarray  # (3,): one per input, WRITE0, WRITE1, NOOP
+    query_position: np.ndarray  # (3,)
+    key_position: float
+    delta: float
+    block_size: int
+
+
+def noop_query_scores(model: GPT) -> NoopQueryScores:
+    """The decomposition of a 1-layer 1-head GPT with ``positional = "linear"``, no bias and no norm before its
+    attention (what the scores are then exactly), read off its weights in float64."""
+    config = model.config
+    if config.positional != "linear" or config.n_head != 1 or config.layer_norm or config.bias:
+        raise ValueError("the decomposition holds for 1-head linear-position heads without norm or bias")
+    M = bilinear_forms(model.blocks[0].attn)[0].double()
+    E, u = model.wte.weight.detach().double(), model.wpe.detach().double()
+    noop = E[NOOP]
+    return NoopQueryScores(
+        token=(noop @ M @ E.T).numpy(),
+        query_position=(u @ M @ E.T).numpy(),
+        key_position=float(noop @ M @ u),
+        delta=float(u @ M @ u),
+        block_size=config.block_size,
+    )
+
+
+def predicted_top_keys(scores: NoopQueryScores, seq: Tensor, queries: Tensor) -> Tensor:
+    """``(B,)``: the top-scored key at noop query ``queries[b]`` of string ``seq[b]`` (keys at or before it), from
+    the decomposition alone (no forward pass)."""
+    length = seq.shape[1]
+    p = torch.arange(length, dtype=torch.float64) / scores.block_size
+    p_i = p[queries][:, None]
+    token, query_position = torch.from_numpy(scores.token), torch.from_numpy(scores.query_position)
+    s = token[seq] + query_position[seq] * p_i + (scores.key_position + scores.delta * p_i) * p[None, :]
+    s = s.masked_fill(torch.arange(length)[None, :] > queries[:, None], -math.inf)
+    return s.argmax(dim=1)
+
+
+def drift_inputs(length: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Proposition 5's two inputs read at every query up to ``length``: case 1's ``[write 1, noop, ...]`` at queries
+    ``1 .. length-1`` and case 2's rows (writes at 0 and ``t - 1``) at query ``t``, as (strings, queries) twice."""
+    case1 = case1_sequence(length)
+    queries1 = torch.arange(1, length)
+    queries2 = torch.arange(2, length)
+    return case1.expand(len(queries1), length), queries1, case2_sequences(length)[queries2], queries2
+
+
 def case1_switch(weights: SimulatorWeights) -> int:
     """``delta > 0``: first query of ``[write, noop, noop, ...]`` whose top score is a noop, not the write.
 
@@ -389,18 +441,3 @@ def case2_sequences(length: int) -> Tensor:
     rows = torch.arange(2, length)
     seq[rows, rows - 1] = WRITE0
     return seq
-
-
-def simulator_states(seq: Tensor) -> Tensor:
-    """The flip-flop automaton's state after each input (the latest write; the strings start with a write)."""
-    slot = torch.arange(seq.shape[1]).expand_as(seq)
-    last = torch.where(seq != NOOP, slot, torch.full_like(slot, -1)).cummax(dim=1).values
-    if (last < 0).any():
-        raise ValueError("simulator strings must start with a write")
-    return seq.gather(1, last)
-
-
-def latest_write_position(seq: Tensor) -> Tensor:
-    """Position of the latest write at or before each query."""
-    slot = torch.arange(seq.shape[1]).expand_as(seq)
-    return torch.where(seq != NOOP, slot, torch.full_like(slot, -1)).cummax(dim=1).values

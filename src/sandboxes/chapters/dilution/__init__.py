@@ -23,14 +23,33 @@ from ...profiles import (
     with_reference,
 )
 from ...sections import Chapter, Section
-from .judge import bound_rows, construction_rows, second_phase_rows, sharpening_rows, simulator_rows, training_rows
-from .measure import CASE1_DELTA, CASE2_DELTA, bound, construction, second_phases, sharpening, simulator, training
+from .judge import (
+    bound_rows,
+    construction_rows,
+    second_phase_rows,
+    sharpening_rows,
+    simulator_rows,
+    training_rows,
+    wrong_write_rows,
+)
+from .measure import (
+    CASE1_DELTA,
+    CASE2_DELTA,
+    bound,
+    construction,
+    second_phases,
+    sharpening,
+    simulator,
+    training,
+    wrong_write,
+)
 from .paper import (
     premise_attempts,
     second_phases_vs_paper,
     sharpening_findings,
     sharpening_vs_paper,
     training_vs_paper,
+    wrong_write_vs_paper,
 )
 
 __all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts", "sharpening_findings"]
@@ -130,6 +149,35 @@ PARAMS = (
         "p_i values of the mixture a third second phase trains on (the thesis's R4: rare strings in training)",
         each(probability),
     ),
+    Param("automaton_T", int, 32, 500, "training length of the 1-layer simulators (the thesis's: 500)", at_least(3)),
+    Param(
+        "automaton_p_noop",
+        str,
+        "0.5,0.9",
+        "0.5,0.9",
+        "noop probabilities the simulators train at, each plain and with the penalty (the thesis's two)",
+        each(in_open_unit_interval),
+    ),
+    Param(
+        "automaton_sharpen",
+        float,
+        0.1,
+        0.1,
+        "weight of the attention-entropy penalty on the simulators (in the thesis's grid, Sec. 3.5.6.4)",
+        positive,
+    ),
+    Param("automaton_d_model", int, 32, 64, "width of the 1-layer simulators", at_least(1)),
+    Param("automaton_steps", int, 1000, 10_000, "training steps of the 1-layer simulators", at_least(1)),
+    Param("automaton_lr", float, 1e-2, 3e-3, "peak learning rate of the 1-layer simulators", positive),
+    Param("n_automaton", int, 256, 4096, "held-out automaton strings each simulator is read on", at_least(1)),
+    Param(
+        "drift_length",
+        int,
+        256,
+        4000,
+        "longest of Prop 5's inputs a trained simulator is read on (the thesis's Fig. 3.33: 834 after 500)",
+        at_least(3),
+    ),
     Param("lstm_hidden", int, 128, 128, "LSTM hidden size", at_least(1)),
     Param("lstm_steps", int, 100, 500, "LSTM training steps", at_least(1)),
     Param("lstm_lr", float, 1e-2, 3e-3, "LSTM learning rate", positive),
@@ -172,6 +220,10 @@ PARAMS = with_reference(
         "n_in_distribution": 29_000,
         "sharpen": 0.03,
         "sharpen_grid": "0.01,0.3,10",
+        "automaton_T": 128,
+        "automaton_steps": 3000,
+        "n_automaton": 1024,
+        "drift_length": 1024,
     },
 )
 
@@ -195,6 +247,11 @@ UNIT_SCALE = {
     "lstm_steps": 2,
     "d_model": 8,
     "n_construction": 4,
+    "automaton_T": 8,
+    "automaton_steps": 2,
+    "automaton_d_model": 8,
+    "n_automaton": 8,
+    "drift_length": 16,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -208,6 +265,10 @@ FULL_SHRUNK = {
     "n_in_distribution": 8,
     "n_construction": 4,
     "d_model": 16,
+    "automaton_T": 16,
+    "automaton_steps": 2,
+    "n_automaton": 8,
+    "drift_length": 32,
 }
 
 CHAPTER = Chapter(
@@ -269,13 +330,23 @@ CHAPTER = Chapter(
             reference=True,
             paper=sharpening_vs_paper,
         ),
+        Section(
+            "wrong_write",
+            "Trained one-head simulators: sharpened attention on the wrong write",
+            wrong_write,
+            trains=True,
+            rows=wrong_write_rows,
+            figures=("wrong_write_heads", "wrong_write_maps"),
+            reference=True,
+            paper=wrong_write_vs_paper,
+        ),
     ),
     check=check,
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
     # the quick page's two trainings, about 205 of its 230 s under nbval (ATen's default path, one thread), and at the
     # quick length sparse strings are hardly out of distribution: the reference run shows the thesis's question
-    quick_page_from_reference=("training", "second_phases", "sharpening"),
+    quick_page_from_reference=("training", "second_phases", "sharpening", "wrong_write"),
     # its reference run's R6 rows are undecided (runs still descending), so it is an attempt, not a reference result
     quick_page_attempts={"sharpening": "dilution-reference-sharpening-500-step-phases-undecided.json"},
 )

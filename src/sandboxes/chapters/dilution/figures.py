@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 
+from ...data.flipflop import latest_write_position
 from ...plotting import COLORS
 from ...theory import dilution as theory
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
         Sharpness,
         SimulatorData,
         TrainingData,
+        WrongWriteData,
     )
 
 KINDS = {
@@ -252,5 +255,77 @@ def sharpening_sweep(data: SharpeningData) -> Figure:
         ax.set_xticks(x, ["plain"] + [f"{c:g}" for c in coefficients[1:]])
         ax.set_xlabel("weight of the entropy penalty")
     axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _run_label(run: dict) -> str:
+    return f"{'plain' if run['weight'] == 0 else 'sharpened'}\np_noop {run['p_noop']:g}"
+
+
+def wrong_write_heads(data: WrongWriteData) -> Figure:
+    """Per run (p_noop, plain or sharpened), each seed's share of noop queries on an earlier write, its mean top
+    weight, and the first query at which Prop 5's inputs pull its top key off the latest write."""
+    runs = data["runs"]
+    x = np.arange(len(runs))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for k, run in enumerate(runs):
+        colour = KINDS["sharpened" if run["weight"] else "plain"]
+        jitter = np.linspace(-0.15, 0.15, len(run["earlier_write"]))
+        stuck = np.array([e > 0 for e in run["state_errors"]])
+        earlier, top = np.asarray(run["earlier_write"]), np.asarray(run["top_weight"])
+        for ax, values in ((axes[0], earlier), (axes[1], top)):
+            ax.plot(k + jitter[~stuck], values[~stuck], "o", ms=4, color=colour)
+            ax.plot(k + jitter[stuck], values[stuck], "x", ms=6, color=colour)
+        for case, marker in (("case 1", "^"), ("case 2", "v")):
+            first = [fw[case]["measured"] for fw in run["first_wrong"]]
+            found = np.array([f is not None for f in first])
+            values = np.array([f if f is not None else np.nan for f in first], dtype=float)
+            axes[2].plot(k + jitter[found], values[found], marker, ms=5, color=colour, ls="none")
+            axes[2].plot(
+                k + jitter[~found],
+                np.full((~found).sum(), 2.0 * data["drift_length"]),
+                marker,
+                ms=5,
+                mfc="none",
+                color=colour,
+                ls="none",
+            )
+    axes[0].set(title="top key on an earlier write (x: wrong states)", ylabel="share of noop queries")
+    axes[1].set(title="sharpness", ylabel="mean top weight at noop queries")
+    axes[2].axhline(data["automaton_T"], color=COLORS["theory"], ls="--", lw=1, label="training length")
+    axes[2].axhline(data["drift_length"], color=COLORS["theory"], ls=":", lw=1, label="longest input read")
+    axes[2].set(
+        title="Prop 5's inputs: first wrong top key (▲ case 1, ▼ case 2; open: none)",
+        yscale="log",
+        ylabel="query position",
+    )
+    axes[2].title.set_fontsize(9)
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.set_xticks(x, [_run_label(run) for run in runs], fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def wrong_write_maps(data: WrongWriteData) -> Figure:
+    """Attention on one short string (Fig. 3.34): a plain head, a sharpened head on the latest write, and a sharpened
+    head stuck on an earlier one, where a seed was; the latest write of each query framed."""
+    example = np.asarray(data["example"])
+    latest = latest_write_position(torch.tensor(example)[None])[0].numpy()
+    picks = []
+    for run in data["runs"]:
+        for seed, errors in enumerate(run["state_errors"]):
+            kind = "plain" if run["weight"] == 0 else ("stuck" if errors > 0 else "sharpened")
+            if kind not in {k for k, *_ in picks}:
+                picks.append((kind, run, seed))
+    fig, axes = plt.subplots(1, len(picks), figsize=(3.6 * len(picks), 3.6), squeeze=False)
+    names = ("w0", "w1", "·")
+    for ax, (kind, run, seed) in zip(axes[0], picks):
+        ax.imshow(np.asarray(run["attention"][seed]), cmap="viridis", vmin=0, vmax=1)
+        ax.plot(latest, np.arange(len(example)), "s", mfc="none", mec="red", ms=7)
+        ax.set_xticks(range(len(example)), [names[t] for t in example], fontsize=7)
+        ax.set_yticks(range(len(example)), [names[t] for t in example], fontsize=7)
+        ax.set(title=f"{kind}, p_noop {run['p_noop']:g}, seed {seed}", xlabel="key", ylabel="query")
     fig.tight_layout()
     return fig

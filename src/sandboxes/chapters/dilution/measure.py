@@ -19,14 +19,29 @@ from tqdm import tqdm
 from ... import heldout
 from ...calibration import calibrated_map, count_chunks
 from ...curves import still_descending
-from ...data.flipflop import ONE, ZERO, FlipFlop, I, Mixture, R, Sharpened, W, all_strings, read_errors
+from ...data.flipflop import (
+    NOOP,
+    ONE,
+    ZERO,
+    FlipFlop,
+    FlipFlopAutomaton,
+    I,
+    Mixture,
+    R,
+    Sharpened,
+    W,
+    all_strings,
+    automaton_states,
+    latest_write_position,
+    read_errors,
+)
 from ...losses import attention_entropy
 from ...model import GPT, LSTM, GPTConfig, WithAttention
 from ...profiles import float_list
 from ...sections import RunContext
 from ...theory import dilution as theory
 from ...trainer import TrainConfig, TrainResult, train
-from ...workers import TrainRequest, train_spread
+from ...workers import TrainRequest, train_each, train_spread
 from .judge import BOUND_TOL, RARE_SETS, read_entropy
 
 SIGMAS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
@@ -305,9 +320,9 @@ def simulator_data(
         }
         if delta == 0:
             long = _random_simulator_strings(random_length, 4)
-            run["random_misses"] = int((_top_key(model, long) != theory.latest_write_position(long)).sum())
+            run["random_misses"] = int((_top_key(model, long) != latest_write_position(long)).sum())
             with torch.no_grad():
-                run["random_wrong"] = int((model(long).argmax(-1) != theory.simulator_states(long)).sum())
+                run["random_wrong"] = int((model(long).argmax(-1) != automaton_states(long)).sum())
         data[name] = run
     data["case1_switch"] = theory.case1_switch(replace(SIMULATOR, delta=CASE1_DELTA))
     data["case2_switch"] = theory.case2_switch(replace(SIMULATOR, delta=CASE2_DELTA))
@@ -530,6 +545,173 @@ def sharpening(config: dict[str, Any], ctx: RunContext) -> SharpeningData:
         "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for phase in phases],
     }
     return data
+
+
+# ---------------------------------------------------------------- trained simulators (R8, Figs. 3.33 and 3.34)
+EXAMPLE_STRING = (1, 2, 0, 2, 2, 0, 1, 2, 2, 2, 1, 2, 0, 2, 2, 2)  # the attention maps' input (writes and noops)
+
+
+class FirstWrong(TypedDict):
+    predicted: int | None  # first query whose top key leaves the latest write, from the weights (None: none)
+    measured: int | None  # the same, from the trained model's attention
+
+
+class AutomatonRun(TypedDict):
+    p_noop: float
+    weight: float  # the entropy penalty's weight (0: the plain twin)
+    eval_loss: list[list[float]]  # per seed, the held-out loss at each evaluation (the penalty included)
+    still_descending: int  # seeds whose loss had not settled at the end
+    state_errors: list[float]  # per seed: wrong states among all positions of held-out strings at p_noop
+    earlier_write: list[float]  # per seed: noop queries whose top key is an earlier write, not the latest
+    top_weight: list[float]  # per seed: mean largest attention weight at noop queries
+    delta: list[float]  # per seed: W_Qp^T W_Kp with positions t / T
+    first_wrong: list[dict[str, FirstWrong]]  # per seed: Prop 5's case 1 and case 2 inputs up to drift_length
+    attention: list[list[list[float]]]  # per seed: the attention map on EXAMPLE_STRING
+
+
+class WrongWriteData(TypedDict):
+    automaton_T: int  # the training length
+    drift_length: int  # the longest of Prop 5's inputs read
+    example: list[int]  # the string the attention maps are drawn on
+    eval_steps: list[int]
+    runs: list[AutomatonRun]  # each p_noop with the plain twin (weight 0) first, then the penalty
+
+
+def _automaton_config(config: dict[str, Any]) -> GPTConfig:
+    """The thesis's 1-layer 1-head model with linear positions (Prop 5's setting; ``p_t = t / automaton_T``)."""
+    return GPTConfig(
+        vocab_size=3,
+        block_size=config["automaton_T"],
+        n_layer=1,
+        n_head=1,
+        d_model=config["automaton_d_model"],
+        tied=False,
+        positional="linear",
+        n_outputs=2,
+    )
+
+
+def _attending_gpt(config: GPTConfig) -> WithAttention:
+    return WithAttention(GPT(config))
+
+
+def wrong_write(config: dict[str, Any], ctx: RunContext) -> WrongWriteData:
+    """1-layer 1-head transformers on the flip-flop automaton at each ``p_noop``, plain and with the entropy penalty
+    (twins: one seed, one initialisation, one batch stream), read at noop queries: where the top key sits, how sharp
+    it is, and where Proposition 5's inputs make it leave the latest write."""
+    model = _automaton_config(config)
+    steps, lr = config["automaton_steps"], config["automaton_lr"]
+    schedule = _schedule(steps, config["batch_size"], lr, config["weight_decay"], config["warmup"])
+    grid = [(p, w) for p in float_list(config["automaton_p_noop"]) for w in (0.0, config["automaton_sharpen"])]
+    requests = [
+        TrainRequest(
+            partial(GPT, model) if w == 0 else partial(_attending_gpt, model),
+            _automaton_task(config["automaton_T"], p, w),
+            schedule,
+            ctx.seeds,
+            ctx.device,
+            config["batched_seeds"],
+        )
+        for p, w in grid
+    ]
+    results = train_each(requests, ctx.workers, ctx.progress)
+    runs = []
+    for (p, w), result in zip(grid, results):
+        gpts = [getattr(m, "gpt", m) for m in result.models]
+        test = FlipFlopAutomaton(config["automaton_T"], p).sequences(
+            config["n_automaton"], heldout.generator(heldout.AUTOMATON_STRINGS)
+        )
+        reads = calibrated_map(partial(_automaton_reading, test=test, drift_length=config["drift_length"]), gpts)
+        run: dict[str, Any] = {
+            "p_noop": p,
+            "weight": w,
+            "eval_loss": result.eval_loss.tolist(),
+            "still_descending": int(still_descending(result, LOSS_NOISE).sum()),
+        }
+        run.update({key: [r[key] for r in reads] for key in reads[0]})
+        runs.append(run)
+    return {
+        "automaton_T": config["automaton_T"],
+        "drift_length": config["drift_length"],
+        "example": list(EXAMPLE_STRING),
+        "eval_steps": results[0].eval_steps.tolist(),
+        "runs": runs,  # type: ignore[typeddict-item]
+    }
+
+
+def _automaton_task(length: int, p_noop: float, weight: float) -> FlipFlopAutomaton | Sharpened:
+    """The automaton at ``p_noop``, with the entropy penalty where ``weight`` > 0."""
+    task = FlipFlopAutomaton(length, p_noop)
+    return Sharpened(task, weight) if weight > 0 else task
+
+
+def _automaton_reading(model: GPT, test: Tensor, drift_length: int) -> dict[str, Any]:
+    """One trained head read on held-out strings, on Prop 5's inputs and on the example string."""
+    with torch.no_grad():
+        logits, attention = model(test, return_attention=True)
+    weights = attention[0][:, 0]
+    noop = test == NOOP
+    top = weights.argmax(dim=-1)
+    latest = latest_write_position(test)
+    earlier = noop & (top != latest) & (test.gather(1, top) != NOOP)
+    reader = extended(model, max(model.config.block_size, len(EXAMPLE_STRING)))  # the unit scale trains shorter
+    with torch.no_grad():
+        example = reader(torch.tensor([EXAMPLE_STRING]), return_attention=True)[1][0][0, 0]
+    scores = theory.noop_query_scores(model)
+    return {
+        "state_errors": float((logits.argmax(-1) != automaton_states(test)).float().mean()),
+        "earlier_write": float(earlier.sum() / noop.sum()),
+        "top_weight": float(weights.max(dim=-1).values[noop].mean()),
+        "delta": scores.delta,
+        "first_wrong": _first_wrong(model, drift_length),
+        "attention": [[round(float(v), 4) for v in row] for row in example],
+    }
+
+
+def extended(model: GPT, length: int) -> GPT:
+    """A float64 copy of a linear-position GPT that reads strings up to ``length`` with the same ``p_t``."""
+    copy_ = GPT(replace(model.config, block_size=length)).double()
+    copy_.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        copy_.wpe.mul_(length / model.config.block_size)
+    return copy_
+
+
+def _first_wrong(
+    model: GPT, length: int, predict: Callable[[GPT], theory.NoopQueryScores] = theory.noop_query_scores
+) -> dict[str, FirstWrong]:
+    """Per Prop 5 input, the first query whose top key is not the latest write: from the weights' decomposition
+    (``predict``; a test passes a wrong one) and from the model's own attention."""
+    long = extended(model, length)
+    scores = predict(long)
+    case1, queries1, case2, queries2 = theory.drift_inputs(length)
+    out: dict[str, FirstWrong] = {}
+    for name, seq, queries in (("case 1", case1, queries1), ("case 2", case2, queries2)):
+        right = latest_write_position(seq).gather(1, queries[:, None]).squeeze(1)
+        predicted = theory.predicted_top_keys(scores, seq, queries)
+        measured = _measured_top_keys(long, seq, queries)
+        out[name] = {"predicted": _first(queries, predicted != right), "measured": _first(queries, measured != right)}
+    return out
+
+
+def _first(queries: Tensor, wrong: Tensor) -> int | None:
+    return int(queries[wrong][0]) if wrong.any() else None
+
+
+def _measured_top_keys(model: GPT, seq: Tensor, queries: Tensor, chunk: int = 16) -> Tensor:
+    """The top key at ``queries[b]`` of ``seq[b]`` from forward passes, each chunk cut after its last query
+    (causal: later inputs change nothing); strings equal throughout (case 1) run once."""
+    if (seq == seq[:1]).all():
+        with torch.no_grad():
+            weights = model(seq[:1, : int(queries.max()) + 1], return_attention=True)[1][0][0, 0]
+        return weights[queries].argmax(dim=-1)
+    out = []
+    for rows in torch.arange(len(queries)).split(chunk):
+        cut = int(queries[rows].max()) + 1
+        with torch.no_grad():
+            weights = model(seq[rows, :cut], return_attention=True)[1][0][:, 0]
+        out.append(weights[torch.arange(len(rows)), queries[rows]].argmax(dim=-1))
+    return torch.cat(out)
 
 
 def _count(

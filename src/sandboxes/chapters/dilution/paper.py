@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ...results import Result
-    from .measure import SecondPhaseData, SharpeningData, TrainingData
+    from .measure import SecondPhaseData, SharpeningData, TrainingData, WrongWriteData
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
@@ -177,3 +177,47 @@ def premise_attempts(reference: Result, attempts: Sequence[Result]) -> list[tupl
         values = result.sections["training"]["values"]
         rows.append(row(result, ", ".join(f"{key} = {values[key]}" for key in values if values[key] != base.get(key))))
     return rows
+
+
+def wrong_write_vs_paper(data: WrongWriteData) -> list[tuple[str, str, str]]:
+    """Sec. 3.5.6.5's 1-layer 1-head models beside ours: settings, sharpness, stuck seeds, drift."""
+    from .judge import stuck_seeds
+
+    runs = data["runs"]
+
+    def per_run(describe) -> str:
+        return "; ".join(f"{'sharpened' if r['weight'] else 'plain'} {r['p_noop']:g}: {describe(r)}" for r in runs)
+
+    def drift(run: dict) -> str:
+        firsts = [
+            min((f for f in (fw[c]["measured"] for c in fw) if f is not None), default=None)
+            for fw in run["first_wrong"]
+        ]
+        found = [f for f in firsts if f is not None]
+        return f"{len(found)} of {len(firsts)} heads" + (f", from {min(found)}" if found else "")
+
+    return [
+        (
+            "model and training",
+            "1 layer, 1 head, linear positions (Fig. 3.33); sequences of 500 at p(noop) 0.5 and 0.9; entropy, -L2 "
+            "and -Linf penalties (Sec. 3.5.6.5; widths and steps not stated)",
+            f"1 layer, 1 head, linear positions, no norm; sequences of {data['automaton_T']}; the entropy penalty "
+            f"at {max(r['weight'] for r in runs):g}, from the start",
+        ),
+        (
+            "sharpness (mean top weight at noop queries, median over seeds)",
+            "regularised: all weight on the latest write (other weights ~1e-8); plain: 'much less clean' (Fig. "
+            "3.34a, b)",
+            per_run(lambda r: f"{sorted(r['top_weight'])[len(r['top_weight']) // 2]:.3g}"),
+        ),
+        (
+            "seeds stuck on an earlier write",
+            "'much more likely' at p = 0.5 than at 0.9 (Fig. 3.34d; no counts given)",
+            per_run(lambda r: f"{stuck_seeds(r)} of {len(r['state_errors'])}"),
+        ),
+        (
+            f"heads whose top key leaves the latest write on Prop 5's inputs, up to {data['drift_length']}",
+            "trained at 500, drifts by 834: late queries attend to recent noops (Fig. 3.33)",
+            per_run(drift),
+        ),
+    ]
