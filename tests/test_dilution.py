@@ -15,9 +15,13 @@ from sandboxes.chapters import dilution as chapter
 from sandboxes.chapters.dilution import judge, measure, paper
 from sandboxes.data.flipflop import (
     IGNORE_INDEX,
+    NOOP,
     ONE,
+    WRITE0,
+    WRITE1,
     ZERO,
     FlipFlop,
+    FlipFlopAutomaton,
     I,
     Mixture,
     R,
@@ -546,7 +550,128 @@ COUNTERFACTUALS = {
     # a penalty that works as the thesis reports: the weight 1 leaves a hundredth of the plain twins' wrong reads
     "R6 not seen at this scale, sparse strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
     "R6 not seen at this scale, dense strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
+    # broken model: a plain seed at p_noop 0.5 settled with wrong states
+    "plain heads simulate the automaton, p_noop = 0.5": lambda: _wrong_write_rows(plain_errors=0.01),
+    "plain heads simulate the automaton, p_noop = 0.9": lambda: _wrong_write_rows(plain_errors=0.01),
+    # wrong theory of the penalty: it changes nothing, the sharpened heads are as diffuse as their twins
+    "the penalty makes the head one-hot, p_noop = 0.5": lambda: _wrong_write_rows(sharp_top=0.85, stuck={0.5: 0, 0.9: 0}),
+    "the penalty makes the head one-hot, p_noop = 0.9": lambda: _wrong_write_rows(sharp_top=0.85, stuck={0.5: 0, 0.9: 0}),
+    # the thesis's hurdle absent: as many seeds stuck on sparse strings as on dense ones
+    "sharpened heads stuck on an earlier write": lambda: _wrong_write_rows(stuck={0.5: 2, 0.9: 2}),
+    # wrong theory: Prop 5 without its position-position term predicts no switch where the head switches
+    "Prop 5's decomposition read off every trained head": lambda: _wrong_write_rows(
+        first_wrong=_first_wrong_of(lambda m: replace(theory.noop_query_scores(m), delta=0.0))
+    ),
 }
+
+WRONG_WRITE_CONFIG = {"drift_length": 64, "automaton_T": 16}
+
+
+def _first_wrong_of(predict=theory.noop_query_scores) -> dict:
+    """Prop 5's inputs read off the case-1 simulator (delta > 0) with ``predict`` as the decomposition."""
+    model = theory.simulator(replace(measure.SIMULATOR, delta=measure.CASE1_DELTA), max_length=64)
+    return measure._first_wrong(model, WRONG_WRITE_CONFIG["drift_length"], predict)
+
+
+def _wrong_write_rows(
+    plain_errors: float = 0.0,
+    sharp_top: float = 1.0,
+    stuck: dict | None = None,
+    moving: int = 0,
+    first_wrong: dict | None = None,
+) -> list:
+    """The section's rows on four seeds per run: plain twins diffuse and right, sharpened ones one-hot, ``stuck``
+    seeds per p_noop on an earlier write with wrong states (default: 3 at 0.5, none at 0.9)."""
+    stuck = {0.5: 3, 0.9: 0} if stuck is None else stuck
+    fw = first_wrong or {"case 1": {"predicted": 20, "measured": 20}, "case 2": {"predicted": None, "measured": None}}
+    runs = []
+    for p in (0.5, 0.9):
+        for weight in (0.0, 0.1):
+            n = stuck[p] if weight else 0
+            top = sharp_top if weight else 0.85
+            runs.append(
+                {
+                    "p_noop": p,
+                    "weight": weight,
+                    "eval_loss": [[0.5, 0.1]] * 4,
+                    "still_descending": moving,
+                    "state_errors": [0.2] * n + [0.0 if weight else plain_errors] * (4 - n),
+                    "earlier_write": [0.5] * n + [0.0] * (4 - n),
+                    "top_weight": [1.0 if weight else top] * n + [top] * (4 - n),
+                    "delta": [1.0] * 4,
+                    "first_wrong": [fw] * 4,
+                    "attention": [[[1.0]]] * 4,
+                }
+            )
+    data = {"automaton_T": 16, "drift_length": 64, "example": [1], "eval_steps": [0, 1], "runs": runs}
+    return judge.wrong_write_rows(WRONG_WRITE_CONFIG, data)[0]
+
+
+def test_the_wrong_write_rows_hold_on_the_thesis_s_picture_and_wait_while_runs_descend():
+    assert [c.holds for c in _wrong_write_rows(first_wrong=_first_wrong_of())] == [True] * 6
+    waiting = _wrong_write_rows(plain_errors=0.01, stuck={0.5: 2, 0.9: 2}, moving=1)
+    assert [c.holds for c in waiting] == [None, None, True, True, None, True]
+
+
+def test_a_stuck_seed_is_sharp_on_an_earlier_write_with_wrong_states():
+    run = {"state_errors": [0.1, 0.1, 0.0, 0.1], "earlier_write": [0.3, 0.3, 0.3, 0.01], "top_weight": [1, 0.5, 1, 1]}
+    assert judge.stuck_seeds(run) == 1  # the second is diffuse, the third right, the fourth on the latest write
+
+
+def test_the_stuck_row_asks_twice_as_many_and_a_quarter_of_the_seeds_more():
+    def stuck_row(dense: int, sparse: int):
+        return _row(_wrong_write_rows(stuck={0.5: dense, 0.9: sparse}), "stuck on an earlier write")
+
+    assert stuck_row(1, 0).holds is True  # a quarter of four seeds more, and twice none
+    assert stuck_row(3, 2).holds is False and stuck_row(2, 1).holds is True and stuck_row(0, 0).holds is False
+
+
+def test_the_case1_simulator_switches_where_the_closed_form_says_by_weights_and_by_forward_pass():
+    first = _first_wrong_of()["case 1"]
+    assert (
+        first["predicted"]
+        == first["measured"]
+        == theory.case1_switch(replace(measure.SIMULATOR, delta=measure.CASE1_DELTA))
+    )
+
+
+def test_the_noop_query_decomposition_gives_every_top_key_of_a_random_linear_position_head():
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=3, block_size=48, d_model=8, positional="linear", tied=False, n_outputs=2, init_std=1.0
+    )
+    model = GPT(config).double()
+    seq = FlipFlopAutomaton(48, 0.6).sequences(16, torch.Generator().manual_seed(1))
+    queries = torch.randint(1, 48, (16,), generator=torch.Generator().manual_seed(2))
+    seq[torch.arange(16), queries] = NOOP
+    with torch.no_grad():
+        weights = model(seq, return_attention=True)[1][0][:, 0]
+    expected = weights[torch.arange(16), queries].argmax(-1)
+    assert torch.equal(theory.predicted_top_keys(theory.noop_query_scores(model), seq, queries), expected)
+    with pytest.raises(ValueError, match="without norm"):
+        theory.noop_query_scores(GPT(replace(config, layer_norm=True)))
+
+
+def test_automaton_strings_start_with_a_write_and_target_the_latest_one():
+    task = FlipFlopAutomaton(200, 0.9)
+    seq, states = task.sample(64, torch.Generator().manual_seed(0))
+    assert ((seq[:, 0] == WRITE0) | (seq[:, 0] == WRITE1)).all()
+    assert abs(float((seq[:, 1:] == NOOP).float().mean()) - 0.9) < 0.01  # 12736 draws: 3.7 standard errors
+    assert torch.equal(states, automaton_states(seq)) and ((states == WRITE0) | (states == WRITE1)).all()
+    writes = seq[0] != NOOP
+    assert torch.equal(states[0][writes], seq[0][writes])
+    with pytest.raises(ValueError, match="p_noop"):
+        FlipFlopAutomaton(8, 1.0)
+
+
+def test_the_penalised_automaton_loss_adds_the_weighted_attention_entropy():
+    model = WithAttention(GPT(GPTConfig(vocab_size=3, block_size=8, n_outputs=2, tied=False, positional="linear")))
+    task = FlipFlopAutomaton(8, 0.5)
+    x, y = task.sample(4, torch.Generator().manual_seed(0))
+    logits, attention = model(x)
+    entropy = attention_entropy(attention[0]).mean()
+    assert torch.allclose(Sharpened(task, 0.3).loss((logits, attention), y), task.loss(logits, y) + 0.3 * entropy)
+
 
 SWEEP_CONFIG = {"finetune_steps": 500, "start_steps": 3000}
 

@@ -49,10 +49,19 @@ from .paper import (
     sharpening_findings,
     sharpening_vs_paper,
     training_vs_paper,
+    wrong_write_findings,
     wrong_write_vs_paper,
 )
 
-__all__ = ["CASE1_DELTA", "CASE2_DELTA", "CHAPTER", "PARAMS", "premise_attempts", "sharpening_findings"]
+__all__ = [
+    "CASE1_DELTA",
+    "CASE2_DELTA",
+    "CHAPTER",
+    "PARAMS",
+    "premise_attempts",
+    "sharpening_findings",
+    "wrong_write_findings",
+]
 
 
 def _even_at_least(low: int, why: str) -> Custom:

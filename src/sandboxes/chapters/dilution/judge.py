@@ -488,12 +488,16 @@ def sharpening_rows(config: dict[str, Any], data: SharpeningData) -> tuple[list[
 
 ONE_HOT = 0.99  # mean top weight of a head that puts all its weight on one key (the thesis's zeros are ~1e-8)
 STUCK_SHARE = 0.05  # noop queries on an earlier write that make a seed with wrong states "stuck" (Fig. 3.34d)
+STUCK_SHARPNESS = 0.9  # mean top weight of a stuck head: sharp on the wrong key (3.34d), not a head still diffuse
 
 
 def stuck_seeds(run: Mapping[str, Any]) -> int:
-    """Seeds of a run at the wrong-write minimum: wrong states on held-out strings, and the top key on an earlier
-    write (not the latest) at more than ``STUCK_SHARE`` of the noop queries."""
-    return sum(e > 0 and w > STUCK_SHARE for e, w in zip(run["state_errors"], run["earlier_write"]))
+    """Seeds of a run at the wrong-write minimum: wrong states on held-out strings, the top key on an earlier write
+    (not the latest) at more than ``STUCK_SHARE`` of the noop queries, and sharp (``STUCK_SHARPNESS``)."""
+    return sum(
+        e > 0 and w > STUCK_SHARE and top >= STUCK_SHARPNESS
+        for e, w, top in zip(run["state_errors"], run["earlier_write"], run["top_weight"])
+    )
 
 
 def wrong_write_rows(config: dict[str, Any], data: WrongWriteData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -568,8 +572,8 @@ def _stuck_claims(config: dict[str, Any], sharp: Mapping[float, Mapping[str, Any
         n_dense,
         f"Sec. 3.5.6.5: 'much more likely to get stuck at a bad local minima when p = 0.5 compared to p = 0.9' (no "
         f"number given; read here as at least twice as many seeds and a quarter of the seeds more); stuck: wrong "
-        f"states on held-out strings and the top key on an earlier write at more than {STUCK_SHARE:g} of the noop "
-        f"queries",
+        f"states on held-out strings, the top key on an earlier write at more than {STUCK_SHARE:g} of the noop "
+        f"queries, and a mean top weight of at least {STUCK_SHARPNESS:g} (sharp on the wrong key, not diffuse)",
     )
     settled, why = budget_ran_out(moving, "sharpened runs were still descending", "automaton_steps")
     return [claim if settled else claim.undecided(why)]

@@ -221,3 +221,27 @@ def wrong_write_vs_paper(data: WrongWriteData) -> list[tuple[str, str, str]]:
             per_run(drift),
         ),
     ]
+
+
+def wrong_write_findings(data: WrongWriteData) -> list[str]:
+    """Per run: seeds with wrong states and stuck seeds, the sign of each head's position-position term, and where
+    Prop 5's inputs first pull its top key off the latest write, in units of the training length."""
+    from .judge import stuck_seeds
+
+    T, lines = data["automaton_T"], []
+    for run in data["runs"]:
+        kind = "sharpened" if run["weight"] else "plain"
+        seeds = len(run["delta"])
+        wrong = sum(e > 0 for e in run["state_errors"])
+        positive = sum(d > 0 for d in run["delta"])
+        parts = [
+            f"p_noop {run['p_noop']:g}, {kind}: {wrong} of {seeds} seeds with wrong states, {stuck_seeds(run)} stuck",
+            f"delta > 0 in {positive}, < 0 in {seeds - positive}",
+        ]
+        for case in ("case 1", "case 2"):
+            firsts = [fw[case]["measured"] for fw in run["first_wrong"]]
+            found = sorted(f / T for f in firsts if f is not None)
+            where = f", first at {found[0]:.2f} to {found[-1]:.2f} T" if found else ""
+            parts.append(f"{case} leaves the latest write in {len(found)}{where}")
+        lines.append("; ".join(parts))
+    return lines
