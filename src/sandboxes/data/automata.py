@@ -353,6 +353,41 @@ def memory(m: int) -> Semiautomaton:
     return Semiautomaton("flipflop" if m == 2 else f"memory{m}", table, symbols, tuple(map(str, range(m))))
 
 
+def abab() -> Semiautomaton:
+    """The recogniser of ``(abab)*`` (the thesis's Sec. 3.6.3, after Bhattamishra et al. 2020): states 0 to 3 count
+    the pattern's letters read (3: a whole ``abab``, the start), any other letter leads to the absorbing state 4."""
+    table = np.full((2, 5), 4, dtype=np.int64)
+    table[0, [3, 1]] = [0, 2]  # "a" is expected after a whole pattern or after "ab"
+    table[1, [0, 2]] = [1, 3]
+    return Semiautomaton("abab", table, ("a", "b"), ("a", "ab", "aba", "abab", "fail"), q0=3)
+
+
+@dataclass(frozen=True)
+class PeriodicMix:
+    """Partially observed ``(abab)*`` (the thesis's second distribution): with probability ``p_periodic`` the input is
+    ``abab...``, otherwise i.i.d. uniform letters; the target at each position is whether the prefix read so far is
+    in ``(abab)*`` (the state is 3), all positions scored."""
+
+    length: int
+    p_periodic: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"sequence length must be at least 1, got {self.length}")
+        if not 0.0 <= self.p_periodic <= 1.0:
+            raise ValueError(f"p_periodic must lie in [0, 1], got {self.p_periodic}")
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        periodic = torch.rand(n, 1, generator=generator, dtype=torch.float64) < self.p_periodic
+        random = torch.randint(0, 2, (n, self.length), generator=generator)
+        sigma = torch.where(periodic, torch.arange(self.length) % 2, random)
+        states = torch.from_numpy(abab().run(sigma.numpy()))
+        return sigma, (states == 3).long()
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
+
+
 _FACTORIES: dict[str, Callable[[int], Semiautomaton]] = {
     "C": cyclic,
     "D": lambda order: dihedral(order // 2),
@@ -362,7 +397,7 @@ _FACTORIES: dict[str, Callable[[int], Semiautomaton]] = {
     "memory": memory,
 }
 MAX_STATES = 720  # S6: larger automata make the checks and the output layers slow on a CPU
-EXAMPLES = ("C2", "C3", "C2xC2xC2", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop", "memory3")
+EXAMPLES = ("C2", "C3", "C2xC2xC2", "D8", "Q8", "A4", "S4", "A5", "S5", "Grid9", "Dyck", "flipflop", "memory3", "abab")
 
 
 def make_automaton(name: str) -> Semiautomaton:
@@ -378,6 +413,8 @@ def make_automaton(name: str) -> Semiautomaton:
         return out
     if name == "Q8":
         return quaternion()
+    if name == "abab":
+        return abab()
     if name == "flipflop":
         return memory(2)
     match = re.fullmatch(r"Dyck(?:(\d+),(\d+))?", name)
