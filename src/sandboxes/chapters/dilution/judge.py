@@ -486,6 +486,7 @@ def sharpening_rows(config: dict[str, Any], data: SharpeningData) -> tuple[list[
     return claims, tuple(silent)
 
 
+NEAR_PERFECT = 1e-3  # state error rate of a head that learned the automaton: accuracy 99.9%, glitches allowed
 ONE_HOT = 0.99  # mean top weight of a head that puts all its weight on one key (the thesis's zeros are ~1e-8)
 STUCK_SHARE = 0.05  # noop queries on an earlier write that make a seed with wrong states "stuck" (Fig. 3.34d)
 STUCK_SHARPNESS = 0.9  # mean top weight of a stuck head: sharp on the wrong key (3.34d), not a head still diffuse
@@ -509,13 +510,14 @@ def wrong_write_rows(config: dict[str, Any], data: WrongWriteData) -> tuple[list
     sharp = {r["p_noop"]: r for r in runs if r["weight"] > 0}
     claims, silent = [], []
     for p, run in plain.items():
-        wrong = sum(e > 0 for e in run["state_errors"])
         claims.append(
-            Claim.exact(
-                f"plain heads simulate the automaton, p_noop = {p:g}: seeds with a wrong state on held-out strings",
-                "0",
-                str(wrong),
-                "Fig. 3.34a and b: 'both types of models give correct results'",
+            Claim.at_most(
+                f"plain heads simulate the automaton, p_noop = {p:g}: largest held-out state error rate over seeds",
+                NEAR_PERFECT,
+                float(np.max(run["state_errors"])),
+                "Fig. 3.34a and b: 'both types of models give correct results', and Fig. 3.18: near-perfect "
+                "accuracy in distribution, read as 99.9%; not zero, since trained transformers keep rare glitches "
+                "(R1): the earlier rule asked for no wrong state at all (see below)",
             ).eventually(
                 *budget_ran_out(run["still_descending"], "plain runs were still descending", "automaton_steps")
             )
