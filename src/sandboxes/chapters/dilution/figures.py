@@ -309,16 +309,18 @@ def wrong_write_heads(data: WrongWriteData) -> Figure:
 
 
 def wrong_write_maps(data: WrongWriteData) -> Figure:
-    """Attention on one short string (Fig. 3.34): a plain head, a sharpened head on the latest write, and a sharpened
-    head stuck on an earlier one, where a seed was; the latest write of each query framed."""
+    """Attention on one short string (Fig. 3.34): a plain head, a sharpened head without wrong states, and the
+    sharpened head with wrong states most often on an earlier write, where there were; the latest write framed."""
     example = np.asarray(data["example"])
     latest = latest_write_position(torch.tensor(example)[None])[0].numpy()
-    picks = []
-    for run in data["runs"]:
-        for seed, errors in enumerate(run["state_errors"]):
-            kind = "plain" if run["weight"] == 0 else ("stuck" if errors > 0 else "sharpened")
-            if kind not in {k for k, *_ in picks}:
-                picks.append((kind, run, seed))
+    picks = [("plain", data["runs"][0], 0)]
+    sharpened = [(run, seed) for run in data["runs"] if run["weight"] for seed in range(len(run["state_errors"]))]
+    right = [(run, seed) for run, seed in sharpened if run["state_errors"][seed] == 0]
+    if right:
+        picks.append(("sharpened", *right[0]))
+    wrong = [(run, seed) for run, seed in sharpened if run["state_errors"][seed] > 0]
+    if wrong:  # the seed most often on an earlier write
+        picks.append(("stuck", *max(wrong, key=lambda pair: pair[0]["earlier_write"][pair[1]])))
     fig, axes = plt.subplots(1, len(picks), figsize=(3.6 * len(picks), 3.6), squeeze=False)
     names = ("w0", "w1", "·")
     for ax, (kind, run, seed) in zip(axes[0], picks):
