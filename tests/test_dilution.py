@@ -499,6 +499,8 @@ def _sigma_without_norms(model, idx):
     return [theory.spectral_norms(b.attn)[None, :, None].expand(idx.shape[0], -1, idx.shape[1]) for b in model.blocks]
 
 
+DIFFUSE_PENALTY = {"sharp_top": 0.85, "stuck": {0.5: 0, 0.9: 0}}  # sharpened heads as diffuse as their plain twins
+
 COUNTERFACTUALS = {
     "extremal input attains the bound": lambda: _bound_rows(
         extremal=lambda sigma, T: theory.extremal_attention(0.9 * sigma, T)
@@ -554,8 +556,8 @@ COUNTERFACTUALS = {
     "plain heads simulate the automaton, p_noop = 0.5": lambda: _wrong_write_rows(plain_errors=0.01),
     "plain heads simulate the automaton, p_noop = 0.9": lambda: _wrong_write_rows(plain_errors=0.01),
     # wrong theory of the penalty: it changes nothing, the sharpened heads are as diffuse as their twins
-    "the penalty makes the head one-hot, p_noop = 0.5": lambda: _wrong_write_rows(sharp_top=0.85, stuck={0.5: 0, 0.9: 0}),
-    "the penalty makes the head one-hot, p_noop = 0.9": lambda: _wrong_write_rows(sharp_top=0.85, stuck={0.5: 0, 0.9: 0}),
+    "the penalty makes the head one-hot, p_noop = 0.5": lambda: _wrong_write_rows(**DIFFUSE_PENALTY),
+    "the penalty makes the head one-hot, p_noop = 0.9": lambda: _wrong_write_rows(**DIFFUSE_PENALTY),
     # the thesis's hurdle absent: as many seeds stuck on sparse strings as on dense ones
     "sharpened heads stuck on an earlier write": lambda: _wrong_write_rows(stuck={0.5: 2, 0.9: 2}),
     # wrong theory: Prop 5 without its position-position term predicts no switch where the head switches

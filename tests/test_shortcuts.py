@@ -524,8 +524,47 @@ def _encodings(
     return judge.encodings_rows({"threshold": 0.95, "eval_size": 256}, planted)[0]
 
 
+def _abab(inside: tuple = (0.995, 0.9), whole: tuple = (0.93, 0.88), moving: bool = False) -> list:
+    """The (abab)* rows on planted data (T = 4, four seeds, majority guess 0.87): sinusoidal and linear accuracy
+    ``inside`` the training length and over ``whole`` strings of 2T, each seed jittered by up to 0.004 (the two
+    encodings' jitters in opposite orders, so the paired differences spread); ``moving``: one run still descending."""
+    jitter = [0.0, 0.004, -0.004, 0.002]
+
+    def runs(at_T: float, at_2T: float, order: int = 1) -> list[list[float]]:
+        # positions T..2T-1 chosen so that the mean over all 2T positions is at_2T
+        return [[at_T + j] * 4 + [2 * (at_2T + j) - (at_T + j)] * 4 for j in jitter[::order]]
+
+    planted = {
+        "automaton": "(abab)*",
+        "T": 4,
+        "encodings": ["sinusoidal", "linear"],
+        "by_position": {
+            "sinusoidal": runs(inside[0], whole[0]),
+            "linear": runs(inside[1], whole[1], order=-1),
+        },
+        "still_descending": {"sinusoidal": [moving, False, False, False], "linear": [False] * 4},
+        "chance": 0.87,
+    }
+    return judge.abab_rows({"eval_size": 256}, planted)[0]
+
+
+def test_the_abab_rows_hold_on_the_thesis_s_picture_and_the_gap_row_waits_for_moving_runs():
+    assert [c.holds for c in _abab()] == [True, True]
+    assert [c.holds for c in _abab(moving=True)] == [True, None]  # the first is about learning at a budget
+
+
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
+    (
+        r"^\(abab\)\* trained at T = \d+: in distribution",
+        "arms swapped: the linear positions learn it, the sinusoidal ones do not",
+        lambda: _abab(inside=(0.9, 0.995), whole=(0.88, 0.93)),
+    ),
+    (
+        r"^\(abab\)\* trained at T = \d+: the sinusoidal-minus-linear accuracy gap shrinks",
+        "the gap grows at twice the length",
+        lambda: _abab(whole=(0.95, 0.8)),
+    ),
     (
         "^non-solvable automata",
         "name pattern A_n, S_n (n >= 5) as the prediction: misses A5xC2",
@@ -614,6 +653,7 @@ def test_unbroken_counterparts_hold():
         _supervision(),
         _dyck(),
         _encodings(),
+        _abab(),
     ):
         assert all(c.holds for c in claims), [c for c in claims if not c.holds]
 

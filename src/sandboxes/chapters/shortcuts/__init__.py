@@ -36,6 +36,7 @@ from ...profiles import (
 )
 from ...sections import Chapter, Section
 from .judge import (
+    abab_rows,
     algebra_section_rows,
     automaton_names,
     brittleness_rows,
@@ -49,6 +50,7 @@ from .judge import (
 )
 from .measure import (
     DYCK_PREFIX,
+    abab_encodings,
     algebra,
     brittleness,
     construction,
@@ -60,6 +62,7 @@ from .measure import (
     sweep,
 )
 from .paper import (
+    abab_vs_paper,
     brittleness_vs_paper,
     dyck_vs_paper,
     encodings_vs_paper,
@@ -234,6 +237,14 @@ PARAMS = (
         at_least(2),
     ),
     Param(
+        "abab_steps",
+        int,
+        800,
+        10_000,
+        "training steps of the (abab)* runs (the encodings runs' other values; the thesis's steps not stated)",
+        at_least(1),
+    ),
+    Param(
         "shift_probs",
         str,
         "0.1,0.3,0.5,0.7,0.9",
@@ -282,6 +293,7 @@ PARAMS = with_reference(
         "dyck_seeds": 10,
         "pe_T": 40,
         "pe_steps": 4000,
+        "abab_steps": 8000,
         "pe_seeds": 12,
     },
 )
@@ -336,6 +348,7 @@ UNIT_SCALE = {
     "dyck_d": 8,
     "pe_T": 3,
     "pe_steps": 2,
+    "abab_steps": 2,
     "pe_seeds": 2,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
@@ -354,6 +367,7 @@ FULL_SHRUNK = {
     "dyck_steps": 2,
     "dyck_seeds": 2,
     "pe_steps": 2,
+    "abab_steps": 2,
     "pe_seeds": 2,
 }
 
@@ -424,6 +438,17 @@ CHAPTER = Chapter(
             paper=encodings_vs_paper,
         ),
         Section(
+            "abab",
+            "(abab)*: the positional encoding decides whether it is learnt",
+            abab_encodings,
+            trains=True,
+            by_seed=False,  # its seeds are pe_seeds, as the encodings section's
+            rows=abab_rows,
+            figures=("length_generalisation",),
+            reference=True,
+            paper=abab_vs_paper,
+        ),
+        Section(
             "dyck",
             "Dyck: many attention patterns solve it",
             dyck,
@@ -441,5 +466,5 @@ CHAPTER = Chapter(
     full_shrunk=FULL_SHRUNK,
     # every trained section with a reference result: most of the quick page's 272 s under nbval (ATen's default path,
     # one thread), and at T = 8 the sweep can say little of the thesis's automata; dyck has an attempt only
-    quick_page_from_reference=("sweep", "hard", "brittleness", "supervision", "encodings"),
+    quick_page_from_reference=("sweep", "hard", "brittleness", "supervision", "encodings", "abab"),
 )

@@ -308,7 +308,8 @@ ENCODING_COLORS = {"sinusoidal": COLORS["tied"], "linear": COLORS["untied"]}
 
 def length_generalisation(data: EncodingsData) -> Figure:
     """Held-out accuracy at each position of sequences twice the training length, one line per seed and the mean
-    bold, per positional encoding: positions right of the dashed line were never trained on; chance dotted."""
+    bold, per positional encoding: positions right of the dashed line were never trained on; dotted, a guess blind
+    to the inputs (chance, or the majority label)."""
     T = data["T"]
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
     for positional in data["encodings"]:
@@ -318,7 +319,7 @@ def length_generalisation(data: EncodingsData) -> Figure:
             ax.plot(positions, run, color=color, alpha=0.2, linewidth=0.7)
         ax.plot(positions, runs.mean(axis=0), color=color, linewidth=2, label=f"{positional} positions")
     ax.axvline(T + 0.5, color=COLORS["theory"], linestyle="--", linewidth=1, label=f"training length T = {T}")
-    ax.axhline(data["chance"], color=COLORS["theory"], linestyle=":", linewidth=1, label="chance")
+    ax.axhline(data["chance"], color=COLORS["theory"], linestyle=":", linewidth=1, label="a guess blind to the inputs")
     ax.set(xlabel="position t", ylabel="held-out accuracy at t", title=f"{data['automaton']}, tested at 2T = {2 * T}")
     ax.legend(fontsize=8)
     fig.tight_layout()

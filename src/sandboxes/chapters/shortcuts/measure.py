@@ -809,19 +809,20 @@ def abab_encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
     positions of a held-out string of length 2T are distributed as a string of length T (the string's kind is drawn
     first, then its letters), so their accuracy is the in-distribution one; "chance" is the majority label's share."""
     T = config["pe_T"]
-    runs = _encoding_runs(config, ctx, PeriodicMix(T), PeriodicMix(2 * T), 2, "abab")
+    runs = _encoding_runs(config, ctx, PeriodicMix(T), PeriodicMix(2 * T), 2, "abab", config["abab_steps"])
     chance = runs.pop("majority")
     return {"automaton": "(abab)*", "T": T, "encodings": list(ENCODINGS), "chance": chance, **runs}  # type: ignore
 
 
 def _encoding_runs(
-    config: dict[str, Any], ctx: RunContext, task: Task, test: Task, vocab: int, name: str
+    config: dict[str, Any], ctx: RunContext, task: Task, test: Task, vocab: int, name: str, steps: int | None = None
 ) -> dict[str, Any]:
-    """Each of ``ENCODINGS`` trained on ``task`` (seed s: ``member_seed(name, s)``, the same batches for both) and
+    """Each of ``ENCODINGS`` trained on ``task`` for ``steps`` (default ``pe_steps``; seed s: ``member_seed(name,
+    s)``, the same batches for both) and
     scored at every position of held-out strings of ``test``; with the majority label's share of those targets
     (``majority``, which a section that wants it pops)."""
     sigma, targets = test.sample(config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL))
-    schedule = _schedule(config["pe_steps"], config["pe_batch"], config["pe_lr"])
+    schedule = _schedule(steps or config["pe_steps"], config["pe_batch"], config["pe_lr"])
     seeds = [member_seed(name, s) for s in range(config["pe_seeds"])]
     data: dict[str, Any] = {"by_position": {}, "still_descending": {}}
     for positional in ENCODINGS:

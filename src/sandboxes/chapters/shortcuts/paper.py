@@ -226,3 +226,39 @@ def encodings_vs_paper(data: EncodingsData) -> list[tuple[str, str, str]]:
                 )
             )
     return rows
+
+
+def abab_vs_paper(data: EncodingsData) -> list[tuple[str, str, str]]:
+    """The thesis's (abab)* reports (Sec. 3.6.3, Figs. 3.18 and 3.22) beside our runs: accuracy in distribution and
+    at twice the length, per positional encoding (mean over seeds, their range in brackets)."""
+    gaps, T, rows = length_gaps(data), data["T"], []
+    reported = {
+        "in distribution": {
+            "sinusoidal": "easy to learn (Sec. 3.6.3); a clear advantage over linear (Fig. 3.22, a plot)",
+            "linear": "learning is challenging (Sec. 3.6.3)",
+        },
+        "at 2T": {
+            "sinusoidal": "the gap between the encodings shrinks significantly (Fig. 3.22, a plot; no number)",
+            "linear": "as above",
+        },
+    }
+    for label, index, length in (("in distribution", 0, T), ("at 2T", 1, 2 * T)):
+        for positional in data["encodings"]:
+            values = 100 * gaps[positional][index]
+            rows.append(
+                (
+                    f"(abab)*, {positional} positions: accuracy {label} (length {length})",
+                    reported[label][positional],
+                    f"{values.mean():.1f}% ({values.min():.1f} to {values.max():.1f}; {len(values)} seeds, "
+                    f"{sum(data['still_descending'][positional])} still descending); the majority guess "
+                    f"{100 * data['chance']:.1f}% at 2T",
+                )
+            )
+    rows.append(
+        (
+            "model",
+            "GPT-2-like, 8 layers, width 512, 8 heads, trained at T = 40; 25 replicates (Fig. 3.22)",
+            f"the encodings section's GPT (depth, width and heads as set), trained at T = {T}",
+        )
+    )
+    return rows
