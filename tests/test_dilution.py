@@ -552,6 +552,9 @@ COUNTERFACTUALS = {
     # a penalty that works as the thesis reports: the weight 1 leaves a hundredth of the plain twins' wrong reads
     "R6 not seen at this scale, sparse strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
     "R6 not seen at this scale, dense strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
+    # wrong theory: one error rate in and out of distribution, no tail at the thesis's length
+    "at T = 512: transformer seeds whose error rate on sparse strings": lambda: _tail_rows(_uniform_rate_counts()),
+    "at T = 512: transformer seeds whose error rate on dense strings": lambda: _tail_rows(_uniform_rate_counts()),
     # broken model: a plain seed at p_noop 0.5 settled with wrong states
     "plain heads simulate the automaton, p_noop = 0.5": lambda: _wrong_write_rows(plain_errors=0.01),
     "plain heads simulate the automaton, p_noop = 0.9": lambda: _wrong_write_rows(plain_errors=0.01),
@@ -565,6 +568,29 @@ COUNTERFACTUALS = {
         first_wrong=_first_wrong_of(lambda m: replace(theory.noop_query_scores(m), delta=0.0))
     ),
 }
+
+GLITCHING = {"in-distribution": [(0, 30000)] * 3, "sparse": [(40, 30000)] * 3, "dense": [(40, 30000)] * 3}
+
+
+def _tail_rows(at_512: dict, moving: int = 0) -> list:
+    """The tail section's rows for lengths 128 (no row: below the thesis's) and 512, whose seeds count ``at_512``."""
+    data = {
+        "lengths": [128, 512],
+        "counts": [GLITCHING, at_512],
+        "still_descending": [0, moving],
+        "final_loss": [[0.0] * 3, [0.0] * 3],
+    }
+    return judge.tail_length_rows({}, data)[0]
+
+
+def test_the_tail_rows_come_at_the_thesis_s_length_only_and_wait_while_runs_descend():
+    claims, silent = judge.tail_length_rows(
+        {}, {"lengths": [128], "counts": [GLITCHING], "still_descending": [0], "final_loss": [[0.0] * 3]}
+    )
+    assert claims == [] and "3 of 3 seeds glitch on sparse strings (120 wrong reads)" in silent[0]
+    assert [c.holds for c in _tail_rows(GLITCHING)] == [True, True]
+    assert [c.holds for c in _tail_rows(_uniform_rate_counts(), moving=1)] == [None, None]
+
 
 WRONG_WRITE_CONFIG = {"drift_length": 64, "automaton_T": 16}
 

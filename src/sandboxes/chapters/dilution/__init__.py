@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...model import check_heads
 from ...profiles import (
     FLAG,
@@ -17,6 +19,7 @@ from ...profiles import (
     at_least,
     each,
     in_open_unit_interval,
+    int_list,
     non_negative,
     positive,
     probability,
@@ -29,6 +32,7 @@ from .judge import (
     second_phase_rows,
     sharpening_rows,
     simulator_rows,
+    tail_length_rows,
     training_rows,
     wrong_write_rows,
 )
@@ -40,6 +44,7 @@ from .measure import (
     second_phases,
     sharpening,
     simulator,
+    tail_length,
     training,
     wrong_write,
 )
@@ -48,6 +53,7 @@ from .paper import (
     second_phases_vs_paper,
     sharpening_findings,
     sharpening_vs_paper,
+    tail_length_vs_paper,
     training_vs_paper,
     wrong_write_findings,
     wrong_write_vs_paper,
@@ -77,6 +83,21 @@ def _even_at_least(low: int, why: str) -> Custom:
 
 
 EVEN_AT_LEAST_4 = _even_at_least(4, "a flip-flop string has pairs of tokens")
+
+
+def _check_lengths(text: str) -> None:
+    for length in int_list(text):
+        EVEN_AT_LEAST_4.check(length)
+
+
+def _draw_lengths(rng: np.random.Generator, near: str) -> str:
+    """One to three distinct even lengths up to the largest of ``near``."""
+    top = max(int_list(near)) // 2
+    halves = {int(rng.integers(2, top + 1)) for _ in range(1 + int(rng.integers(3)))}
+    return ",".join(str(2 * n) for n in sorted(halves))
+
+
+EVEN_LENGTHS = Custom(_check_lengths, "comma-separated even integers >= 4 (flip-flop lengths)", _draw_lengths)
 BLOCK_SIZE = _even_at_least(6, "the witness string 'w 1 i 0 r' needs five positions")
 
 
@@ -158,6 +179,16 @@ PARAMS = (
         "p_i values of the mixture a third second phase trains on (the thesis's R4: rare strings in training)",
         each(probability),
     ),
+    Param(
+        "tail_lengths",
+        str,
+        "16,32",
+        "128,256,512",
+        "training lengths of the tail's trend toward the thesis's T = 512",
+        EVEN_LENGTHS,
+    ),
+    Param("tail_steps", int, 300, 10_000, "training steps of each length's transformers", at_least(1)),
+    Param("tail_seeds", int, 2, 10, "seeds per length of the tail's trend", at_least(1)),
     Param("automaton_T", int, 32, 500, "training length of the 1-layer simulators (the thesis's: 500)", at_least(3)),
     Param(
         "automaton_p_noop",
@@ -229,6 +260,9 @@ PARAMS = with_reference(
         "n_in_distribution": 29_000,
         "sharpen": 0.03,
         "sharpen_grid": "0.01,0.3,10",
+        "tail_lengths": "64,128,256",
+        "tail_steps": 3000,
+        "tail_seeds": 4,
         "automaton_T": 128,
         "automaton_steps": 3000,
         "n_automaton": 1024,
@@ -256,6 +290,8 @@ UNIT_SCALE = {
     "lstm_steps": 2,
     "d_model": 8,
     "n_construction": 4,
+    "tail_lengths": "8,12",
+    "tail_steps": 2,
     "automaton_T": 8,
     "automaton_steps": 2,
     "automaton_d_model": 8,
@@ -274,6 +310,8 @@ FULL_SHRUNK = {
     "n_in_distribution": 8,
     "n_construction": 4,
     "d_model": 16,
+    "tail_lengths": "16,512",
+    "tail_steps": 2,
     "automaton_T": 16,
     "automaton_steps": 2,
     "n_automaton": 8,
@@ -340,6 +378,17 @@ CHAPTER = Chapter(
             paper=sharpening_vs_paper,
         ),
         Section(
+            "tail_length",
+            "The sparse tail against the training length",
+            tail_length,
+            trains=True,
+            by_seed=False,  # its seeds are its own parameter, tail_seeds, not the run's
+            rows=tail_length_rows,
+            figures=("tail_lengths",),
+            reference=True,
+            paper=tail_length_vs_paper,
+        ),
+        Section(
             "wrong_write",
             "Trained one-head simulators: sharpened attention on the wrong write",
             wrong_write,
@@ -355,7 +404,7 @@ CHAPTER = Chapter(
     full_shrunk=FULL_SHRUNK,
     # the quick page's two trainings, about 205 of its 230 s under nbval (ATen's default path, one thread), and at the
     # quick length sparse strings are hardly out of distribution: the reference run shows the thesis's question
-    quick_page_from_reference=("training", "second_phases", "sharpening", "wrong_write"),
+    quick_page_from_reference=("training", "second_phases", "sharpening", "tail_length", "wrong_write"),
     # its reference run's R6 rows are undecided (runs still descending), so it is an attempt, not a reference result
     quick_page_attempts={"sharpening": "dilution-reference-sharpening-500-step-phases-undecided.json"},
 )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         SharpeningData,
         Sharpness,
         SimulatorData,
+        TailLengthData,
         TrainingData,
         WrongWriteData,
     )
@@ -329,5 +330,34 @@ def wrong_write_maps(data: WrongWriteData) -> Figure:
         ax.set_xticks(range(len(example)), [names[t] for t in example], fontsize=7)
         ax.set_yticks(range(len(example)), [names[t] for t in example], fontsize=7)
         ax.set(title=f"{kind}, p_noop {run['p_noop']:g}, seed {seed}", xlabel="key", ylabel="query")
+    fig.tight_layout()
+    return fig
+
+
+def tail_lengths(data: TailLengthData) -> Figure:
+    """Per training length, each seed's wrong reads on in-distribution, sparse and dense strings (dots) and all
+    seeds' together (line), log10(1 + count)."""
+    lengths = data["lengths"]
+    x = np.arange(len(lengths))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+    for ax, name in zip(axes, ("in-distribution", "sparse", "dense")):
+        wrong = [np.array([w for w, _ in runs[name]], dtype=float) for runs in data["counts"]]
+        for k, seeds in enumerate(wrong):
+            jitter = np.linspace(-0.12, 0.12, len(seeds))
+            ax.plot(k + jitter, np.log10(1 + seeds), "o", ms=4, color=KINDS["transformer"])
+        ax.plot(
+            x,
+            [np.log10(1 + seeds.sum()) for seeds in wrong],
+            "-",
+            color=COLORS["theory"],
+            lw=1,
+            label="all seeds together",
+        )
+        reads = ", ".join(str(runs[name][0][1]) for runs in data["counts"])
+        ax.set(title=f"{name} (reads a seed: {reads})", xlabel="training length T")
+        ax.title.set_fontsize(9)
+        ax.set_xticks(x, [str(T) for T in lengths])
+    axes[0].set_ylabel("log10(1 + wrong reads)")
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig

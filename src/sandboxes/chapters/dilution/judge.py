@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Sharpness,
         SimulatorData,
         SimulatorRun,
+        TailLengthData,
         TrainingData,
         WrongWriteData,
     )
@@ -579,3 +580,34 @@ def _stuck_claims(config: dict[str, Any], sharp: Mapping[float, Mapping[str, Any
     )
     settled, why = budget_ran_out(moving, "sharpened runs were still descending", "automaton_steps")
     return [claim if settled else claim.undecided(why)]
+
+
+def tail_length_rows(config: dict[str, Any], data: TailLengthData) -> tuple[list[Claim], tuple[str, ...]]:
+    """R1 at each length of the thesis's or longer, sparse and dense apart (undecided while a run descends); below
+    it the trend is measured and no row made, since R1 is reported at T = 512 only."""
+    claims, silent = [], []
+    for T, runs, moving in zip(data["lengths"], data["counts"], data["still_descending"]):
+        measured = ", ".join(
+            f"{glitching_seeds(runs, rare)} of {len(runs[rare])} seeds glitch on {rare} strings "
+            f"({sum(w for w, _ in runs[rare])} wrong reads)"
+            for rare in RARE_SETS
+        )
+        if T < SPARSE_TAIL_T:
+            silent.append(
+                f"the tail at T = {T}: R1 is reported at T = {SPARSE_TAIL_T}, and this section measures its trend "
+                f"toward it, no row below it (measured: {measured})"
+            )
+            continue
+        for rare in RARE_SETS:
+            claims.append(
+                Claim.at_least(
+                    f"at T = {T}: transformer seeds whose error rate on {rare} strings exceeds the in-distribution "
+                    f"rate",
+                    1,
+                    glitching_seeds(runs, rare),
+                    f"reported (R1): a long tail of errors on sparse and on dense strings at T = {SPARSE_TAIL_T}; "
+                    f"exact one-sided test of equal rates per seed, p < {GLITCH_LEVEL:g} / seeds",
+                    digits=8,
+                ).eventually(*budget_ran_out(moving, "runs were still descending", "tail_steps"))
+            )
+    return claims, tuple(silent)

@@ -37,7 +37,7 @@ from ...data.flipflop import (
 )
 from ...losses import attention_entropy
 from ...model import GPT, LSTM, GPTConfig, WithAttention
-from ...profiles import float_list
+from ...profiles import float_list, int_list
 from ...sections import RunContext
 from ...theory import dilution as theory
 from ...trainer import TrainConfig, TrainResult, train
@@ -545,6 +545,42 @@ def sharpening(config: dict[str, Any], ctx: RunContext) -> SharpeningData:
         "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for phase in phases],
     }
     return data
+
+
+# ---------------------------------------------------------------- the sparse tail against the length (R1's trend)
+class TailLengthData(TypedDict):
+    lengths: list[int]
+    # length -> test set -> per seed (wrong reads, reads)
+    counts: list[dict[str, list[tuple[int, int]]]]
+    still_descending: list[int]  # length -> runs whose loss had not settled at the end
+    final_loss: list[list[float]]  # length -> per seed: held-out loss on the reads at the end
+
+
+def tail_length(config: dict[str, Any], ctx: RunContext) -> TailLengthData:
+    """The training section's transformers at each length of `tail_lengths` (`tail_steps` steps, `tail_seeds` seeds,
+    the rest as there), each counted on in-distribution, sparse and dense strings of its length: the trend of the
+    sparse tail toward the thesis's T = 512."""
+    lengths = int_list(config["tail_lengths"])
+    schedule = _schedule(
+        config["tail_steps"], config["batch_size"], config["lr"], config["weight_decay"], config["warmup"]
+    )
+    seeds = list(range(config["tail_seeds"]))
+    data: dict[str, list] = {"lengths": lengths, "counts": [], "still_descending": [], "final_loss": []}
+    for T in lengths:
+        at_T = {**config, "T": T}
+        request = TrainRequest(
+            partial(GPT, _gpt_config(at_T)),
+            FlipFlop.with_ignore(T, config["p_i"]),
+            schedule,
+            seeds,
+            ctx.device,
+            config["batched_seeds"],
+        )
+        result = train_spread(request, ctx.workers, ctx.progress)
+        data["counts"].append(_count(result.models, _test_sets(at_T), ctx.device, f"T = {T}", ctx.progress))
+        data["still_descending"].append(int(still_descending(result, LOSS_NOISE).sum()))
+        data["final_loss"].append(result.eval_loss[:, -1].tolist())
+    return data  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- trained simulators (R8, Figs. 3.33 and 3.34)

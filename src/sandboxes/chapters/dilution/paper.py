@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ...results import Result
-    from .measure import SecondPhaseData, SharpeningData, TrainingData, WrongWriteData
+    from .measure import SecondPhaseData, SharpeningData, TailLengthData, TrainingData, WrongWriteData
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
@@ -245,3 +245,24 @@ def wrong_write_findings(data: WrongWriteData) -> list[str]:
             parts.append(f"{case} leaves the latest write in {len(found)}{where}")
         lines.append("; ".join(parts))
     return lines
+
+
+def tail_length_vs_paper(data: TailLengthData) -> list[tuple[str, str, str]]:
+    """R1 (at T = 512) beside the trend: per length, the seeds that glitch and the wrong reads of all seeds."""
+    from .judge import RARE_SETS, glitching_seeds
+
+    rows = []
+    for rare in RARE_SETS:
+        ours = "; ".join(
+            f"T = {T}: {glitching_seeds(runs, rare)} of {len(runs[rare])} seeds, {sum(w for w, _ in runs[rare])} "
+            f"wrong of {sum(t for _, t in runs[rare])}"
+            for T, runs in zip(data["lengths"], data["counts"])
+        )
+        rows.append(
+            (
+                f"{rare} strings: seeds erring above their in-distribution rate, and wrong reads",
+                "a long, irregular tail at T = 512 in 6-layer models of width 512 (R1, Fig. 3.25)",
+                ours,
+            )
+        )
+    return rows
