@@ -16,8 +16,10 @@ from sandboxes.chapters.shortcuts import judge, measure
 from sandboxes.chapters.shortcuts.paper import boundary_vs_paper
 from sandboxes.data.automata import (
     AutomatonTask,
+    PeriodicMix,
     ScratchpadParity,
     Semiautomaton,
+    abab,
     bernoulli_probs,
     binary_with_count,
     compose,
@@ -524,11 +526,11 @@ def _encodings(
     return judge.encodings_rows({"threshold": 0.95, "eval_size": 256}, planted)[0]
 
 
-def _abab(inside: tuple = (0.995, 0.9), whole: tuple = (0.93, 0.88), moving: bool = False) -> list:
+def _abab(inside: tuple = (0.9995, 0.9), whole: tuple = (0.93, 0.9), moving: bool = False) -> list:
     """The (abab)* rows on planted data (T = 4, four seeds, majority guess 0.87): sinusoidal and linear accuracy
-    ``inside`` the training length and over ``whole`` strings of 2T, each seed jittered by up to 0.004 (the two
+    ``inside`` the training length and over ``whole`` strings of 2T, each seed jittered by up to 0.0004 (the two
     encodings' jitters in opposite orders, so the paired differences spread); ``moving``: one run still descending."""
-    jitter = [0.0, 0.004, -0.004, 0.002]
+    jitter = [0.0, 0.0004, -0.0004, 0.0002]
 
     def runs(at_T: float, at_2T: float, order: int = 1) -> list[list[float]]:
         # positions T..2T-1 chosen so that the mean over all 2T positions is at_2T
@@ -549,19 +551,43 @@ def _abab(inside: tuple = (0.995, 0.9), whole: tuple = (0.93, 0.88), moving: boo
 
 
 def test_the_abab_rows_hold_on_the_thesis_s_picture_and_the_gap_row_waits_for_moving_runs():
-    assert [c.holds for c in _abab()] == [True, True]
-    assert [c.holds for c in _abab(moving=True)] == [True, None]  # the first is about learning at a budget
+    assert [c.holds for c in _abab()] == [True, True, True]
+    assert [c.holds for c in _abab(moving=True)] == [True, True, None]  # the second is about learning at a budget
+
+
+def test_the_abab_recogniser_gives_the_thesis_s_worked_examples():
+    a = abab()
+    letters = {"a": 0, "b": 1}
+    states = a.run(np.array([[letters[c] for c in "abababaaabab"]]))[0]
+    assert "".join(map(str, states)) == "012301244444"  # Sec. 3.4.5.2.1
+    accepted = a.run(np.array([[letters[c] for c in "ababababa"]]))[0] == 3
+    assert "".join(str(int(x)) for x in accepted) == "000100010"
+
+
+def test_a_periodic_mix_prefix_is_distributed_as_the_shorter_string():
+    # the kind of string is drawn before its letters, so the first T letters of a 2T string are a T string's
+    long_x, long_y = PeriodicMix(16).sample(4000, torch.Generator().manual_seed(0))
+    short_x, short_y = PeriodicMix(8).sample(4000, torch.Generator().manual_seed(1))
+    periodic = (long_x[:, :8] == torch.arange(8) % 2).all(1).float().mean() - 2.0**-8  # a random one may match
+    assert abs(float(periodic) - 0.5) < 0.04  # 4000 strings: 5 standard errors
+    assert abs(float(long_y[:, :8].float().mean() - short_y.float().mean())) < 0.01  # both about 0.126
+    assert torch.equal(long_y, (torch.from_numpy(abab().run(long_x.numpy())) == 3).long())
 
 
 # (key matched against claim names, what breaks, claims computed under it)
 COUNTERFACTUALS = [
     (
-        r"^\(abab\)\* trained at T = \d+: in distribution",
-        "arms swapped: the linear positions learn it, the sinusoidal ones do not",
-        lambda: _abab(inside=(0.9, 0.995), whole=(0.88, 0.93)),
+        r"^\(abab\)\* trained at T = \d+: sinusoidal positions learn it",
+        "the sinusoidal runs stop at 99%",
+        lambda: _abab(inside=(0.99, 0.9), whole=(0.93, 0.9)),
     ),
     (
-        r"^\(abab\)\* trained at T = \d+: the sinusoidal-minus-linear accuracy gap shrinks",
+        r"^\(abab\)\* trained at T = \d+: linear positions fall short",
+        "linear positions nearly as good",
+        lambda: _abab(inside=(0.9995, 0.99), whole=(0.95, 0.94)),
+    ),
+    (
+        r"^\(abab\)\* trained at T = \d+: the sinusoidal-minus-linear accuracy gap at 2T",
         "the gap grows at twice the length",
         lambda: _abab(whole=(0.95, 0.8)),
     ),

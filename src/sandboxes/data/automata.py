@@ -354,7 +354,7 @@ def memory(m: int) -> Semiautomaton:
 
 
 def abab() -> Semiautomaton:
-    """The recogniser of ``(abab)*`` (the thesis's Sec. 3.6.3, after Bhattamishra et al. 2020): states 0 to 3 count
+    """The recogniser of ``(abab)*`` (the thesis's Sec. 3.4.5.2.1, after Bhattamishra et al. 2020): states 0 to 3 count
     the pattern's letters read (3: a whole ``abab``, the start), any other letter leads to the absorbing state 4."""
     table = np.full((2, 5), 4, dtype=np.int64)
     table[0, [3, 1]] = [0, 2]  # "a" is expected after a whole pattern or after "ab"

@@ -5,6 +5,7 @@ imports the trainer (``tests/test_layout.py``)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -536,43 +537,58 @@ def encodings_rows(config: dict[str, Any], data: EncodingsData) -> tuple[list[Cl
     return [claim.eventually(*settled).so_far(*settled)], ()
 
 
-ABAB_FACTOR = 10.0  # linear positions' in-distribution error over sinusoidal ones': "challenging" against "easy"
+ABAB_LEARNT = 0.999  # in-distribution accuracy of a run that learnt (abab)*: Fig. 3.18 reports 100.0 (best of 25)
+ABAB_SHORTFALL = 0.25  # of the learnable share (above the majority guess) that linear positions must still miss
+
+
+def learnt_share(accuracy: np.ndarray, chance: float) -> np.ndarray:
+    """How far an accuracy lies from the blind guess (0) toward perfect (1): only that share of the labels needs
+    the inputs."""
+    return (np.asarray(accuracy, dtype=float) - chance) / (1.0 - chance)
 
 
 def abab_rows(config: dict[str, Any], data: EncodingsData) -> tuple[list[Claim], tuple[str, ...]]:
-    """The thesis's two findings on partially observed (abab)*, both on pairs of seeds that saw the same batches:
-    in distribution sinusoidal positions learn it and linear ones hardly (Fig. 3.18's side finding, Fig. 3.22), and
-    at twice the length the gap between them shrinks (Fig. 3.22)."""
-    gaps, T = length_gaps(data), data["T"]
-    floor = 1 / (T * config["eval_size"])  # one held-out position's share of an accuracy over the first T positions
-    errors = {p: 1.0 - gaps[p][0] for p in data["encodings"]}
-    ratio = float(errors["linear"].mean() / max(errors["sinusoidal"].mean(), floor))
+    """The thesis's findings on partially observed (abab)*, on pairs of seeds that saw the same batches: sinusoidal
+    positions learn it (Fig. 3.18), linear ones fall well short at the same budget (Sec. 3.4.5.2.1), and at twice
+    the length the gap between them shrinks by at least half (Fig. 3.22)."""
+    gaps, T, chance = length_gaps(data), data["T"], data["chance"]
+    sinusoidal = gaps["sinusoidal"][0]
+    shortfall = learnt_share(sinusoidal, chance) - learnt_share(gaps["linear"][0], chance)
     inside = gaps["sinusoidal"][0] - gaps["linear"][0]
     whole = gaps["sinusoidal"][1] - gaps["linear"][1]
-    shrink = inside - whole
-    resolution = 1 / (2 * T * config["eval_size"])  # one held-out position's share of an accuracy over 2T positions
     moving = sum(sum(data["still_descending"][p]) for p in data["encodings"])
+    settled = budget_ran_out(moving, "runs were still descending", "abab_steps")
     learns = Claim.at_least(
-        f"(abab)* trained at T = {T}: in distribution, the linear positions' error over the sinusoidal ones' "
-        f"(means over {len(inside)} seeds each)",
-        ABAB_FACTOR,
+        f"(abab)* trained at T = {T}: sinusoidal positions learn it, median over {len(sinusoidal)} seeds of the "
+        f"in-distribution accuracy",
+        ABAB_LEARNT,
+        float(np.median(sinusoidal)),
+        "Fig. 3.18: 100.0 on both distributions of (abab)* (best of 25 runs, sinusoidal positions); Sec. 3.4.5.2.1: "
+        "'easy when using sinusoidal positional encoding'",
+        digits=4,
+    ).eventually(*settled)
+    falls_short = Claim.at_least(
+        f"(abab)* trained at T = {T}: linear positions fall short in distribution, sinusoidal minus linear share "
+        f"of the way from the majority guess to perfect (mean over {len(shortfall)} pairs of seeds)",
+        ABAB_SHORTFALL,
+        float(shortfall.mean()),
+        f"Sec. 3.4.5.2.1: 'learning is challenging for linear encoding (i.e. p_i ∝ i) but is easy when using "
+        f"sinusoidal', and Fig. 3.22: 'a clear advantage' in distribution (no number): read as linear positions "
+        f"missing at least {ABAB_SHORTFALL:g} more of the labels that need the inputs (those the majority guess, "
+        f"accuracy {chance:.4f}, gets wrong) at the same budget and batches, held to the pairs' spread; a claim "
+        f"about learning at this budget, so not undecided while linear runs still descend",
+        digits=3,
+    ).held_to_spread(ABAB_SHORTFALL, shortfall, "pe_seeds", upper=False)
+    ratio = float(whole.mean() / inside.mean()) if inside.mean() > 0 else math.inf
+    narrows = Claim.at_most(
+        f"(abab)* trained at T = {T}: the sinusoidal-minus-linear accuracy gap at 2T over the gap in distribution "
+        f"(means over {len(whole)} pairs of seeds)",
+        0.5,
         ratio,
-        f"Sec. 3.6.3: 'learning is challenging for linear encoding but is easy when using sinusoidal', and Fig. "
-        f"3.22: 'a clear advantage' in distribution (no number): read as an order of magnitude between the error "
-        f"rates at the same budget and batches (the sinusoidal one floored at one held-out position's share, "
-        f"{floor:.2g}; the blind guess errs at {1 - data['chance']:.3f}); a claim about learning at a budget, so "
-        f"not undecided while linear runs still descend",
+        "Fig. 3.22: on sequences twice the training length 'the performance gap between the two positional "
+        "encodings shrinks significantly' (no number): read as by at least half, with accuracy at 2T the mean over "
+        "all 2T positions, so at most half holds when on the unseen positions alone the gap is gone (or reversed); "
+        "undecided while a run still descends, either way",
         digits=3,
     )
-    narrows = Claim.at_least(
-        f"(abab)* trained at T = {T}: the sinusoidal-minus-linear accuracy gap shrinks from length T to 2T (mean "
-        f"over {len(shrink)} pairs of seeds of the gap in distribution minus the gap at 2T)",
-        resolution,
-        float(shrink.mean()),
-        "Fig. 3.22: on sequences twice the training length 'the performance gap between the two positional "
-        "encodings shrinks significantly' (no number): read, as for Grid9, as a shrinkage beyond one held-out "
-        "position's share of an accuracy whose one-sided 95% bound over the pairs is beyond it too",
-        digits=3,
-    ).held_to_spread(resolution, shrink, "pe_seeds", upper=False)
-    settled = budget_ran_out(moving, "runs were still descending", "pe_steps")
-    return [learns, narrows.eventually(*settled).so_far(*settled)], ()
+    return [learns, falls_short, narrows.eventually(*settled).so_far(*settled)], ()

@@ -804,7 +804,7 @@ def encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
 
 
 def abab_encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
-    """The thesis's partially observed ``(abab)*`` (Sec. 3.6.3, Figs. 3.18 and 3.22): the runs of :func:`encodings`
+    """The thesis's partially observed ``(abab)*`` (Sec. 3.4.5.2.1, Figs. 3.18 and 3.22): the runs of :func:`encodings`
     on :class:`PeriodicMix` (half the strings periodic, the target whether the prefix is in ``(abab)*``). The first T
     positions of a held-out string of length 2T are distributed as a string of length T (the string's kind is drawn
     first, then its letters), so their accuracy is the in-distribution one; "chance" is the majority label's share."""
