@@ -680,6 +680,22 @@ def test_the_noop_query_decomposition_gives_every_top_key_of_a_random_linear_pos
         theory.noop_query_scores(GPT(replace(config, layer_norm=True)))
 
 
+def test_an_extended_head_reads_the_training_length_as_the_trained_one_did():
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=3, block_size=16, d_model=8, positional="linear", tied=False, n_outputs=2)
+    model = GPT(config).double()
+    long = measure.extended(model, 128)  # positions rescaled eightfold, as the reference reads them
+    seq = FlipFlopAutomaton(128, 0.7).sequences(4, torch.Generator().manual_seed(3))
+    state = torch.random.get_rng_state()
+    measure.extended(model, 64)
+    assert torch.equal(torch.random.get_rng_state(), state)  # building one leaves the global stream alone
+    with torch.no_grad():
+        short = model(seq[:, :16], return_attention=True)
+        extended = long(seq, return_attention=True)
+    assert torch.allclose(short[1][0], extended[1][0][:, :, :16, :16], atol=EXACT)
+    assert torch.allclose(short[0], extended[0][:, :16], atol=EXACT)
+
+
 def test_automaton_strings_start_with_a_write_and_target_the_latest_one():
     task = FlipFlopAutomaton(200, 0.9)
     seq, states = task.sample(64, torch.Generator().manual_seed(0))

@@ -363,8 +363,8 @@ def noop_query_scores(model: GPT) -> NoopQueryScores:
     """The decomposition of a 1-layer 1-head GPT with ``positional = "linear"``, no bias and no norm before its
     attention (what the scores are then exactly), read off its weights in float64."""
     config = model.config
-    if config.positional != "linear" or config.n_head != 1 or config.layer_norm or config.bias:
-        raise ValueError("the decomposition holds for 1-head linear-position heads without norm or bias")
+    if config.positional != "linear" or config.n_head != 1 or config.layer_norm or config.bias or config.recency_slope:
+        raise ValueError("the decomposition holds for 1-head linear-position heads without norm, bias or recency term")
     M = bilinear_forms(model.blocks[0].attn)[0].double()
     E, u = model.wte.weight.detach().double(), model.wpe.detach().double()
     noop = E[NOOP]

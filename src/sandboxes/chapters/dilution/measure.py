@@ -706,7 +706,8 @@ def _automaton_reading(model: GPT, test: Tensor, drift_length: int) -> dict[str,
 
 def extended(model: GPT, length: int) -> GPT:
     """A float64 copy of a linear-position GPT that reads strings up to ``length`` with the same ``p_t``."""
-    copy_ = GPT(replace(model.config, block_size=length)).double()
+    with torch.random.fork_rng():  # its initial weights are overwritten: leave the global stream as it was
+        copy_ = GPT(replace(model.config, block_size=length)).double()
     copy_.load_state_dict(model.state_dict())
     with torch.no_grad():
         copy_.wpe.mul_(length / model.config.block_size)

@@ -199,8 +199,9 @@ def wrong_write_vs_paper(data: WrongWriteData) -> list[tuple[str, str, str]]:
     return [
         (
             "model and training",
-            "1 layer, 1 head, linear positions (Fig. 3.33); sequences of 500 at p(noop) 0.5 and 0.9; entropy, -L2 "
-            "and -Linf penalties (Sec. 3.5.6.5; widths and steps not stated)",
+            "1 layer, 1 head (HF GPT-2 blocks); Fig. 3.33's with linear positions, trained at length 500 with "
+            "p(write) 0.5; the hurdle compared p(noop) 0.5 and 0.9 (length not stated); entropy, -L2 and -Linf "
+            "penalties (Sec. 3.5.6.5; widths and steps not stated)",
             f"1 layer, 1 head, linear positions, no norm; sequences of {data['automaton_T']}; the entropy penalty "
             f"at {max(r['weight'] for r in runs):g}, from the start",
         ),
