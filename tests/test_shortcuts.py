@@ -341,6 +341,7 @@ def test_sections_are_named_in_reading_order():
         "brittleness",
         "supervision",
         "encodings",
+        "abab",
         "dyck",
     ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)

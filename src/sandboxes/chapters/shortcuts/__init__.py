@@ -50,7 +50,7 @@ from .judge import (
 )
 from .measure import (
     DYCK_PREFIX,
-    abab_encodings,
+    abab,
     algebra,
     brittleness,
     construction,
@@ -440,7 +440,7 @@ CHAPTER = Chapter(
         Section(
             "abab",
             "(abab)*: the positional encoding decides whether it is learnt",
-            abab_encodings,
+            abab,
             trains=True,
             by_seed=False,  # its seeds are pe_seeds, as the encodings section's
             rows=abab_rows,

@@ -803,7 +803,7 @@ def encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
     }  # type: ignore[typeddict-item]
 
 
-def abab_encodings(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
+def abab(config: dict[str, Any], ctx: RunContext) -> EncodingsData:
     """The thesis's partially observed ``(abab)*`` (Sec. 3.4.5.2.1, Figs. 3.18 and 3.22): the runs of :func:`encodings`
     on :class:`PeriodicMix` (half the strings periodic, the target whether the prefix is in ``(abab)*``). The first T
     positions of a held-out string of length 2T are distributed as a string of length T (the string's kind is drawn
