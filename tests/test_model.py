@@ -169,3 +169,21 @@ def test_the_simplified_models_layer_2_scores_get_no_gradient_before_it_writes()
     loss = torch.nn.functional.cross_entropy(model(idx).reshape(-1, 7), idx.roll(-1, dims=1).reshape(-1))
     grad_kq2, grad_ov2 = torch.autograd.grad(loss, [model.kq2, model.ov2])
     assert float(grad_kq2.abs().max()) == 0.0 and float(grad_ov2.abs().max()) > 0.0
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "linear", "none"])
+def test_an_offset_column_shifts_every_position_and_zero_changes_nothing(positional):
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=5, block_size=32, n_layer=2, n_head=2, d_model=8, positional=positional)
+    plain, shifted = GPT(config), GPT(GPTConfig(**{**config.__dict__, "offset_input": True}))
+    shifted.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, 5, (3, 10))
+    offsets = torch.tensor([[0], [4], [7]])
+    out = shifted(torch.cat([offsets, idx], dim=1))
+    torch.testing.assert_close(out[0], plain(idx)[0])
+    if positional != "none":  # the shifted rows read positions 4..13 and 7..16, so they differ from position 0's
+        assert not torch.allclose(out[1], plain(idx[1:2])[0])
+        expected = plain.positions(17)[7:17]
+        torch.testing.assert_close(shifted.positions(10, offsets)[2], expected)
+    else:
+        torch.testing.assert_close(out, plain(idx))

@@ -17,7 +17,6 @@ from sandboxes.chapters.shortcuts.paper import boundary_vs_paper
 from sandboxes.data.automata import (
     AutomatonTask,
     PeriodicMix,
-    ScratchpadParity,
     Semiautomaton,
     abab,
     bernoulli_probs,
@@ -35,6 +34,7 @@ from sandboxes.data.automata import (
     make_automaton,
     memory,
     order_profile,
+    scratchpad_parity,
     transition_group,
 )
 from sandboxes.data.dyck import Dyck
@@ -322,13 +322,29 @@ def test_bad_automaton_parameter_is_rejected():
 
 
 def test_scratchpad_task_interleaves_inputs_and_states():
-    tokens, targets = ScratchpadParity(5).sample(4, torch.Generator().manual_seed(0))
+    tokens, targets = scratchpad_parity(5).sample(4, torch.Generator().manual_seed(0))
     sigma = tokens[:, 0::2]
     states = torch.from_numpy(cyclic(2).run(sigma.numpy()))
     assert tokens.shape == (4, 9)
     torch.testing.assert_close(tokens[:, 1::2], states[:, :4] + 2)
     torch.testing.assert_close(targets[:, 0::2], states)
     assert (targets[:, 1::2] == IGNORE_INDEX).all()
+
+
+def test_a_scratchpad_interleaves_any_automaton_and_shifts_come_one_per_batch():
+    dyck_task = AutomatonTask(dyck(), 6)
+    tokens, targets = measure.Scratchpad(dyck_task).sample(5, torch.Generator().manual_seed(1))
+    sigma, states = dyck_task.sample(5, torch.Generator().manual_seed(1))
+    assert measure.Scratchpad(dyck_task).vocab_size == 4 + dyck().n_states
+    torch.testing.assert_close(tokens[:, 0::2], sigma)
+    torch.testing.assert_close(tokens[:, 1::2], states[:, :5] + 4)
+    torch.testing.assert_close(targets[:, 0::2], states)
+    shifted, same = measure.ShiftedPositions(dyck_task, 400).sample(5, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(shifted[:, 1:], sigma)
+    torch.testing.assert_close(same, states)
+    assert shifted[:, 0].unique().numel() == 1 and 0 <= int(shifted[0, 0]) <= 400
+    torch.testing.assert_close(measure.unshifted(sigma)[:, 1:], sigma)
+    assert (measure.unshifted(sigma)[:, 0] == 0).all()
 
 
 def test_sections_are_named_in_reading_order():
@@ -339,6 +355,7 @@ def test_sections_are_named_in_reading_order():
         "sweep",
         "hard",
         "brittleness",
+        "lengths",
         "supervision",
         "encodings",
         "abab",
@@ -576,7 +593,97 @@ def test_a_periodic_mix_prefix_is_distributed_as_the_shorter_string():
 
 
 # (key matched against claim names, what breaks, claims computed under it)
+LENGTHS = [4, 8, 12]  # training length 4, two lengths beyond it
+
+
+def _curve(at_T: float, far: float) -> list[float]:
+    """One learner's accuracy at lengths 4, 8, 12: ``at_T`` at the training length, ``far`` beyond it."""
+    return [at_T, far, far]
+
+
+def _length_judgement(moving: str = "", **arms: tuple[float, float]) -> tuple[list, tuple[str, ...]]:
+    """The length rows and silences for one automaton on planted curves (three seeds a learner, jittered by up to
+    0.002): the thesis's picture unless ``arms`` replaces a learner's ``(at T, beyond T)``; ``moving``: that
+    learner's runs all still descending."""
+    picture = {"absolute": (0.999, 0.6), "shifted": (0.998, 0.8), "none": (0.997, 0.75), "lstm": (1.0, 1.0)}
+    picture |= {"scratchpad": (1.0, 1.0), **arms}
+    jitter = [0.0, -0.002, 0.001]
+    planted = {
+        "T": 4,
+        "lengths": LENGTHS,
+        "automata": ["C2"],
+        "arms": list(measure.LENGTH_ARMS),
+        "max_shift": 400,
+        "accuracy": {"C2": {arm: [_curve(a - abs(j), f + j) for j in jitter] for arm, (a, f) in picture.items()}},
+        "still_descending": {"C2": {arm: 3 if arm == moving else 0 for arm in measure.LENGTH_ARMS}},
+    }
+    return judge.lengths_rows({"threshold": 0.95, "gap": 0.05}, planted)
+
+
+def _lengths(moving: str = "", **arms: tuple[float, float]) -> list:
+    """The rows of :func:`_length_judgement`."""
+    return _length_judgement(moving, **arms)[0]
+
+
+def test_the_length_rows_hold_on_the_thesis_s_picture_and_wait_for_moving_runs():
+    assert [c.holds for c in _lengths()] == [True] * 8
+    assert [c.holds for c in _lengths(moving="shifted")] == [True, True, True, True, True, None, True, True]
+    # the sinusoidal GPT not yet at its training length: its drop and the lifts over it wait
+    waiting = _lengths(moving="absolute", absolute=(0.9, 0.6))
+    assert [c.holds for c in waiting] == [None, None, True, True, None, True, None, True]
+
+
+def test_a_length_arm_short_of_the_training_length_gets_no_row_once_settled():
+    claims, silent = _length_judgement(none=(0.6, 0.55))
+    assert not any("no positions" in c.name for c in claims) and len(claims) == 6
+    assert len(silent) == 1 and "no positions: its median seed settled at 0.599" in silent[0]
+    moving = _lengths(moving="none", none=(0.6, 0.55))
+    assert [c.holds for c in moving if "no positions" in c.name] == [None, None]
+    claims, silent = _length_judgement(absolute=(0.6, 0.55))  # settled without learning: only its own row
+    assert [c.holds for c in claims] == [False] and "sinusoidal GPT settled below" in silent[0]
+
+
 COUNTERFACTUALS = [
+    (
+        r"^[\w,]+ trained at T = \d+, sinusoidal positions \(best seed\): accuracy at length",
+        "an untrained GPT: chance at the training length",
+        lambda: _lengths(absolute=(0.5, 0.5)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, sinusoidal positions \(every seed that learnt T",
+        "a GPT that keeps its accuracy beyond T",
+        lambda: _lengths(absolute=(0.999, 0.99)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, LSTM: worst accuracy",
+        "an LSTM that drops like the shortcut",
+        lambda: _lengths(lstm=(1.0, 0.6)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, scratchpad \+ recency GPT: worst accuracy",
+        "a scratchpad without the recency bias, no better than the plain GPT (the thesis)",
+        lambda: _lengths(scratchpad=(1.0, 0.6)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, positions shifted at random in training: mean accuracy",
+        "shifts that do not help",
+        lambda: _lengths(shifted=(0.999, 0.62)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, positions shifted at random in training \(best seed\)",
+        "shifts that make it perfect",
+        lambda: _lengths(shifted=(1.0, 1.0)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, no positions: mean accuracy",
+        "dropping positions that does not help",
+        lambda: _lengths(none=(0.999, 0.6)),
+    ),
+    (
+        r"^[\w,]+ trained at T = \d+, no positions \(best seed\)",
+        "dropping positions that makes it perfect",
+        lambda: _lengths(none=(1.0, 1.0)),
+    ),
     (
         r"^\(abab\)\* trained at T = \d+: sinusoidal positions learn it",
         "the sinusoidal runs stop at 99%",

@@ -49,6 +49,7 @@ class GPTConfig:
     recency_slope: float = 0.0  # score penalty -slope * (i - j): Press et al.'s ALiBi with one slope
     n_outputs: int | None = None  # logits per position; defaults to vocab_size (a classifier's classes otherwise)
     causal: bool = True  # False: every position attends to every other (set tasks such as Match2 read the whole input)
+    offset_input: bool = False  # True: the inputs' first column is an offset added to every position (random shifts)
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -198,21 +199,29 @@ class GPT(nn.Module):
             else:
                 nn.init.normal_(param, mean=0.0, std=self.config.init_std)
 
-    def positions(self, T: int) -> Tensor | None:
-        """The ``(T, d_model)`` positional encoding added to the token embeddings, if any."""
+    def positions(self, T: int, offset: Tensor | None = None) -> Tensor | None:
+        """The ``(T, d_model)`` positional encoding added to the token embeddings, if any; with ``offset`` (``(B, 1)``
+        integers) that of positions ``offset .. offset + T - 1``, ``(B, T, d_model)``."""
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        if self.config.positional == "none":
+            return None
+        if offset is None:
+            index = torch.arange(T, device=self.wte.weight.device)
+        else:  # a table's rows past block_size fail in its indexing (a data-dependent check cannot run under vmap)
+            index = offset + torch.arange(T, device=offset.device)
         if self.config.positional in ("learned", "sinusoidal"):
-            return self.wpe[:T]
-        if self.config.positional == "linear":
-            t = torch.arange(T, device=self.wpe.device, dtype=self.wpe.dtype)
-            return (t / self.config.block_size)[:, None] * self.wpe
-        return None
+            return self.wpe[:T] if offset is None else self.wpe[index]
+        return (index.to(self.wpe.dtype) / self.config.block_size)[..., None] * self.wpe
 
     def embed(self, idx: Tensor) -> Tensor:
-        """The residual stream entering the first block: token embeddings plus positions."""
+        """The residual stream entering the first block: token embeddings plus positions (shifted by the inputs' first
+        column where the model has ``offset_input``)."""
+        offset = None
+        if self.config.offset_input:
+            offset, idx = idx[:, :1], idx[:, 1:]
         x = self.wte(idx)
-        pos = self.positions(idx.shape[1])
+        pos = self.positions(idx.shape[1], offset)
         return x if pos is None else x + pos
 
     def forward(self, idx: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:

@@ -6,7 +6,8 @@ the automata the paper trains on (cyclic groups and their direct products, dihed
 alternating and symmetric groups with the paper's generators, gridworlds, bounded Dyck, memory
 units / flip-flops), computes their transformation semigroups and decides solvability from the
 derived series of every subgroup, and wraps any of them as a training :class:`AutomatonTask`;
-:class:`ScratchpadParity` is parity with its states interleaved in the input.
+:class:`Scratchpad` interleaves a task's states with its inputs, and :class:`ShiftedPositions` adds a random
+position offset to each batch.
 """
 
 from __future__ import annotations
@@ -525,27 +526,65 @@ def binary_with_count(n: int, length: int, count: int, generator: torch.Generato
     return (ranks < count).long()
 
 
-class ScratchpadParity:
-    """Parity with a scratchpad: the input interleaves ``sigma_t`` (ids 0, 1) and ``q_t`` (ids 2, 3).
+class Scratchpad:
+    """An automaton's task with a scratchpad (the thesis's Sec. 3.4.5.2.3): the input interleaves ``sigma_t`` (ids
+    ``0 .. |Sigma| - 1``) and ``q_t`` (ids ``|Sigma| + q``), the last state left out.
 
     The target at the position of ``sigma_t`` is ``q_t``; the others are ``IGNORE_INDEX``.
     """
 
-    def __init__(self, length: int, p_one: float = 0.5) -> None:
-        self.task = AutomatonTask(cyclic(2), length, bernoulli_probs(p_one))
+    def __init__(self, task: AutomatonTask) -> None:
+        self.task = task
 
     def __repr__(self) -> str:
-        return f"ScratchpadParity({self.task!r})"  # the member store's key reads it (sandboxes.members.key)
+        return f"Scratchpad({self.task!r})"  # the member store's key reads it (sandboxes.members.key)
+
+    @property
+    def vocab_size(self) -> int:
+        """Input symbols then states."""
+        return self.task.automaton.n_symbols + self.task.automaton.n_states
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         sigma, states = self.task.sample(n, generator)
-        tokens = torch.stack([sigma, states + 2], dim=2).reshape(n, -1)
+        tokens = torch.stack([sigma, states + self.task.automaton.n_symbols], dim=2).reshape(n, -1)
         targets = torch.full_like(tokens, IGNORE_INDEX)
         targets[:, 0::2] = states
         return tokens[:, :-1], targets[:, :-1]
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(outputs, targets)
+
+
+def scratchpad_parity(length: int, p_one: float = 0.5) -> Scratchpad:
+    """Parity with a scratchpad: inputs 0, 1 and states 2, 3."""
+    return Scratchpad(AutomatonTask(cyclic(2), length, bernoulli_probs(p_one)))
+
+
+@dataclass(frozen=True)
+class ShiftedPositions:
+    """An automaton's task whose inputs carry, as a first column, one position offset per batch drawn uniformly from
+    ``0 .. max_shift`` after the batch: the thesis's training with randomly shifted positions (Sec. 3.4.5.2.4), for a
+    model that reads that column (a GPT with ``offset_input``)."""
+
+    task: AutomatonTask
+    max_shift: int
+
+    def __post_init__(self) -> None:
+        if self.max_shift < 0:
+            raise ValueError(f"the largest shift is at least 0, got {self.max_shift}")
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        sigma, states = self.task.sample(n, generator)
+        shift = torch.randint(0, self.max_shift + 1, (1, 1), generator=generator).expand(n, 1)
+        return torch.cat([shift, sigma], dim=1), states
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(outputs, targets)
+
+
+def unshifted(sigma: Tensor) -> Tensor:
+    """Inputs ``(n, T)`` with the offset column of :class:`ShiftedPositions` set to 0: positions from the first."""
+    return torch.cat([sigma.new_zeros(sigma.shape[0], 1), sigma], dim=1)
 
 
 # ---------------------------------------------------------------- a second route to the derived series

@@ -45,6 +45,7 @@ from .judge import (
     encodings_rows,
     hard_rows,
     lemmas_section_rows,
+    lengths_rows,
     supervision_rows,
     sweep_rows,
 )
@@ -58,6 +59,7 @@ from .measure import (
     encodings,
     hard,
     lemmas,
+    lengths,
     supervision,
     sweep,
 )
@@ -67,6 +69,7 @@ from .paper import (
     dyck_vs_paper,
     encodings_vs_paper,
     hard_vs_paper,
+    lengths_vs_paper,
     supervision_vs_paper,
     sweep_vs_paper,
 )
@@ -193,6 +196,41 @@ PARAMS = (
         Interval(0.9, 1.0, open_high=True),
     ),
     Param("scratchpad_steps", int, 300, 2000, "training steps of the scratchpad GPT", at_least(1)),
+    Param(
+        "lg_automata",
+        str,
+        "Dyck",
+        "C2,Dyck",
+        "automata of the length-generalisation runs (the thesis: Dyck_4,2 and C2; C2 needs parity_steps-sized "
+        "budgets, results/README.md)",
+        AUTOMATA,
+    ),
+    Param("lg_T", int, 16, 40, "their training length (the thesis: 40)", at_least(2)),
+    Param(
+        "lg_lengths",
+        str,
+        "8,16,24,32,40,48",
+        ",".join(str(8 * k) for k in range(1, 17)),
+        "lengths they are scored at, besides lg_T (the thesis: 8, 16, ..., 128)",
+        positive_ints,
+    ),
+    Param("lg_depth", int, 2, 8, "depth of their GPTs (the thesis's parity GPTs: 8)", at_least(1)),
+    Param(
+        "lg_steps",
+        int,
+        300,
+        10000,
+        "training steps of those GPTs (the LSTM and scratchpad take their own)",
+        at_least(1),
+    ),
+    Param(
+        "lg_shift",
+        int,
+        400,
+        400,
+        "largest random offset added to a training batch's positions in the shifted arm (the thesis: 400)",
+        at_least(0),
+    ),
     Param("reveal_automata", str, "C2,D8", "C2,S5", "automata of the incomplete-supervision runs", AUTOMATA),
     Param(
         "reveals",
@@ -295,6 +333,9 @@ PARAMS = with_reference(
         "pe_steps": 4000,
         "abab_steps": 8000,
         "pe_seeds": 12,
+        "lg_T": 40,
+        "lg_lengths": ",".join(str(8 * k) for k in range(1, 17)),
+        "lg_steps": 6000,
     },
 )
 
@@ -350,6 +391,11 @@ UNIT_SCALE = {
     "pe_steps": 2,
     "abab_steps": 2,
     "pe_seeds": 2,
+    "lg_T": 3,
+    "lg_lengths": "2,5",
+    "lg_depth": 1,
+    "lg_steps": 2,
+    "lg_shift": 4,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -369,6 +415,7 @@ FULL_SHRUNK = {
     "pe_steps": 2,
     "abab_steps": 2,
     "pe_seeds": 2,
+    "lg_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -415,6 +462,16 @@ CHAPTER = Chapter(
             figures=("brittleness",),
             reference=True,
             paper=brittleness_vs_paper,
+        ),
+        Section(
+            "lengths",
+            "Length generalisation: positions, shifts and recurrence",
+            lengths,
+            trains=True,
+            rows=lengths_rows,
+            figures=("lengths",),
+            reference=True,
+            paper=lengths_vs_paper,
         ),
         Section(
             "supervision",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         DyckData,
         EncodingsData,
         HardData,
+        LengthsData,
         SupervisionData,
         SweepData,
     )
@@ -241,6 +242,35 @@ def brittleness(data: BrittlenessData) -> Figure:
         ax.set(xlabel=label, ylim=(0, 1.03))
     axes[0].set_ylabel("accuracy")
     axes[0].legend(loc="lower center")
+    fig.tight_layout()
+    return fig
+
+
+LENGTH_SERIES = {
+    "absolute": ("sinusoidal positions", COLORS["tied"]),
+    "shifted": ("shifted in training", COLORS["full"]),
+    "none": ("no positions", COLORS["untied"]),
+    "lstm": ("LSTM", COLORS["lstm"]),
+    "scratchpad": ("scratchpad + recency", COLORS["depth2"]),
+}
+
+
+def lengths(data: LengthsData) -> Figure:
+    """Accuracy against the test length, one panel per automaton, each learner's seeds thin and their median bold;
+    the training length dashed (the thesis's Figs. 3.9/3.21)."""
+    names = data["automata"]
+    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.4), sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for arm in data["arms"]:
+            legend, color = LENGTH_SERIES[arm]
+            ys = np.asarray(data["accuracy"][name][arm])
+            for y in ys:
+                ax.plot(data["lengths"], y, color=color, alpha=0.3, linewidth=0.8)
+            ax.plot(data["lengths"], np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)
+        ax.axvline(data["T"], color=COLORS["theory"], linestyle="--", linewidth=0.8)
+        ax.set(title=name, xlabel=f"test length (trained at {data['T']})", ylim=(0, 1.03))
+    axes[0][0].set_ylabel("accuracy (every position)")
+    axes[0][0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     return fig
 

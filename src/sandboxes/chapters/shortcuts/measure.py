@@ -20,8 +20,9 @@ from ...curves import still_descending
 from ...data.automata import (
     AutomatonTask,
     PeriodicMix,
-    ScratchpadParity,
+    Scratchpad,
     Semiautomaton,
+    ShiftedPositions,
     bernoulli_probs,
     binary_with_count,
     cyclic,
@@ -32,8 +33,10 @@ from ...data.automata import (
     is_solvable,
     make_automaton,
     memory,
+    scratchpad_parity,
     transformation_semigroup,
     transition_group,
+    unshifted,
 )
 from ...data.dyck import Dyck
 from ...model import GPT, LSTM, GPTConfig
@@ -270,10 +273,10 @@ def lemmas(config: dict[str, Any], ctx: RunContext) -> LemmasData:
 
 # ---------------------------------------------------------------- training
 def _gpt_factory(
-    vocab: int, T: int, depth: int, config: dict[str, Any], positional: str = "sinusoidal"
+    vocab: int, T: int, depth: int, config: dict[str, Any], positional: str = "sinusoidal", **changes: Any
 ) -> Callable[[], GPT]:
     """GPT-2-like: layer norm, biases, sinusoidal positions (or ``positional``) up to ``T``, untied output over the
-    states."""
+    states; ``changes`` set other fields of its ``GPTConfig``."""
     gpt_config = GPTConfig(
         vocab_size=vocab,
         block_size=T,
@@ -284,6 +287,7 @@ def _gpt_factory(
         layer_norm=True,
         bias=True,
         tied=False,
+        **changes,
     )
     return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
 
@@ -531,10 +535,11 @@ def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> Boundar
 
 
 # ---------------------------------------------------------------- brittleness
-def _scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[], GPT]:
-    """A one-layer GPT without positions whose attention is recency-biased, for scratchpad parity."""
+def _scratchpad_factory(config: dict[str, Any], block_size: int, vocab: int = 4) -> Callable[[], GPT]:
+    """A one-layer GPT without positions whose attention is recency-biased, for a scratchpad task of ``vocab`` tokens
+    (parity's 4 by default); its logits over the tokens, of which the states' are read."""
     gpt_config = GPTConfig(
-        vocab_size=4,
+        vocab_size=vocab,
         block_size=block_size,
         n_layer=1,
         n_head=config["n_head"],
@@ -545,20 +550,22 @@ def _scratchpad_factory(config: dict[str, Any], block_size: int) -> Callable[[],
         tied=False,
         recency_slope=config["recency"],
     )
-    return lambda: GPT(gpt_config)
+    return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
 
 
-def _scratchpad_accuracy(model: GPT, sigma: Tensor) -> float:
-    """Accuracy of autoregressive scratchpad decoding: each predicted state is fed back in."""
+def _scratchpad_accuracy(model: GPT, sigma: Tensor, automaton: Semiautomaton | None = None) -> float:
+    """Accuracy of autoregressive scratchpad decoding of ``automaton`` (parity by default): each predicted state is
+    fed back in."""
+    automaton = automaton or cyclic(2)
     n, T = sigma.shape
     tokens = torch.empty(n, 0, dtype=torch.long)
     predicted = torch.empty(n, T, dtype=torch.long)
     with torch.no_grad():
         for t in range(T):
             tokens = torch.cat([tokens, sigma[:, t : t + 1]], dim=1)
-            predicted[:, t] = model(tokens)[:, -1, :2].argmax(-1)
-            tokens = torch.cat([tokens, predicted[:, t : t + 1] + 2], dim=1)
-    states = torch.from_numpy(cyclic(2).run(sigma.numpy()))
+            predicted[:, t] = model(tokens)[:, -1, : automaton.n_states].argmax(-1)
+            tokens = torch.cat([tokens, predicted[:, t : t + 1] + automaton.n_symbols], dim=1)
+    states = torch.from_numpy(automaton.run(sigma.numpy()))
     return float((predicted == states).float().mean())
 
 
@@ -614,7 +621,7 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
     pad_cfg = _schedule(config["scratchpad_steps"], config["batch_size"], config["lr"])
     runs["scratchpad"] = train(
         _scratchpad_factory(config, 2 * max(lengths)),
-        ScratchpadParity(T),
+        scratchpad_parity(T),
         pad_cfg,
         ctx.seeds,
         ctx.device,
@@ -657,6 +664,94 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
         per_model = calibrated_map(views, models)  # a plan times the first model and the last, scaled to all
         out[name] = {view: [scores[view] for scores in per_model] for view in per_model[0]}
     return out
+
+
+# ---------------------------------------------------------------- length generalisation
+LENGTH_ARMS = ("absolute", "shifted", "none", "lstm", "scratchpad")  # the curves of the thesis's Fig. 3.21
+
+
+def _length_scores(
+    model: nn.Module, arm: str, automaton: Semiautomaton, tests: list[tuple[Tensor, Tensor]]
+) -> list[float]:
+    """Per-position accuracy of one learner of ``arm`` on each test set ``(sigma, states)``: the scratchpad decoded
+    autoregressively, the shifted GPT read from position 0."""
+    if arm == "scratchpad":
+        return [_scratchpad_accuracy(model, sigma, automaton) for sigma, _ in tests]
+    with torch.no_grad():
+        return [
+            float((model(unshifted(sigma) if arm == "shifted" else sigma).argmax(-1) == states).float().mean())
+            for sigma, states in tests
+        ]
+
+
+class LengthsData(TypedDict):
+    T: int  # training length
+    lengths: list[int]  # test lengths, T among them
+    automata: list[str]
+    arms: list[str]  # LENGTH_ARMS
+    max_shift: int  # the shifted arm's largest position offset
+    accuracy: dict[str, dict[str, list[list[float]]]]  # automaton -> arm -> seed x length: per-position accuracy
+    still_descending: dict[str, dict[str, int]]  # automaton -> arm -> runs whose loss had not settled at the end
+
+
+def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
+    """The thesis's Figs. 3.9/3.21: per automaton of `lg_automata`, five learners trained at length `lg_T` and scored
+    at every position of held-out strings of each length of `lg_lengths`: a GPT with sinusoidal positions
+    ("absolute"), the same GPT trained with a random offset in 0..`lg_shift` added to every batch's positions
+    ("shifted", read from position 0 at test), one without positions ("none"), the LSTM, and the recency-biased
+    scratchpad GPT of the brittleness section, decoded autoregressively."""
+    T, depth, shift = config["lg_T"], config["lg_depth"], config["lg_shift"]
+    test_lengths = sorted({T, *int_list(config["lg_lengths"])})
+    longest = test_lengths[-1]
+    schedule = _schedule(config["lg_steps"], config["batch_size"], config["lr"])
+    lstm_steps = config["lstm_steps"]
+    lstm_schedule = TrainConfig(
+        steps=lstm_steps, batch_size=config["batch_size"], lr=1e-2, eval_every=max(1, lstm_steps // 20)
+    )
+    pad_schedule = _schedule(config["scratchpad_steps"], config["batch_size"], config["lr"])
+    out: dict[str, Any] = {
+        "T": T,
+        "lengths": test_lengths,
+        "automata": automaton_names(config["lg_automata"]),
+        "arms": list(LENGTH_ARMS),
+        "max_shift": shift,
+        "accuracy": {},
+        "still_descending": {},
+    }
+    requests, tests = [], {}
+    for name in out["automata"]:
+        automaton = make_automaton(name)
+        task, vocab = AutomatonTask(automaton, T), max(automaton.n_states, automaton.n_symbols)
+        pad = Scratchpad(task)
+        gpt = partial(_gpt_factory, vocab, longest, depth, config)
+        requests += [
+            TrainRequest(gpt(), task, schedule, ctx.seeds, ctx.device),
+            TrainRequest(
+                _gpt_factory(vocab, max(longest, shift + T), depth, config, offset_input=True),
+                ShiftedPositions(task, shift),
+                schedule,
+                ctx.seeds,
+                ctx.device,
+            ),
+            TrainRequest(gpt("none"), task, schedule, ctx.seeds, ctx.device),
+            TrainRequest(partial(LSTM, vocab, 32), task, lstm_schedule, ctx.seeds, ctx.device, batched=False),
+            TrainRequest(
+                _scratchpad_factory(config, 2 * longest, pad.vocab_size), pad, pad_schedule, ctx.seeds, ctx.device
+            ),
+        ]
+        tests[name] = [
+            AutomatonTask(automaton, L).sample(config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL))
+            for L in test_lengths
+        ]
+    trained = iter(train_each(requests, ctx.workers, ctx.progress))  # in LENGTH_ARMS order, automaton by automaton
+    for name in out["automata"]:
+        automaton, runs = make_automaton(name), dict(zip(LENGTH_ARMS, trained))
+        out["accuracy"][name] = {
+            arm: [_length_scores(m.eval(), arm, automaton, tests[name]) for m in run.models]
+            for arm, run in runs.items()
+        }
+        out["still_descending"][name] = {arm: int(still_descending(run, LOSS_NOISE).sum()) for arm, run in runs.items()}
+    return out  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- Dyck: many attention patterns

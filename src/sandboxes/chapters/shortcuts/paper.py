@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory import shortcuts as theory
-from .judge import REPORTED_ENCODINGS, length_gaps
+from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, length_gaps
 
 if TYPE_CHECKING:
-    from .measure import DyckData, EncodingsData, HardData, SupervisionData, SweepData
+    from .measure import DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
 
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
@@ -263,4 +263,34 @@ def abab_vs_paper(data: EncodingsData) -> list[tuple[str, str, str]]:
             f"the encodings section's GPT (depth, width and heads as set), trained at T = {T}",
         )
     )
+    return rows
+
+
+LENGTH_REPORTS = {
+    "absolute": "drops sharply at lengths unseen in training (Figs. 3.9/3.21; 25 replicates, figures only)",
+    "shifted": "offsets in 0..400 per batch: 'a significant boost', not perfect",
+    "none": "no positional encoding: 'similar results' (a boost, not perfect); helps parity and Dyck",
+    "lstm": "perfect at every length",
+    "scratchpad": "perfect at every length; without the recency bias no better than the plain GPT (not run here)",
+}
+
+
+def lengths_vs_paper(data: LengthsData) -> list[tuple[str, str, str]]:
+    """Each learner's accuracy at the training length, at the longest and its mean beyond T (median seed), beside
+    what the thesis reports of its curve."""
+    lengths, T = data["lengths"], data["T"]
+    at_T, beyond = lengths.index(T), [i for i, length in enumerate(lengths) if length > T]
+    rows = []
+    for name in data["automata"]:
+        for arm in data["arms"]:
+            acc = np.asarray(data["accuracy"][name][arm])
+            far = f"{100 * float(np.median(acc[:, beyond].mean(axis=1))):.1f}%" if beyond else "none"
+            rows.append(
+                (
+                    f"{name}, {LENGTH_LABELS[arm]} (T = {T}): accuracy at length {T}; at {lengths[-1]}; mean beyond "
+                    f"{T} (median seed)",
+                    LENGTH_REPORTS[arm],
+                    f"{100 * float(np.median(acc[:, at_T])):.1f}%; {100 * float(np.median(acc[:, -1])):.1f}%; {far}",
+                )
+            )
     return rows
