@@ -1126,3 +1126,28 @@ def test_accuracy_by_position_scores_each_position_over_the_sequences():
     sigma = torch.tensor([[0, 1, 2], [0, 2, 2]])
     states = torch.tensor([[0, 1, 1], [1, 2, 2]])
     assert measure._accuracy_by_position(Echo(), sigma, states) == [0.5, 1.0, 0.5]
+
+
+class _ParityStepper(torch.nn.Module):
+    """A scratchpad 'model' for parity that applies the step to the fed-back state, but errs whenever the input read
+    is a 1 at an even step: teacher forcing and step-by-step decoding then part ways."""
+
+    def forward(self, tokens):
+        n, length = tokens.shape
+        logits = torch.zeros(n, length, 4)
+        for i in range(0, length, 2):
+            previous = tokens[:, i - 1] - 2 if i else torch.zeros(n, dtype=torch.long)
+            state = previous ^ tokens[:, i]
+            state = torch.where((tokens[:, i] == 1) & (i // 2 % 2 == 0), 1 - state, state)
+            logits[torch.arange(n), i, state] = 1.0
+        return logits
+
+
+def test_scratchpad_accuracy_decodes_only_strings_that_teacher_forcing_gets_wrong_and_matches_full_decoding():
+    sigma = torch.randint(0, 2, (64, 9), generator=torch.Generator().manual_seed(0))
+    sigma[:8, 0::2] = 0  # these strings never meet the stepper's error: right under both readings
+    model, parity = _ParityStepper(), cyclic(2)
+    states = torch.from_numpy(parity.run(sigma.numpy()))
+    full = float((measure._decoded_states(model, sigma, parity) == states).float().mean())
+    assert measure._scratchpad_accuracy(model, sigma) == pytest.approx(full)
+    assert 0.0 < full < 1.0
