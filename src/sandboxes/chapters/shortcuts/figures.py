@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from ...plotting import COLORS
 from ...theory import shortcuts as theory
+from .judge import length_accuracy
 
 if TYPE_CHECKING:
     from .measure import (
@@ -256,14 +257,14 @@ LENGTH_SERIES = {
 
 
 def lengths(data: LengthsData) -> Figure:
-    """Accuracy against the test length, one panel per automaton, each learner's seeds thin and their median bold;
-    the training length dashed (the thesis's Figs. 3.9/3.21)."""
+    """Accuracy over whole strings against their length, one panel per automaton, each learner's seeds thin and their
+    median bold; the training length dashed (the thesis's Figs. 3.9/3.21, which draw the mean of 25 replicates)."""
     names = data["automata"]
     fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.4), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], names):
         for arm in data["arms"]:
             legend, color = LENGTH_SERIES[arm]
-            ys = np.asarray(data["accuracy"][name][arm])
+            ys = length_accuracy(data["by_position"][name][arm], data["lengths"])
             for y in ys:
                 ax.plot(data["lengths"], y, color=color, alpha=0.3, linewidth=0.8)
             ax.plot(data["lengths"], np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)

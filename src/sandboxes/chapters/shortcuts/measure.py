@@ -555,9 +555,15 @@ def _scratchpad_factory(config: dict[str, Any], block_size: int, vocab: int = 4)
 
 def _scratchpad_accuracy(model: GPT, sigma: Tensor, automaton: Semiautomaton | None = None) -> float:
     """Accuracy of autoregressive scratchpad decoding of ``automaton`` (parity by default): each predicted state is
-    fed back in. A string whose every state is predicted right when the true states are fed back decodes to exactly
-    those states, so only the others are decoded step by step."""
+    fed back in."""
     automaton = automaton or cyclic(2)
+    states = torch.from_numpy(automaton.run(sigma.numpy()))
+    return float((_scratchpad_states(model, sigma, automaton) == states).float().mean())
+
+
+def _scratchpad_states(model: GPT, sigma: Tensor, automaton: Semiautomaton) -> Tensor:
+    """The states a scratchpad model decodes autoregressively. A string whose every state is predicted right when the
+    true states are fed back decodes to exactly those states, so only the others are decoded step by step."""
     states = torch.from_numpy(automaton.run(sigma.numpy()))
     interleaved = torch.stack([sigma, states + automaton.n_symbols], dim=2).flatten(1)[:, :-1]
     with torch.no_grad():
@@ -565,7 +571,7 @@ def _scratchpad_accuracy(model: GPT, sigma: Tensor, automaton: Semiautomaton | N
     astray = (predicted != states).any(dim=1)
     if astray.any():
         predicted[astray] = _decoded_states(model, sigma[astray], automaton)
-    return float((predicted == states).float().mean())
+    return predicted
 
 
 def _decoded_states(model: GPT, sigma: Tensor, automaton: Semiautomaton) -> Tensor:
@@ -682,18 +688,16 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
 LENGTH_ARMS = ("absolute", "shifted", "none", "lstm", "scratchpad")  # the curves of the thesis's Fig. 3.21
 
 
-def _length_scores(
-    model: nn.Module, arm: str, automaton: Semiautomaton, tests: list[tuple[Tensor, Tensor]]
-) -> list[float]:
-    """Per-position accuracy of one learner of ``arm`` on each test set ``(sigma, states)``: the scratchpad decoded
+def _length_scores(model: nn.Module, arm: str, automaton: Semiautomaton, sigma: Tensor) -> list[float]:
+    """Accuracy at each position of the strings ``sigma`` of one learner of ``arm``: the scratchpad decoded
     autoregressively, the shifted GPT read from position 0."""
+    states = torch.from_numpy(automaton.run(sigma.numpy()))
     if arm == "scratchpad":
-        return [_scratchpad_accuracy(model, sigma, automaton) for sigma, _ in tests]
-    with torch.no_grad():
-        return [
-            float((model(unshifted(sigma) if arm == "shifted" else sigma).argmax(-1) == states).float().mean())
-            for sigma, states in tests
-        ]
+        predicted = _scratchpad_states(model, sigma, automaton)
+    else:
+        with torch.no_grad():
+            predicted = model(unshifted(sigma) if arm == "shifted" else sigma).argmax(-1)
+    return (predicted == states).float().mean(dim=0).tolist()
 
 
 class LengthsData(TypedDict):
@@ -702,13 +706,16 @@ class LengthsData(TypedDict):
     automata: list[str]
     arms: list[str]  # LENGTH_ARMS
     max_shift: int  # the shifted arm's largest position offset
-    accuracy: dict[str, dict[str, list[list[float]]]]  # automaton -> arm -> seed x length: per-position accuracy
-    still_descending: dict[str, dict[str, int]]  # automaton -> arm -> runs whose loss had not settled at the end
+    # automaton -> arm -> seed x position: accuracy at each position of held-out strings of the longest length; every
+    # learner is causal, so positions below L score strings of length L (judge.length_accuracy)
+    by_position: dict[str, dict[str, list[list[float]]]]
+    still_descending: dict[str, dict[str, list[bool]]]  # automaton -> arm -> seed: loss not settled at the end
 
 
 def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
     """The thesis's Figs. 3.9/3.21: per automaton of `lg_automata`, five learners trained at length `lg_T` and scored
-    at every position of held-out strings of each length of `lg_lengths`: a GPT with sinusoidal positions
+    at every position of held-out strings of the longest length of `lg_lengths` (every learner is causal, so their
+    first L positions score strings of length L): a GPT with sinusoidal positions
     ("absolute"), the same GPT trained with a random offset in 0..`lg_shift` added to every batch's positions
     ("shifted", read from position 0 at test), one without positions ("none"), the LSTM, and the recency-biased
     scratchpad GPT of the brittleness section, decoded autoregressively."""
@@ -727,7 +734,7 @@ def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
         "automata": automaton_names(config["lg_automata"]),
         "arms": list(LENGTH_ARMS),
         "max_shift": shift,
-        "accuracy": {},
+        "by_position": {},
         "still_descending": {},
     }
     requests, tests = [], {}
@@ -751,18 +758,17 @@ def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
                 _scratchpad_factory(config, 2 * longest, pad.vocab_size), pad, pad_schedule, ctx.seeds, ctx.device
             ),
         ]
-        tests[name] = [
-            AutomatonTask(automaton, L).sample(config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL))
-            for L in test_lengths
-        ]
+        tests[name] = AutomatonTask(automaton, longest).sample(
+            config["eval_size"], heldout.generator(heldout.AUTOMATON_EVAL)
+        )[0]
     trained = iter(train_each(requests, ctx.workers, ctx.progress))  # in LENGTH_ARMS order, automaton by automaton
     for name in out["automata"]:
         automaton, runs = make_automaton(name), dict(zip(LENGTH_ARMS, trained))
-        out["accuracy"][name] = {
+        out["by_position"][name] = {
             arm: [_length_scores(m.eval(), arm, automaton, tests[name]) for m in run.models]
             for arm, run in runs.items()
         }
-        out["still_descending"][name] = {arm: int(still_descending(run, LOSS_NOISE).sum()) for arm, run in runs.items()}
+        out["still_descending"][name] = {arm: still_descending(run, LOSS_NOISE).tolist() for arm, run in runs.items()}
     return out  # type: ignore[return-value]
 
 

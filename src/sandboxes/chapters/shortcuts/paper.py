@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory import shortcuts as theory
-from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, length_gaps
+from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, inside_and_beyond, length_gaps
 
 if TYPE_CHECKING:
     from .measure import DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
@@ -276,21 +276,19 @@ LENGTH_REPORTS = {
 
 
 def lengths_vs_paper(data: LengthsData) -> list[tuple[str, str, str]]:
-    """Each learner's accuracy at the training length, at the longest and its mean beyond T (median seed), beside
-    what the thesis reports of its curve."""
-    lengths, T = data["lengths"], data["T"]
-    at_T, beyond = lengths.index(T), [i for i, length in enumerate(lengths) if length > T]
+    """Each learner's accuracy on the positions below T and on those beyond (median seed), beside what the thesis
+    reports of its curve."""
+    T, longest = data["T"], max(data["lengths"])
     rows = []
     for name in data["automata"]:
         for arm in data["arms"]:
-            acc = np.asarray(data["accuracy"][name][arm])
-            far = f"{100 * float(np.median(acc[:, beyond].mean(axis=1))):.1f}%" if beyond else "none"
+            inside, beyond = inside_and_beyond(data["by_position"][name][arm], T)
             rows.append(
                 (
-                    f"{name}, {LENGTH_LABELS[arm]} (T = {T}): accuracy at length {T}; at {lengths[-1]}; mean beyond "
-                    f"{T} (median seed)",
+                    f"{name}, {LENGTH_LABELS[arm]} (T = {T}): accuracy on positions below {T}; on positions {T} to "
+                    f"{longest - 1} (median seed)",
                     LENGTH_REPORTS[arm],
-                    f"{100 * float(np.median(acc[:, at_T])):.1f}%; {100 * float(np.median(acc[:, -1])):.1f}%; {far}",
+                    f"{100 * float(np.median(inside)):.1f}%; {100 * float(np.median(beyond)):.1f}%",
                 )
             )
     return rows
