@@ -24,6 +24,7 @@ Read-out: the state ``q`` is held as a number and the output layer scores class 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -326,3 +327,16 @@ def last_unmatched_open(tokens: list[int]) -> list[int]:
             stack.pop()
         out.append(stack[-1] if stack else -1)
     return out
+
+
+def length_accuracy(by_position: Sequence[Sequence[float]], lengths: Sequence[int]) -> np.ndarray:
+    """Seed x length: the accuracy over whole strings of each length, the mean of the first L positions of the longest
+    strings (every learner is causal, and a string's prefix has the law of a shorter string)."""
+    cumulative = np.cumsum(np.asarray(by_position, dtype=float), axis=1)
+    return np.stack([cumulative[:, length - 1] / length for length in lengths], axis=1)
+
+
+def inside_and_beyond(by_position: Sequence[Sequence[float]], T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed: the accuracy on positions below T (those training saw) and on positions T and beyond (unseen)."""
+    acc = np.asarray(by_position, dtype=float)
+    return acc[:, :T].mean(axis=1), acc[:, T:].mean(axis=1)

@@ -10,7 +10,6 @@ from matplotlib.figure import Figure
 
 from ...plotting import COLORS
 from ...theory import shortcuts as theory
-from .judge import length_accuracy
 
 if TYPE_CHECKING:
     from .measure import (
@@ -264,7 +263,7 @@ def lengths(data: LengthsData) -> Figure:
     for ax, name in zip(axes[0], names):
         for arm in data["arms"]:
             legend, color = LENGTH_SERIES[arm]
-            ys = length_accuracy(data["by_position"][name][arm], data["lengths"])
+            ys = theory.length_accuracy(data["by_position"][name][arm], data["lengths"])
             for y in ys:
                 ax.plot(data["lengths"], y, color=color, alpha=0.3, linewidth=0.8)
             ax.plot(data["lengths"], np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from ...claims import Claim
 from ...curves import budget_ran_out, misses_settled
 from ...theory import shortcuts as theory
+from ...theory.shortcuts import inside_and_beyond, length_accuracy
 
 if TYPE_CHECKING:
     from .measure import (
@@ -611,19 +612,6 @@ LENGTH_LABELS = {
     "lstm": "LSTM",
     "scratchpad": "scratchpad + recency GPT",
 }
-
-
-def length_accuracy(by_position: Sequence[Sequence[float]], lengths: Sequence[int]) -> np.ndarray:
-    """Seed x length: the accuracy over whole strings of each length, the mean of the first L positions of the longest
-    strings (every learner is causal, and a string's prefix has the law of a shorter string)."""
-    cumulative = np.cumsum(np.asarray(by_position, dtype=float), axis=1)
-    return np.stack([cumulative[:, length - 1] / length for length in lengths], axis=1)
-
-
-def inside_and_beyond(by_position: Sequence[Sequence[float]], T: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per seed: the accuracy on positions below T (those training saw) and on positions T and beyond (unseen)."""
-    acc = np.asarray(by_position, dtype=float)
-    return acc[:, :T].mean(axis=1), acc[:, T:].mean(axis=1)
 
 
 def lengths_rows(config: dict[str, Any], data: LengthsData) -> tuple[list[Claim], tuple[str, ...]]:

@@ -707,7 +707,7 @@ class LengthsData(TypedDict):
     arms: list[str]  # LENGTH_ARMS
     max_shift: int  # the shifted arm's largest position offset
     # automaton -> arm -> seed x position: accuracy at each position of held-out strings of the longest length; every
-    # learner is causal, so positions below L score strings of length L (judge.length_accuracy)
+    # learner is causal, so positions below L score strings of length L (theory.length_accuracy)
     by_position: dict[str, dict[str, list[list[float]]]]
     still_descending: dict[str, dict[str, list[bool]]]  # automaton -> arm -> seed: loss not settled at the end
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...theory import shortcuts as theory
-from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, inside_and_beyond, length_gaps
+from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, length_gaps
 
 if TYPE_CHECKING:
     from .measure import DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
@@ -282,7 +282,7 @@ def lengths_vs_paper(data: LengthsData) -> list[tuple[str, str, str]]:
     rows = []
     for name in data["automata"]:
         for arm in data["arms"]:
-            inside, beyond = inside_and_beyond(data["by_position"][name][arm], T)
+            inside, beyond = theory.inside_and_beyond(data["by_position"][name][arm], T)
             rows.append(
                 (
                     f"{name}, {LENGTH_LABELS[arm]} (T = {T}): accuracy on positions below {T}; on positions {T} to "
