@@ -50,6 +50,9 @@ class GPTConfig:
     n_outputs: int | None = None  # logits per position; defaults to vocab_size (a classifier's classes otherwise)
     causal: bool = True  # False: every position attends to every other (set tasks such as Match2 read the whole input)
     offset_input: bool = False  # True: the inputs' first column is an offset added to every position (random shifts)
+    # True: Wen et al.'s layer (the thesis's Eq. 3.23), x + LN(attn(x)) then x + mlp(x): the attention reads the
+    # unnormalised stream and its output is normalised (layer_norm, which normalises inputs, must then be off)
+    norm_attention_output: bool = False
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class GPTConfig:
             raise ValueError(f"unknown positional encoding {self.positional!r}")
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"unknown activation {self.activation!r}")
+        if self.norm_attention_output and (self.layer_norm or not self.attention):
+            raise ValueError("norm_attention_output normalises an attention's output: attention on, layer_norm off")
 
     @property
     def mlp_width(self) -> int:
@@ -138,12 +143,14 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Residual block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; either part may be off."""
+    """Residual block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; either part may be off. With
+    ``norm_attention_output``, ``x + LN(attn(x))`` then ``x + mlp(x)``."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.ln_1 = _norm(config)
         self.attn = CausalSelfAttention(config) if config.attention else None
+        self.ln_out = nn.LayerNorm(config.d_model) if config.norm_attention_output else nn.Identity()
         self.ln_2 = _norm(config)
         self.mlp = MLP(config) if config.mlp else None
 
@@ -151,7 +158,7 @@ class Block(nn.Module):
         weights = None
         if self.attn is not None:
             out, weights = self.attn(self.ln_1(x), need_weights)
-            x = x + out
+            x = x + self.ln_out(out)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
         return x, weights
@@ -245,6 +252,23 @@ class WithAttention(nn.Module):
 
     def forward(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
         return self.gpt(idx, return_attention=True)
+
+
+class Paired(nn.Module):
+    """A model read on inputs that come in pairs, ``(B, 2, T)`` to outputs ``(B, 2, T, ...)``, both in one forward
+    pass: for a loss that compares a model's outputs on two versions of one sample (a contrastive term)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.model(idx.flatten(0, 1)).unflatten(0, idx.shape[:2])
+
+
+def paired_gpt(config: GPTConfig) -> Paired:
+    """A :class:`GPT` of ``config`` that reads pairs (a picklable factory, for worker processes)."""
+    return Paired(GPT(config))
 
 
 def zero_gpt(config: GPTConfig) -> GPT:

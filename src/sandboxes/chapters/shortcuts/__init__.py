@@ -39,6 +39,7 @@ from .judge import (
     abab_rows,
     algebra_section_rows,
     automaton_names,
+    balance_rows,
     brittleness_rows,
     construction_section_rows,
     dyck_rows,
@@ -53,6 +54,7 @@ from .measure import (
     DYCK_PREFIX,
     abab,
     algebra,
+    balance,
     brittleness,
     construction,
     dyck,
@@ -65,6 +67,7 @@ from .measure import (
 )
 from .paper import (
     abab_vs_paper,
+    balance_vs_paper,
     brittleness_vs_paper,
     dyck_vs_paper,
     encodings_vs_paper,
@@ -253,6 +256,17 @@ PARAMS = (
     Param("dyck_lr", float, 3e-3, 3e-3, "their learning rate (warm-up, cosine decay)", positive),
     Param("dyck_seeds", int, 3, 40, "random initialisations per positional encoding", at_least(1)),
     Param("dyck_positions", str, "linear,none", "linear,none", "positional encodings trained on Dyck", POSITIONS),
+    Param("bal_steps", int, 700, 3000, "Adam steps of the minimal-first-layer models (balance section)", at_least(1)),
+    Param(
+        "bal_weight",
+        float,
+        1.0,
+        1.0,
+        "weight of the contrastive term (the thesis's Eq. 3.40) in their loss (the thesis does not state its own)",
+        positive,
+    ),
+    Param("bal_from", int, 400, 400, "shortest prefix of their length test (the thesis: 400)", at_least(2)),
+    Param("bal_to", int, 500, 500, "longest prefix of their length test (the thesis: 500)", at_least(2)),
     Param(
         "pe_automaton",
         str,
@@ -347,6 +361,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     """d_model divisible by n_head (the heads split the width), and enough states revealed per batch that no batch of
     the incomplete-supervision runs hides them all (its mean loss would be NaN); checked before any section runs."""
     check_heads(config["d_model"], config["n_head"])
+    if not config["dyck_T"] < config["bal_from"] <= config["bal_to"]:
+        raise ValueError(
+            f"the balance section's length test needs dyck_T < bal_from <= bal_to, got {config['dyck_T']}, "
+            f"{config['bal_from']}, {config['bal_to']}"
+        )
     targets, steps = config["batch_size"] * config["T"], max(config["reveal_steps"], config["lstm_steps"])
     for p in float_list(config["reveals"]):
         odds = steps * math.exp(targets * math.log1p(-p)) if p < 1 else 0.0  # expected hidden batches
@@ -396,6 +415,9 @@ UNIT_SCALE = {
     "lg_depth": 1,
     "lg_steps": 2,
     "lg_shift": 4,
+    "bal_steps": 2,
+    "bal_from": 40,
+    "bal_to": 48,
 }
 # the full profile with only its scale shrunk (steps, widths, sample counts): every full-only structure stays
 FULL_SHRUNK = {
@@ -416,6 +438,7 @@ FULL_SHRUNK = {
     "abab_steps": 2,
     "pe_seeds": 2,
     "lg_steps": 2,
+    "bal_steps": 2,
 }
 
 CHAPTER = Chapter(
@@ -515,6 +538,17 @@ CHAPTER = Chapter(
             figures=("dyck_attention",),
             reference=True,
             paper=dyck_vs_paper,
+        ),
+        Section(
+            "balance",
+            "Dyck: regularising for balance",
+            balance,
+            trains=True,
+            by_seed=False,  # its seeds are dyck_seeds, as the dyck section's
+            rows=balance_rows,
+            figures=("balance",),
+            reference=True,
+            paper=balance_vs_paper,
         ),
     ),
     check=check,

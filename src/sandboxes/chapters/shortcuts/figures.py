@@ -13,6 +13,7 @@ from ...theory import shortcuts as theory
 
 if TYPE_CHECKING:
     from .measure import (
+        BalanceData,
         BrittlenessData,
         ConstructionData,
         DyckData,
@@ -252,6 +253,7 @@ LENGTH_SERIES = {
     "none": ("no positions", COLORS["untied"]),
     "lstm": ("LSTM", COLORS["lstm"]),
     "scratchpad": ("scratchpad + recency", COLORS["depth2"]),
+    "scratchpad_plain": ("scratchpad, no recency", COLORS["theory"]),
 }
 
 
@@ -266,7 +268,8 @@ def lengths(data: LengthsData) -> Figure:
             ys = theory.length_accuracy(data["by_position"][name][arm], data["lengths"])
             for y in ys:
                 ax.plot(data["lengths"], y, color=color, alpha=0.3, linewidth=0.8)
-            ax.plot(data["lengths"], np.median(ys, axis=0), "o-", color=color, markersize=3, label=legend)
+            style = "s:" if arm == "scratchpad_plain" else "o-"  # the control, apart from the thesis's curves
+            ax.plot(data["lengths"], np.median(ys, axis=0), style, color=color, markersize=3, label=legend)
         ax.axvline(data["T"], color=COLORS["theory"], linestyle="--", linewidth=0.8)
         ax.set(title=name, xlabel=f"test length (trained at {data['T']})", ylim=(0, 1.03))
     axes[0][0].set_ylabel("accuracy (every position)")
@@ -351,6 +354,29 @@ def length_generalisation(data: EncodingsData) -> Figure:
     ax.axvline(T + 0.5, color=COLORS["theory"], linestyle="--", linewidth=1, label=f"training length T = {T}")
     ax.axhline(data["chance"], color=COLORS["theory"], linestyle=":", linewidth=1, label="a guess blind to the inputs")
     ax.set(xlabel="position t", ylabel="held-out accuracy at t", title=f"{data['automaton']}, tested at 2T = {2 * T}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+BALANCE_SERIES = {"standard": COLORS["untied"], "contrastive": COLORS["depth2"]}
+
+
+def balance(data: BalanceData) -> Figure:
+    """Accuracy on long prefixes against the balance violation, one dot per seed, each training its colour (the
+    thesis's Fig. 3.40); the untrained models' violations dotted."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for arm, color in BALANCE_SERIES.items():
+        ax.plot(data["violation"][arm], data["long_accuracy"][arm], "o", color=color, label=f"{arm} training")
+    for i, beta in enumerate(data["untrained_violation"]):
+        ax.axvline(beta, color=COLORS["theory"], linestyle=":", linewidth=0.8, label="untrained" if i == 0 else None)
+    lo, hi = data["long"]
+    ax.set(
+        xscale="log",
+        xlabel="balance violation beta (0: Theorem 1's perfect balance)",
+        ylabel=f"closing brackets right, prefixes {lo}-{hi}",
+        title=f"Dyck, minimal first layer, trained at {data['T']}",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

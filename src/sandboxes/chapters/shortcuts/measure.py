@@ -5,6 +5,8 @@ parity's brittleness). Every section's rows come from ``judge``."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -38,8 +40,8 @@ from ...data.automata import (
     transition_group,
     unshifted,
 )
-from ...data.dyck import Dyck
-from ...model import GPT, LSTM, GPTConfig
+from ...data.dyck import ContrastiveDyck, Dyck, TypedDyck
+from ...model import GPT, LSTM, GPTConfig, Paired, paired_gpt
 from ...profiles import float_list, int_list
 from ...runtime import member_seed, seed_everything
 from ...sections import RunContext
@@ -47,6 +49,7 @@ from ...theory import shortcuts as theory
 from ...trainer import Task, TrainConfig, TrainResult, train
 from ...workers import TrainRequest, train_each
 from .judge import (
+    BALANCE_ARMS,
     PAPER_BEST,
     PAPER_MEDIAN,
     automaton_names,
@@ -535,20 +538,23 @@ def _boundary_attention(model: GPT, automaton: Semiautomaton, T: int) -> Boundar
 
 
 # ---------------------------------------------------------------- brittleness
-def _scratchpad_factory(config: dict[str, Any], block_size: int, vocab: int = 4) -> Callable[[], GPT]:
+def _scratchpad_factory(
+    config: dict[str, Any], block_size: int, vocab: int = 4, recency: bool = True
+) -> Callable[[], GPT]:
     """A one-layer GPT without positions whose attention is recency-biased, for a scratchpad task of ``vocab`` tokens
-    (parity's 4 by default); its logits over the tokens, of which the states' are read."""
+    (parity's 4 by default); its logits over the tokens, of which the states' are read. Without ``recency``, the same
+    GPT with the chapter's sinusoidal positions in place of the bias (the thesis's control)."""
     gpt_config = GPTConfig(
         vocab_size=vocab,
         block_size=block_size,
         n_layer=1,
         n_head=config["n_head"],
         d_model=config["d_model"],
-        positional="none",
+        positional="none" if recency else "sinusoidal",
         layer_norm=True,
         bias=True,
         tied=False,
-        recency_slope=config["recency"],
+        recency_slope=config["recency"] if recency else 0.0,
     )
     return partial(GPT, gpt_config)  # a partial, not a lambda: it pickles, so a worker process can build it
 
@@ -685,14 +691,15 @@ def brittleness(config: dict[str, Any], ctx: RunContext) -> BrittlenessData:
 
 
 # ---------------------------------------------------------------- length generalisation
-LENGTH_ARMS = ("absolute", "shifted", "none", "lstm", "scratchpad")  # the curves of the thesis's Fig. 3.21
+# the curves of the thesis's Fig. 3.21, and its scratchpad without the recency bias (said, not drawn)
+LENGTH_ARMS = ("absolute", "shifted", "none", "lstm", "scratchpad", "scratchpad_plain")
 
 
 def _length_scores(model: nn.Module, arm: str, automaton: Semiautomaton, sigma: Tensor) -> list[float]:
     """Accuracy at each position of the strings ``sigma`` of one learner of ``arm``: the scratchpad decoded
     autoregressively, the shifted GPT read from position 0."""
     states = torch.from_numpy(automaton.run(sigma.numpy()))
-    if arm == "scratchpad":
+    if arm.startswith("scratchpad"):
         predicted = _scratchpad_states(model, sigma, automaton)
     else:
         with torch.no_grad():
@@ -717,8 +724,9 @@ def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
     at every position of held-out strings of the longest length of `lg_lengths` (every learner is causal, so their
     first L positions score strings of length L): a GPT with sinusoidal positions
     ("absolute"), the same GPT trained with a random offset in 0..`lg_shift` added to every batch's positions
-    ("shifted", read from position 0 at test), one without positions ("none"), the LSTM, and the recency-biased
-    scratchpad GPT of the brittleness section, decoded autoregressively. With no test length beyond `lg_T` there is
+    ("shifted", read from position 0 at test), one without positions ("none"), the LSTM, the recency-biased
+    scratchpad GPT of the brittleness section, decoded autoregressively, and the same scratchpad GPT with
+    sinusoidal positions in place of the recency bias ("scratchpad_plain"). With no test length beyond `lg_T` there is
     nothing to judge (the quick profile), so nothing is trained."""
     T, depth, shift = config["lg_T"], config["lg_depth"], config["lg_shift"]
     test_lengths = sorted({T, *int_list(config["lg_lengths"])})
@@ -757,8 +765,15 @@ def lengths(config: dict[str, Any], ctx: RunContext) -> LengthsData:
             ),
             TrainRequest(gpt("none"), task, schedule, ctx.seeds, ctx.device),
             TrainRequest(partial(LSTM, vocab, 32), task, lstm_schedule, ctx.seeds, ctx.device, batched=False),
-            TrainRequest(
-                _scratchpad_factory(config, 2 * longest, pad.vocab_size), pad, pad_schedule, ctx.seeds, ctx.device
+            *(
+                TrainRequest(
+                    _scratchpad_factory(config, 2 * longest, pad.vocab_size, recency),
+                    pad,
+                    pad_schedule,
+                    ctx.seeds,
+                    ctx.device,
+                )
+                for recency in (True, False)
             ),
         ]
         tests[name] = AutomatonTask(automaton, longest).sample(
@@ -948,3 +963,130 @@ def _encoding_runs(
         data["still_descending"][positional] = still_descending(result, LOSS_NOISE).tolist()
     data["majority"] = float(torch.bincount(targets.flatten()).max() / targets.numel())
     return data
+
+
+# ---------------------------------------------------------------- Dyck: regularising for balance
+class BalanceData(TypedDict):
+    arms: list[str]  # BALANCE_ARMS
+    T: int  # training length
+    long: list[int]  # the prefix lengths of the length-generalisation test, lowest and highest
+    accuracy: dict[str, list[float]]  # arm -> seed: closing brackets right on held-out prefixes of length T
+    long_accuracy: dict[str, list[float]]  # arm -> seed: the same on prefixes of the `long` lengths
+    violation: dict[str, list[float]]  # arm -> seed: the balance violation beta of the trained weights
+    untrained_violation: list[float]  # seed: beta at the initialisation both arms share
+    still_descending: dict[str, list[bool]]
+
+
+def _balance_gpt(config: dict[str, Any], task: TypedDyck, paired: bool = False) -> Callable[[], GPT | Paired]:
+    """The thesis's model for Fig. 3.40: a minimal first layer (the (type, depth) ids of :class:`TypedDyck`, embedded)
+    under one layer of Wen et al.'s form (Eq. 3.23: one head, the attention's output normalised, an MLP), no
+    positions; its logits over the brackets."""
+    gpt_config = GPTConfig(
+        vocab_size=task.vocab_size,
+        block_size=max(config["bal_to"], config["dyck_T"] + 2 * config["dyck_depth"]),  # no positions: any length
+        n_layer=1,
+        n_head=1,
+        d_model=config["dyck_d"],
+        d_mlp=config["dyck_d"],
+        positional="none",
+        norm_attention_output=True,
+        tied=False,
+        n_outputs=task.dyck.vocab_size,
+    )
+    return partial(paired_gpt if paired else GPT, gpt_config)  # paired: the contrastive loss reads two inputs
+
+
+def _typed_pair(task: TypedDyck, bracket: int, depth: int) -> int:
+    """The id of ``bracket`` leaving grammar depth ``depth``."""
+    return bracket * (task.dyck.depth + 1) + depth
+
+
+def balance_violation(model: GPT, task: TypedDyck) -> float:
+    """Wen et al.'s balance violation beta = mean over d, d', i, j of ||S_{d,d',i,j}|| / P_{d,j} (the thesis's Eqs.
+    3.29, 3.33-3.35), read from the weights of a one-head model of :func:`_balance_gpt`: S is what a matching pair (an
+    open bracket of type i at depth d', its closer at d' - 1) adds to the unnormalised attention output at a closing
+    bracket of type j leaving depth d, centred as the layer norm centres it; P is the size of that output on the
+    shortest prefix that reaches the query (open brackets t of depths 1..d, an open bracket of type j at d + 1, its
+    closer) with t the smallest-output prefix whose last open bracket differs from the smallest one's. Both are taken
+    at the same query, depth d in 1..D-1 (the thesis's P reads one level shallower than its S: a slip). Perfect balance,
+    which Theorem 1 makes necessary for a model that predicts every length, is beta = 0."""
+    if model.config.n_head != 1 or not model.config.norm_attention_output:
+        raise ValueError("the balance violation reads one head whose output is normalised (Eq. 3.23)")
+    k, D = task.dyck.k, task.dyck.depth
+    with torch.no_grad():
+        x = model.wte.weight.double()
+        attn = model.blocks[0].attn
+        w_q, w_k, w_v = attn.qkv.weight.double().split(x.shape[1])
+        values = x @ w_v.T @ attn.proj.weight.double().T
+        values = values - values.mean(dim=1, keepdim=True)  # P_perp: the layer norm's centring
+        scores = (x @ w_q.T) @ (x @ w_k.T).T / math.sqrt(x.shape[1])  # query x key
+    open_, close = (lambda i, d: _typed_pair(task, 2 * i, d)), (lambda i, d: _typed_pair(task, 2 * i + 1, d))
+    ratios = []
+    for j in range(k):
+        for d in range(1, D):
+            query = close(j, d)
+            weights = torch.exp(scores[query] - scores[query].max())  # one scale per query: ratios keep it
+
+            def u(key: int, w: Tensor = weights) -> Tensor:
+                return w[key] * values[key]
+
+            def q_size(prefix: tuple[int, ...], j: int = j, d: int = d) -> float:
+                keys = [
+                    task.start,
+                    *(open_(t, depth + 1) for depth, t in enumerate(prefix)),
+                    open_(j, d + 1),
+                    close(j, d),
+                ]
+                return float(torch.linalg.vector_norm(sum(u(key) for key in keys)))
+
+            prefixes = list(itertools.product(range(k), repeat=d))
+            smallest = min(prefixes, key=q_size)
+            scale = min(q_size(p) for p in prefixes if p[-1] != smallest[-1])
+            for i in range(k):
+                for d_pair in range(1, D + 1):
+                    pair = u(open_(i, d_pair)) + u(close(i, d_pair - 1))
+                    ratios.append(float(torch.linalg.vector_norm(pair)) / scale)
+    return float(np.mean(ratios))
+
+
+def _typed_closing_accuracy(model: GPT, task: TypedDyck, tokens: Tensor, first: int) -> float:
+    """Share of the closing brackets at positions ``first`` on of Dyck prefixes ``tokens`` that the model predicts
+    (the highest-scoring closer; a prefix ending in a closer has one right closer), read behind the starting token."""
+    with torch.no_grad():
+        logits = model(task.typed(tokens)[:, :-1])
+    closers = logits[..., 1::2].argmax(-1) * 2 + 1
+    scored = (tokens % 2 == 1) & (torch.arange(tokens.shape[1]) >= first)
+    return float((closers == tokens)[scored].float().mean())
+
+
+def balance(config: dict[str, Any], ctx: RunContext) -> BalanceData:
+    """The thesis's Fig. 3.40 (Sec. 3.6.3.2): `dyck_seeds` models of :func:`_balance_gpt` trained on Dyck prefixes of
+    `dyck_T` brackets, plainly and with the contrastive term at weight `bal_weight`, the same seeds (initial weights)
+    in both; each scored on held-out prefixes of `dyck_T` and of lengths `bal_from` to `bal_to` (the thesis: 400 to
+    500, about 16 times the training length) and its balance violation read from its weights."""
+    dyck = Dyck(config["dyck_k"], config["dyck_depth"], config["dyck_q"], config["dyck_T"])
+    task = TypedDyck(dyck)
+    lo, hi = config["bal_from"], config["bal_to"]
+    schedule = _schedule(config["bal_steps"], config["batch_size"], config["dyck_lr"], weight_decay=0.0)
+    seeds = [member_seed("balance", s) for s in range(config["dyck_seeds"])]
+    make, contrastive = _balance_gpt(config, task), ContrastiveDyck(task, config["bal_weight"])
+    requests = [  # in BALANCE_ARMS order
+        TrainRequest(make, task, schedule, seeds, ctx.device),
+        TrainRequest(_balance_gpt(config, task, paired=True), contrastive, schedule, seeds, ctx.device),
+    ]
+    untrained = []
+    for seed in seeds:
+        seed_everything(seed)  # as the trainer seeds before it builds a member: the weights both arms start from
+        untrained.append(make())
+    short = dyck.sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
+    long = replace(dyck, length=hi).sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
+    out: dict[str, Any] = {"arms": list(BALANCE_ARMS), "T": dyck.length, "long": [lo, hi]}
+    out |= {key: {} for key in ("accuracy", "long_accuracy", "violation", "still_descending")}
+    for arm, run in zip(BALANCE_ARMS, train_each(requests, ctx.workers, ctx.progress)):
+        models = [(m.model if isinstance(m, Paired) else m).eval() for m in run.models]
+        out["accuracy"][arm] = [_typed_closing_accuracy(m, task, short, 0) for m in models]
+        out["long_accuracy"][arm] = [_typed_closing_accuracy(m, task, long, lo - 1) for m in models]
+        out["violation"][arm] = [balance_violation(m, task) for m in models]
+        out["still_descending"][arm] = still_descending(run, LOSS_NOISE).tolist()
+    out["untrained_violation"] = [balance_violation(m, task) for m in untrained]
+    return out  # type: ignore[return-value]

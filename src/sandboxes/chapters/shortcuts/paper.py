@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.stats
 
 from ...theory import shortcuts as theory
 from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, length_gaps
 
 if TYPE_CHECKING:
-    from .measure import DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
+    from .measure import BalanceData, DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
 
 
 def _percent_pairs(best: list[float | None], median: list[float | None]) -> str:
@@ -271,7 +272,8 @@ LENGTH_REPORTS = {
     "shifted": "offsets in 0..400 per batch: 'a significant boost', not perfect",
     "none": "no positional encoding: 'similar results' (a boost, not perfect); helps parity and Dyck",
     "lstm": "perfect at every length",
-    "scratchpad": "perfect at every length; without the recency bias no better than the plain GPT (not run here)",
+    "scratchpad": "perfect at every length (Fig. 3.21, yellow)",
+    "scratchpad_plain": "'without [the recency bias], scratchpad training shows no improvement' (said, not drawn)",
 }
 
 
@@ -291,4 +293,37 @@ def lengths_vs_paper(data: LengthsData) -> list[tuple[str, str, str]]:
                     f"{100 * float(np.median(inside)):.1f}%; {100 * float(np.median(beyond)):.1f}%",
                 )
             )
+    return rows
+
+
+def balance_vs_paper(data: BalanceData) -> list[tuple[str, str, str]]:
+    """Per training: the balance violation and the accuracy in distribution and on long prefixes (median seed, the
+    range over seeds), and the rank correlation of the two over the standard seeds, beside the thesis's Fig. 3.40."""
+    lo, hi = data["long"]
+
+    def spread(values: list[float], digits: str) -> str:
+        return f"{np.median(values):{digits}} ({min(values):{digits}} to {max(values):{digits}})"
+
+    rows = [
+        (
+            f"{arm} training: balance violation beta; closing brackets right at length {data['T']}; at {lo} to {hi} "
+            f"(median seed, range)",
+            report,
+            f"{spread(data['violation'][arm], '.3g')}; {spread(data['accuracy'][arm], '.3f')}; "
+            f"{spread(data['long_accuracy'][arm], '.3f')}",
+        )
+        for arm, report in (
+            ("standard", "high violations, which correlate negatively with accuracy at 400 to 500 (Fig. 3.40)"),
+            ("contrastive", "lower violations and better accuracy at 400 to 500 (Fig. 3.40)"),
+        )
+    ]
+    standard = data["violation"]["standard"]
+    if len(standard) > 2:
+        rho = float(scipy.stats.spearmanr(standard, data["long_accuracy"]["standard"]).statistic)
+        rows.append(
+            ("standard training: rank correlation of beta and accuracy at the long lengths", "negative", f"{rho:.2f}")
+        )
+    rows.append(
+        ("untrained models: beta (median seed, range)", "not reported", spread(data["untrained_violation"], ".3g"))
+    )
     return rows
