@@ -687,18 +687,21 @@ def _balance(
     beta: float = 0.1,
     moving: bool = False,
     standard_accuracy: float = 1.0,
+    slope: float = -1.0,
 ) -> list:
-    """The balance rows on planted data, three seeds an arm: the thesis's picture (the contrastive term halves the
-    violation of 0.2 and lifts the long accuracy from ``standard`` to ``contrastive``) unless told otherwise."""
+    """The balance rows on planted data, six seeds an arm: the thesis's picture (standard models about ``standard``
+    at the long lengths, their violations about 0.2 and their accuracy falling with it at ``slope``; the contrastive
+    term halves the violation and lifts the long accuracy to ``contrastive``) unless told otherwise."""
+    spread = np.linspace(-0.02, 0.02, 6)
     planted = {
         "arms": list(judge.BALANCE_ARMS),
         "T": 28,
         "long": [400, 500],
-        "accuracy": {"standard": [standard_accuracy, 0.999, 1.0], "contrastive": [accuracy, accuracy, 1.0]},
-        "long_accuracy": {"standard": [standard - 0.01, standard, standard + 0.01], "contrastive": [contrastive] * 3},
-        "violation": {"standard": [0.2, 0.21, 0.19], "contrastive": [beta, beta * 1.1, beta * 0.9]},
-        "untrained_violation": [0.7, 0.6, 0.65],
-        "still_descending": {"standard": [False] * 3, "contrastive": [moving] * 3},
+        "accuracy": {"standard": [standard_accuracy] + [1.0] * 5, "contrastive": [accuracy] * 5 + [1.0]},
+        "long_accuracy": {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 6},
+        "violation": {"standard": (0.2 + spread).tolist(), "contrastive": (beta + spread / 4).tolist()},
+        "untrained_violation": [0.7] * 6,
+        "still_descending": {"standard": [False] * 6, "contrastive": [moving] * 6},
     }
     return judge.balance_rows({"gap": 0.05}, planted)[0]
 
@@ -839,6 +842,16 @@ COUNTERFACTUALS = [
         r"^Dyck, minimal first layer, standard training, every seed: held-out",
         "untrained standard models (chance on the closers)",
         lambda: _balance(standard_accuracy=0.5),
+    ),
+    (
+        r"^Dyck, minimal first layer, standard training: closing brackets right on prefixes",
+        "standard models that already generalise (0.99 at the long lengths)",
+        lambda: _balance(standard=0.99, contrastive=0.995),
+    ),
+    (
+        r"^Dyck, minimal first layer, standard training, \d+ seeds: one-sided p",
+        "accuracy that rises with the violation",
+        lambda: _balance(slope=1.0),
     ),
     (
         r"^Dyck, minimal first layer: balance violation beta, contrastive over standard",
@@ -1274,7 +1287,7 @@ def test_the_contrastive_pair_puts_r_nested_pairs_before_the_same_prefix_and_sco
     ce = task.task.loss(logits[:, 0, :10], y[:, 1:])
     assert torch.allclose(task.loss(logits, y), ce)
     logits[:, 1, 2 * r : 2 * r + 10] += 1.0
-    assert torch.allclose(task.loss(logits, y), ce + 2.0 * 4)
+    assert torch.allclose(task.loss(logits, y), ce + 2.0 * 4 * 10)  # the squared Frobenius norm: 10 positions
 
 
 BALANCE_UNIT = {"dyck_T": 8, "dyck_d": 8, "dyck_depth": 4, "bal_to": 64}
@@ -1315,6 +1328,27 @@ def test_a_model_whose_pairs_cancel_has_no_balance_violation_and_ignores_inserte
 
 
 def test_the_balance_rows_wait_for_moving_runs_and_need_room_at_the_long_lengths():
-    assert [c.holds for c in _balance(beta=0.2, contrastive=0.81, moving=True)][2:] == [None, None]
-    near_perfect = _balance(standard=0.97, contrastive=0.99)  # the standard models within gap of perfect: no room
-    assert len(near_perfect) == 3 and not any("prefixes of" in c.name for c in near_perfect)
+    assert len(_balance()) == 6
+    waiting = _balance(beta=0.2, contrastive=0.81, moving=True)
+    assert [c.holds for c in waiting] == [True, True, True, None, None, True]
+    near_perfect = _balance(standard=0.97, contrastive=0.99)  # within gap of perfect: no loss to recover, and the
+    assert [c.holds for c in near_perfect if "standard training: closing" in c.name] == [False]  # premise fails
+    assert not any("contrastive minus" in c.name for c in near_perfect)
+
+
+def test_the_pair_terms_sum_to_the_model_s_attention_output_with_the_query_first():
+    task = TypedDyck(Dyck(2, 4, 0.5, 8))
+    torch.manual_seed(2)
+    model = measure._balance_gpt(BALANCE_UNIT, task)()
+    with torch.no_grad():
+        model.wte.weight.mul_(50)  # scores far from 0, so a transposed reading would show
+        model.blocks[0].attn.qkv.weight.mul_(10)
+        ids = task.typed(torch.tensor([[2, 0, 1, 2, 3, 0, 1]]))[0]
+        out, _ = model.blocks[0].attn(model.embed(ids[None]))
+    scores, values = measure.pair_terms(model)
+    weights = torch.softmax(scores[ids[-1], ids], dim=0)  # the last token queries every token up to it
+    expected = out[0, -1].double() - out[0, -1].double().mean()
+    scale = float(expected.abs().max())
+    assert torch.allclose(weights @ values[ids], expected, atol=1e-5 * scale)
+    transposed = torch.softmax(scores[ids, ids[-1]], dim=0) @ values[ids]
+    assert float((transposed - expected).abs().max()) > 0.1 * scale

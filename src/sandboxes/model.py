@@ -150,7 +150,8 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = _norm(config)
         self.attn = CausalSelfAttention(config) if config.attention else None
-        self.ln_out = nn.LayerNorm(config.d_model) if config.norm_attention_output else nn.Identity()
+        # the thesis's normalising constant C_LN = 0 (Theorem 1's hypothesis): an epsilon far below any output's scale
+        self.ln_out = nn.LayerNorm(config.d_model, eps=1e-12) if config.norm_attention_output else nn.Identity()
         self.ln_2 = _norm(config)
         self.mlp = MLP(config) if config.mlp else None
 

@@ -128,5 +128,5 @@ class ContrastiveDyck:
         plain = outputs[:, 0, :length]
         at = 2 * targets[:, :1] + torch.arange(length, device=targets.device)  # s's positions behind p_r
         shifted = outputs[:, 1].gather(1, at[..., None].expand(-1, -1, outputs.shape[-1]))
-        contrast = (shifted - plain).pow(2).sum(-1).mean()
+        contrast = (shifted - plain).pow(2).sum(dim=(1, 2)).mean()  # ||.||_F^2 over positions and brackets
         return self.task.loss(plain, targets[:, 1:]) + self.weight * contrast

@@ -1001,6 +1001,21 @@ def _typed_pair(task: TypedDyck, bracket: int, depth: int) -> int:
     return bracket * (task.dyck.depth + 1) + depth
 
 
+def pair_terms(model: GPT) -> tuple[Tensor, Tensor]:
+    """The attention scores of every token id as a query (rows) on every id as a key, and each id's value after the
+    output projection, centred as the layer norm centres it: the pieces of the thesis's u(query, key) = exp(score)
+    x centred value (Eq. 3.29, whose first argument is the query in Eqs. 3.30-3.34), in float64."""
+    if model.config.n_head != 1 or not model.config.norm_attention_output or model.config.bias:
+        raise ValueError("the balance violation reads one head without biases whose output is normalised (Eq. 3.23)")
+    with torch.no_grad():
+        x = model.wte.weight.double()
+        attn = model.blocks[0].attn
+        w_q, w_k, w_v = attn.qkv.weight.double().split(x.shape[1])
+        values = x @ w_v.T @ attn.proj.weight.double().T
+        scores = (x @ w_q.T) @ (x @ w_k.T).T / math.sqrt(x.shape[1])
+    return scores, values - values.mean(dim=1, keepdim=True)
+
+
 def balance_violation(model: GPT, task: TypedDyck) -> float:
     """Wen et al.'s balance violation beta = mean over d, d', i, j of ||S_{d,d',i,j}|| / P_{d,j} (the thesis's Eqs.
     3.29, 3.33-3.35), read from the weights of a one-head model of :func:`_balance_gpt`: S is what a matching pair (an
@@ -1010,16 +1025,8 @@ def balance_violation(model: GPT, task: TypedDyck) -> float:
     closer) with t the smallest-output prefix whose last open bracket differs from the smallest one's. Both are taken
     at the same query, depth d in 1..D-1 (the thesis's P reads one level shallower than its S: a slip). Perfect balance,
     which Theorem 1 makes necessary for a model that predicts every length, is beta = 0."""
-    if model.config.n_head != 1 or not model.config.norm_attention_output:
-        raise ValueError("the balance violation reads one head whose output is normalised (Eq. 3.23)")
     k, D = task.dyck.k, task.dyck.depth
-    with torch.no_grad():
-        x = model.wte.weight.double()
-        attn = model.blocks[0].attn
-        w_q, w_k, w_v = attn.qkv.weight.double().split(x.shape[1])
-        values = x @ w_v.T @ attn.proj.weight.double().T
-        values = values - values.mean(dim=1, keepdim=True)  # P_perp: the layer norm's centring
-        scores = (x @ w_q.T) @ (x @ w_k.T).T / math.sqrt(x.shape[1])  # query x key
+    scores, values = pair_terms(model)
     open_, close = (lambda i, d: _typed_pair(task, 2 * i, d)), (lambda i, d: _typed_pair(task, 2 * i + 1, d))
     ratios = []
     for j in range(k):
@@ -1060,7 +1067,7 @@ def _typed_closing_accuracy(model: GPT, task: TypedDyck, tokens: Tensor, first: 
 
 
 def balance(config: dict[str, Any], ctx: RunContext) -> BalanceData:
-    """The thesis's Fig. 3.40 (Sec. 3.6.3.2): `dyck_seeds` models of :func:`_balance_gpt` trained on Dyck prefixes of
+    """The thesis's Fig. 3.40 (Sec. 3.6.3.2): `bal_seeds` models of :func:`_balance_gpt` trained on Dyck prefixes of
     `dyck_T` brackets, plainly and with the contrastive term at weight `bal_weight`, the same seeds (initial weights)
     in both; each scored on held-out prefixes of `dyck_T` and of lengths `bal_from` to `bal_to` (the thesis: 400 to
     500, about 16 times the training length) and its balance violation read from its weights."""
@@ -1068,7 +1075,7 @@ def balance(config: dict[str, Any], ctx: RunContext) -> BalanceData:
     task = TypedDyck(dyck)
     lo, hi = config["bal_from"], config["bal_to"]
     schedule = _schedule(config["bal_steps"], config["batch_size"], config["dyck_lr"], weight_decay=0.0)
-    seeds = [member_seed("balance", s) for s in range(config["dyck_seeds"])]
+    seeds = [member_seed("balance", s) for s in range(config["bal_seeds"])]
     make, contrastive = _balance_gpt(config, task), ContrastiveDyck(task, config["bal_weight"])
     requests = [  # in BALANCE_ARMS order
         TrainRequest(make, task, schedule, seeds, ctx.device),
