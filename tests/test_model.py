@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from sandboxes.model import FUSED_FROM, GPT, LSTM, AssociativeMemories, CausalSelfAttention, GPTConfig, count_parameters
+from sandboxes.model import (
+    FUSED_FROM,
+    GPT,
+    LSTM,
+    AssociativeMemories,
+    CausalSelfAttention,
+    GPTConfig,
+    count_parameters,
+    paired_gpt,
+)
 
 
 def small(**kw) -> GPTConfig:
@@ -187,3 +196,24 @@ def test_an_offset_column_shifts_every_position_and_zero_changes_nothing(positio
         torch.testing.assert_close(shifted.positions(10, offsets)[2], expected)
     else:
         torch.testing.assert_close(out, plain(idx))
+
+
+def test_a_normalised_attention_output_is_wen_et_al_s_layer_and_needs_the_input_norm_off():
+    config = GPTConfig(vocab_size=5, block_size=8, d_model=8, norm_attention_output=True, tied=False)
+    model = GPT(config)
+    x = torch.randint(5, (3, 6))
+    block, stream = model.blocks[0], model.embed(x)
+    attended, _ = block.attn(stream)
+    after = stream + block.ln_out(attended)
+    assert torch.allclose(block(stream)[0], after + block.mlp(after))
+    with pytest.raises(ValueError, match="layer_norm off"):
+        GPTConfig(vocab_size=5, block_size=8, layer_norm=True, norm_attention_output=True)
+
+
+def test_a_paired_model_reads_both_inputs_of_each_pair_as_the_model_reads_them_alone():
+    torch.manual_seed(0)
+    paired = paired_gpt(GPTConfig(vocab_size=5, block_size=8, d_model=8))
+    pairs = torch.randint(5, (3, 2, 6))
+    out = paired(pairs)
+    assert out.shape == (3, 2, 6, 5)
+    assert torch.allclose(out[:, 1], paired.model(pairs[:, 1]))

@@ -689,19 +689,19 @@ def _balance(
     standard_accuracy: float = 1.0,
     slope: float = -1.0,
 ) -> list:
-    """The balance rows on planted data, six seeds an arm: the thesis's picture (standard models about ``standard``
+    """The balance rows on planted data, ten seeds an arm: the thesis's picture (standard models about ``standard``
     at the long lengths, their violations about 0.2 and their accuracy falling with it at ``slope``; the contrastive
     term halves the violation and lifts the long accuracy to ``contrastive``) unless told otherwise."""
-    spread = np.linspace(-0.02, 0.02, 6)
+    spread = np.linspace(-0.02, 0.02, 10)
     planted = {
         "arms": list(judge.BALANCE_ARMS),
         "T": 28,
         "long": [400, 500],
-        "accuracy": {"standard": [standard_accuracy] + [1.0] * 5, "contrastive": [accuracy] * 5 + [1.0]},
-        "long_accuracy": {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 6},
+        "accuracy": {"standard": [standard_accuracy] + [1.0] * 9, "contrastive": [accuracy] * 9 + [1.0]},
+        "long_accuracy": {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 10},
         "violation": {"standard": (0.2 + spread).tolist(), "contrastive": (beta + spread / 4).tolist()},
-        "untrained_violation": [0.7] * 6,
-        "still_descending": {"standard": [False] * 6, "contrastive": [moving] * 6},
+        "untrained_violation": [0.7] * 10,
+        "still_descending": {"standard": [False] * 10, "contrastive": [moving] * 10},
     }
     return judge.balance_rows({"gap": 0.05}, planted)[0]
 
@@ -1334,6 +1334,25 @@ def test_the_balance_rows_wait_for_moving_runs_and_need_room_at_the_long_lengths
     near_perfect = _balance(standard=0.97, contrastive=0.99)  # within gap of perfect: no loss to recover, and the
     assert [c.holds for c in near_perfect if "standard training: closing" in c.name] == [False]  # premise fails
     assert not any("contrastive minus" in c.name for c in near_perfect)
+
+
+def test_the_balance_comparisons_need_ten_seeds_a_training_and_the_correlation_five():
+    def planted(n: int) -> dict:
+        return {
+            "arms": list(judge.BALANCE_ARMS),
+            "T": 28,
+            "long": [400, 500],
+            "accuracy": {arm: [1.0] * n for arm in judge.BALANCE_ARMS},
+            "long_accuracy": {"standard": np.linspace(0.9, 0.7, n).tolist(), "contrastive": [0.95] * n},
+            "violation": {"standard": np.linspace(0.1, 0.3, n).tolist(), "contrastive": [0.05] * n},
+            "untrained_violation": [0.7] * n,
+            "still_descending": {arm: [False] * n for arm in judge.BALANCE_ARMS},
+        }
+
+    claims, silent = judge.balance_rows({"gap": 0.05}, planted(3))
+    assert len(claims) == 3 and len(silent) == 2  # the premises and "far from optimal" only
+    claims, silent = judge.balance_rows({"gap": 0.05}, planted(5))
+    assert len(claims) == 4 and "p of a negative rank correlation" in claims[-1].name and len(silent) == 1
 
 
 def test_the_pair_terms_sum_to_the_model_s_attention_output_with_the_query_first():
