@@ -663,6 +663,22 @@ def test_the_case1_simulator_switches_where_the_closed_form_says_by_weights_and_
     )
 
 
+def test_the_case1_switch_is_delta_s_doing_and_lands_on_the_query_s_own_noop():
+    reading = _first_wrong_of()
+    first = reading["case 1"]
+    assert first["without_delta"] is None  # the position-position term alone pulls the top key off the write
+    assert first["key"] == first["measured"]  # onto the query itself, a noop (Fig. 3.33: recent reads)
+    assert set(reading) == {"case 1", "case 2", "Fig. 3.33b"}
+
+
+def test_fig_3_33b_string_has_its_two_writes_and_is_read_after_the_second():
+    inputs = theory.drift_inputs(40, gap=5)
+    strings, queries = inputs["Fig. 3.33b"]
+    assert strings[0, 0] == WRITE1 and strings[0, 6] == WRITE0 and (strings[0, 7:] == NOOP).all()
+    assert int(queries[0]) == 7 and int(queries[-1]) == 39
+    assert "Fig. 3.33b" not in theory.drift_inputs(30)  # too short for a gap of 32
+
+
 def test_the_noop_query_decomposition_gives_every_top_key_of_a_random_linear_position_head():
     torch.manual_seed(0)
     config = GPTConfig(

@@ -389,13 +389,20 @@ def predicted_top_keys(scores: NoopQueryScores, seq: Tensor, queries: Tensor) ->
     return s.argmax(dim=1)
 
 
-def drift_inputs(length: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Proposition 5's two inputs read at every query up to ``length``: case 1's ``[write 1, noop, ...]`` at queries
-    ``1 .. length-1`` and case 2's rows (writes at 0 and ``t - 1``) at query ``t``, as (strings, queries) twice."""
-    case1 = case1_sequence(length)
-    queries1 = torch.arange(1, length)
-    queries2 = torch.arange(2, length)
-    return case1.expand(len(queries1), length), queries1, case2_sequences(length)[queries2], queries2
+def drift_inputs(length: int, gap: int = 32) -> dict[str, tuple[Tensor, Tensor]]:
+    """Proposition 5's two inputs and Fig. 3.33b's, read at every noop query up to ``length``, as (strings, queries):
+    case 1's ``[write 1, noop, ...]`` at queries ``1 .. length-1``, case 2's rows (writes at 0 and ``t - 1``) at
+    query ``t``, and :func:`two_writes_sequence` at the queries after its second write (none where ``length`` is too
+    short for it)."""
+    queries1, queries2 = torch.arange(1, length), torch.arange(2, length)
+    out = {
+        "case 1": (case1_sequence(length).expand(len(queries1), length), queries1),
+        "case 2": (case2_sequences(length)[queries2], queries2),
+    }
+    if gap <= length - 3:
+        queries3 = torch.arange(gap + 2, length)
+        out["Fig. 3.33b"] = (two_writes_sequence(length, gap).expand(len(queries3), length), queries3)
+    return out
 
 
 def case1_switch(weights: SimulatorWeights) -> int:
@@ -431,6 +438,15 @@ def case1_sequence(length: int) -> Tensor:
     """``[write 1, noop, ..., noop]``: the proof's long-range input for ``delta > 0``."""
     seq = torch.full((1, length), NOOP, dtype=torch.long)
     seq[0, 0] = WRITE1
+    return seq
+
+
+def two_writes_sequence(length: int, gap: int = 32) -> Tensor:
+    """``[write 1, noop x gap, write 0, noop, ...]``: Fig. 3.33b's string (there ``gap`` = 32, 800 noops after)."""
+    if not 0 <= gap <= length - 3:
+        raise ValueError(f"the gap between the writes is in 0..{length - 3}, got {gap}")
+    seq = case1_sequence(length)
+    seq[0, gap + 1] = WRITE0
     return seq
 
 

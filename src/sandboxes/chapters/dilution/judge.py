@@ -542,9 +542,9 @@ def wrong_write_rows(config: dict[str, Any], data: WrongWriteData) -> tuple[list
     differ = sum(fw[case]["predicted"] != fw[case]["measured"] for fw in heads for case in fw)
     claims.append(
         Claim.exact(
-            f"Prop 5's decomposition read off every trained head: inputs (case 1 and 2, to length "
-            f"{config['drift_length']}) whose first wrong top key differs between the weights and the forward pass "
-            f"(a check of the reading, not of training)",
+            f"Prop 5's decomposition read off every trained head: inputs (Prop 5's cases 1 and 2, Fig. 3.33b's "
+            f"string; to length {config['drift_length']}) whose first wrong top key differs between the weights and "
+            f"the forward pass (a check of the reading, not of training)",
             "0",
             str(differ),
             "at a noop query the score is token + query_position p_i + (key_position + delta p_i) p_j, exactly, in a "

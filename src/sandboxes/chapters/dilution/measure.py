@@ -590,6 +590,9 @@ EXAMPLE_STRING = (1, 2, 0, 2, 2, 0, 1, 2, 2, 2, 1, 2, 0, 2, 2, 2)  # the attenti
 class FirstWrong(TypedDict):
     predicted: int | None  # first query whose top key leaves the latest write, from the weights (None: none)
     measured: int | None  # the same, from the trained model's attention
+    without_delta: int | None  # the same from the weights with the position-position term delta set to 0
+    key: int | None  # the measured top key at the measured first such query (a position)
+    output_wrong: int | None  # first query whose output state is wrong
 
 
 class AutomatonRun(TypedDict):
@@ -601,7 +604,7 @@ class AutomatonRun(TypedDict):
     earlier_write: list[float]  # per seed: noop queries whose top key is an earlier write, not the latest
     top_weight: list[float]  # per seed: mean largest attention weight at noop queries
     delta: list[float]  # per seed: W_Qp^T W_Kp with positions t / T
-    first_wrong: list[dict[str, FirstWrong]]  # per seed: Prop 5's case 1 and case 2 inputs up to drift_length
+    first_wrong: list[dict[str, FirstWrong]]  # per seed: Prop 5's case 1 and 2 and Fig. 3.33b up to drift_length
     attention: list[list[list[float]]]  # per seed: the attention map on EXAMPLE_STRING
 
 
@@ -717,17 +720,25 @@ def extended(model: GPT, length: int) -> GPT:
 def _first_wrong(
     model: GPT, length: int, predict: Callable[[GPT], theory.NoopQueryScores] = theory.noop_query_scores
 ) -> dict[str, FirstWrong]:
-    """Per Prop 5 input, the first query whose top key is not the latest write: from the weights' decomposition
-    (``predict``; a test passes a wrong one) and from the model's own attention."""
+    """Per drift input (Prop 5's two, Fig. 3.33b's), the first query whose top key is not the latest write: from the
+    weights' decomposition (``predict``; a test passes a wrong one), from it without the position-position term, and
+    from the model's own attention, with the key it then attends to; and the first query whose output is wrong."""
     long = extended(model, length)
     scores = predict(long)
-    case1, queries1, case2, queries2 = theory.drift_inputs(length)
     out: dict[str, FirstWrong] = {}
-    for name, seq, queries in (("case 1", case1, queries1), ("case 2", case2, queries2)):
+    for name, (seq, queries) in theory.drift_inputs(length).items():
         right = latest_write_position(seq).gather(1, queries[:, None]).squeeze(1)
         predicted = theory.predicted_top_keys(scores, seq, queries)
-        measured = _measured_top_keys(long, seq, queries)
-        out[name] = {"predicted": _first(queries, predicted != right), "measured": _first(queries, measured != right)}
+        flat = theory.predicted_top_keys(replace(scores, delta=0.0), seq, queries)
+        measured, states = _measured_top_keys(long, seq, queries)
+        first = _first(queries, measured != right)
+        out[name] = {
+            "predicted": _first(queries, predicted != right),
+            "measured": first,
+            "without_delta": _first(queries, flat != right),
+            "key": None if first is None else int(measured[queries == first][0]),
+            "output_wrong": _first(queries, states != automaton_states(seq).gather(1, queries[:, None]).squeeze(1)),
+        }
     return out
 
 
@@ -735,20 +746,21 @@ def _first(queries: Tensor, wrong: Tensor) -> int | None:
     return int(queries[wrong][0]) if wrong.any() else None
 
 
-def _measured_top_keys(model: GPT, seq: Tensor, queries: Tensor, chunk: int = 16) -> Tensor:
-    """The top key at ``queries[b]`` of ``seq[b]`` from forward passes, each chunk cut after its last query
-    (causal: later inputs change nothing); strings equal throughout (case 1) run once."""
+def _measured_top_keys(model: GPT, seq: Tensor, queries: Tensor, chunk: int = 16) -> tuple[Tensor, Tensor]:
+    """The top key and the output state at ``queries[b]`` of ``seq[b]`` from forward passes, each chunk cut after
+    its last query (causal: later inputs change nothing); strings equal throughout run once."""
     if (seq == seq[:1]).all():
         with torch.no_grad():
-            weights = model(seq[:1, : int(queries.max()) + 1], return_attention=True)[1][0][0, 0]
-        return weights[queries].argmax(dim=-1)
-    out = []
+            logits, attention = model(seq[:1, : int(queries.max()) + 1], return_attention=True)
+        return attention[0][0, 0][queries].argmax(dim=-1), logits[0, queries].argmax(dim=-1)
+    keys, states = [], []
     for rows in torch.arange(len(queries)).split(chunk):
-        cut = int(queries[rows].max()) + 1
+        cut, picked = int(queries[rows].max()) + 1, torch.arange(len(rows))
         with torch.no_grad():
-            weights = model(seq[rows, :cut], return_attention=True)[1][0][:, 0]
-        out.append(weights[torch.arange(len(rows)), queries[rows]].argmax(dim=-1))
-    return torch.cat(out)
+            logits, attention = model(seq[rows, :cut], return_attention=True)
+        keys.append(attention[0][:, 0][picked, queries[rows]].argmax(dim=-1))
+        states.append(logits[picked, queries[rows]].argmax(dim=-1))
+    return torch.cat(keys), torch.cat(states)
 
 
 def _count(

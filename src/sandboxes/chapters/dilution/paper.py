@@ -6,9 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torch import Tensor
+
+from ...data.flipflop import NOOP
+from ...theory import dilution as theory
+
 if TYPE_CHECKING:
     from ...results import Result
-    from .measure import SecondPhaseData, SharpeningData, TailLengthData, TrainingData, WrongWriteData
+    from .measure import FirstWrong, SecondPhaseData, SharpeningData, TailLengthData, TrainingData, WrongWriteData
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
@@ -217,11 +222,20 @@ def wrong_write_vs_paper(data: WrongWriteData) -> list[tuple[str, str, str]]:
             per_run(lambda r: f"{stuck_seeds(r)} of {len(r['state_errors'])}"),
         ),
         (
-            f"heads whose top key leaves the latest write on Prop 5's inputs, up to {data['drift_length']}",
+            f"heads whose top key leaves the latest write on Prop 5's inputs or Fig. 3.33b's, up to "
+            f"{data['drift_length']}",
             "trained at 500, drifts by 834: late queries attend to recent noops (Fig. 3.33)",
             per_run(drift),
         ),
     ]
+
+
+def _onto_noop(inputs: tuple[Tensor, Tensor], head: FirstWrong) -> bool:
+    """Whether the key a head attends to at its first wrong query of a drift input is a noop (not an earlier
+    write)."""
+    strings, queries = inputs
+    row = int((queries == head["measured"]).nonzero()[0, 0])
+    return int(strings[row, head["key"]]) == NOOP
 
 
 def wrong_write_findings(data: WrongWriteData) -> list[str]:
@@ -230,6 +244,7 @@ def wrong_write_findings(data: WrongWriteData) -> list[str]:
     from .judge import stuck_seeds
 
     T, lines = data["automaton_T"], []
+    strings = theory.drift_inputs(data["drift_length"])
     for run in data["runs"]:
         kind = "sharpened" if run["weight"] else "plain"
         seeds = len(run["delta"])
@@ -239,11 +254,18 @@ def wrong_write_findings(data: WrongWriteData) -> list[str]:
             f"p_noop {run['p_noop']:g}, {kind}: {wrong} of {seeds} seeds with wrong states, {stuck_seeds(run)} stuck",
             f"delta > 0 in {positive}, < 0 in {seeds - positive}",
         ]
-        for case in ("case 1", "case 2"):
-            firsts = [fw[case]["measured"] for fw in run["first_wrong"]]
-            found = sorted(f / T for f in firsts if f is not None)
+        for case in run["first_wrong"][0]:
+            heads = [fw[case] for fw in run["first_wrong"]]
+            found = sorted(h["measured"] / T for h in heads if h["measured"] is not None)
             where = f", first at {found[0]:.2f} to {found[-1]:.2f} T" if found else ""
-            parts.append(f"{case} leaves the latest write in {len(found)}{where}")
+            onto_noop = sum(_onto_noop(strings[case], h) for h in heads if h["measured"] is not None)
+            flat = sum(h["without_delta"] is not None for h in heads)
+            wrong = sorted(h["output_wrong"] / T for h in heads if h["output_wrong"] is not None)
+            output = f", outputs wrong in {len(wrong)} (from {wrong[0]:.2f} T)" if wrong else ", no output wrong"
+            parts.append(
+                f"{case} leaves the latest write in {len(found)}{where} ({onto_noop} onto a noop), {flat} with "
+                f"delta = 0{output}"
+            )
         lines.append("; ".join(parts))
     return lines
 
