@@ -263,8 +263,8 @@ def wrong_write_findings(data: WrongWriteData) -> list[str]:
             wrong = sorted(h["output_wrong"] / T for h in heads if h["output_wrong"] is not None)
             output = f", outputs wrong in {len(wrong)} (from {wrong[0]:.2f} T)" if wrong else ", no output wrong"
             parts.append(
-                f"{case} leaves the latest write in {len(found)}{where} ({onto_noop} onto a noop), {flat} with "
-                f"delta = 0{output}"
+                f"{case} leaves the latest write in {len(found)}{where} ({onto_noop} onto a noop; {flat} would with "
+                f"delta set to 0){output}"
             )
         lines.append("; ".join(parts))
     return lines
