@@ -361,6 +361,7 @@ def test_sections_are_named_in_reading_order():
         "encodings",
         "abab",
         "dyck",
+        "balance",
     ]
     assert all(s.compute.__name__ == s.name and s.needs == () for s in chapter.CHAPTER.sections)
 
