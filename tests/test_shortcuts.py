@@ -1372,3 +1372,21 @@ def test_the_pair_terms_sum_to_the_model_s_attention_output_with_the_query_first
     assert torch.allclose(weights @ values[ids], expected, atol=1e-5 * scale)
     transposed = torch.softmax(scores[ids, ids[-1]], dim=0) @ values[ids]
     assert float((transposed - expected).abs().max()) > 0.1 * scale
+
+
+def test_a_width_of_one_leaves_the_balance_violation_undefined_and_its_rows_unmade():
+    task = TypedDyck(Dyck(2, 4, 0.5, 8))
+    model = measure._balance_gpt({**BALANCE_UNIT, "dyck_d": 1}, task)()
+    assert math.isnan(measure.balance_violation(model, task))
+    planted = {
+        "arms": list(judge.BALANCE_ARMS),
+        "T": 28,
+        "long": [400, 500],
+        "accuracy": {arm: [1.0] * 10 for arm in judge.BALANCE_ARMS},
+        "long_accuracy": {arm: [0.8] * 10 for arm in judge.BALANCE_ARMS},
+        "violation": {arm: [float("nan")] * 10 for arm in judge.BALANCE_ARMS},
+        "untrained_violation": [float("nan")] * 10,
+        "still_descending": {arm: [False] * 10 for arm in judge.BALANCE_ARMS},
+    }
+    claims, silent = judge.balance_rows({"gap": 0.05}, planted)
+    assert len(claims) == 3 and "undefined" in silent[-1]

@@ -1024,7 +1024,7 @@ def balance_violation(model: GPT, task: TypedDyck) -> float:
     shortest prefix that reaches the query (open brackets t of depths 1..d, an open bracket of type j at d + 1, its
     closer) with t the smallest-output prefix whose last open bracket differs from the smallest one's. Both are taken
     at the same query, depth d in 1..D-1 (the thesis's P reads one level shallower than its S: a slip). Perfect balance,
-    which Theorem 1 makes necessary for a model that predicts every length, is beta = 0."""
+    which Theorem 1 makes necessary for a model that predicts every length, is beta = 0; NaN where P is 0."""
     k, D = task.dyck.k, task.dyck.depth
     scores, values = pair_terms(model)
     open_, close = (lambda i, d: _typed_pair(task, 2 * i, d)), (lambda i, d: _typed_pair(task, 2 * i + 1, d))
@@ -1049,6 +1049,8 @@ def balance_violation(model: GPT, task: TypedDyck) -> float:
             prefixes = list(itertools.product(range(k), repeat=d))
             smallest = min(prefixes, key=q_size)
             scale = min(q_size(p) for p in prefixes if p[-1] != smallest[-1])
+            if scale == 0:  # every centred output vanishes (a width of 1 leaves the layer norm no direction)
+                return float("nan")
             for i in range(k):
                 for d_pair in range(1, D + 1):
                     pair = u(open_(i, d_pair)) + u(close(i, d_pair - 1))
