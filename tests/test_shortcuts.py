@@ -681,6 +681,27 @@ def test_the_lift_rows_read_only_seeds_that_learnt_the_training_length():
     assert [c.holds for c in lifts] == [False, False, True]
 
 
+def _balance_data(
+    long: dict[str, list[float]],
+    violation: dict[str, list[float]],
+    accuracy: dict[str, list[float]] | None = None,
+    moving: dict[str, list[bool]] | None = None,
+) -> dict:
+    """Planted balance data at length 28, tested at 400 to 500: each training's long accuracies and violations per
+    seed; every model right in distribution and settled unless ``accuracy`` and ``moving`` say otherwise."""
+    seeds = len(long["standard"])
+    return {
+        "arms": list(judge.BALANCE_ARMS),
+        "T": 28,
+        "long": [400, 500],
+        "accuracy": accuracy or {arm: [1.0] * seeds for arm in judge.BALANCE_ARMS},
+        "long_accuracy": long,
+        "violation": violation,
+        "untrained_violation": [0.7] * seeds,
+        "still_descending": moving or {arm: [False] * seeds for arm in judge.BALANCE_ARMS},
+    }
+
+
 def _balance(
     accuracy: float = 1.0,
     standard: float = 0.8,
@@ -694,16 +715,12 @@ def _balance(
     at the long lengths, their violations about 0.2 and their accuracy falling with it at ``slope``; the contrastive
     term halves the violation and lifts the long accuracy to ``contrastive``) unless told otherwise."""
     spread = np.linspace(-0.02, 0.02, 10)
-    planted = {
-        "arms": list(judge.BALANCE_ARMS),
-        "T": 28,
-        "long": [400, 500],
-        "accuracy": {"standard": [standard_accuracy] + [1.0] * 9, "contrastive": [accuracy] * 9 + [1.0]},
-        "long_accuracy": {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 10},
-        "violation": {"standard": (0.2 + spread).tolist(), "contrastive": (beta + spread / 4).tolist()},
-        "untrained_violation": [0.7] * 10,
-        "still_descending": {"standard": [False] * 10, "contrastive": [moving] * 10},
-    }
+    planted = _balance_data(
+        {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 10},
+        {"standard": (0.2 + spread).tolist(), "contrastive": (beta + spread / 4).tolist()},
+        {"standard": [standard_accuracy] + [1.0] * 9, "contrastive": [accuracy] * 9 + [1.0]},
+        {"standard": [False] * 10, "contrastive": [moving] * 10},
+    )
     return judge.balance_rows({"gap": 0.05}, planted)[0]
 
 
@@ -1339,16 +1356,10 @@ def test_the_balance_rows_wait_for_moving_runs_and_need_room_at_the_long_lengths
 
 def test_the_balance_comparisons_need_ten_seeds_a_training_and_the_correlation_five():
     def planted(n: int) -> dict:
-        return {
-            "arms": list(judge.BALANCE_ARMS),
-            "T": 28,
-            "long": [400, 500],
-            "accuracy": {arm: [1.0] * n for arm in judge.BALANCE_ARMS},
-            "long_accuracy": {"standard": np.linspace(0.9, 0.7, n).tolist(), "contrastive": [0.95] * n},
-            "violation": {"standard": np.linspace(0.1, 0.3, n).tolist(), "contrastive": [0.05] * n},
-            "untrained_violation": [0.7] * n,
-            "still_descending": {arm: [False] * n for arm in judge.BALANCE_ARMS},
-        }
+        return _balance_data(
+            {"standard": np.linspace(0.9, 0.7, n).tolist(), "contrastive": [0.95] * n},
+            {"standard": np.linspace(0.1, 0.3, n).tolist(), "contrastive": [0.05] * n},
+        )
 
     claims, silent = judge.balance_rows({"gap": 0.05}, planted(3))
     assert len(claims) == 3 and len(silent) == 2  # the premises and "far from optimal" only
@@ -1378,15 +1389,9 @@ def test_a_width_of_one_leaves_the_balance_violation_undefined_and_its_rows_unma
     task = TypedDyck(Dyck(2, 4, 0.5, 8))
     model = measure._balance_gpt({**BALANCE_UNIT, "dyck_d": 1}, task)()
     assert math.isnan(measure.balance_violation(model, task))
-    planted = {
-        "arms": list(judge.BALANCE_ARMS),
-        "T": 28,
-        "long": [400, 500],
-        "accuracy": {arm: [1.0] * 10 for arm in judge.BALANCE_ARMS},
-        "long_accuracy": {arm: [0.8] * 10 for arm in judge.BALANCE_ARMS},
-        "violation": {arm: [float("nan")] * 10 for arm in judge.BALANCE_ARMS},
-        "untrained_violation": [float("nan")] * 10,
-        "still_descending": {arm: [False] * 10 for arm in judge.BALANCE_ARMS},
-    }
+    planted = _balance_data(
+        {arm: [0.8] * 10 for arm in judge.BALANCE_ARMS}, {arm: [float("nan")] * 10 for arm in judge.BALANCE_ARMS}
+    )
+    planted["untrained_violation"] = [float("nan")] * 10
     claims, silent = judge.balance_rows({"gap": 0.05}, planted)
     assert len(claims) == 3 and "undefined" in silent[-1]
