@@ -85,6 +85,12 @@ def test_a_claim_about_eventual_behaviour_is_undecided_only_while_its_run_had_no
     assert held.eventually(settled=False, unsettled="more steps") is held
 
 
+def test_a_claim_already_undecided_keeps_its_one_reason_through_both_settled_checks():
+    undecided = Claim.at_most("reaches", 0.1, 0.5, "r").eventually(settled=False, unsettled="more steps")
+    twice = undecided.eventually(settled=False, unsettled="more steps").so_far(settled=False, unsettled="more steps")
+    assert twice is undecided and twice.reason.count("more steps") == 1
+
+
 def test_seed_bounds_are_the_one_sided_95_percent_bounds_of_the_mean_and_of_a_new_seed():
     # mean 1, s 1, n 3, t_0.95(2) = 2.919986: the mean's bound 1 + t / sqrt(3), a new seed's 1 + t sqrt(4/3)
     t = 2.919986

@@ -84,16 +84,18 @@ class Claim:
         return {True: "holds", False: "fails", None: "undecided"}[self.holds]
 
     def eventually(self, settled: bool, unsettled: str) -> Claim:
-        """This claim about eventual behaviour, undecided if it fails while the run had not ``settled``.
+        """This claim about eventual behaviour, undecided if it fails while the run had not ``settled`` (one already
+        undecided stays as it is, its reason said once).
 
         ``unsettled`` says what was still moving and what budget would decide the claim.
         """
-        return self if self.holds or settled else self.undecided(unsettled)
+        return self if self.holds is not False or settled else self.undecided(unsettled)
 
     def so_far(self, settled: bool, unsettled: str) -> Claim:
         """This claim that something does not happen (a run stays below a bound), undecided if it holds while the
-        run had not ``settled``: it then says only "not yet". One that fails has already seen it happen."""
-        return self if self.holds is False or settled else self.undecided(unsettled)
+        run had not ``settled``: it then says only "not yet". One that fails has already seen it happen; one already
+        undecided stays as it is."""
+        return self if self.holds is not True or settled else self.undecided(unsettled)
 
     def held_to_spread(
         self, bound: float, values: Sequence[float] | np.ndarray, seeds_param: str = "", upper: bool = True

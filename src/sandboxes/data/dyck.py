@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -31,20 +32,23 @@ class Dyck:
         return 2 * self.k
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:
-        """``n`` prefixes, ``(n, length)`` tokens, drawn from ``generator``."""
-        tokens = torch.empty(n, self.length, dtype=torch.long)
-        stack = torch.zeros(n, self.depth + 1, dtype=torch.long)
-        top = torch.zeros(n, dtype=torch.long)
-        rows = torch.arange(n)
+        """``n`` prefixes, ``(n, length)`` tokens, drawn from ``generator``: per position a coin and a type for every
+        row; the stack is then kept in NumPy, whose small operations cost a fraction of PyTorch's."""
+        coins = np.empty((self.length, n), dtype=bool)
+        kinds = np.empty((self.length, n), dtype=np.int64)
         for t in range(self.length):
-            coin = torch.rand(n, generator=generator)
-            kind = torch.randint(self.k, (n,), generator=generator)
-            opening = ((coin < self.q) | (top == 0)) & (top < self.depth)
-            innermost = stack[rows, top]
-            tokens[:, t] = torch.where(opening, 2 * kind, 2 * innermost + 1)
-            top = torch.where(opening, top + 1, top - 1)
-            stack[rows, top] = torch.where(opening, kind, stack[rows, top])
-        return tokens
+            coins[t] = (torch.rand(n, generator=generator) < self.q).numpy()
+            kinds[t] = torch.randint(self.k, (n,), generator=generator).numpy()
+        tokens = np.empty((n, self.length), dtype=np.int64)
+        stack = np.zeros((n, self.depth + 1), dtype=np.int64)
+        top = np.zeros(n, dtype=np.int64)
+        rows = np.arange(n)
+        for t in range(self.length):
+            opening = (coins[t] | (top == 0)) & (top < self.depth)
+            tokens[:, t] = np.where(opening, 2 * kinds[t], 2 * stack[rows, top] + 1)
+            top = np.where(opening, top + 1, top - 1)
+            stack[rows[opening], top[opening]] = kinds[t][opening]
+        return torch.from_numpy(tokens)
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Next-token pairs: the prefix without its last token, and each position's next token."""
