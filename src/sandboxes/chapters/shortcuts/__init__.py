@@ -352,7 +352,7 @@ PARAMS = with_reference(
         "lg_lengths": ",".join(str(8 * k) for k in range(1, 17)),
         "lg_steps": 6000,
         "bal_seeds": 20,
-        "bal_steps": 3000,
+        "bal_steps": 4000,
     },
 )
 
