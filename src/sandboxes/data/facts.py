@@ -63,9 +63,14 @@ class FactRecall:
 
     def sample_facts(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """``n`` sequences with their subjects and relations: (tokens, subject, relation)."""
-        T = self.length
         subject = torch.randint(self.subjects, (n,), generator=generator)
         relation = torch.randint(self.relations, (n,), generator=generator)
+        return self.sequences(subject, relation, generator), subject, relation
+
+    def sequences(self, subject: Tensor, relation: Tensor, generator: torch.Generator) -> Tensor:
+        """One sequence per (``subject``, ``relation``) pair, ``(n, length)`` tokens: noise, the subject and the
+        relation at two uniform distinct places before the end token."""
+        n, T = len(subject), self.length
         tokens = torch.randint(self.noise, (n, T), generator=generator) + self.subjects + self.relations
         place = torch.randint(T - 1, (n,), generator=generator)  # the subject's, before the end token
         other = torch.randint(T - 2, (n,), generator=generator)  # the relation's, uniform over the other places
@@ -74,7 +79,7 @@ class FactRecall:
         tokens[rows, place] = subject
         tokens[rows, other] = self.subjects + relation
         tokens[:, -1] = self.vocabulary - 1
-        return tokens, subject, relation
+        return tokens
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """``n`` fresh (sequence, answer) pairs."""

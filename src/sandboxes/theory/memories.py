@@ -119,3 +119,59 @@ def fact_levels(facts: np.ndarray, per_relation: int) -> dict[str, float]:
         "subject": _mean_entropy(facts),
         "facts": 0.0,
     }
+
+
+# ---------------------------------------------------------------- a one-layer transformer set by hand for the facts
+BUILT_FAILURES = 0.01  # expected wrong facts (union bound) at the dimension the hand-set layer is built in
+
+
+def built_gap_sd(relations: int, per_relation: int, d: int) -> float:
+    """Standard deviation of the logit gap between a fact's answer a* and one rival b that the hand-set layer scores
+    (y_s + z_r)^T u, with y_s the sum of the subject's R answers and z_r the sum of the relation's A answers, for
+    unembeddings with N(0, 1/d) entries. The sum holds 2 u_a*, u_b once and R + A - 3 other answers, so the gap is
+    2|u_a*|^2 - |u_b|^2 - u_a*.u_b + sum_o u_o.(u_a* - u_b): mean 1, variance (8 + 2 + 1 + 2 (R + A - 3)) / d.
+    The same holds for both kinds of rival (the relation's other answers and the subject's answers to the other
+    relations)."""
+    return math.sqrt((2 * relations + 2 * per_relation + 5) / d)
+
+
+def built_failures(subjects: int, relations: int, per_relation: int, d: int) -> float:
+    """Union bound on the expected number of facts the hand-set layer gets wrong in dimension ``d``, under the
+    Gaussian model of :func:`built_gap_sd`: S R facts, each with R + A - 2 rivals one unit below the answer (the
+    other answers, two units below, are left out: their terms are smaller by orders of magnitude)."""
+    rivals = relations + per_relation - 2
+    return subjects * relations * rivals * float(norm.sf(1 / built_gap_sd(relations, per_relation, d)))
+
+
+def built_dim(subjects: int, relations: int, per_relation: int, failures: float = BUILT_FAILURES) -> int:
+    """The smallest d at which :func:`built_failures` is at most ``failures``: the dimension the hand-set layer is
+    built in. It grows as (R + A) ln(S R (R + A)), the theorem's d >~ R + A_max with its logarithm (1 where no fact
+    has a rival)."""
+    if built_failures(subjects, relations, per_relation, 1) <= failures:
+        return 1
+    d = 1
+    while built_failures(subjects, relations, per_relation, 2 * d) > failures:
+        d *= 2
+    lo, hi = d, 2 * d  # the bound falls with d: bisect for the first d within it
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if built_failures(subjects, relations, per_relation, mid) > failures else (lo, mid)
+    return hi
+
+
+def relation_failures(relations: int, per_relation: int, d: int) -> float:
+    """Union bound on the expected number of relations whose answer the hand-set layer takes outside the relation's
+    own answers for a subject it holds no slot for: the logits are then z_r^T u, and for any fixed b in A_r each of
+    the (R - 1) A other answers a beats it with probability P(N(1, (2A + 1) / d) < 0) (the gap
+    |u_b|^2 - u_b.u_a + sum_b' u_b'.(u_b - u_a))."""
+    return relations * (relations - 1) * per_relation * float(norm.sf(1 / math.sqrt((2 * per_relation + 1) / d)))
+
+
+def uncovered_share_sd(subjects: int, uncovered: int, relations: int, per_relation: int) -> float:
+    """Standard deviation of the share of subjects without a slot whose answer is their relation's default, one
+    answer per relation chosen by the embeddings alone: per relation a hypergeometric count (``uncovered`` draws
+    from ``subjects``, S / A of them successes, as the balanced facts table has it where A divides S), averaged over
+    the R independent relations."""
+    p = 1 / per_relation
+    per_relation_var = p * (1 - p) * (subjects - uncovered) / max(subjects - 1, 1) / uncovered
+    return math.sqrt(per_relation_var / relations)

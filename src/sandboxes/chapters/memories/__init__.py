@@ -18,6 +18,7 @@ from .judge import (
     MLP_SMALLEST_DIM,
     capacity_rows,
     capacity_summary,
+    fact_build_rows,
     fact_capacity_rows,
     fact_capacity_summary,
     gradient_rows,
@@ -27,6 +28,7 @@ from .judge import (
 )
 from .measure import (
     capacity,
+    fact_build,
     fact_capacity,
     gradient,
     hallucination,
@@ -169,6 +171,7 @@ PARAMS = (
     ),
     Param("fact_batch", int, 1024, 1024, "sequences per step", at_least(1)),
     Param("fact_steps", int, 8192, 8192, "gradient steps", at_least(1)),
+    Param("build_draws", int, 16, 256, "sequences per fact read by the layer set by hand", at_least(1)),
 )
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
 # and a bisection for 20 seeds of both memories about 600 of them); the factual recall training as quick, with more
@@ -193,6 +196,7 @@ PARAMS = with_reference(
         "facts_batch": 1024,
         "facts_steps": 8192,
         "facts_seeds": 2,
+        "build_draws": 64,
     },
 )
 
@@ -228,6 +232,7 @@ UNIT_SCALE = {
     "facts_seeds": 2,
     "facts_batch": 32,
     "facts_steps": 32,
+    "build_draws": 4,
 }
 FULL_SHRUNK = {
     "capacity_dims": "16,32",
@@ -243,6 +248,7 @@ FULL_SHRUNK = {
     "facts_batch": 16,
     "facts_steps": 8,
     "facts_lrs": "1e-2",
+    "build_draws": 4,
 }
 
 CHAPTER = Chapter(
@@ -281,6 +287,13 @@ CHAPTER = Chapter(
             figures=("fact_capacity",),
             reference=True,
             paper=fact_capacity_vs_paper,
+        ),
+        Section(
+            "fact_build",
+            "A layer set by hand that recalls every fact",
+            fact_build,
+            rows=fact_build_rows,
+            figures=("fact_build",),
         ),
         Section(
             "hallucination",

@@ -10,10 +10,17 @@ from matplotlib.figure import Figure
 from scipy.special import lambertw
 
 from ...plotting import COLORS, curves_with_band, reference_line
-from ...theory.memories import ASYMPTOTIC_CONSTANT, facts_per_parameter, mlp_capacity_constant
+from ...theory.memories import ASYMPTOTIC_CONSTANT, built_failures, facts_per_parameter, mlp_capacity_constant
 
 if TYPE_CHECKING:
-    from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
+    from .measure import (
+        CapacityData,
+        FactBuildData,
+        FactCapacityData,
+        GradientData,
+        HallucinationData,
+        MlpCapacityData,
+    )
 
 
 def one_step(data: GradientData) -> Figure:
@@ -98,6 +105,28 @@ def fact_capacity(data: FactCapacityData) -> Figure:
     ax.set(xlabel="parameters P = 4 H d_h d + 2 m d", ylabel="facts recalled (S R, S = R)")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def fact_build(data: FactBuildData) -> Figure:
+    """Left: the share of facts the layer set by hand recalls against d, and the share the union bound leaves at
+    least (1 - its count of wrong facts / S R). Right: with slots for half the subjects, the share answered right by
+    the subjects with a slot and by the others, against chance among the relation's answers."""
+    dims, sizes = np.asarray(data["dims"]), (data["subjects"], data["relations"], data["per_relation"])
+    fine = np.geomspace(dims.min(), dims.max(), 64)
+    bound = [1 - built_failures(*sizes, int(d)) / (sizes[0] * sizes[1]) for d in fine]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6), gridspec_kw={"width_ratios": [3, 2]})
+    left.plot(dims, data["recalled"], "o-", color=COLORS["untied"], label="measured: every sequence right")
+    left.plot(fine, np.clip(bound, 0, 1), color=COLORS["theory"], label="union bound (at least)")
+    left.axvline(data["built_dim"], color="k", linestyle=":", linewidth=1, label="built at")
+    left.set(xscale="log", xlabel="embedding dimension d", ylabel="share of facts recalled", ylim=(-0.02, 1.02))
+    left.legend(fontsize=8, loc="lower right")
+    shares = [data["covered_right"], data["uncovered_right"], data["uncovered_in_relation"]]
+    names = ["with a slot:\nright", "without:\nright", "without:\nin relation"]
+    right.bar(names, shares, color=[COLORS["untied"], COLORS["tied"], COLORS["tied"]])
+    reference_line(right, 1 / data["per_relation"], "1/A", style=":")
+    right.set(ylabel="share of sequences", ylim=(0, 1.05), title=f"slots for {data['covered']} of {data['subjects']}")
+    right.tick_params(axis="x", labelsize=8)
     return fig
 
 

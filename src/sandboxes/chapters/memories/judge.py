@@ -14,7 +14,14 @@ from ...curves import budget_ran_out
 from ...theory import memories as theory
 
 if TYPE_CHECKING:
-    from .measure import CapacityData, FactCapacityData, GradientData, HallucinationData, MlpCapacityData
+    from .measure import (
+        CapacityData,
+        FactBuildData,
+        FactCapacityData,
+        GradientData,
+        HallucinationData,
+        MlpCapacityData,
+    )
 
 ROUND_OFF = 1e-12  # float64: the lemma and autograd sum the same N K outer products in other orders (measured ~1e-16)
 SINGLE_SHARE = 0.5  # the Gaussian model is judged where the single dot products carry less than half a margin's
@@ -469,6 +476,102 @@ def _fact_trend(data: FactCapacityData) -> str:
             else f"leaves out {SQRT_RATE:g}, the exponent of S R ~ sqrt(P)."
         )
     )
+
+
+# ---------------------------------------------------------------- a layer set by hand
+BUILD_SOURCE = "Nichani, Lee and Bietti (the slides' informal theorem)"
+LACKING_FAILURES = 30.0  # the union bound's expected wrong facts at and above which the counterfactual row is made:
+# the bound counts a fact once per rival that beats it and treats the rivals as independent; measured at S R = 16 to
+# 256, it counts 1.4 to 4 times the facts that fail (so at least about 8 are expected to fail where it says 30)
+CHANCE_SPREADS = 3.0  # the chance row's tolerance in standard deviations of the hypergeometric share
+
+
+def fact_build_rows(config: dict[str, Any], data: FactBuildData) -> tuple[list[Claim], tuple[str, ...]]:
+    """The layer set by hand recalls every fact where it meets the sufficient conditions (d at the union bound's
+    dimension, a slot for every subject and relation); far below that dimension it does not; with slots for half the
+    subjects, those recall every fact and the others answer within the relation, right as often as chance among its
+    answers."""
+    S, R, A, draws = data["subjects"], data["relations"], data["per_relation"], data["draws"]
+    dims, d = data["dims"], data["built_dim"]
+    built = dims.index(d)
+    claims = [
+        Claim.at_least(
+            f"the layer set by hand, d = {d} and H = {data['heads']} heads of one slot (H d_h = S + R = {S + R}): "
+            f"share of the {S * R} facts right on all {draws} of their sequences",
+            1.0,
+            data["recalled"][built],
+            f"{BUILD_SOURCE}: attention alone recalls every fact when d >~ R + A_max and H d_h >~ S; here each "
+            f"subject and relation holds a slot, and d is the smallest at which the union bound over the S R (R + A - "
+            f"2) rivals one unit below an answer leaves at most {theory.BUILT_FAILURES:g} wrong facts "
+            f"(theory.built_failures)",
+        )
+    ]
+    silent = []
+    lacking = min(dims)
+    expected = theory.built_failures(S, R, A, lacking) if lacking < d else 0.0
+    if expected >= LACKING_FAILURES:
+        claims.append(
+            Claim.at_most(
+                f"the same layer at d = {lacking}, far below the bound's d (it counts {expected:.0f} wrong facts): "
+                f"share of facts right on all their sequences",
+                1 - 1 / (S * R),
+                data["recalled"][dims.index(lacking)],
+                "the counterfactual to the row above: d is the condition the layer needs (d >~ R + A_max with its "
+                f"logarithm); at and above {LACKING_FAILURES:g} counted failures at least one fact fails",
+            )
+        )
+    else:
+        silent.append(
+            f"the counterfactual at d = {lacking}: the union bound counts {expected:.1f} wrong facts there, below the "
+            f"{LACKING_FAILURES:g} at which one is sure to fail (subjects, relations, per_relation), so no row"
+        )
+    covered, uncovered = data["covered"], S - data["covered"]
+    if covered == 0:
+        return claims, (*silent, "one subject: no half of the subjects to leave without a slot, so no row on heads")
+    claims.append(
+        Claim.at_least(
+            f"slots for {covered} of the {S} subjects (H d_h = {covered + R} < S + R), d = {d}: share of the subjects "
+            f"with a slot answered right",
+            1.0,
+            data["covered_right"],
+            f"{BUILD_SOURCE}: H d_h >~ S is what the heads need; the subjects that keep a slot keep their facts",
+        )
+    )
+    stray = theory.relation_failures(R, A, d)
+    if stray <= theory.BUILT_FAILURES:
+        claims.append(
+            Claim.at_least(
+                f"slots for {covered} of the {S} subjects, d = {d}: share of the other subjects' sequences answered "
+                f"within the relation's answers",
+                1.0,
+                data["uncovered_in_relation"],
+                "without its slot a subject reads as noise and the relation's value alone answers: the right relation, "
+                "the wrong subject, the hallucination the trained model passes through (last section); the union "
+                f"bound on an answer outside the relation is {stray:.1g}",
+            )
+        )
+    else:
+        silent.append(f"answers within the relation: its union bound at d = {d} is {stray:.2g}, so no row")
+    if A > 1 and S % A == 0:
+        sd = theory.uncovered_share_sd(S, uncovered, R, A)
+        claims.append(
+            Claim.close(
+                f"slots for {covered} of the {S} subjects, d = {d}: share of the other subjects' sequences answered "
+                f"right",
+                1 / A,
+                data["uncovered_right"],
+                CHANCE_SPREADS * sd,
+                "the relation's value picks one of its A answers by the embeddings alone, so a subject without a slot "
+                f"is right when its answer is that one: 1/A, within {CHANCE_SPREADS:g} standard deviations of the "
+                "hypergeometric share (theory.uncovered_share_sd)",
+            )
+        )
+    else:
+        silent.append(
+            "the chance of a subject without a slot: 1/A holds where A > 1 divides S (per_relation, subjects), so no "
+            "row"
+        )
+    return claims, tuple(silent)
 
 
 # ---------------------------------------------------------------- the hallucination stage

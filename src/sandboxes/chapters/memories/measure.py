@@ -384,6 +384,123 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
 
 
 # ---------------------------------------------------------------- the hallucination stage
+# ---------------------------------------------------------------- a one-layer transformer set by hand
+BUILT_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)  # dimensions tried, as multiples of the one the layer is built in
+LACKING_SCALE = 0.125  # the counterfactual's dimension, far below the one the layer is built in, as a multiple
+SINK_SCORE = 0.5  # the end token's attention score, per unit of SCORE_SCALE: above noise, below the held tokens
+SCORE_SCALE = 100.0  # the held token's score: its weight 1 - e^-50, a non-held token's at most e^-25 of the sink's
+HEAD_DIM = 1  # one token a head: a key's noise on other tokens, sqrt(1.25 / d), stays far below the sink's 1/2
+CHUNK_ELEMENTS = 2**24  # embedded tokens (sequences x T x d) per forward pass of the layer set by hand: 64 MB
+
+
+class FactBuildData(TypedDict):
+    subjects: int
+    relations: int
+    per_relation: int
+    heads: int  # of the layer with a slot for every subject and relation (HEAD_DIM each)
+    built_dim: int  # theory.built_dim: where the union bound leaves at most BUILT_FAILURES wrong facts
+    dims: list[int]  # BUILT_SCALES times built_dim
+    draws: int  # sequences per fact
+    recalled: list[float]  # per dimension: the share of facts right on every one of their sequences
+    right: list[float]  # per dimension: the share of sequences answered right
+    covered: int  # subjects with a slot in the layer short of heads (the first ones), at built_dim
+    covered_right: float  # share of their sequences answered right
+    uncovered_right: float  # share of the other subjects' sequences answered right
+    uncovered_in_relation: float  # share of the other subjects' sequences answered within the relation's answers
+
+
+def slot_targets(task: FactRecall, unembed: Tensor) -> Tensor:
+    """What each subject and relation writes through its value slot: the sum of the subject's R answers' and of the
+    relation's A answers' unembeddings, ``(S + R, d)``."""
+    facts = torch.from_numpy(task.facts)
+    answers = unembed[facts].sum(dim=1)
+    relations = unembed.reshape(task.relations, task.per_relation, -1).sum(dim=1)
+    return torch.cat([answers, relations])
+
+
+def slot_groups(with_slot: int, subjects: int, relations: int, head_dim: int) -> list[list[int]]:
+    """The tokens each head holds a slot for: the first ``with_slot`` subjects, then the relations, ``head_dim`` to a
+    head, no head holding both (a sequence's two tokens never share a head's attention)."""
+    held = [list(range(with_slot)), list(range(subjects, subjects + relations))]
+    return [kind[i : i + head_dim] for kind in held for i in range(0, len(kind), head_dim)]
+
+
+def fact_layer_by_hand(task: FactRecall, d: int, with_slot: int, generator: torch.Generator) -> FactTransformer:
+    """A :class:`~sandboxes.model.FactTransformer` without MLP whose weights are set, not trained: the first
+    ``with_slot`` subjects and every relation each get a value slot (:func:`slot_groups`, :data:`HEAD_DIM` tokens a
+    head; H d_h = S + R where every subject has one). Each head's key scores its own tokens 1 and the end token 1/2
+    (times :data:`SCORE_SCALE`, read against the end token's query), so a head attends to its token where the
+    sequence holds one and to the end token otherwise; its value map reads 1 on its token's slot and 0 on the end
+    token, and its output map writes the token's :func:`slot_targets`. Keys and values are dual to the tokens' random
+    embeddings (exact on them); every other token falls where the embeddings put it."""
+    groups = slot_groups(with_slot, task.subjects, task.relations, HEAD_DIM)
+    model = FactTransformer(task.vocabulary, task.answers, d, len(groups), HEAD_DIM, 0, generator)
+    embed, end = model.embed.double(), model.embed[-1].double()
+    targets = slot_targets(task, model.unembed)
+    with torch.no_grad():
+        for weight in (model.query, model.key, model.value, model.out):
+            weight.zero_()
+        for h, group in enumerate(groups):
+            dual = torch.linalg.pinv(torch.cat([embed[group], end[None]]))  # (d, n + 1): embedding . dual = identity
+            model.query[h, :, 0] = SCORE_SCALE * HEAD_DIM**0.5 * end / end.dot(end)  # read back as SCORE_SCALE
+            model.key[h, :, 0] = dual[:, :-1].sum(dim=1) + SINK_SCORE * dual[:, -1]
+            model.value[h, :, : len(group)] = dual[:, :-1]
+            model.out[h * HEAD_DIM : h * HEAD_DIM + len(group)] = targets[group]
+    return model
+
+
+def every_fact(task: FactRecall, draws: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """``draws`` sequences of every fact, subject-major: (tokens, subject, answer)."""
+    subject = torch.arange(task.subjects).repeat_interleave(task.relations * draws)
+    relation = torch.arange(task.relations).repeat_interleave(draws).repeat(task.subjects)
+    answer = torch.from_numpy(task.facts)[subject, relation]
+    return task.sequences(subject, relation, generator), subject, answer
+
+
+def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
+    """The layer set by hand (:func:`fact_layer_by_hand`) at dimensions around the one the theory asks for, every
+    fact read on `build_draws` sequences; and at that dimension with slots for only half the subjects (H d_h short
+    of S + R), whose other subjects' answers are split into right, within the relation, and outside it."""
+    task = fact_task(config)
+    S, R, A = task.subjects, task.relations, task.per_relation
+    d_built = theory.built_dim(S, R, A)
+    dims = sorted({max(1, round(d_built * k)) for k in BUILT_SCALES})
+    draws = config["build_draws"]
+    tokens, subject, answer = every_fact(task, draws, torch.Generator().manual_seed(member_seed("fact build", S)))
+
+    def answers(d: int, with_slot: int) -> Tensor:
+        start = torch.Generator().manual_seed(member_seed("fact build embeddings", config["seed"], d))
+        layer = fact_layer_by_hand(task, d, with_slot, start).to(ctx.device)
+        with torch.no_grad():
+            chunks = tokens.split(max(1, CHUNK_ELEMENTS // (task.length * d)))
+            return torch.cat([layer(chunk.to(ctx.device)).argmax(dim=-1).cpu() for chunk in chunks])
+
+    recalled, right = [], []
+    for d in dims:
+        hit = answers(d, S) == answer
+        recalled.append(float(hit.reshape(S * R, draws).all(dim=1).float().mean()))
+        right.append(float(hit.float().mean()))
+    covered = S // 2
+    given = answers(d_built, covered)
+    held = subject < covered
+    data: FactBuildData = {
+        "subjects": S,
+        "relations": R,
+        "per_relation": A,
+        "heads": len(slot_groups(S, S, R, HEAD_DIM)),
+        "built_dim": d_built,
+        "dims": dims,
+        "draws": draws,
+        "recalled": recalled,
+        "right": right,
+        "covered": covered,
+        "covered_right": float((given == answer)[held].float().mean()) if covered else math.nan,
+        "uncovered_right": float((given == answer)[~held].float().mean()),
+        "uncovered_in_relation": float((given // A == answer // A)[~held].float().mean()),
+    }  # type: ignore[typeddict-item]
+    return data
+
+
 class HallucinationData(TypedDict):
     levels: dict[str, float]  # the four predictors' losses (theory.fact_levels)
     eval_steps: list[int]
