@@ -69,7 +69,7 @@ check: $(STAMP)
 # page's cells are one unit on one worker, whose kernel inherits the path and the one thread, and the pages run
 # costliest first (tests/conftest.py), so both workers stay busy to the end
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=15 tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=40 tests
 	SANDBOXES_PROFILE=quick ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 \
 		--durations=20 --dist loadscope --no-loadscope-reorder --nbval --nbval-current-env book
 
