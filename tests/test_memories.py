@@ -471,9 +471,9 @@ def _build_data(change: str) -> dict:
     """The section's data at the chapter's quick task, with the layer set by hand as built or changed."""
     with pytest.MonkeyPatch.context() as patch:
         targets, groups = measure.slot_targets, measure.slot_groups
-        if change == "relations write nothing":
-            kept = lambda task, u: targets(task, u) * (torch.arange(20) < 16)[:, None]  # noqa: E731
-            patch.setattr(measure, "slot_targets", kept)
+        if change == "each relation writes the next one's answers":
+            rolled = lambda task, u: torch.cat([targets(task, u)[:16], targets(task, u)[16:].roll(1, 0)])  # noqa: E731
+            patch.setattr(measure, "slot_targets", rolled)
         if change == "each subject writes the next one's answers":
             rolled = lambda task, u: torch.cat([targets(task, u)[:16].roll(1, 0), targets(task, u)[16:]])  # noqa: E731
             patch.setattr(measure, "slot_targets", rolled)
@@ -528,6 +528,18 @@ def test_no_counterfactual_row_where_the_bound_counts_few_failures_at_an_eighth_
     assert not any("far below" in c.name for c in claims) and any("counterfactual" in s for s in silences)
 
 
+def test_one_relation_with_one_answer_makes_no_row_and_one_relation_no_row_on_the_relation():
+    for relations, per_relation, rows in ((1, 1, 0), (1, 4, 3)):
+        config = {**BUILD, "subjects": 8, "relations": relations, "per_relation": per_relation}
+        claims, _ = judge.fact_build_rows(config, measure.fact_build(config, RunContext("quick", "cpu", [0])))
+        assert not any("within the relation" in c.name for c in claims) and len(claims) == rows, claims
+
+
+def test_the_check_refuses_a_layer_set_by_hand_that_would_read_too_many_sequences():
+    with pytest.raises(ValueError, match="sequences"):
+        CHAPTER.start("quick", {"subjects": 4096, "relations": 64, "build_draws": 17}, 1, "cpu")
+
+
 COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fail, the rows' builder)
     (r"gradients are memories", "autograd of the squared loss", _gradient_rows),
     (r"one step from W = 0 writes", "1/N in place of 1/K (K != N)", _gradient_rows),
@@ -541,10 +553,10 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"grows with the dimension d", "a capacity growing as m d^2", _mlp_rows),
     (r"grow linearly with its parameters", "a capacity growing as the square root of the parameters", _fact_rows),
     (r"across shapes at a fixed d", SHAPE_BLIND, _fact_rows),
-    (r"the layer set by hand, d = ", "relations write nothing", _build_rows),
-    (r"far below the bound's d", "orthonormal answers: no interference", _build_rows),
+    (r"the layer set by hand, d = ", "each relation writes the next one's answers", _build_rows),
+    (r"far below its d", "orthonormal answers: no interference", _build_rows),
     (r"subjects with a slot answered right", "each subject writes the next one's answers", _build_rows),
-    (r"answered within the relation's answers", "relations write nothing", _build_rows),
+    (r"answered within the relation's answers", "each relation writes the next one's answers", _build_rows),
     (r"other subjects' sequences answered right", "every subject keeps a slot", _build_rows),
 ]
 SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row

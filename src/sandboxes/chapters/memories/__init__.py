@@ -27,6 +27,7 @@ from .judge import (
     mlp_capacity_summary,
 )
 from .measure import (
+    MOST_FACT_SEQUENCES,
     capacity,
     fact_build,
     fact_capacity,
@@ -203,8 +204,9 @@ PARAMS = with_reference(
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
     """Refuse, before any work, sizes or shapes listed twice (two runs of one name) and searches whose first bracket
-    would hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory); the
-    transformers' domains keep their searches within about 1400 subjects."""
+    would hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory) or a layer
+    set by hand that would read more than :data:`MOST_FACT_SEQUENCES` sequences; the transformers' domains keep their
+    searches within about 1400 subjects."""
     for name in ("mlp_dims", "mlp_ratios", "facts_dims"):
         values = int_list(config[name])
         if len(set(values)) < len(values):
@@ -212,6 +214,12 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     shapes = [tuple(float(v) for v in pair.split(":")) for pair in str(config["facts_shapes"]).split(",")]
     if len(set(shapes)) < len(shapes):
         raise ValueError(f"facts_shapes repeats a shape: {config['facts_shapes']}")
+    sequences = config["subjects"] * config["relations"] * config["build_draws"]
+    if sequences > MOST_FACT_SEQUENCES:
+        raise ValueError(
+            f"the layer set by hand would read {sequences} sequences (subjects x relations x build_draws), more than "
+            f"{MOST_FACT_SEQUENCES}"
+        )
     largest = max(int_list(config["mlp_dims"])) ** 2 * max(int_list(config["mlp_ratios"]))
     if 2 * search_start(largest) > MOST_ASSOCIATIONS:
         raise ValueError(

@@ -109,15 +109,16 @@ def fact_capacity(data: FactCapacityData) -> Figure:
 
 
 def fact_build(data: FactBuildData) -> Figure:
-    """Left: the share of facts the layer set by hand recalls against d, and the share the union bound leaves at
-    least (1 - its count of wrong facts / S R). Right: with slots for half the subjects, the share answered right by
-    the subjects with a slot and by the others, against chance among the relation's answers."""
+    """Left: the share of facts the layer set by hand recalls against d, and the expected share the union bound
+    leaves at least under its Gaussian model (1 - its count of wrong facts / S R). Right: with slots for half the
+    subjects, the share answered right by the subjects with a slot and by the others, against chance among the
+    relation's answers."""
     dims, sizes = np.asarray(data["dims"]), (data["subjects"], data["relations"], data["per_relation"])
     fine = np.geomspace(dims.min(), dims.max(), 64)
     bound = [1 - built_failures(*sizes, int(d)) / (sizes[0] * sizes[1]) for d in fine]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6), gridspec_kw={"width_ratios": [3, 2]})
     left.plot(dims, data["recalled"], "o-", color=COLORS["untied"], label="measured: every sequence right")
-    left.plot(fine, np.clip(bound, 0, 1), color=COLORS["theory"], label="union bound (at least)")
+    left.plot(fine, np.clip(bound, 0, 1), color=COLORS["theory"], label="union bound (expected share, at least)")
     left.axvline(data["built_dim"], color="k", linestyle=":", linewidth=1, label="built at")
     left.set(xscale="log", xlabel="embedding dimension d", ylabel="share of facts recalled", ylim=(-0.02, 1.02))
     left.legend(fontsize=8, loc="lower right")

@@ -389,8 +389,12 @@ BUILT_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)  # dimensions tried, as multiples of
 LACKING_SCALE = 0.125  # the counterfactual's dimension, far below the one the layer is built in, as a multiple
 SINK_SCORE = 0.5  # the end token's attention score, per unit of SCORE_SCALE: above noise, below the held tokens
 SCORE_SCALE = 100.0  # the held token's score: its weight 1 - e^-50, a non-held token's at most e^-25 of the sink's
-HEAD_DIM = 1  # one token a head: a key's noise on other tokens, sqrt(1.25 / d), stays far below the sink's 1/2
-CHUNK_ELEMENTS = 2**24  # embedded tokens (sequences x T x d) per forward pass of the layer set by hand: 64 MB
+HEAD_DIM = 1  # one token a head: a key's noise on other tokens, sqrt(1.25 / d), 0.05 at d = 500 against the
+# sink's 1/2 (at d = 63, 0.14: some heads then prefer a noise token, failures the union bound does not count)
+CHUNK_FLOATS = 2**24  # floats a forward pass of the layer set by hand holds at once (embedded tokens and the heads'
+# folded queries and gathered values): 64 MB
+MOST_FACT_SEQUENCES = 2**22  # sequences the layer set by hand reads at most (S R build_draws): 32 MB of tokens a
+# position
 
 
 class FactBuildData(TypedDict):
@@ -466,13 +470,15 @@ def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
     d_built = theory.built_dim(S, R, A)
     dims = sorted({max(1, round(d_built * k)) for k in BUILT_SCALES})
     draws = config["build_draws"]
-    tokens, subject, answer = every_fact(task, draws, torch.Generator().manual_seed(member_seed("fact build", S)))
+    draw = torch.Generator().manual_seed(member_seed("fact build", config["seed"], S, R, A))
+    tokens, subject, answer = every_fact(task, draws, draw)
 
     def answers(d: int, with_slot: int) -> Tensor:
         start = torch.Generator().manual_seed(member_seed("fact build embeddings", config["seed"], d))
         layer = fact_layer_by_hand(task, d, with_slot, start).to(ctx.device)
+        per_sequence = task.length * d + layer.query.shape[0] * (d + task.length)
         with torch.no_grad():
-            chunks = tokens.split(max(1, CHUNK_ELEMENTS // (task.length * d)))
+            chunks = tokens.split(max(1, CHUNK_FLOATS // per_sequence))
             return torch.cat([layer(chunk.to(ctx.device)).argmax(dim=-1).cpu() for chunk in chunks])
 
     recalled, right = [], []
