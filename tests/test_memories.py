@@ -481,6 +481,9 @@ def _build_data(change: str) -> dict:
             patch.setattr(measure, "FactTransformer", _Orthonormal)
         if change == "every subject keeps a slot":
             patch.setattr(measure, "slot_groups", lambda with_slot, s, r, h: groups(s, s, r, h))
+        if change == "every subject keeps a unit":
+            units = measure.memory_units
+            patch.setattr(measure, "memory_units", lambda with_unit, s, r: units(s, s, r))
         return measure.fact_build(BUILD, RunContext("quick", torch.device("cpu"), [0]))
 
 
@@ -529,7 +532,7 @@ def test_no_counterfactual_row_where_the_bound_counts_few_failures_at_an_eighth_
 
 
 def test_one_relation_with_one_answer_makes_no_row_and_one_relation_no_row_on_the_relation():
-    for relations, per_relation, rows in ((1, 1, 0), (1, 4, 3)):
+    for relations, per_relation, rows in ((1, 1, 0), (1, 4, 5)):
         config = {**BUILD, "subjects": 8, "relations": relations, "per_relation": per_relation}
         claims, _ = judge.fact_build_rows(config, measure.fact_build(config, RunContext("quick", "cpu", [0])))
         assert not any("within the relation" in c.name for c in claims) and len(claims) == rows, claims
@@ -557,7 +560,13 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"far below its d", "orthonormal answers: no interference", _build_rows),
     (r"subjects with a slot answered right", "each subject writes the next one's answers", _build_rows),
     (r"answered within the relation's answers", "each relation writes the next one's answers", _build_rows),
-    (r"other subjects' sequences answered right", "every subject keeps a slot", _build_rows),
+    (
+        r"subjects, d = \d+: share of the other subjects' sequences answered right",
+        "every subject keeps a slot",
+        _build_rows,
+    ),
+    (r"the facts in the MLP, d = ", "each subject writes the next one's answers", _build_rows),
+    (r"the facts in the MLP, units for", "every subject keeps a unit", _build_rows),
 ]
 SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row
     r"grows with the width m",

@@ -123,39 +123,44 @@ def fact_levels(facts: np.ndarray, per_relation: int) -> dict[str, float]:
 
 # ---------------------------------------------------------------- a one-layer transformer set by hand for the facts
 BUILT_FAILURES = 0.01  # expected wrong facts (union bound) at the dimension the hand-set layer is built in
+MLP_GAP_EXTRA = 8  # the MLP-held layer's extra gap variance, in units of 1/d (built_gap_sd)
 
 
-def built_gap_sd(relations: int, per_relation: int, d: int) -> float:
+def built_gap_sd(relations: int, per_relation: int, d: int, extra: int = 0) -> float:
     """Standard deviation of the logit gap between a fact's answer a* and one rival b that the hand-set layer scores
     (y_s + z_r)^T u, with y_s the sum of the subject's R answers and z_r the sum of the relation's A answers, for
     unembeddings with N(0, 1/d) entries. The sum holds 2 u_a*, u_b once and R + A - 3 other answers, so the gap is
     2|u_a*|^2 - |u_b|^2 - u_a*.u_b + sum_o u_o.(u_a* - u_b): mean 1, variance (8 + 2 + 1 + 2 (R + A - 3)) / d.
     The same holds for both kinds of rival (the relation's other answers and the subject's answers to the other
-    relations)."""
-    return math.sqrt((2 * relations + 2 * per_relation + 5) / d)
+    relations). ``extra`` adds variance in units of 1/d: for the layer whose MLP holds the sums (``MLP_GAP_EXTRA``),
+    4 for the copied embeddings (x_s + x_r).(u_a* - u_b) and 4 for the gates' jitter (each gate opens to 1/2 plus a
+    N(0, 1/d) term, doubled by the readout, on a sum one unit apart for one kind of rival)."""
+    return math.sqrt((2 * relations + 2 * per_relation + 5 + extra) / d)
 
 
-def built_failures(subjects: int, relations: int, per_relation: int, d: int) -> float:
+def built_failures(subjects: int, relations: int, per_relation: int, d: int, extra: int = 0) -> float:
     """Union bound on the expected number of facts the hand-set layer gets wrong in dimension ``d``, under the
     Gaussian model of :func:`built_gap_sd`: S R facts, each with R + A - 2 rivals one unit below the answer (the
     other answers, two units below, are left out: their terms are smaller by orders of magnitude)."""
     rivals = relations + per_relation - 2
-    return subjects * relations * rivals * float(norm.sf(1 / built_gap_sd(relations, per_relation, d)))
+    return subjects * relations * rivals * float(norm.sf(1 / built_gap_sd(relations, per_relation, d, extra)))
 
 
-def built_dim(subjects: int, relations: int, per_relation: int, failures: float = BUILT_FAILURES) -> int:
+def built_dim(
+    subjects: int, relations: int, per_relation: int, failures: float = BUILT_FAILURES, extra: int = 0
+) -> int:
     """The smallest d at which :func:`built_failures` is at most ``failures``: the dimension the hand-set layer is
     built in. It grows as (R + A) ln(S R (R + A)), the theorem's d >~ R + A_max with its logarithm (1 where no fact
     has a rival)."""
-    if built_failures(subjects, relations, per_relation, 1) <= failures:
+    if built_failures(subjects, relations, per_relation, 1, extra) <= failures:
         return 1
     d = 1
-    while built_failures(subjects, relations, per_relation, 2 * d) > failures:
+    while built_failures(subjects, relations, per_relation, 2 * d, extra) > failures:
         d *= 2
     lo, hi = d, 2 * d  # the bound falls with d: bisect for the first d within it
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if built_failures(subjects, relations, per_relation, mid) > failures else (lo, mid)
+        lo, hi = (mid, hi) if built_failures(subjects, relations, per_relation, mid, extra) > failures else (lo, mid)
     return hi
 
 

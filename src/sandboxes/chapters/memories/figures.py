@@ -10,7 +10,13 @@ from matplotlib.figure import Figure
 from scipy.special import lambertw
 
 from ...plotting import COLORS, curves_with_band, reference_line
-from ...theory.memories import ASYMPTOTIC_CONSTANT, built_failures, facts_per_parameter, mlp_capacity_constant
+from ...theory.memories import (
+    ASYMPTOTIC_CONSTANT,
+    MLP_GAP_EXTRA,
+    built_failures,
+    facts_per_parameter,
+    mlp_capacity_constant,
+)
 
 if TYPE_CHECKING:
     from .measure import (
@@ -109,25 +115,44 @@ def fact_capacity(data: FactCapacityData) -> Figure:
 
 
 def fact_build(data: FactBuildData) -> Figure:
-    """Left: the share of facts the layer set by hand recalls against d, and the expected share the union bound
-    leaves at least under its Gaussian model (1 - its count of wrong facts / S R). Right: with slots for half the
-    subjects, the share answered right by the subjects with a slot and by the others, against chance among the
-    relation's answers."""
-    dims, sizes = np.asarray(data["dims"]), (data["subjects"], data["relations"], data["per_relation"])
-    fine = np.geomspace(dims.min(), dims.max(), 64)
-    bound = [1 - built_failures(*sizes, int(d)) / (sizes[0] * sizes[1]) for d in fine]
+    """Left: the share of facts each layer set by hand recalls against d (the facts in the attention, and in the
+    MLP), and the expected share the union bound leaves at least under its Gaussian model (1 - its count of wrong
+    facts / S R). Right: with slots (or units) for half the subjects, the share answered right by the subjects with
+    one and by the others, against chance among the relation's answers."""
+    sizes = (data["subjects"], data["relations"], data["per_relation"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6), gridspec_kw={"width_ratios": [3, 2]})
-    left.plot(dims, data["recalled"], "o-", color=COLORS["untied"], label="measured: every sequence right")
-    left.plot(fine, np.clip(bound, 0, 1), color=COLORS["theory"], label="union bound (expected share, at least)")
-    left.axvline(data["built_dim"], color="k", linestyle=":", linewidth=1, label="built at")
-    left.set(xscale="log", xlabel="embedding dimension d", ylabel="share of facts recalled", ylim=(-0.02, 1.02))
-    left.legend(fontsize=8, loc="lower right")
-    shares = [data["covered_right"], data["uncovered_right"], data["uncovered_in_relation"]]
-    names = ["with a slot:\nright", "without:\nright", "without:\nin relation"]
-    right.bar(names, shares, color=[COLORS["untied"], COLORS["tied"], COLORS["tied"]])
+    layers = (
+        ("attention", "dims", "recalled", 0, COLORS["untied"]),
+        ("MLP", "mlp_dims", "mlp_recalled", MLP_GAP_EXTRA, COLORS["tied"]),
+    )
+    for name, dims_key, recalled_key, extra, color in layers:
+        dims = np.asarray(data[dims_key])  # type: ignore[literal-required]
+        fine = np.geomspace(dims.min(), dims.max(), 64)
+        bound = [1 - built_failures(*sizes, int(d), extra) / (sizes[0] * sizes[1]) for d in fine]
+        left.plot(dims, data[recalled_key], "o-", color=color, label=f"facts in the {name}: measured")  # type: ignore[literal-required]
+        left.plot(fine, np.clip(bound, 0, 1), color=color, linestyle=":", label="union bound (expected, at least)")
+    left.axvline(data["built_dim"], color=COLORS["untied"], linestyle="--", linewidth=0.8)
+    left.axvline(data["mlp_dim"], color=COLORS["tied"], linestyle="--", linewidth=0.8)
+    left.set(xscale="log", xlabel="embedding dimension d (dashed: built at)", ylabel="share of facts recalled")
+    left.set_ylim(-0.02, 1.02)
+    left.legend(fontsize=7, loc="lower right")
+    names = ["with:\nright", "without:\nright", "without:\nin relation"]
+    x = np.arange(len(names))
+    attention = [data["covered_right"], data["uncovered_right"], data["uncovered_in_relation"]]
+    right.bar(x - 0.2, attention, 0.4, color=COLORS["untied"], label="slots (attention)")
+    right.bar(
+        x[:2] + 0.2,
+        [data["mlp_covered_right"], data["mlp_uncovered_right"]],
+        0.4,
+        color=COLORS["tied"],
+        label="units (MLP)",
+    )
     reference_line(right, 1 / data["per_relation"], "1/A", style=":")
-    right.set(ylabel="share of sequences", ylim=(0, 1.05), title=f"slots for {data['covered']} of {data['subjects']}")
-    right.tick_params(axis="x", labelsize=8)
+    right.set_xticks(x, names, fontsize=8)
+    right.set(
+        ylabel="share of sequences", ylim=(0, 1.05), title=f"a slot or unit for {data['covered']} of {data['subjects']}"
+    )
+    right.legend(fontsize=7, loc="upper right")
     return fig
 
 

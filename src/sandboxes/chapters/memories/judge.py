@@ -579,7 +579,40 @@ def fact_build_rows(config: dict[str, Any], data: FactBuildData) -> tuple[list[C
             "the chance of a subject without a slot: 1/A holds where A > 1 divides S (per_relation, subjects), so no "
             "row"
         )
-    return claims, tuple(silent)
+    return claims + _mlp_build_rows(data), tuple(silent)
+
+
+def _mlp_build_rows(data: FactBuildData) -> list[Claim]:
+    """The rows of :func:`fact_build_rows` on the layer whose MLP holds the facts: every fact at its own d, and, with
+    units for half the subjects, the others right as often as chance among the relation's answers."""
+    S, R, A, d = data["subjects"], data["relations"], data["per_relation"], data["mlp_dim"]
+    m = data["mlp_units"]
+    claims = [
+        Claim.at_least(
+            f"the facts in the MLP, d = {d}: heads that copy each subject and relation (H d_h = S + R = {S + R}) and "
+            f"an MLP of m = {m} units (m d = {m * d} >= S R = {S * R}): share of the {S * R} facts right on all "
+            f"{data['draws']} of their sequences",
+            1.0,
+            data["mlp_recalled"][data["mlp_dims"].index(d)],
+            f"{BUILD_SOURCE}: with an MLP, H d_h >~ S + R and m d >~ S R suffice. The construction and its d are "
+            f"ours: a unit a subject or relation writes its sum of answers, and d is where the union bound, with "
+            f"{theory.MLP_GAP_EXTRA}/d more gap variance for the copies and the gates (theory.built_gap_sd), counts at "
+            f"most {theory.BUILT_FAILURES:g} wrong facts",
+        )
+    ]
+    if A > 1 and S % A == 0 and data["covered"]:
+        claims.append(
+            Claim.close(
+                f"the facts in the MLP, units for {data['covered']} of the {S} subjects (m = {data['covered'] + R}), "
+                f"d = {d}: share of the other subjects' sequences answered right",
+                1 / A,
+                data["mlp_uncovered_right"],
+                CHANCE_SPREADS * theory.uncovered_share_sd(S, S - data["covered"], R, A),
+                "in this construction a subject without a unit is answered by the relation's unit alone: 1/A, within "
+                f"{CHANCE_SPREADS:g} standard deviations of the hypergeometric share, as for the heads above",
+            )
+        )
+    return claims
 
 
 # ---------------------------------------------------------------- the hallucination stage

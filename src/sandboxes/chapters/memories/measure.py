@@ -406,11 +406,16 @@ class FactBuildData(TypedDict):
     dims: list[int]  # BUILT_SCALES times built_dim
     draws: int  # sequences per fact
     recalled: list[float]  # per dimension: the share of facts right on every one of their sequences
-    right: list[float]  # per dimension: the share of sequences answered right
     covered: int  # subjects with a slot in the layer short of heads (the first ones), at built_dim
     covered_right: float  # share of their sequences answered right
     uncovered_right: float  # share of the other subjects' sequences answered right
     uncovered_in_relation: float  # share of the other subjects' sequences answered within the relation's answers
+    mlp_dim: int  # theory.built_dim with the MLP-held layer's extra variance
+    mlp_dims: list[int]  # BUILT_SCALES times mlp_dim
+    mlp_recalled: list[float]  # per dimension, as recalled, for the layer whose MLP holds the facts
+    mlp_units: int  # S + R
+    mlp_covered_right: float  # with units for the first `covered` subjects, at mlp_dim: their sequences answered right
+    mlp_uncovered_right: float  # the other subjects' sequences answered right
 
 
 def slot_targets(task: FactRecall, unembed: Tensor) -> Tensor:
@@ -429,18 +434,13 @@ def slot_groups(with_slot: int, subjects: int, relations: int, head_dim: int) ->
     return [kind[i : i + head_dim] for kind in held for i in range(0, len(kind), head_dim)]
 
 
-def fact_layer_by_hand(task: FactRecall, d: int, with_slot: int, generator: torch.Generator) -> FactTransformer:
-    """A :class:`~sandboxes.model.FactTransformer` without MLP whose weights are set, not trained: the first
-    ``with_slot`` subjects and every relation each get a value slot (:func:`slot_groups`, :data:`HEAD_DIM` tokens a
-    head; H d_h = S + R where every subject has one). Each head's key scores its own tokens 1 and the end token 1/2
+def _attend_by_hand(model: FactTransformer, groups: list[list[int]], writes: Tensor) -> None:
+    """Set ``model``'s heads, one per group of tokens: each head's key scores its own tokens 1 and the end token 1/2
     (times :data:`SCORE_SCALE`, read against the end token's query), so a head attends to its token where the
     sequence holds one and to the end token otherwise; its value map reads 1 on its token's slot and 0 on the end
-    token, and its output map writes the token's :func:`slot_targets`. Keys and values are dual to the tokens' random
-    embeddings (exact on them); every other token falls where the embeddings put it."""
-    groups = slot_groups(with_slot, task.subjects, task.relations, HEAD_DIM)
-    model = FactTransformer(task.vocabulary, task.answers, d, len(groups), HEAD_DIM, 0, generator)
+    token, and its output map writes ``writes[token]``. Keys and values are dual to the tokens' random embeddings
+    (exact on them); every other token falls where the embeddings put it."""
     embed, end = model.embed.double(), model.embed[-1].double()
-    targets = slot_targets(task, model.unembed)
     with torch.no_grad():
         for weight in (model.query, model.key, model.value, model.out):
             weight.zero_()
@@ -449,7 +449,40 @@ def fact_layer_by_hand(task: FactRecall, d: int, with_slot: int, generator: torc
             model.query[h, :, 0] = SCORE_SCALE * HEAD_DIM**0.5 * end / end.dot(end)  # read back as SCORE_SCALE
             model.key[h, :, 0] = dual[:, :-1].sum(dim=1) + SINK_SCORE * dual[:, -1]
             model.value[h, :, : len(group)] = dual[:, :-1]
-            model.out[h * HEAD_DIM : h * HEAD_DIM + len(group)] = targets[group]
+            model.out[h * HEAD_DIM : h * HEAD_DIM + len(group)] = writes[group]
+
+
+def fact_layer_by_hand(task: FactRecall, d: int, with_slot: int, generator: torch.Generator) -> FactTransformer:
+    """A :class:`~sandboxes.model.FactTransformer` without MLP whose weights are set, not trained: the first
+    ``with_slot`` subjects and every relation each get a value slot (:func:`slot_groups`, :data:`HEAD_DIM` tokens a
+    head; H d_h = S + R where every subject has one), whose output map writes the token's :func:`slot_targets`
+    (:func:`_attend_by_hand`): the attention holds the facts."""
+    groups = slot_groups(with_slot, task.subjects, task.relations, HEAD_DIM)
+    model = FactTransformer(task.vocabulary, task.answers, d, len(groups), HEAD_DIM, 0, generator)
+    _attend_by_hand(model, groups, slot_targets(task, model.unembed))
+    return model
+
+
+def memory_units(with_unit: int, subjects: int, relations: int) -> list[int]:
+    """The tokens the MLP holds a unit for: the first ``with_unit`` subjects and every relation."""
+    return [*range(with_unit), *range(subjects, subjects + relations)]
+
+
+def fact_mlp_by_hand(task: FactRecall, d: int, with_unit: int, generator: torch.Generator) -> FactTransformer:
+    """The same transformer with the facts in its MLP: every subject and relation holds a head whose output map
+    copies the token's embedding (:func:`_attend_by_hand`; H d_h = S + R), and the MLP holds a unit for each token
+    of :func:`memory_units` (m = S + R where every subject has one) that reads the token's embedding (scaled to read
+    it as 1), opens past a bias of -1/2 and writes twice the token's :func:`slot_targets`."""
+    subjects, relations = task.subjects, task.relations
+    groups = slot_groups(subjects, subjects, relations, HEAD_DIM)
+    units = memory_units(with_unit, subjects, relations)
+    model = FactTransformer(task.vocabulary, task.answers, d, len(groups), HEAD_DIM, len(units), generator)
+    _attend_by_hand(model, groups, model.embed)
+    keys = model.embed[units]
+    with torch.no_grad():
+        model.hidden.copy_(keys / (keys * keys).sum(dim=1, keepdim=True))
+        model.bias.fill_(-0.5)
+        model.readout.copy_(2 * slot_targets(task, model.unembed)[units])
     return model
 
 
@@ -464,7 +497,9 @@ def every_fact(task: FactRecall, draws: int, generator: torch.Generator) -> tupl
 def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
     """The layer set by hand (:func:`fact_layer_by_hand`) at dimensions around the one the theory asks for, every
     fact read on `build_draws` sequences; and at that dimension with slots for only half the subjects (H d_h short
-    of S + R), whose other subjects' answers are split into right, within the relation, and outside it."""
+    of S + R), whose other subjects' answers are split into right, within the relation, and outside it. The same for
+    the layer whose MLP holds the facts (:func:`fact_mlp_by_hand`), with units for half the subjects (m short of
+    S + R)."""
     task = fact_task(config)
     S, R, A = task.subjects, task.relations, task.per_relation
     d_built = theory.built_dim(S, R, A)
@@ -473,22 +508,23 @@ def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
     draw = torch.Generator().manual_seed(member_seed("fact build", config["seed"], S, R, A))
     tokens, subject, answer = every_fact(task, draws, draw)
 
-    def answers(d: int, with_slot: int) -> Tensor:
+    def answers(d: int, with_slot: int, build: Callable = fact_layer_by_hand) -> Tensor:
         start = torch.Generator().manual_seed(member_seed("fact build embeddings", config["seed"], d))
-        layer = fact_layer_by_hand(task, d, with_slot, start).to(ctx.device)
+        layer = build(task, d, with_slot, start).to(ctx.device)
         per_sequence = task.length * d + layer.query.shape[0] * (d + task.length)
         with torch.no_grad():
             chunks = tokens.split(max(1, CHUNK_FLOATS // per_sequence))
             return torch.cat([layer(chunk.to(ctx.device)).argmax(dim=-1).cpu() for chunk in chunks])
 
-    recalled, right = [], []
-    for d in dims:
-        hit = answers(d, S) == answer
-        recalled.append(float(hit.reshape(S * R, draws).all(dim=1).float().mean()))
-        right.append(float(hit.float().mean()))
+    def recalled(d: int, build: Callable) -> float:
+        return float((answers(d, S, build) == answer).reshape(S * R, draws).all(dim=1).float().mean())
+
     covered = S // 2
     given = answers(d_built, covered)
     held = subject < covered
+    mlp_dim = theory.built_dim(S, R, A, extra=theory.MLP_GAP_EXTRA)
+    mlp_dims = sorted({max(1, round(mlp_dim * k)) for k in BUILT_SCALES})
+    mlp_given = answers(mlp_dim, covered, fact_mlp_by_hand)
     data: FactBuildData = {
         "subjects": S,
         "relations": R,
@@ -497,12 +533,17 @@ def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
         "built_dim": d_built,
         "dims": dims,
         "draws": draws,
-        "recalled": recalled,
-        "right": right,
+        "recalled": [recalled(d, fact_layer_by_hand) for d in dims],
         "covered": covered,
         "covered_right": float((given == answer)[held].float().mean()) if covered else math.nan,
         "uncovered_right": float((given == answer)[~held].float().mean()),
         "uncovered_in_relation": float((given // A == answer // A)[~held].float().mean()),
+        "mlp_dim": mlp_dim,
+        "mlp_dims": mlp_dims,
+        "mlp_recalled": [recalled(d, fact_mlp_by_hand) for d in mlp_dims],
+        "mlp_units": len(memory_units(S, S, R)),
+        "mlp_covered_right": float((mlp_given == answer)[held].float().mean()) if covered else math.nan,
+        "mlp_uncovered_right": float((mlp_given == answer)[~held].float().mean()),
     }  # type: ignore[typeddict-item]
     return data
 
