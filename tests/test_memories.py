@@ -538,6 +538,13 @@ def test_one_relation_with_one_answer_makes_no_row_and_one_relation_no_row_on_th
         assert not any("within the relation" in c.name for c in claims) and len(claims) == rows, claims
 
 
+def test_one_subject_keeps_the_rows_on_every_fact_of_both_layers():
+    config = {**BUILD, "subjects": 1, "relations": 3, "per_relation": 4}
+    claims, silences = judge.fact_build_rows(config, measure.fact_build(config, RunContext("quick", "cpu", [0])))
+    assert [c.name.split(",")[0] for c in claims] == ["the layer set by hand", "the facts in the MLP"]
+    assert all(c.holds for c in claims) and any("one subject" in s for s in silences)
+
+
 def test_the_check_refuses_a_layer_set_by_hand_that_would_read_too_many_sequences():
     with pytest.raises(ValueError, match="sequences"):
         CHAPTER.start("quick", {"subjects": 4096, "relations": 64, "build_draws": 17}, 1, "cpu")

@@ -530,7 +530,8 @@ def fact_build_rows(config: dict[str, Any], data: FactBuildData) -> tuple[list[C
         )
     covered, uncovered = data["covered"], S - data["covered"]
     if covered == 0:
-        return claims, (*silent, "one subject: no half of the subjects to leave without a slot, so no row on heads")
+        silent.append("one subject: no half of the subjects to leave without a slot or unit, so no row on them")
+        return claims + _mlp_build_rows(data), tuple(silent)
     claims.append(
         Claim.at_least(
             f"slots for {covered} of the {S} subjects (H d_h = {covered + R} < S + R), d = {d}: share of the subjects "

@@ -383,10 +383,9 @@ def fact_capacity(config: dict[str, Any], ctx: RunContext) -> FactCapacityData:
     return data
 
 
-# ---------------------------------------------------------------- the hallucination stage
 # ---------------------------------------------------------------- a one-layer transformer set by hand
-BUILT_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)  # dimensions tried, as multiples of the one the layer is built in
-LACKING_SCALE = 0.125  # the counterfactual's dimension, far below the one the layer is built in, as a multiple
+BUILT_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)  # dimensions tried, as multiples of the one the layer is built in (the
+# smallest is the counterfactual's, far below it)
 SINK_SCORE = 0.5  # the end token's attention score, per unit of SCORE_SCALE: above noise, below the held tokens
 SCORE_SCALE = 100.0  # the held token's score: its weight 1 - e^-50, a non-held token's at most e^-25 of the sink's
 HEAD_DIM = 1  # one token a head: a key's noise on other tokens, sqrt(1.25 / d), 0.05 at d = 500 against the
@@ -548,6 +547,7 @@ def fact_build(config: dict[str, Any], ctx: RunContext) -> FactBuildData:
     return data
 
 
+# ---------------------------------------------------------------- the hallucination stage
 class HallucinationData(TypedDict):
     levels: dict[str, float]  # the four predictors' losses (theory.fact_levels)
     eval_steps: list[int]
