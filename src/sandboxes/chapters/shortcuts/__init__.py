@@ -256,7 +256,7 @@ PARAMS = (
     Param("dyck_lr", float, 3e-3, 3e-3, "their learning rate (warm-up, cosine decay)", positive),
     Param("dyck_seeds", int, 3, 40, "random initialisations per positional encoding", at_least(1)),
     Param("dyck_positions", str, "linear,none", "linear,none", "positional encodings trained on Dyck", POSITIONS),
-    Param("bal_seeds", int, 3, 40, "random initialisations per training of the balance section", at_least(1)),
+    Param("bal_seeds", int, 2, 40, "random initialisations per training of the balance section", at_least(1)),
     Param("bal_steps", int, 700, 6000, "Adam steps of the minimal-first-layer models (balance section)", at_least(1)),
     Param(
         "bal_weight",
