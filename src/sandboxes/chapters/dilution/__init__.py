@@ -312,6 +312,7 @@ FULL_SHRUNK = {
     "d_model": 16,
     "tail_lengths": "16,512",
     "tail_steps": 2,
+    "tail_seeds": 2,
     "automaton_T": 16,
     "automaton_steps": 2,
     "n_automaton": 8,
