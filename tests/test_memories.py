@@ -573,7 +573,8 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
         _build_rows,
     ),
     (r"the facts in the MLP, d = ", "each subject writes the next one's answers", _build_rows),
-    (r"the facts in the MLP, units for", "every subject keeps a unit", _build_rows),
+    (r"subjects with a unit answered right", "each subject writes the next one's answers", _build_rows),
+    (r"the facts in the MLP, units for .*the other subjects'", "every subject keeps a unit", _build_rows),
 ]
 SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row
     r"grows with the width m",

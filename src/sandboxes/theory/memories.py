@@ -180,3 +180,12 @@ def uncovered_share_sd(subjects: int, uncovered: int, relations: int, per_relati
     p = 1 / per_relation
     per_relation_var = p * (1 - p) * (subjects - uncovered) / max(subjects - 1, 1) / uncovered
     return math.sqrt(per_relation_var / relations)
+
+
+def chance_share_sd(uncovered: int, relations: int, per_relation: int) -> float:
+    """Standard deviation of the share of ``uncovered`` subjects' facts answered right where each fact's answer is
+    an independent uniform pick among the relation's A answers (the binomial share, p = 1/A over the uncovered S R
+    facts): the limit where each subject's own embedding picks its answer, the upper end of a share whose lower end
+    (one answer a relation, the embeddings alone) is :func:`uncovered_share_sd`."""
+    p = 1 / per_relation
+    return math.sqrt(p * (1 - p) / (uncovered * relations))

@@ -483,7 +483,7 @@ BUILD_SOURCE = "Nichani, Lee and Bietti (the slides' informal theorem)"
 LACKING_FAILURES = 30.0  # the union bound's expected wrong facts at and above which the counterfactual row is made
 BOUND_OVERCOUNT = 4.0  # the most the union bound over-counted the wrong facts of the ideal layer in 40 draws a size
 # (results/README.md, sizing notes): it counts a fact once per rival that beats it, and the rivals as independent
-CHANCE_SPREADS = 3.0  # the chance row's tolerance in standard deviations of the hypergeometric share
+CHANCE_SPREADS = 3.0  # the chance rows' tolerance in standard deviations of their shares
 
 
 def fact_build_rows(config: dict[str, Any], data: FactBuildData) -> tuple[list[Claim], tuple[str, ...]]:
@@ -585,9 +585,10 @@ def fact_build_rows(config: dict[str, Any], data: FactBuildData) -> tuple[list[C
 
 def _mlp_build_rows(data: FactBuildData) -> list[Claim]:
     """The rows of :func:`fact_build_rows` on the layer whose MLP holds the facts: every fact at its own d, and, with
-    units for half the subjects, the others right as often as chance among the relation's answers."""
+    units for half the subjects, theirs intact and the others right as often as chance among the relation's
+    answers."""
     S, R, A, d = data["subjects"], data["relations"], data["per_relation"], data["mlp_dim"]
-    m = data["mlp_units"]
+    m, covered = data["mlp_units"], data["covered"]
     claims = [
         Claim.at_least(
             f"the facts in the MLP, d = {d}: heads that copy each subject and relation (H d_h = S + R = {S + R}) and "
@@ -601,16 +602,34 @@ def _mlp_build_rows(data: FactBuildData) -> list[Claim]:
             f"most {theory.BUILT_FAILURES:g} wrong facts",
         )
     ]
-    if A > 1 and S % A == 0 and data["covered"]:
+    if covered:
+        claims.append(
+            Claim.at_least(
+                f"the facts in the MLP, units for {covered} of the {S} subjects (m = {covered + R} < S + R), d = {d}: "
+                f"share of the subjects with a unit answered right",
+                1.0,
+                data["mlp_covered_right"],
+                "a property of this construction (the slides state m d >~ S R as sufficient, nothing below it): taking "
+                "the other subjects' units away leaves these subjects' facts intact (the same embeddings and "
+                "sequences as the row above)",
+            )
+        )
+    if A > 1 and S % A == 0 and covered:
+        uncovered = S - covered
+        sd = theory.chance_share_sd(uncovered, R, A)
         claims.append(
             Claim.close(
-                f"the facts in the MLP, units for {data['covered']} of the {S} subjects (m = {data['covered'] + R}), "
-                f"d = {d}: share of the other subjects' sequences answered right",
+                f"the facts in the MLP, units for {covered} of the {S} subjects (m = {covered + R}), d = {d}: share "
+                f"of the other subjects' sequences answered right",
                 1 / A,
                 data["mlp_uncovered_right"],
-                CHANCE_SPREADS * theory.uncovered_share_sd(S, S - data["covered"], R, A),
-                "in this construction a subject without a unit is answered by the relation's unit alone: 1/A, within "
-                f"{CHANCE_SPREADS:g} standard deviations of the hypergeometric share, as for the heads above",
+                CHANCE_SPREADS * sd,
+                "in this construction a subject without a unit is answered by the relation's unit, with its own "
+                "copied embedding adding x_s^T u to every logit, so each such fact's answer is a near-uniform pick "
+                f"among the relation's A: 1/A, within {CHANCE_SPREADS:g} standard deviations of the binomial share of "
+                f"its {uncovered * R} facts (theory.chance_share_sd; the hypergeometric share of the heads above, "
+                f"{theory.uncovered_share_sd(S, uncovered, R, A):.3f} here, is the spread's other end; "
+                "results/README.md, sizing notes, gives the spread measured over draws of the embeddings)",
             )
         )
     return claims
