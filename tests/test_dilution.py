@@ -20,6 +20,7 @@ from sandboxes.data.flipflop import (
     WRITE0,
     WRITE1,
     ZERO,
+    Annealed,
     FlipFlop,
     FlipFlopAutomaton,
     I,
@@ -380,7 +381,7 @@ def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_ma
 
 def test_every_row_but_the_trained_ones_holds_even_at_unit_test_scale(tiny_result):
     claims = tiny_result("dilution")["claims"]
-    trained = ("training", "second_phases", "sharpening", "tail_length", "wrong_write")
+    trained = ("training", "second_phases", "sharpening", "sharpened_training", "tail_length", "wrong_write")
     assert [c["name"] for c in claims if c["section"] not in trained and not c["holds"]] == []
 
 
@@ -552,6 +553,10 @@ COUNTERFACTUALS = {
     # a penalty that works as the thesis reports: the weight 1 leaves a hundredth of the plain twins' wrong reads
     "R6 not seen at this scale, sparse strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
     "R6 not seen at this scale, dense strings": lambda: judge.sharpening_rows(SWEEP_CONFIG, _sweep([400, 4]))[0],
+    # broken: a penalty from the first step that sharpens nothing (the twins alike), or leaves the errors as they were
+    "from the first step, weight": lambda: judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 4], [0.3] * 2))[0],
+    "R6, sparse strings": lambda: judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 200]))[0],
+    "R6, dense strings": lambda: judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 200]))[0],
     # wrong theory: one error rate in and out of distribution, no tail at the thesis's length
     "at T = 512: transformer seeds whose error rate on sparse strings": lambda: _tail_rows(_uniform_rate_counts()),
     "at T = 512: transformer seeds whose error rate on dense strings": lambda: _tail_rows(_uniform_rate_counts()),
@@ -779,6 +784,31 @@ def test_no_sweep_row_on_a_set_where_the_plain_twins_made_too_few_errors():
     claims, silent = judge.sharpening_rows(SWEEP_CONFIG, _sweep([6, 0]))
     assert [c.name.split(":")[0] for c in claims] == ["the penalty acts"] and len(silent) == 2
     assert "made 6 wrong reads" in silent[0]
+
+
+def test_the_penalty_from_the_first_step_holds_r6_where_it_cuts_tenfold_and_waits_on_descending_runs():
+    claims, silent = judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 40, 4]))
+    assert [c.holds for c in claims] == [True, True, True, True] and silent == ()
+    assert claims[2].measured == "0.01" and "smallest at 10" in claims[2].reason and "3000 steps" in claims[2].reason
+    failing = judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 200, 300], moving=[0, 0, 1]))[0]
+    assert [c.holds for c in failing] == [True, True, None, None]  # fails while a sharpened run still descends
+    early = judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([400, 40, 4], moving=[1, 0, 0]))[0]
+    assert [c.holds for c in early] == [True, True, None, None]  # holds while a plain twin still descends
+    assert judge.sharpened_training_rows(SWEEP_CONFIG, _sweep([6, 0]))[1][0].startswith("R6 from the first step")
+
+
+def test_the_annealed_penalty_trains_its_first_step_unpenalised_and_its_last_at_the_full_weight():
+    task = FlipFlop.with_ignore(8, 0.8)
+    annealed = Annealed(task, 5.0)
+    assert annealed.at_step(0, 3) == Sharpened(task, 0.0) and annealed.at_step(2, 3) == Sharpened(task, 5.0)
+    make = lambda: WithAttention(GPT(GPTConfig(vocab_size=5, block_size=8, d_model=8)))  # noqa: E731
+    schedule = measure._schedule(2, 4, 1e-3, 0.0, 0)
+    ramped, plain = (
+        train(make, t, schedule, [0], batched=False).train_loss[0] for t in (annealed, Sharpened(task, 0.0))
+    )
+    full = train(make, Sharpened(task, 5.0), schedule, [0], batched=False).train_loss[0]
+    assert ramped[0] == plain[0] != full[0]  # the same model and batch: the penalty off at the first step
+    assert ramped[1] > plain[1]  # and on at the last
 
 
 def _row(claims, key: str):

@@ -41,7 +41,9 @@ class Task(Protocol):
     A task class may also offer a static ``sample_members(tasks, n, generators)`` that samples
     for many members at once (see :func:`sample_members`), and a task that hands the model a summary of its
     batch instead of the batch a ``batch_rows(n)``: the rows a batch of ``n`` samples reaches the model as
-    (:class:`~sandboxes.data.hmm.PerSymbol`; counted by :func:`~sandboxes.memory.meta_batch`).
+    (:class:`~sandboxes.data.hmm.PerSymbol`; counted by :func:`~sandboxes.memory.meta_batch`). A task whose loss
+    changes over training (an annealed penalty) offers ``at_step(step, steps)``: the task whose loss step ``step`` of
+    ``steps`` trains on; its own ``loss`` scores the held-out evaluations.
     """
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -326,6 +328,7 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
     optimizer = _optimizer(runner, config, batched)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     per_member_loss = vmap(tasks[0].loss)
+    at_step = getattr(tasks[0], "at_step", None)
     x_eval, y_eval = sample_members(tasks, config.eval_size, [heldout.generator(heldout.TRAINER_EVAL) for _ in tasks])
     planning = calibration.active()
     timing = planning.timing if planning is not None else None
@@ -349,7 +352,8 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
         timed = timing if step > 0 else None
         started = timed.mark(device) if timed is not None else 0.0
         x, y = sample_members(tasks, config.batch_size, generators)
-        losses = per_member_loss(runner(x.to(device)), y.to(device))
+        step_loss = per_member_loss if at_step is None else vmap(at_step(step, config.steps).loss)
+        losses = step_loss(runner(x.to(device)), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         optimizer.step()

@@ -137,6 +137,29 @@ class Sharpened:
         )
 
 
+@dataclass(frozen=True)
+class Annealed:
+    """A :class:`Sharpened` task whose penalty's weight rises linearly from 0 at the first step to ``weight`` at the
+    last (our reading of the thesis's linear annealing from step 0, Sec. 3.5.6.4).
+
+    The trainer asks for each step's task with :meth:`at_step`; held-out losses read the full weight, the objective
+    the run ends on.
+    """
+
+    task: FlipFlop | FlipFlopAutomaton
+    weight: float
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        return self.task.sample(n, generator)
+
+    def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
+        return Sharpened(self.task, self.weight).loss(outputs, targets)
+
+    def at_step(self, step: int, steps: int) -> Sharpened:
+        """The task step ``step`` of ``steps`` trains on: the penalty at ``step / (steps - 1)`` of its weight."""
+        return Sharpened(self.task, self.weight * step / max(steps - 1, 1))
+
+
 def all_strings(length: int) -> Tensor:
     """Every valid flip-flop string of ``length`` tokens (``3^(T/2-2)`` instruction patterns times free bits)."""
     if length < 4 or length % 2:

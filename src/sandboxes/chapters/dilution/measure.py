@@ -23,6 +23,7 @@ from ...data.flipflop import (
     NOOP,
     ONE,
     ZERO,
+    Annealed,
     FlipFlop,
     FlipFlopAutomaton,
     I,
@@ -543,6 +544,55 @@ def sharpening(config: dict[str, Any], ctx: RunContext) -> SharpeningData:
         ],
         "final_loss": [phase.eval_loss[:, -1].tolist() for phase in phases],
         "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for phase in phases],
+    }
+    return data
+
+
+class SharpenedTrainingData(TypedDict):
+    coefficients: list[float]  # the penalty's weights, 0 (the plain twins) first
+    counts: dict[str, list[list[tuple[int, int]]]]  # test set -> coefficient -> per seed (wrong, total)
+    read_entropy: list[list[float]]  # coefficient -> per seed: the last layer's read entropy (judge.read_entropy)
+    final_loss: list[list[float]]  # coefficient -> per seed: held-out loss at the end (the penalty's included)
+    still_descending: list[int]  # coefficient -> runs whose loss had not settled at the end
+
+
+def sharpened_training(config: dict[str, Any], ctx: RunContext) -> SharpenedTrainingData:
+    """Transformers trained from scratch for ``start_steps`` with the entropy penalty at each weight of
+    ``sharpen_from_start``, annealed in linearly from 0 at the first step (:class:`~sandboxes.data.flipflop.Annealed`),
+    beside plain twins (one seed, initialisation and batch stream each; ``sharpen_start_seeds`` seeds), counted on
+    the in-distribution, sparse and dense strings."""
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    schedule = _schedule(
+        config["start_steps"], config["batch_size"], config["lr"], config["weight_decay"], config["warmup"]
+    )
+    seeds = list(range(config["sharpen_start_seeds"]))
+    coefficients = [0.0] + float_list(config["sharpen_from_start"])
+    requests = [
+        TrainRequest(
+            partial(GPT, _gpt_config(config)) if w == 0 else partial(_attending_gpt, _gpt_config(config)),
+            Annealed(task, w) if w > 0 else task,
+            schedule,
+            seeds,
+            ctx.device,
+            config["batched_seeds"],
+        )
+        for w in coefficients
+    ]
+    phases = train_each(requests, ctx.workers, ctx.progress)
+    models = [[getattr(m, "gpt", m) for m in phase.models] for phase in phases]
+    tests = _test_sets(config)
+    counted = [
+        _count(ms, tests, ctx.device, f"from the start {c:g}", ctx.progress) for c, ms in zip(coefficients, models)
+    ]
+    sample = tests["in-distribution"][:64]
+    data: SharpenedTrainingData = {
+        "coefficients": coefficients,
+        "counts": {name: [counts[name] for counts in counted] for name in tests},
+        "read_entropy": [
+            [read_entropy(s) for s in calibrated_map(lambda m: _sharpness(m, sample, ctx.device), ms)] for ms in models
+        ],
+        "final_loss": [phase.eval_loss[:, -1].tolist() for phase in phases],
+        "still_descending": [int(still_descending(phase, LOSS_NOISE).sum()) for phase in phases],
     }
     return data
 

@@ -13,7 +13,15 @@ from ...theory import dilution as theory
 
 if TYPE_CHECKING:
     from ...results import Result
-    from .measure import FirstWrong, SecondPhaseData, SharpeningData, TailLengthData, TrainingData, WrongWriteData
+    from .measure import (
+        FirstWrong,
+        SecondPhaseData,
+        SharpenedTrainingData,
+        SharpeningData,
+        TailLengthData,
+        TrainingData,
+        WrongWriteData,
+    )
 
 
 def _per_seed(runs: dict[str, list[tuple[int, int]]], name: str) -> str:
@@ -110,36 +118,48 @@ def second_phases_vs_paper(data: SecondPhaseData) -> list[tuple[str, str, str]]:
     ]
 
 
-def sharpening_vs_paper(data: SharpeningData) -> list[tuple[str, str, str]]:
-    """R6 beside the sweep: the wrong reads of each weight's seeds, pooled, against the plain twins'."""
+def _pooled_by_weight(data: SharpeningData | SharpenedTrainingData, name: str) -> str:
+    """The wrong reads on test set ``name`` at each weight, pooled over seeds (0: the plain twins)."""
     coefficients, counts = data["coefficients"], data["counts"]
+    wrong = [sum(w for w, _ in seeds) for seeds in counts[name]]
+    return ", ".join(f"{c:g}: {w}" for c, w in zip(coefficients, wrong)) + f" (of {counts[name][0][0][1]} each)"
 
-    def pooled(name: str) -> str:
-        wrong = [sum(w for w, _ in seeds) for seeds in counts[name]]
-        return ", ".join(f"{c:g}: {w}" for c, w in zip(coefficients, wrong)) + f" (of {counts[name][0][0][1]} each)"
 
+def _sharpening_vs_paper(data: SharpeningData | SharpenedTrainingData, how: str) -> list[tuple[str, str, str]]:
+    """R6 beside a run of the penalty (``how``: when it acts): each weight's wrong reads, pooled, against the plain
+    twins'."""
     return [
         (
             "weights of the entropy penalty tried",
             "0.01, 0.03, 0.1, 0.3, 1, 10, 30, with linear or oscillating annealing from steps 0, 2000 or 5000 of "
             "10k, three losses (entropy, -L2, -Linf) (Sec. 3.5.6.4)",
-            ", ".join(f"{c:g}" for c in coefficients[1:]) + ": entropy, constant after a warm-up, a second phase",
+            ", ".join(f"{c:g}" for c in data["coefficients"][1:]) + f": entropy, {how}",
         ),
         (
             "sparse strings: wrong reads by weight, pooled over seeds (0: the plain twins)",
             "sharpening among the strongest cuts, by orders of magnitude (R6, Fig. 3.25 right)",
-            pooled("sparse"),
+            _pooled_by_weight(data, "sparse"),
         ),
         (
             "dense strings: wrong reads by weight, pooled over seeds (0: the plain twins)",
             "errors cut by an order of magnitude, never to exactly 0 (Section 3.2.2; R6 to R8); non-trainable "
             "positions help most on dense strings",
-            pooled("dense"),
+            _pooled_by_weight(data, "dense"),
         ),
     ]
 
 
-def sharpening_findings(data: SharpeningData) -> list[str]:
+def sharpening_vs_paper(data: SharpeningData) -> list[tuple[str, str, str]]:
+    """R6 beside the sweep of second phases."""
+    return _sharpening_vs_paper(data, "constant after a warm-up, a second phase")
+
+
+def sharpened_training_vs_paper(data: SharpenedTrainingData) -> list[tuple[str, str, str]]:
+    """R6 beside the runs with the penalty from the first step."""
+    return _sharpening_vs_paper(data, "constant after a warm-up, from the first step")
+
+
+def sharpening_findings(data: SharpeningData | SharpenedTrainingData) -> list[str]:
     """Per weight of the sweep: the sharpened seeds' wrong reads over their plain twins' on each rare set (pooled),
     the share of sparse reads they get wrong, and how many of their runs were still descending at the end."""
     coefficients, counts, moving = data["coefficients"], data["counts"], data["still_descending"]
