@@ -809,6 +809,9 @@ def test_the_annealed_penalty_trains_its_first_step_unpenalised_and_its_last_at_
     full = train(make, Sharpened(task, 5.0), schedule, [0], batched=False).train_loss[0]
     assert ramped[0] == plain[0] != full[0]  # the same model and batch: the penalty off at the first step
     assert ramped[1] > plain[1]  # and on at the last
+    model, (x, y) = make(), task.sample(4, torch.Generator().manual_seed(0))
+    logits, attention = model(x)
+    assert annealed.loss((logits, attention), y) == task.loss(logits, y)  # held out: the reads alone
 
 
 def _row(claims, key: str):

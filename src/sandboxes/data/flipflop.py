@@ -142,8 +142,8 @@ class Annealed:
     """A :class:`Sharpened` task whose penalty's weight rises linearly from 0 at the first step to ``weight`` at the
     last (our reading of the thesis's linear annealing from step 0, Sec. 3.5.6.4).
 
-    The trainer asks for each step's task with :meth:`at_step`; held-out losses read the full weight, the objective
-    the run ends on.
+    The trainer asks for each step's task with :meth:`at_step`; held-out losses score the reads alone (the task's own
+    loss), so that a run's descent is judged on what it gets wrong, not on its attention still sharpening.
     """
 
     task: FlipFlop | FlipFlopAutomaton
@@ -153,7 +153,7 @@ class Annealed:
         return self.task.sample(n, generator)
 
     def loss(self, outputs: tuple[Tensor, list[Tensor]], targets: Tensor) -> Tensor:
-        return Sharpened(self.task, self.weight).loss(outputs, targets)
+        return self.task.loss(outputs[0], targets)
 
     def at_step(self, step: int, steps: int) -> Sharpened:
         """The task step ``step`` of ``steps`` trains on: the penalty at ``step / (steps - 1)`` of its weight."""

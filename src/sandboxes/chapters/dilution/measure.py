@@ -552,8 +552,8 @@ class SharpenedTrainingData(TypedDict):
     coefficients: list[float]  # the penalty's weights, 0 (the plain twins) first
     counts: dict[str, list[list[tuple[int, int]]]]  # test set -> coefficient -> per seed (wrong, total)
     read_entropy: list[list[float]]  # coefficient -> per seed: the last layer's read entropy (judge.read_entropy)
-    final_loss: list[list[float]]  # coefficient -> per seed: held-out loss at the end (the penalty's included)
-    still_descending: list[int]  # coefficient -> runs whose loss had not settled at the end
+    final_loss: list[list[float]]  # coefficient -> per seed: held-out loss of the reads at the end (no penalty)
+    still_descending: list[int]  # coefficient -> runs whose held-out loss of the reads had not settled at the end
 
 
 def sharpened_training(config: dict[str, Any], ctx: RunContext) -> SharpenedTrainingData:
