@@ -814,6 +814,15 @@ def test_the_annealed_penalty_trains_its_first_step_unpenalised_and_its_last_at_
     assert annealed.loss((logits, attention), y) == task.loss(logits, y)  # held out: the reads alone
 
 
+def test_the_findings_of_runs_from_scratch_give_each_weight_s_wrong_reads_in_distribution_first():
+    data = _sweep([400, 200])
+    data["counts"]["in-distribution"] = [[(0, 500), (3, 500)], [(7, 500), (9, 500)]]
+    lines = chapter.sharpening_findings(data)
+    assert lines[0] == "in distribution (500 reads a seed), wrong reads per seed: plain [0, 3]; weight 1 [7, 9]"
+    assert lines[1].startswith("weight 1: wrong reads over the plain twins' (pooled), sparse 0.50")
+    assert "rising linearly from 0" in paper.sharpened_training_vs_paper(data)[0][2]
+
+
 def _row(claims, key: str):
     name = key.split(" (untrained)")[0]
     matches = [c for c in claims if name in c.name]

@@ -156,14 +156,21 @@ def sharpening_vs_paper(data: SharpeningData) -> list[tuple[str, str, str]]:
 
 def sharpened_training_vs_paper(data: SharpenedTrainingData) -> list[tuple[str, str, str]]:
     """R6 beside the runs with the penalty from the first step."""
-    return _sharpening_vs_paper(data, "constant after a warm-up, from the first step")
+    return _sharpening_vs_paper(data, "rising linearly from 0 at the first step to its weight at the last")
 
 
 def sharpening_findings(data: SharpeningData | SharpenedTrainingData) -> list[str]:
     """Per weight of the sweep: the sharpened seeds' wrong reads over their plain twins' on each rare set (pooled),
-    the share of sparse reads they get wrong, and how many of their runs were still descending at the end."""
+    the share of sparse reads they get wrong, and how many of their runs were still descending at the end; where
+    the in-distribution strings were counted too (runs from scratch), each weight's wrong reads there first."""
     coefficients, counts, moving = data["coefficients"], data["counts"], data["still_descending"]
     lines = []
+    if "in-distribution" in counts:
+        inside = [[w for w, _ in seeds] for seeds in counts["in-distribution"]]
+        lines.append(
+            f"in distribution ({counts['in-distribution'][0][0][1]} reads a seed), wrong reads per seed: "
+            + "; ".join(f"{'plain' if c == 0 else f'weight {c:g}'} {w}" for c, w in zip(coefficients, inside))
+        )
     for k, weight in enumerate(coefficients[1:], start=1):
         ratios = []
         for name in ("sparse", "dense"):
