@@ -310,6 +310,12 @@ def test_a_quick_page_shows_a_section_the_reference_lacks_from_its_attempt_and_t
     assert notebook.Page(chapter, "quick", seeds=2).section("measure") == {"n": 1}  # a reader's seeds: trained
     with pytest.raises(ValueError, match="attempt only for a section"):
         dataclasses.replace(TOY, quick_page_attempts={"other": "toy-attempt.json"})
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["other"]))
+    monkeypatch.setattr(notebook, "attempt_result", lambda name: _made(["measure"], n=2))  # its row fails
+    notebook.Page(chapter, "quick").verdict("measure")  # shown as measured: an attempt, not the book's row
+    monkeypatch.setattr(notebook, "load_reference_result", lambda name: _made(["measure", "other"], n=2))
+    with pytest.raises(ClaimFailed, match="n is large enough"):  # the same row in the reference run raises
+        notebook.Page(chapter, "quick").verdict("measure")
 
 
 def test_a_quick_page_shows_only_reference_sections_that_no_section_it_runs_needs():

@@ -402,7 +402,7 @@ CHAPTER = Chapter(
             trains=True,
             by_seed=False,  # its seeds are its own parameter, sharpen_start_seeds, not the run's
             rows=sharpened_training_rows,
-            figures=("sharpening_sweep",),
+            figures=("sharpened_from_start",),
             reference=True,
             paper=sharpened_training_vs_paper,
         ),
@@ -433,7 +433,18 @@ CHAPTER = Chapter(
     full_shrunk=FULL_SHRUNK,
     # the quick page's two trainings, about 205 of its 230 s under nbval (ATen's default path, one thread), and at the
     # quick length sparse strings are hardly out of distribution: the reference run shows the thesis's question
-    quick_page_from_reference=("training", "second_phases", "sharpening", "tail_length", "wrong_write"),
-    # its reference run's R6 rows are undecided (runs still descending), so it is an attempt, not a reference result
-    quick_page_attempts={"sharpening": "dilution-reference-sharpening-500-step-phases-undecided.json"},
+    quick_page_from_reference=(
+        "training",
+        "second_phases",
+        "sharpening",
+        "sharpened_training",
+        "tail_length",
+        "wrong_write",
+    ),
+    # their reference runs' R6 rows are undecided (runs still descending) or fail (dense strings, from the first
+    # step), so they are attempts, not reference results
+    quick_page_attempts={
+        "sharpening": "dilution-reference-sharpening-500-step-phases-undecided.json",
+        "sharpened_training": "dilution-reference-sharpened-training-dense-fails.json",
+    },
 )

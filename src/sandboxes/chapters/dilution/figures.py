@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         BoundData,
         ConstructionData,
         SecondPhaseData,
+        SharpenedTrainingData,
         SharpeningData,
         Sharpness,
         SimulatorData,
@@ -235,10 +236,22 @@ def second_phase_curves(data: SecondPhaseData) -> Figure:
 def sharpening_sweep(data: SharpeningData) -> Figure:
     """Per weight of the penalty (0: the plain twins), each seed's wrong sparse and dense reads and its last layer's
     read entropy, with the seeds' total or mean as a line."""
+    return _penalty_panels(data, ("sparse", "dense"))
+
+
+def sharpened_from_start(data: SharpenedTrainingData) -> Figure:
+    """The same for runs with the penalty from the first step, with their wrong in-distribution reads first: runs
+    from scratch must learn the task, where a second phase starts from models that had."""
+    return _penalty_panels(data, ("in-distribution", "sparse", "dense"))
+
+
+def _penalty_panels(data: SharpeningData | SharpenedTrainingData, sets: tuple[str, ...]) -> Figure:
+    """Per weight of the penalty (0: the plain twins), each seed's wrong reads on each of ``sets`` and its last
+    layer's read entropy, with the seeds' total or mean as a line."""
     coefficients = data["coefficients"]
     x = np.arange(len(coefficients))
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    for ax, name in zip(axes, ("sparse", "dense")):
+    fig, axes = plt.subplots(1, len(sets) + 1, figsize=(4 * (len(sets) + 1), 3.4))
+    for ax, name in zip(axes, sets):
         wrong = np.array([[w for w, _ in seeds] for seeds in data["counts"][name]], dtype=float)
         for k in x:
             jitter = np.linspace(-0.12, 0.12, wrong.shape[1])
@@ -249,9 +262,9 @@ def sharpening_sweep(data: SharpeningData) -> Figure:
     entropy = np.asarray(data["read_entropy"], dtype=float)
     for k in x:
         jitter = np.linspace(-0.12, 0.12, entropy.shape[1])
-        axes[2].plot(k + jitter, entropy[k], "o", ms=4, color=KINDS["sharpened" if k else "plain"])
-    axes[2].plot(x, entropy.mean(axis=1), "-", color=COLORS["theory"], lw=1)
-    axes[2].set(title="sharpness at reads", ylabel="last layer's read entropy (nats)", yscale="log")
+        axes[-1].plot(k + jitter, entropy[k], "o", ms=4, color=KINDS["sharpened" if k else "plain"])
+    axes[-1].plot(x, entropy.mean(axis=1), "-", color=COLORS["theory"], lw=1)
+    axes[-1].set(title="sharpness at reads", ylabel="last layer's read entropy (nats)", yscale="log")
     for ax in axes:
         ax.set_xticks(x, ["plain"] + [f"{c:g}" for c in coefficients[1:]])
         ax.set_xlabel("weight of the entropy penalty")
