@@ -24,23 +24,13 @@ FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shr
 BY_COST = ("induction", "dilution", "shortcuts", "markov", "onelayer", "memories", "hmm")
 
 
-# The unit tests' costliest modules (each over a minute of worker time at 9ea97cf), handed out first so that the
-# two workers of make test's first step do not end on one of their long tests with the other worker idle.
-COSTLY_MODULES = ("test_reader", "test_cli", "test_cluster", "test_slurm", "test_workers")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The pages first, costliest first, so that the two workers of make test's second step end about together,
-    and the costliest unit-test modules before the rest, for its first step; a test that reads ``tiny_result``
-    marked slow (make check leaves it out)."""
+    """The pages first, costliest first, so that the two workers of make test's second step end about together; a
+    test that reads ``tiny_result`` marked slow (make check leaves it out)."""
 
-    def rank(item: pytest.Item) -> tuple[int, int]:
+    def rank(item: pytest.Item) -> int:
         page = item.path.stem if item.path.suffix == ".ipynb" else None
-        module = item.path.stem
-        return (
-            BY_COST.index(page) if page in BY_COST else len(BY_COST),
-            COSTLY_MODULES.index(module) if module in COSTLY_MODULES else len(COSTLY_MODULES),
-        )
+        return BY_COST.index(page) if page in BY_COST else len(BY_COST)
 
     items.sort(key=rank)
     for item in items:
