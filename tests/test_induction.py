@@ -1963,3 +1963,14 @@ def test_the_positional_row_reads_positions_2_to_T_minus_3_only():
         margins[position - 1] = [-1.0, 0.1]  # the margins start at query position 1
         third = judge.three_steps_claims({**data, "lag_margins": [margins]})[2]
         assert third.holds is (not judged), position
+
+
+def test_the_noise_token_follows_the_trigger_at_its_rate_and_never_in_clean_draws():
+    task = TriggerTask(16, 1, 64, 0.5, 0, scored="recall", zipf=1.0, choice="frequent", noise=0.3)
+    seq = task.draw(400, torch.Generator().manual_seed(1))[0].numpy()
+    after = seq[:, 1:][seq[:, :-1] == task.triggers[0]]
+    share = float((after == task.noise_token).mean())
+    assert abs(share - 0.3) < 3 * (0.3 * 0.7 / len(after)) ** 0.5
+    assert task.noise_token not in task.outputs_possible and task.noise_token not in task.triggers
+    clean = task.draw(400, torch.Generator().manual_seed(1), noisy=False)[0].numpy()
+    assert not (clean[:, 1:][clean[:, :-1] == task.triggers[0]] == task.noise_token).any()

@@ -217,3 +217,21 @@ def test_a_paired_model_reads_both_inputs_of_each_pair_as_the_model_reads_them_a
     out = paired(pairs)
     assert out.shape == (3, 2, 6, 5)
     assert torch.allclose(out[:, 1], paired.model(pairs[:, 1]))
+
+
+def test_frozen_embeddings_are_unit_scale_buffers_that_training_leaves_alone():
+    config = GPTConfig(
+        vocab_size=10, block_size=8, n_layer=2, d_model=64, tied=False, head_bias=False, frozen_embeddings=True
+    )
+    torch.manual_seed(0)
+    model = GPT(config)
+    names = {name for name, _ in model.named_parameters()}
+    assert not names & {"wte.weight", "wpe", "head.weight"}
+    assert {"wte.weight", "wpe", "head.weight"} <= {name for name, _ in model.named_buffers()}
+    assert float(model.wte.weight.norm(dim=1).mean()) == pytest.approx(1.0, abs=0.15)
+    fixed = model.wte.weight.clone()
+    model(torch.randint(10, (2, 8))).sum().backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    assert torch.equal(model.wte.weight, fixed)
+    with pytest.raises(ValueError, match="untied"):
+        GPTConfig(vocab_size=10, block_size=8, frozen_embeddings=True)

@@ -54,6 +54,10 @@ class GPTConfig:
     # unnormalised stream and its output is normalised (layer_norm, which normalises inputs, must then be off)
     norm_attention_output: bool = False
     init_std: float = 0.02
+    # True: token embeddings, learned positions and the (untied) output matrix are drawn once, entries N(0, 1/d_model)
+    # so that rows are near unit norm, and never train (Bietti et al.'s and Chen et al.'s models): what the model
+    # learns must then live in its attention and MLPs
+    frozen_embeddings: bool = False
 
     def __post_init__(self) -> None:
         check_heads(self.d_model, self.n_head)
@@ -68,6 +72,8 @@ class GPTConfig:
             raise ValueError(f"unknown activation {self.activation!r}")
         if self.norm_attention_output and (self.layer_norm or not self.attention):
             raise ValueError("norm_attention_output normalises an attention's output: attention on, layer_norm off")
+        if self.frozen_embeddings and (self.tied or self.head_bias):
+            raise ValueError("frozen embeddings take an untied output matrix and no output bias (tied, head_bias off)")
 
     @property
     def mlp_width(self) -> int:
@@ -196,6 +202,18 @@ class GPT(nn.Module):
         if config.tied:
             self.head.weight = self.wte.weight
         self.reset_parameters()
+        if config.frozen_embeddings:
+            self._freeze_embeddings()
+
+    def _freeze_embeddings(self) -> None:
+        """Token embeddings, learned positions and the output matrix redrawn with entries ``N(0, 1/d_model)`` and
+        held as buffers, which no optimiser sees (each member of an ensemble keeps its own draw)."""
+        scale = self.config.d_model**-0.5
+        for module, name in ((self.wte, "weight"), (self.head, "weight"), (self, "wpe")):
+            value = getattr(module, name, None)
+            if isinstance(value, nn.Parameter):
+                delattr(module, name)
+                module.register_buffer(name, scale * torch.randn_like(value.detach()))
 
     def reset_parameters(self) -> None:
         """Gaussian ``N(0, init_std^2)`` weights, zero biases, unit layer norms."""

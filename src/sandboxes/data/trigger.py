@@ -54,6 +54,8 @@ class TriggerTask:
     choice: str = "uniform"  # the triggers: "uniform" tokens, or the "frequent" ones of the bigram (Bietti et al.)
     per_sequence: bool = False  # each sequence draws its own triggers from the bigram's stationary law, without
     # replacement (Bietti et al.'s code's default); ``choice`` then plays no part
+    noise: float = 0.0  # Chen, Bruna and Bietti's noisy recall: a trigger is followed by one fixed noise token (the
+    # smallest token that is not a trigger, never an output) with this probability, else by its output
 
     def __post_init__(self) -> None:
         if self.choice not in TRIGGER_CHOICES:
@@ -71,6 +73,13 @@ class TriggerTask:
             raise ValueError(f"a sequence reads at least 2 tokens, got length {self.length}")
         if not self.concentration > 0:
             raise ValueError(f"the bigram rows' Dirichlet concentration is positive, got {self.concentration}")
+        if not 0 <= self.noise < 1:
+            raise ValueError(f"the noise token's probability after a trigger is in [0, 1), got {self.noise}")
+        if self.noise and (self.per_sequence or self.n_triggers > self.n_tokens - 3):
+            raise ValueError(
+                "a noise token needs the same triggers in every sequence and leaves two outputs beside it: "
+                f"n_triggers <= n_tokens - 3, got {self.n_triggers} of {self.n_tokens}"
+            )
 
     @cached_property
     def _fixed(self) -> tuple[np.ndarray, np.ndarray]:
@@ -101,22 +110,32 @@ class TriggerTask:
         return np.flatnonzero(stationary(self.bigram) > 0) if self.per_sequence else self.triggers
 
     @property
+    def noise_token(self) -> int | None:
+        """The token that follows a trigger with probability ``noise``: the smallest that is not a trigger (none
+        without noise)."""
+        if not self.noise:
+            return None
+        return int(np.setdiff1d(np.arange(self.n_tokens), self.triggers)[0])
+
+    @property
     def outputs_possible(self) -> np.ndarray:
         """The tokens an output may be: every token that is not a trigger (in some sequence, where each draws its
-        own)."""
-        return np.arange(self.n_tokens) if self.per_sequence else np.setdiff1d(np.arange(self.n_tokens), self.triggers)
+        own) nor the noise token."""
+        if self.per_sequence:
+            return np.arange(self.n_tokens)
+        return np.setdiff1d(np.arange(self.n_tokens), [*self.triggers, *([self.noise_token] if self.noise else [])])
 
     @property
     def chance(self) -> float:
         """The chance of guessing a sequence's output for a trigger without reading it: one of the tokens that are
-        not that sequence's triggers."""
-        return 1.0 / (self.n_tokens - self.n_triggers)
+        not that sequence's triggers (nor the noise token)."""
+        return 1.0 / (self.n_tokens - self.n_triggers - (1 if self.noise else 0))
 
-    def draw(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray, np.ndarray]:
+    def draw(self, n: int, generator: torch.Generator, noisy: bool = True) -> tuple[Tensor, np.ndarray, np.ndarray]:
         """``n`` sequences ``(n, length + 1)``, each one's triggers (sorted) and its output per trigger, both
-        ``(n, n_triggers)``."""
+        ``(n, n_triggers)``; ``noisy=False`` puts every trigger's output after it (Chen et al.'s clean test set)."""
         outputs, uniform, triggers = self._draws(n, generator)
-        return torch.from_numpy(self._walk(outputs, uniform, triggers)), triggers, outputs
+        return torch.from_numpy(self._walk(outputs, uniform, triggers, noisy)), triggers, outputs
 
     def sequences_and_outputs(self, n: int, generator: torch.Generator) -> tuple[Tensor, np.ndarray]:
         """``n`` sequences ``(n, length + 1)`` and each one's output per trigger ``(n, n_triggers)``."""
@@ -127,7 +146,8 @@ class TriggerTask:
         """What ``n`` sequences draw from ``generator``: each one's outputs, its uniforms ``(n, length + 1)`` and
         its triggers; drawn per sequence by Gumbel keys on the stationary law's logarithm, whose top ``n_triggers``
         are a draw without replacement, weighted as one token after another."""
-        choice = torch.randint(self.n_tokens - self.n_triggers, (n, self.n_triggers), generator=generator).numpy()
+        outputs = self.n_tokens - self.n_triggers - (1 if self.noise else 0)
+        choice = torch.randint(outputs, (n, self.n_triggers), generator=generator).numpy()
         uniform = torch.rand(n, self.length + 1, generator=generator, dtype=torch.float64).numpy()
         if not self.per_sequence:
             return self.outputs_possible[choice], uniform, np.broadcast_to(self.triggers, (n, self.n_triggers))
@@ -140,9 +160,10 @@ class TriggerTask:
         order = np.argsort(~others, axis=1, kind="stable")  # each row's non-triggers first, in token order
         return np.take_along_axis(order, choice, axis=1), uniform, triggers
 
-    def _walk(self, outputs: np.ndarray, uniform: np.ndarray, triggers: np.ndarray) -> np.ndarray:
-        """The sequences those draws make, row by row: a trigger's next token is its row's output, any other's a draw
-        from the bigram."""
+    def _walk(self, outputs: np.ndarray, uniform: np.ndarray, triggers: np.ndarray, noisy: bool = True) -> np.ndarray:
+        """The sequences those draws make, row by row: a trigger's next token is its row's output (or, where
+        ``noisy``, the noise token when that step's uniform falls below ``noise``), any other's a draw from the
+        bigram."""
         edges = np.cumsum(self.bigram, axis=-1)[:, :-1]
         rows = np.arange(len(uniform))
         slot = np.full((len(uniform), self.n_tokens), -1)
@@ -152,7 +173,10 @@ class TriggerTask:
         for t in range(1, self.length + 1):
             here = slot[rows, seq[:, t - 1]]
             drawn = inverse_cdf(uniform[:, t], edges[seq[:, t - 1]])
-            seq[:, t] = np.where(here >= 0, outputs[rows, np.maximum(here, 0)], drawn)
+            recalled = outputs[rows, np.maximum(here, 0)]
+            if noisy and self.noise:
+                recalled = np.where(uniform[:, t] < self.noise, self.noise_token, recalled)
+            seq[:, t] = np.where(here >= 0, recalled, drawn)
         return seq
 
     def sequences(self, n: int, generator: torch.Generator) -> Tensor:

@@ -10,7 +10,9 @@ a memory ``W`` (d x d) scores output ``k`` for input ``z`` as ``u_k^T W e_z``; a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import integrate, optimize
@@ -189,3 +191,36 @@ def chance_share_sd(uncovered: int, relations: int, per_relation: int) -> float:
     (one answer a relation, the embeddings alone) is :func:`uncovered_share_sd`."""
     p = 1 / per_relation
     return math.sqrt(p * (1 - p) / (uncovered * relations))
+
+
+# ---------------------------------------------------------------- distributional associations against in-context recall
+def learning_thresholds(tokens: int, noise: float) -> tuple[float, float]:
+    """The probabilities at which the noise token and the answer count as learned: halfway from the uniform start,
+    1 / N, to what the task gives each where a trigger comes back (``noise`` and ``1 - noise``)."""
+    start = 1.0 / tokens
+    return (start + noise) / 2, (start + 1.0 - noise) / 2
+
+
+def first_reached(steps: np.ndarray, curve: np.ndarray, threshold: float) -> float:
+    """The first evaluated step at which ``curve`` reaches ``threshold`` (NaN: never)."""
+    reached = np.flatnonzero(curve >= threshold)
+    return float(steps[reached[0]]) if len(reached) else math.nan
+
+
+def learned_steps(data: Mapping[str, Any]) -> np.ndarray:
+    """``(N, seed, 2)``: from a noisy recall section's data (its ``tokens``, ``noise_p``, ``eval_steps`` and
+    ``curves``), the step at which each run learned the noise token and the answer (NaN: not within its
+    budget), at least the first evaluation after a step (what was there before training was not learned)."""
+    steps = np.asarray(data["eval_steps"], dtype=float)
+    resolution = steps[steps > 0].min() if (steps > 0).any() else 1.0
+    found = []
+    for tokens, curves in zip(data["tokens"], data["curves"]):
+        thresholds = learning_thresholds(tokens, data["noise_p"])
+        found.append([[first_reached(steps, np.asarray(seed)[:, k], thresholds[k]) for k in (0, 1)] for seed in curves])
+    return np.maximum(np.asarray(found, dtype=float), resolution)
+
+
+def growth_exponent(tokens: list[int], samples: np.ndarray) -> float:
+    """The least-squares slope of log samples on log N over every run (``samples``: N x seed)."""
+    x = np.repeat(np.log(np.asarray(tokens, dtype=float)), samples.shape[1])
+    return float(np.polyfit(x, np.log(samples.ravel()), 1)[0])

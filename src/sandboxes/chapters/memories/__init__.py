@@ -12,12 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from ...data.trigger import stationary
 from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
 from .judge import (
     MLP_SMALLEST_DIM,
     capacity_rows,
     capacity_summary,
+    distributional_rows,
     fact_build_rows,
     fact_capacity_rows,
     fact_capacity_summary,
@@ -29,14 +31,16 @@ from .judge import (
 from .measure import (
     MOST_FACT_SEQUENCES,
     capacity,
+    distributional,
     fact_build,
     fact_capacity,
     gradient,
     hallucination,
     mlp_capacity,
+    noisy_task,
     search_start,
 )
-from .paper import fact_capacity_vs_paper, hallucination_vs_paper, mlp_capacity_vs_paper
+from .paper import distributional_vs_paper, fact_capacity_vs_paper, hallucination_vs_paper, mlp_capacity_vs_paper
 
 __all__ = ["CHAPTER", "PARAMS", "capacity_summary", "fact_capacity_summary", "mlp_capacity_summary"]
 
@@ -96,9 +100,15 @@ def _draw_shapes(rng: np.random.Generator, near: str) -> str:
     return ",".join(sorted(picks))
 
 
+NOISY_TOKENS = Custom(
+    each(in_range(8, 512)).check,
+    "comma-separated vocabulary sizes from 8 to 512",
+    lambda rng, near: _draw_near(rng, near, 8),
+)
 SHAPES = Custom(_check_shapes, "comma-separated alpha:beta pairs, each in (0, 8]", _draw_shapes)
 AUTHORS_SHAPES = ",".join(f"{a:g}:{b:g}" for a in (4, 2, 1, 0.5, 0.25) for b in (4, 2, 1, 0.5, 0.25))
 ACCURACY = Interval(0.5, 1.0)  # a share of associations right; below one half a search could grow without end
+NOISY_RETURNS = 3  # times the trigger comes, on average, in a noisy recall sequence at least: two and more recalls
 MOST_ASSOCIATIONS = 40000  # the widest search's first bracket end (full profile: about 32000); its logits are N^2
 
 PARAMS = (
@@ -173,6 +183,29 @@ PARAMS = (
     Param("fact_batch", int, 1024, 1024, "sequences per step", at_least(1)),
     Param("fact_steps", int, 8192, 8192, "gradient steps", at_least(1)),
     Param("build_draws", int, 16, 256, "sequences per fact read by the layer set by hand", at_least(1)),
+    Param(
+        "noisy_tokens",
+        str,
+        "8,16,32",
+        "16,32,64,128,256",
+        "vocabulary sizes N of the noisy recall task (Chen et al.: 65 characters)",
+        NOISY_TOKENS,
+    ),
+    Param(
+        "noisy_p",
+        float,
+        0.5,
+        0.5,
+        "probability that the noise token follows the trigger instead of its answer (Chen et al.: 0.5)",
+        Interval(0.2, 0.8),
+    ),
+    Param("noisy_T", int, 32, 256, "tokens per sequence of the noisy recall task (Chen et al.: 256)", in_range(8, 512)),
+    Param("noisy_d", int, 32, 256, "width of the two-layer transformers (Chen et al.: 256)", in_range(8, 1024)),
+    Param("noisy_batch", int, 32, 512, "sequences per step (Chen et al.: 512)", at_least(1)),
+    Param("noisy_steps", int, 600, 5000, "AdamW steps of each run (Chen et al.: 5000 SGD steps)", at_least(1)),
+    Param("noisy_lr", float, 1e-2, 3e-3, "AdamW's constant step size", Interval(0.0, 1.0, open_low=True)),
+    Param("noisy_every", int, 6, 5, "steps between evaluations (Chen et al.: 5)", at_least(1)),
+    Param("noisy_seeds", int, 2, 5, "seeds (initialisation and data) per vocabulary size", at_least(1)),
 )
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
 # and a bisection for 20 seeds of both memories about 600 of them); the factual recall training as quick, with more
@@ -181,6 +214,9 @@ PARAMS = (
 # 0.5:2 (the 1:1 shape's P with the load on the MLP), in the authors' batch of 1024, 8192 steps (half the authors';
 # a pilot search at d = 32, shape 2:2 stored S = 28, its run at S = 27 stopping at about half of them), two seeds
 # (16 runs: the pooled fit's 14 degrees of freedom, 13 across shapes at a fixed d; a d = 32, 2:2 search took 5.5 min).
+# Noisy recall: N = 16 to 128 (a factor 8 for the two growth laws) at T = 64, d = 64, batch 64, 2000 AdamW steps at
+# 3e-3 (pilots: the answer learned after about 105, 200 and 340 steps at N = 16, 32, 64), an evaluation every 3
+# steps, 5 seeds: about 40 minutes calibrated.
 # Two earlier references are kept in results/attempts/: shapes 0.5:0.5, 1:1, 2:2 at d = 16, 24, 4096 steps (no row),
 # and 1:1, 2:2 at d = 16, 24, 32 (the pooled row held, carried by d).
 PARAMS = with_reference(
@@ -198,6 +234,14 @@ PARAMS = with_reference(
         "facts_steps": 8192,
         "facts_seeds": 2,
         "build_draws": 64,
+        "noisy_tokens": "16,32,64,128",
+        "noisy_T": 64,
+        "noisy_d": 64,
+        "noisy_batch": 64,
+        "noisy_steps": 2000,
+        "noisy_lr": 3e-3,
+        "noisy_every": 3,
+        "noisy_seeds": 5,
     },
 )
 
@@ -207,7 +251,7 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     would hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory) or a layer
     set by hand that would read more than :data:`MOST_FACT_SEQUENCES` sequences; the transformers' domains keep their
     searches within about 1400 subjects."""
-    for name in ("mlp_dims", "mlp_ratios", "facts_dims"):
+    for name in ("mlp_dims", "mlp_ratios", "facts_dims", "noisy_tokens"):
         values = int_list(config[name])
         if len(set(values)) < len(values):
             raise ValueError(f"{name} repeats a value: {config[name]}")
@@ -220,6 +264,14 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
             f"the layer set by hand would read {sequences} sequences (subjects x relations x build_draws), more than "
             f"{MOST_FACT_SEQUENCES}"
         )
+    for tokens in int_list(config["noisy_tokens"]):
+        task = noisy_task(config, tokens)
+        returns = config["noisy_T"] * stationary(task.bigram)[task.triggers[0]]
+        if returns < NOISY_RETURNS:
+            raise ValueError(
+                f"at N = {tokens} the trigger comes {returns:.1f} times in noisy_T = {config['noisy_T']} tokens on "
+                f"average, fewer than {NOISY_RETURNS}: too few recalls to learn from; a longer noisy_T"
+            )
     largest = max(int_list(config["mlp_dims"])) ** 2 * max(int_list(config["mlp_ratios"]))
     if 2 * search_start(largest) > MOST_ASSOCIATIONS:
         raise ValueError(
@@ -241,6 +293,11 @@ UNIT_SCALE = {
     "facts_batch": 32,
     "facts_steps": 32,
     "build_draws": 4,
+    "noisy_tokens": "8,16,32",
+    "noisy_steps": 40,
+    "noisy_batch": 8,
+    "noisy_d": 16,
+    "noisy_every": 4,
 }
 FULL_SHRUNK = {
     "capacity_dims": "16,32",
@@ -257,6 +314,12 @@ FULL_SHRUNK = {
     "facts_steps": 8,
     "facts_lrs": "1e-2",
     "build_draws": 4,
+    "noisy_tokens": "16,32",
+    "noisy_T": 64,
+    "noisy_d": 16,
+    "noisy_batch": 8,
+    "noisy_steps": 8,
+    "noisy_every": 4,
 }
 
 CHAPTER = Chapter(
@@ -312,6 +375,17 @@ CHAPTER = Chapter(
             figures=("hallucination",),
             reference=True,
             paper=hallucination_vs_paper,
+        ),
+        Section(
+            "distributional",
+            "The bigram in the MLP, the recall in attention",
+            distributional,
+            trains=True,
+            by_seed=False,
+            rows=distributional_rows,
+            figures=("distributional",),
+            reference=True,
+            paper=distributional_vs_paper,
         ),
     ),
     unit_scale=UNIT_SCALE,

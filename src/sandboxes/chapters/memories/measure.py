@@ -5,23 +5,25 @@ a small initialisation."""
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from scipy.special import lambertw
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
 from ... import calibration
 from ...curves import still_descending
 from ...data.facts import FactRecall
-from ...model import FactTransformer, LinearAttentionRecall, MLPMemory
+from ...data.trigger import TriggerTask
+from ...model import GPT, FactTransformer, GPTConfig, LinearAttentionRecall, MLPMemory
 from ...profiles import int_list
 from ...runtime import member_seed
 from ...sections import RunContext
@@ -32,6 +34,9 @@ from ...workers import map_each
 LOSS_NOISE = 1e-3  # a held-out loss that moved less than this has hardly started
 PROBE_SIZE = 4096  # held-out sequences on which each evaluation splits the loss into its relation and subject parts
 EVALUATIONS = 128  # evaluations of each factual recall run, as in the authors' notebook (every steps / 128)
+NOISY_CONCENTRATION = 0.5  # the noisy recall task's bigram rows: peaked, as a language's letter bigram is (the
+NOISY_ZIPF = 1.0  # induction chapter's trigger task); a Zipf base measure makes the trigger, its most frequent token,
+# come back often, as Chen et al.'s most frequent character does
 
 
 def unit_embeddings(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
@@ -617,4 +622,144 @@ def hallucination(config: dict[str, Any], ctx: RunContext) -> HallucinationData:
         "parts": parts,
         "still_descending": list(still_descending(run, LOSS_NOISE, curve=parts[..., 0])),
     }  # type: ignore[typeddict-item]
+    return data
+
+
+# ---------------------------------------------------------------- distributional associations against in-context recall
+class DistributionalData(TypedDict):
+    tokens: list[int]  # vocabulary sizes N, one ensemble each
+    noise_p: float  # the noise token's probability after the trigger (noisy_p)
+    noise_token: list[int]  # per N: the token that follows the trigger with probability ``noisy_p``
+    recall_positions: list[int]  # per N: clean held-out positions scored (a trigger seen before)
+    eval_steps: list[int]
+    batch: int  # sequences per step: samples seen = steps x batch
+    curves: list[list[list[list[float]]]]  # N x seed x evaluation x (p of the noise token, p of the answer), held out
+    ablations: dict[str, list[list[list[float]]]]  # "full" / "no_mlp_1" / "no_mlp_2" -> N x seed x ABLATION_READS
+    still_descending: list[list[bool]]  # N x seed: the answer's probability still rising when the budget ran out
+
+
+ABLATION_READS = ("noise", "answer", "answer_on_top")  # mean p of the noise token, of the answer; share answered
+MLP_ABLATIONS = {"full": None, "no_mlp_1": 0, "no_mlp_2": 1}  # which block's MLP is zeroed (Chen et al. truncate it)
+NOISY_HELD_OUT = 128  # clean held-out sequences per N (a thousand or more recall positions at the chapter's sizes)
+NOISY_LOSS_SIZE = 32  # sequences of the trainer's own held-out loss, which no row reads: the probes on the clean
+# sequences are what is judged, and an evaluation every few steps should cost little beside them
+
+
+def noisy_task(config: dict[str, Any], tokens: int) -> TriggerTask:
+    """Chen et al.'s noisy in-context recall at ``tokens`` tokens: one trigger (the bigram's most frequent token), its
+    sequence's answer after it, or the noise token with probability ``noisy_p``; the loss scores the trigger's second
+    and later occurrences only, as their code does."""
+    return TriggerTask(
+        tokens,
+        1,
+        config["noisy_T"],
+        NOISY_CONCENTRATION,
+        config["seed"],
+        scored="recall",
+        zipf=NOISY_ZIPF,
+        choice="frequent",
+        noise=config["noisy_p"],
+    )
+
+
+def noisy_model(config: dict[str, Any], tokens: int) -> GPT:
+    """Two layers of one head with an MLP each, no normalisation, embeddings and output random and held fixed (Chen
+    et al.'s model)."""
+    return GPT(
+        GPTConfig(
+            vocab_size=tokens,
+            block_size=config["noisy_T"],
+            n_layer=2,
+            n_head=1,
+            d_model=config["noisy_d"],
+            tied=False,
+            head_bias=False,
+            frozen_embeddings=True,
+        )
+    )
+
+
+def without_mlp(model: GPT, block: int | None) -> GPT:
+    """A copy of ``model`` whose ``block``'s MLP writes nothing (its weights zeroed: Chen et al.'s truncation to rank
+    0); ``model`` itself where ``block`` is None."""
+    if block is None:
+        return model
+    ablated = copy.deepcopy(model)
+    with torch.no_grad():
+        for weight in ablated.blocks[block].mlp.parameters():
+            weight.zero_()
+    return ablated
+
+
+def recall_reads(model: nn.Module, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> list[float]:
+    """At the clean held-out recall positions: the mean probability of the noise token, of the answer, and the share
+    of positions whose top prediction is the answer."""
+    with torch.no_grad():
+        p = torch.softmax(model(inputs).double(), dim=-1)[mask]
+    answer = answers[mask]
+    on_answer = p.gather(1, answer[:, None])[:, 0]
+    return [float(p[:, noise_token].mean()), float(on_answer.mean()), float((p.argmax(-1) == answer).double().mean())]
+
+
+def recall_curves(model: nn.Module, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> list[float]:
+    """What each evaluation reads: the noise token's and the answer's mean probability at the recall positions."""
+    return recall_reads(model, inputs, answers, mask, noise_token)[:2]
+
+
+def noisy_schedule(config: dict[str, Any]) -> TrainConfig:
+    """AdamW at a constant step size, no weight decay, an evaluation every ``noisy_every`` steps (fine enough to see
+    the noise token learned in the first few)."""
+    return TrainConfig(
+        steps=config["noisy_steps"],
+        batch_size=config["noisy_batch"],
+        lr=config["noisy_lr"],
+        weight_decay=0.0,
+        schedule="constant",
+        eval_every=config["noisy_every"],
+        eval_size=NOISY_LOSS_SIZE,
+    )
+
+
+def distributional(config: dict[str, Any], ctx: RunContext) -> DistributionalData:
+    """Chen et al.'s two-layer transformers trained on noisy in-context recall, one ensemble per vocabulary size:
+    along training, the probability they give the noise token and the sequence's answer where a trigger comes back
+    (clean held-out sequences); at the end, the same with either layer's MLP zeroed."""
+    data: DistributionalData = {
+        "tokens": int_list(config["noisy_tokens"]),
+        "noise_p": config["noisy_p"],
+        "noise_token": [],
+        "recall_positions": [],
+        "eval_steps": [],
+        "batch": config["noisy_batch"],
+        "curves": [],
+        "ablations": {name: [] for name in MLP_ABLATIONS},
+        "still_descending": [],
+    }
+    for tokens in data["tokens"]:
+        task = noisy_task(config, tokens)
+        held_out = torch.Generator().manual_seed(member_seed("noisy recall held out", tokens, config["seed"]))
+        seq = task.draw(NOISY_HELD_OUT, held_out, noisy=False)[0]
+        inputs, answers = seq[:, :-1], seq[:, 1:]
+        mask = torch.from_numpy(task.recall_positions(seq.numpy()))
+        noise_token = task.noise_token
+        assert noise_token is not None
+        run = train(
+            lambda tokens=tokens: noisy_model(config, tokens),
+            task,
+            noisy_schedule(config),
+            list(range(config["noisy_seeds"])),
+            ctx.device,
+            progress=ctx.progress,
+            probe=partial(recall_curves, inputs=inputs, answers=answers, mask=mask, noise_token=noise_token),
+        )
+        curves = np.asarray(run.probes)
+        data["noise_token"].append(noise_token)
+        data["recall_positions"].append(int(mask.sum()))
+        data["eval_steps"] = run.eval_steps
+        data["curves"].append(curves.tolist())
+        for name, block in MLP_ABLATIONS.items():
+            data["ablations"][name].append(
+                [recall_reads(without_mlp(model, block), inputs, answers, mask, noise_token) for model in run.models]
+            )
+        data["still_descending"].append(still_descending(run, LOSS_NOISE, curve=-curves[..., 1]).tolist())
     return data

@@ -6,10 +6,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .judge import fact_exponent, facts_per_parameter, mlp_constant, mlp_exponents, plateau_rest
+from ...theory.memories import growth_exponent, learned_steps
+from .judge import (
+    fact_exponent,
+    facts_per_parameter,
+    mlp_constant,
+    mlp_exponents,
+    plateau_rest,
+)
 
 if TYPE_CHECKING:
-    from .measure import FactCapacityData, HallucinationData, MlpCapacityData
+    from .measure import DistributionalData, FactCapacityData, HallucinationData, MlpCapacityData
 
 AUTHORS_MLP_CONSTANT = 1 / 0.35  # N ln N / (m d) of the guide line in Nichani, Lee and Bietti's Fig. 1 (right), as
 # their plotting code draws it (m d = 0.35 N ln N); a guide to the eye, not a fit they report
@@ -73,5 +80,36 @@ def hallucination_vs_paper(run: HallucinationData) -> list[tuple[str, str, str]]
             "end of training",
             "global convergence to zero loss (gradient flow)",
             f"held-out loss {parts[:, -1, 0].min():.3g} to {parts[:, -1, 0].max():.3g}",
+        ),
+    ]
+
+
+def distributional_vs_paper(run: DistributionalData) -> list[tuple[str, str, str]]:
+    """Noisy in-context recall as Chen, Bruna and Bietti's code runs it and the talk states it, beside the run."""
+    learned = learned_steps(run) * run["batch"]
+    full, cut = (np.asarray(run["ablations"][name], dtype=float) for name in ("full", "no_mlp_2"))
+
+    def exponent(k: int) -> str:
+        if np.isnan(learned[..., k]).any() or len(set(run["tokens"])) < 2:
+            return "not measured (a run did not learn it, or one N)"
+        return f"N^{growth_exponent(run['tokens'], learned[..., k]):.2f}"
+
+    return [
+        (
+            "setting",
+            "65 characters (Shakespeare's bigram), one trigger (the most frequent), noise token with probability "
+            "0.5, T = 256; two layers, d = 256, embeddings and output fixed, SGD (momentum 0.9, step 0.03), "
+            "batch 512, 5000 steps; loss on the trigger's second and later occurrences",
+            f"N = {', '.join(map(str, run['tokens']))} (a Zipf-shaped random bigram), noise probability "
+            f"{run['noise_p']:g}, the same loss; AdamW, batch {run['batch']}",
+        ),
+        ("samples to the noise token", "O(1) (informal theorem)", exponent(0)),
+        ("samples to the answer", "O(N) (informal theorem)", exponent(1)),
+        (
+            "layer 2's MLP zeroed",
+            "the prediction moves from the global bigram to the in-context answer (their truncation; Pythia-1B in "
+            "the talk)",
+            f"p(noise) {full[..., 0].mean():.2f} -> {cut[..., 0].mean():.2f}, p(answer) {full[..., 1].mean():.2f} "
+            f"-> {cut[..., 1].mean():.2f} (means over N and seeds)",
         ),
     ]
