@@ -773,6 +773,8 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
     rows = [order.eventually(waiting == 0 and not np.isnan(gap).any(), unreached)]
     ablations = {name: np.asarray(value, dtype=float) for name, value in data["ablations"].items()}
     cut = ablations["no_mlp_2"][..., 0] / ablations["full"][..., 0]
+    moving = int(descending.sum())
+    still_learning = budget_ran_out(moving, "runs' answer was still rising", "noisy_steps")[1]
     rows.append(
         Claim.at_most(
             "layer 2's MLP holds the bigram: zeroing it leaves at most half the noise token's probability where a "
@@ -782,12 +784,11 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
             f"{reason}; the talk: distributional associations are stored in late MLPs, and ablating them changes "
             f"the prediction from the global bigram to the in-context answer (Pythia-1B). Without layer 1's MLP the "
             f"share left is {float(np.median(ablations['no_mlp_1'][..., 0] / ablations['full'][..., 0])):.2f} "
-            f"(median)",
+            f"(median); about the trained model, so undecided while a run still learns the answer",
             digits=3,
-        )
+        ).eventually(moving == 0, still_learning)
     )
     on_top = ablations["no_mlp_2"][..., 2]
-    moving = int(descending.sum())
     rows.append(
         Claim.at_least(
             "without layer 2's MLP the in-context answer is the top prediction at most positions where a trigger "
@@ -797,7 +798,7 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
             f"{reason}; the talk's ablation. With the MLP the answer is on top at "
             f"{float(ablations['full'][..., 2].min()):.2f} to {float(ablations['full'][..., 2].max()):.2f}",
             digits=3,
-        ).eventually(moving == 0, budget_ran_out(moving, "runs' answer was still rising", "noisy_steps")[1])
+        ).eventually(moving == 0, still_learning)
     )
     sizes = sorted(set(tokens))
     if len(sizes) < FEWEST_SIZES or sizes[-1] < LEAST_SPAN * sizes[0]:
