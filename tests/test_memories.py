@@ -741,3 +741,12 @@ def test_the_check_refuses_a_noisy_task_whose_trigger_comes_back_too_rarely():
     config = {p.name: p.quick for p in CHAPTER.params} | {"noisy_T": 8, "noisy_tokens": "256"}
     with pytest.raises(ValueError, match="trigger comes"):
         CHAPTER.check(config, 2)
+
+
+def test_noisy_recall_rows_on_a_run_that_diverged_are_undecided_not_failed():
+    data = _distributional_data("the theorem's path")
+    data["ablations"]["no_mlp_2"][0][0] = [math.nan] * 3
+    data["ablations"]["full"][0][0] = [math.nan] * 3
+    rows = {c.name.split(":")[0]: c for c in judge.distributional_rows({}, data)[0]}
+    ablation = [c for name, c in rows.items() if "MLP" in name]
+    assert len(ablation) == 2 and all(c.holds is None and "diverged" in c.reason for c in ablation)

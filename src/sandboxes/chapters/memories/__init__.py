@@ -203,7 +203,14 @@ PARAMS = (
     Param("noisy_d", int, 32, 256, "width of the two-layer transformers (Chen et al.: 256)", in_range(8, 1024)),
     Param("noisy_batch", int, 32, 512, "sequences per step (Chen et al.: 512)", at_least(1)),
     Param("noisy_steps", int, 600, 5000, "AdamW steps of each run (Chen et al.: 5000 SGD steps)", at_least(1)),
-    Param("noisy_lr", float, 1e-2, 3e-3, "AdamW's constant step size", Interval(0.0, 1.0, open_low=True)),
+    Param(
+        "noisy_lr",
+        float,
+        1e-2,
+        3e-3,
+        "AdamW's constant step size (at most 0.02: pilots learned at 3e-3 and 1e-2)",
+        Interval(0.0, 0.02, open_low=True),
+    ),
     Param("noisy_every", int, 6, 5, "steps between evaluations (Chen et al.: 5)", at_least(1)),
     Param("noisy_seeds", int, 2, 5, "seeds (initialisation and data) per vocabulary size", at_least(1)),
 )

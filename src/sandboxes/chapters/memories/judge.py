@@ -745,6 +745,7 @@ RECALL_RATE = 1.0  # and of those attention needs: O(N)
 LAW_BOUNDARY = (BIGRAM_RATE + RECALL_RATE) / 2  # a fitted exponent is read as the law it lies nearer
 FEWEST_SIZES = 3  # vocabulary sizes a growth law's fit needs (two points fit any law exactly)
 LEAST_SPAN = 4  # and the factor they span: at 4 the two laws' sample counts part by a factor 4
+DIVERGED = "a run's probabilities are not finite (it diverged); a smaller noisy_lr decides it"
 ABLATION_CUT = 0.5  # zeroing the MLP that holds the bigram takes at least half the noise token's probability away
 
 
@@ -772,6 +773,7 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
     )
     rows = [order.eventually(waiting == 0 and not np.isnan(gap).any(), unreached)]
     ablations = {name: np.asarray(value, dtype=float) for name, value in data["ablations"].items()}
+    diverged = not all(np.isfinite(value).all() for value in ablations.values())
     cut = ablations["no_mlp_2"][..., 0] / ablations["full"][..., 0]
     moving = int(descending.sum())
     still_learning = budget_ran_out(moving, "runs' answer was still rising", "noisy_steps")[1]
@@ -786,7 +788,7 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
             f"share left is {float(np.median(ablations['no_mlp_1'][..., 0] / ablations['full'][..., 0])):.2f} "
             f"(median); about the trained model, so undecided while a run still learns the answer",
             digits=3,
-        ).eventually(moving == 0, still_learning)
+        ).eventually(moving == 0 and not diverged, still_learning if moving else DIVERGED)
     )
     on_top = ablations["no_mlp_2"][..., 2]
     rows.append(
@@ -798,7 +800,7 @@ def distributional_rows(config: dict[str, Any], data: DistributionalData) -> tup
             f"{reason}; the talk's ablation. With the MLP the answer is on top at "
             f"{float(ablations['full'][..., 2].min()):.2f} to {float(ablations['full'][..., 2].max()):.2f}",
             digits=3,
-        ).eventually(moving == 0, still_learning)
+        ).eventually(moving == 0 and not diverged, still_learning if moving else DIVERGED)
     )
     sizes = sorted(set(tokens))
     if len(sizes) < FEWEST_SIZES or sizes[-1] < LEAST_SPAN * sizes[0]:
