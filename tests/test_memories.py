@@ -457,18 +457,19 @@ def _hallucination_rows(change: str) -> list:
 
 
 NOISY_TOKENS = [8, 16, 32]
-READS = {"full": [0.5, 0.5, 0.5], "no_mlp_1": [0.5, 0.3, 0.3], "no_mlp_2": [0.05, 0.9, 0.95]}
+READS = {"full": [0.5, 0.45, 0.5], "no_mlp_1": [0.5, 0.3, 0.3], "no_mlp_2": [0.05, 0.85, 0.95]}
 
 
-def _learned_at(step: int, target: float, steps: np.ndarray, start: float) -> np.ndarray:
-    """A probability that jumps from ``start`` to ``target`` at ``step``."""
-    return np.where(steps >= step, target, start)
+def _learned_at(step: int, target: float, updates: np.ndarray, start: float) -> np.ndarray:
+    """A probability that jumps from ``start`` to ``target`` after ``step`` updates."""
+    return np.where(updates >= step, target, start)
 
 
 def _distributional_data(change: str) -> dict:
-    """The section's data made to order: the noise token learned at step 5 at every N, the answer at step 10 N, and
-    the bigram in layer 2's MLP (the theorem's path), or the change's."""
-    steps = np.arange(0, 600)
+    """The section's data made to order: layer 2's MLP carries the noise token after 5 updates at every N, attention
+    gives the answer after 10 N, and zeroing layer 2's MLP at the end moves the noise token's probability to the
+    answer (the theorem's path), or the change's."""
+    updates = np.arange(1, 601)
     noise_at = {n: 2 * n if change == "samples to the noise token growing as N" else 5 for n in NOISY_TOKENS}
     answer_at = {n: 100 if change == "samples to the answer constant in N" else 10 * n for n in NOISY_TOKENS}
     if change == "the answer learned before the noise token":
@@ -476,11 +477,19 @@ def _distributional_data(change: str) -> dict:
     reads = dict(READS)
     if change == "the bigram in layer 1's MLP":
         reads["no_mlp_1"], reads["no_mlp_2"] = READS["no_mlp_2"], READS["no_mlp_1"]
-    if change == "attention never learned the answer":
-        reads["no_mlp_2"] = [0.05, 0.1, 0.1]
+    flipped = 0.1 if change == "the MLP zeroed, the noise token's place taken by other tokens" else 0.9
+    without_mlp = 1 / 8 if change != "the noise token held by attention, not the MLP" else 0.5
     curves = [
         [
-            np.stack([_learned_at(noise_at[n], 0.5, steps, 1 / n), _learned_at(answer_at[n], 0.5, steps, 1 / n)], 1)
+            np.stack(
+                [
+                    _learned_at(noise_at[n], 0.5, updates, 1 / n),
+                    _learned_at(answer_at[n], 0.5, updates, 1 / n),
+                    _learned_at(noise_at[n], without_mlp, updates, 1 / n),
+                    _learned_at(answer_at[n], 0.5, updates, 1 / n),
+                ],
+                1,
+            )
             for _ in range(2)
         ]
         for n in NOISY_TOKENS
@@ -488,10 +497,12 @@ def _distributional_data(change: str) -> dict:
     return {
         "tokens": NOISY_TOKENS,
         "noise_p": 0.5,
-        "eval_steps": steps.tolist(),
+        "eval_steps": (updates - 1).tolist(),
         "batch": 4,
+        "recalls_per_sequence": [5.0] * len(NOISY_TOKENS),
         "curves": curves,
         "ablations": {name: [[value, value] for _ in NOISY_TOKENS] for name, value in reads.items()},
+        "flipped": [[flipped, flipped] for _ in NOISY_TOKENS],
         "still_descending": [[False, False] for _ in NOISY_TOKENS],
     }
 
@@ -620,11 +631,15 @@ COUNTERFACTUALS = [  # (regex matching the row's name, how the row is made to fa
     (r"the facts in the MLP, d = ", "each subject writes the next one's answers", _build_rows),
     (r"subjects with a unit answered right", "each subject writes the next one's answers", _build_rows),
     (r"the facts in the MLP, units for .*the other subjects'", "every subject keeps a unit", _build_rows),
-    (r"the feed-forward bigram first", "the answer learned before the noise token", _distributional_rows),
+    (r"layer 2's MLP first", "the answer learned before the noise token", _distributional_rows),
     (r"layer 2's MLP holds the bigram", "the bigram in layer 1's MLP", _distributional_rows),
-    (r"without layer 2's MLP the in-context answer", "attention never learned the answer", _distributional_rows),
-    (r"to learn the noise token .* grow as N\^0", "samples to the noise token growing as N", _distributional_rows),
-    (r"to learn the answer .* grow as N\^1", "samples to the answer constant in N", _distributional_rows),
+    (
+        r"the prediction changes from the bigram to the in-context answer",
+        "the MLP zeroed, the noise token's place taken by other tokens",
+        _distributional_rows,
+    ),
+    (r"MLP to carry the noise token grow as N\^0", "samples to the noise token growing as N", _distributional_rows),
+    (r"attention to give the answer grow as N\^1", "samples to the answer constant in N", _distributional_rows),
 ]
 SILENT_AT_UNIT_SCALE = (  # too few runs for the MLP fit there, and too few facts for the transformers' row
     r"grows with the width m",
@@ -702,27 +717,48 @@ def test_searches_in_workers_record_every_parameter_they_read():
 
 def test_noisy_recall_rows_wait_for_runs_that_never_learned_the_answer_or_still_learn_it():
     data = _distributional_data("the theorem's path")
-    data["curves"][-1][0] = [[0.5, 0.01]] * len(data["eval_steps"])  # one run at N = 32 never learns the answer
+    data["curves"][-1][0] = [[0.5, 0.01, 0.1, 0.01]] * len(data["eval_steps"])  # never learns the answer
     data["ablations"]["no_mlp_2"][-1][0] = [0.05, 0.1, 0.1]
     data["still_descending"][-1][0] = True
+    data["flipped"][-1][0] = 0.1
     marks = {c.name.split(":")[0]: c.holds for c in judge.distributional_rows({}, data)[0]}
-    waiting = [marks[k] for k in marks if "top prediction" in k or "answer (attention)" in k]
-    assert waiting == [None, None] and marks["the feed-forward bigram first"]  # the noise came first all the same
+    waiting = [marks[k] for k in marks if "changes from the bigram" in k or "give the answer" in k]
+    assert waiting == [None, None] and marks["layer 2's MLP first"]  # the noise token came first all the same
+
+
+def test_a_run_whose_mlp_never_carried_the_noise_token_fails_the_first_row():
+    data = _distributional_data("the theorem's path")
+    data["curves"][0][0] = [[0.5, 0.5, 0.5, 0.5]] * len(data["eval_steps"])  # attention holds it, the answer learned
+    first = judge.distributional_rows({}, data)[0][0]
+    assert first.name.startswith("layer 2's MLP first") and first.holds is False
+
+
+def test_no_growth_law_is_read_from_a_noise_token_carried_after_the_first_update():
+    data = _distributional_data("the theorem's path")
+    for runs in data["curves"]:
+        for run in runs:
+            run[:, 0], run[:, 2] = 0.5, 1 / 8  # the MLP's share complete from the first evaluation
+    law = [c for c in judge.distributional_rows({}, data)[0] if "carry the noise token grow" in c.name]
+    assert [c.holds for c in law] == [None] and "first update" in law[0].reason
 
 
 def test_no_growth_law_row_from_two_vocabulary_sizes_or_a_span_under_four():
     for tokens in ([8, 32], [8, 12, 16]):
         data = _distributional_data("the theorem's path")
         keep = [NOISY_TOKENS.index(n) if n in NOISY_TOKENS else 0 for n in tokens]
-        data |= {"tokens": tokens, "curves": [data["curves"][k] for k in keep]}
+        data |= {
+            "tokens": tokens,
+            "curves": [data["curves"][k] for k in keep],
+            "recalls_per_sequence": [5.0] * len(keep),
+        }
         data["ablations"] = {name: [value[k] for k in keep] for name, value in data["ablations"].items()}
         data["still_descending"] = [data["still_descending"][k] for k in keep]
         claims, silences = judge.distributional_rows({}, data)
         assert len(claims) == 3 and "growth law" in silences[0]
 
 
-def test_the_learning_thresholds_lie_halfway_from_uniform_to_the_task_s_probabilities():
-    assert theory.learning_thresholds(10, 0.6) == pytest.approx(((0.1 + 0.6) / 2, (0.1 + 0.4) / 2))
+def test_the_thresholds_ask_the_mlp_for_half_the_noise_and_the_answer_for_half_its_probability():
+    assert theory.learning_thresholds(10, 0.6) == pytest.approx(((0.6 - 0.1) / 2, (0.1 + 0.4) / 2))
 
 
 def test_zeroing_an_mlp_changes_only_that_block_and_leaves_the_model_alone():
@@ -747,6 +783,7 @@ def test_noisy_recall_rows_on_a_run_that_diverged_are_undecided_not_failed():
     data = _distributional_data("the theorem's path")
     data["ablations"]["no_mlp_2"][0][0] = [math.nan] * 3
     data["ablations"]["full"][0][0] = [math.nan] * 3
+    data["flipped"][0][0] = math.nan
     rows = {c.name.split(":")[0]: c for c in judge.distributional_rows({}, data)[0]}
-    ablation = [c for name, c in rows.items() if "MLP" in name]
+    ablation = [c for name, c in rows.items() if "holds the bigram" in name or "changes from the bigram" in name]
     assert len(ablation) == 2 and all(c.holds is None and "diverged" in c.reason for c in ablation)

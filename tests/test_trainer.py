@@ -435,3 +435,10 @@ def test_a_lone_missing_member_trains_beside_another_as_in_the_whole_ensemble(tm
     assert all(
         torch.equal(x, y) for x, y in zip(again.models[3].state_dict().values(), whole.models[3].state_dict().values())
     )
+
+
+def test_the_first_steps_are_evaluated_one_by_one_then_every_eval_every_without_changing_the_run():
+    every = replace(CONFIG, steps=20, eval_every=5)
+    early = train(make_model, TASK, replace(every, eval_first=3), seeds=[0])
+    assert early.eval_steps.tolist() == [0, 1, 2, 5, 10, 15, 19]
+    assert np.array_equal(early.train_loss, train(make_model, TASK, every, seeds=[0]).train_loss)

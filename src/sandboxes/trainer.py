@@ -83,6 +83,7 @@ class TrainConfig:
     final_lr_fraction: float = 0.1
     eval_every: int = 10
     eval_size: int = 256
+    eval_first: int = 0  # also evaluate after each of the first this many steps: a phase over in a few steps, resolved
     optimizer: Literal["adamw", "sgd"] = "adamw"  # "sgd": plain gradient steps (no momentum, no decay), as theorems
     # about gradient descent take them
 
@@ -361,7 +362,7 @@ def _fit(call: _Call, eval_chunk: int) -> TrainResult:
         train_curve[:, step] = losses.detach()
         if timed is not None:
             timed.step_s, timed.steps = timed.step_s + timed.mark(device) - started, timed.steps + 1
-        if step % config.eval_every == 0 or step == config.steps - 1:
+        if step % config.eval_every == 0 or step < config.eval_first or step == config.steps - 1:
             started = timed.mark(device) if timed is not None else 0.0
             _check_finite(train_curve[:, checked : step + 1], checked, seeds, config.lr, diverged)
             checked = step + 1

@@ -55,7 +55,8 @@ class TriggerTask:
     per_sequence: bool = False  # each sequence draws its own triggers from the bigram's stationary law, without
     # replacement (Bietti et al.'s code's default); ``choice`` then plays no part
     noise: float = 0.0  # Chen, Bruna and Bietti's noisy recall: a trigger is followed by one fixed noise token (the
-    # smallest token that is not a trigger, never an output) with this probability, else by its output
+    # bigram's rarest token that is not a trigger, as their '!' is a rare character; never an output) with this
+    # probability, else by its output
 
     def __post_init__(self) -> None:
         if self.choice not in TRIGGER_CHOICES:
@@ -109,13 +110,14 @@ class TriggerTask:
         """The tokens that may be a trigger: the triggers, or every token the stationary law gives weight to."""
         return np.flatnonzero(stationary(self.bigram) > 0) if self.per_sequence else self.triggers
 
-    @property
+    @cached_property
     def noise_token(self) -> int | None:
-        """The token that follows a trigger with probability ``noise``: the smallest that is not a trigger (none
-        without noise)."""
+        """The token that follows a trigger with probability ``noise``: the rarest under the bigram's stationary law
+        that is not a trigger, the smallest such on a tie (none without noise)."""
         if not self.noise:
             return None
-        return int(np.setdiff1d(np.arange(self.n_tokens), self.triggers)[0])
+        others = np.setdiff1d(np.arange(self.n_tokens), self.triggers)
+        return int(others[np.argmin(stationary(self.bigram)[others])])
 
     @property
     def outputs_possible(self) -> np.ndarray:

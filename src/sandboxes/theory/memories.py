@@ -195,32 +195,55 @@ def chance_share_sd(uncovered: int, relations: int, per_relation: int) -> float:
 
 # ---------------------------------------------------------------- distributional associations against in-context recall
 def learning_thresholds(tokens: int, noise: float) -> tuple[float, float]:
-    """The probabilities at which the noise token and the answer count as learned: halfway from the uniform start,
-    1 / N, to what the task gives each where a trigger comes back (``noise`` and ``1 - noise``)."""
+    """When the noise token and the answer count as learned at a recall: layer 2's MLP carries half the way from the
+    uniform 1/N to the noise token's ``noise`` (zeroing it takes that much away), and the answer's probability is
+    halfway from 1/N to ``1 - noise``."""
     start = 1.0 / tokens
-    return (start + noise) / 2, (start + 1.0 - noise) / 2
+    return (noise - start) / 2, (start + 1.0 - noise) / 2
 
 
-def first_reached(steps: np.ndarray, curve: np.ndarray, threshold: float) -> float:
-    """The first evaluated step at which ``curve`` reaches ``threshold`` (NaN: never)."""
+def first_reached(updates: np.ndarray, curve: np.ndarray, threshold: float) -> float:
+    """The first evaluated update count at which ``curve`` reaches ``threshold`` (NaN: never)."""
     reached = np.flatnonzero(curve >= threshold)
-    return float(steps[reached[0]]) if len(reached) else math.nan
+    return float(updates[reached[0]]) if len(reached) else math.nan
 
 
-def learned_steps(data: Mapping[str, Any]) -> np.ndarray:
+def learned_updates(data: Mapping[str, Any]) -> np.ndarray:
     """``(N, seed, 2)``: from a noisy recall section's data (its ``tokens``, ``noise_p``, ``eval_steps`` and
-    ``curves``), the step at which each run learned the noise token and the answer (NaN: not within its
-    budget), at least the first evaluation after a step (what was there before training was not learned)."""
-    steps = np.asarray(data["eval_steps"], dtype=float)
-    resolution = steps[steps > 0].min() if (steps > 0).any() else 1.0
+    ``curves``), the updates after which layer 2's MLP carried the noise token and after which the answer was
+    learned (:func:`learning_thresholds`; NaN: not within the run's budget). The trainer evaluates after a step, so
+    the evaluation of step ``s`` follows ``s + 1`` updates."""
+    updates = np.asarray(data["eval_steps"], dtype=float) + 1
     found = []
     for tokens, curves in zip(data["tokens"], data["curves"]):
-        thresholds = learning_thresholds(tokens, data["noise_p"])
-        found.append([[first_reached(steps, np.asarray(seed)[:, k], thresholds[k]) for k in (0, 1)] for seed in curves])
-    return np.maximum(np.asarray(found, dtype=float), resolution)
+        noise, answer = learning_thresholds(tokens, data["noise_p"])
+        runs = np.asarray(curves, dtype=float)
+        mlp_share = runs[..., 0] - runs[..., 2]  # the noise token's probability that zeroing layer 2's MLP takes away
+        found.append(
+            [
+                [first_reached(updates, share, noise), first_reached(updates, run[:, 1], answer)]
+                for share, run in zip(mlp_share, runs)
+            ]
+        )
+    return np.asarray(found, dtype=float)
+
+
+def recall_samples(data: Mapping[str, Any]) -> np.ndarray:
+    """``(N, seed, 2)``: :func:`learned_updates` counted in scored recalls seen (updates x batch x recalls per
+    sequence), the samples the loss learns from."""
+    scale = data["batch"] * np.asarray(data["recalls_per_sequence"], dtype=float)[:, None, None]
+    return learned_updates(data) * scale
 
 
 def growth_exponent(tokens: list[int], samples: np.ndarray) -> float:
     """The least-squares slope of log samples on log N over every run (``samples``: N x seed)."""
     x = np.repeat(np.log(np.asarray(tokens, dtype=float)), samples.shape[1])
     return float(np.polyfit(x, np.log(samples.ravel()), 1)[0])
+
+
+def log_factor_exponent(tokens: list[int]) -> float:
+    """The slope of log ln N on log N over ``tokens``: the exponent a law of O(ln N) samples shows across them. Each
+    threshold asks for a logit margin of about ln N over the other tokens, so a learner that needs O(1) samples per
+    unit of margin shows this exponent, not 0."""
+    x = np.log(np.asarray(tokens, dtype=float))
+    return float(np.polyfit(x, np.log(x), 1)[0])

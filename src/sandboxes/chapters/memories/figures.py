@@ -16,8 +16,8 @@ from ...theory.memories import (
     built_failures,
     facts_per_parameter,
     growth_exponent,
-    learned_steps,
     mlp_capacity_constant,
+    recall_samples,
 )
 
 if TYPE_CHECKING:
@@ -174,36 +174,37 @@ def hallucination(data: HallucinationData) -> Figure:
 
 
 def distributional(data: DistributionalData) -> Figure:
-    """Noisy in-context recall: the noise token's and the answer's probability over training at each N, the samples
-    each took to be learned against N, and what zeroing either MLP does at the largest N."""
-    steps, batch = np.asarray(data["eval_steps"], dtype=float), data["batch"]
+    """Noisy in-context recall: the noise token's probability (with and without layer 2's MLP) and the answer's over
+    training at each N, the scored recalls each took to be learned against N, and what zeroing either MLP does at
+    the largest N."""
+    updates = np.asarray(data["eval_steps"], dtype=float) + 1
     tokens = data["tokens"]
     fig, (curves, laws, bars) = plt.subplots(1, 3, figsize=(13, 3.8))
     shades = plt.cm.viridis(np.linspace(0.1, 0.85, len(tokens)))
-    trained = steps > 0  # a log axis of samples: the evaluation before the first step is left out
     for n, shade, runs in zip(tokens, shades, data["curves"]):
-        mean = np.asarray(runs, dtype=float).mean(axis=0)[trained]
-        curves.plot(steps[trained] * batch, mean[:, 0], "--", color=shade)
-        curves.plot(steps[trained] * batch, mean[:, 1], "-", color=shade, label=f"N = {n}")
+        mean = np.asarray(runs, dtype=float).mean(axis=0)
+        curves.plot(updates, mean[:, 0], "--", color=shade)
+        curves.plot(updates, mean[:, 2], ":", color=shade)
+        curves.plot(updates, mean[:, 1], "-", color=shade, label=f"N = {n}")
     curves.plot([], [], "k--", label="noise token")
+    curves.plot([], [], "k:", label="noise token, MLP 2 zeroed")
     curves.plot([], [], "k-", label="answer")
-    curves.set(xscale="log", xlabel="samples seen", ylabel="probability at a recall (held out, seeds' mean)")
+    curves.set(xscale="log", xlabel="updates", ylabel="probability at a recall (held out, seeds' mean)")
     curves.legend(fontsize=7)
-    learned = learned_steps(data) * batch
+    samples = recall_samples(data)
     for k, (label, color, marker) in enumerate(
-        (("noise token (MLP)", COLORS["untied"], "^"), ("answer (attention)", COLORS["tied"], "o"))
+        (("noise token in MLP 2", COLORS["untied"], "^"), ("answer (attention)", COLORS["tied"], "o"))
     ):
-        for n, runs in zip(tokens, learned[..., k]):
+        for n, runs in zip(tokens, samples[..., k]):
             first = label if n == tokens[0] else None
             laws.plot(np.full(len(runs), n), runs, marker, color=color, alpha=0.6, label=first)
-        reached = ~np.isnan(learned[..., k]).any()
-        if reached and len(tokens) > 1:
-            slope = growth_exponent(tokens, learned[..., k])
-            anchor = np.exp(np.mean(np.log(learned[..., k])))
+        if not np.isnan(samples[..., k]).any() and len(set(tokens)) > 1:
+            slope = growth_exponent(tokens, samples[..., k])
+            anchor = np.exp(np.mean(np.log(samples[..., k])))
             grid = np.asarray([min(tokens), max(tokens)], dtype=float)
             centre = np.exp(np.mean(np.log(tokens)))
             laws.plot(grid, anchor * (grid / centre) ** slope, "-", color=color, label=f"fit: N^{slope:.2f}")
-    laws.set(xscale="log", yscale="log", xlabel="vocabulary size N", ylabel="samples to learn it")
+    laws.set(xscale="log", yscale="log", xlabel="vocabulary size N", ylabel="scored recalls seen to learn it")
     laws.legend(fontsize=7)
     names = {"full": "full", "no_mlp_1": "no MLP 1", "no_mlp_2": "no MLP 2"}
     place = np.arange(len(names))
@@ -211,12 +212,7 @@ def distributional(data: DistributionalData) -> Figure:
     bars.bar(place - 0.2, reads[:, 0], 0.4, color=COLORS["untied"], label="p(noise token)")
     bars.bar(place + 0.2, reads[:, 1], 0.4, color=COLORS["tied"], label="p(answer)")
     reference_line(bars, data["noise_p"], "noisy_p", style=":")
-    bars.set(
-        xticks=place,
-        xticklabels=list(names.values()),
-        ylim=(0, 1),
-        title=f"at the end, N = {tokens[-1]}: an MLP zeroed",
-    )
+    bars.set(xticks=place, xticklabels=list(names.values()), ylim=(0, 1), title=f"at the end, N = {tokens[-1]}")
     bars.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -631,18 +631,24 @@ class DistributionalData(TypedDict):
     noise_p: float  # the noise token's probability after the trigger (noisy_p)
     noise_token: list[int]  # per N: the token that follows the trigger with probability ``noisy_p``
     recall_positions: list[int]  # per N: clean held-out positions scored (a trigger seen before)
-    eval_steps: list[int]
-    batch: int  # sequences per step: samples seen = steps x batch
-    curves: list[list[list[list[float]]]]  # N x seed x evaluation x (p of the noise token, p of the answer), held out
+    recalls_per_sequence: list[float]  # per N: the scored recalls in a training sequence, on average
+    eval_steps: list[int]  # the trainer's step index of each evaluation: after eval_steps + 1 updates
+    batch: int  # sequences per step
+    curves: list[list[list[list[float]]]]  # N x seed x evaluation x CURVE_READS, held out
     ablations: dict[str, list[list[list[float]]]]  # "full" / "no_mlp_1" / "no_mlp_2" -> N x seed x ABLATION_READS
+    flipped: list[list[float]]  # N x seed: of the recalls where the full model puts the noise token on top, the share
+    # where the answer is on top with layer 2's MLP zeroed (NaN: no such recall)
     still_descending: list[list[bool]]  # N x seed: the answer's probability still rising when the budget ran out
 
 
+CURVE_READS = ("noise", "answer", "noise_without_mlp_2", "answer_without_mlp_2")  # mean p at the recalls
 ABLATION_READS = ("noise", "answer", "answer_on_top")  # mean p of the noise token, of the answer; share answered
 MLP_ABLATIONS = {"full": None, "no_mlp_1": 0, "no_mlp_2": 1}  # which block's MLP is zeroed (Chen et al. truncate it)
 NOISY_HELD_OUT = 128  # clean held-out sequences per N (a thousand or more recall positions at the chapter's sizes)
 NOISY_LOSS_SIZE = 32  # sequences of the trainer's own held-out loss, which no row reads: the probes on the clean
 # sequences are what is judged, and an evaluation every few steps should cost little beside them
+NOISY_EARLY = 32  # updates evaluated one by one: the noise token's association forms within them in every pilot
+NOISY_COUNTED = 512  # training sequences drawn (a fixed stream) to count the scored recalls per sequence
 
 
 def noisy_task(config: dict[str, Any], tokens: int) -> TriggerTask:
@@ -660,6 +666,13 @@ def noisy_task(config: dict[str, Any], tokens: int) -> TriggerTask:
         choice="frequent",
         noise=config["noisy_p"],
     )
+
+
+def recalls_per_sequence(task: TriggerTask) -> float:
+    """The scored recalls (the trigger's second and later occurrences) in a training sequence, on average over a fixed
+    stream of :data:`NOISY_COUNTED` noisy sequences."""
+    seq, triggers, _ = task.draw(NOISY_COUNTED, torch.Generator().manual_seed(member_seed("noisy recalls counted")))
+    return float(task.recall_positions(seq.numpy(), triggers).sum() / NOISY_COUNTED)
 
 
 def noisy_model(config: dict[str, Any], tokens: int) -> GPT:
@@ -701,14 +714,28 @@ def recall_reads(model: nn.Module, inputs: Tensor, answers: Tensor, mask: Tensor
     return [float(p[:, noise_token].mean()), float(on_answer.mean()), float((p.argmax(-1) == answer).double().mean())]
 
 
-def recall_curves(model: nn.Module, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> list[float]:
-    """What each evaluation reads: the noise token's and the answer's mean probability at the recall positions."""
-    return recall_reads(model, inputs, answers, mask, noise_token)[:2]
+def flipped_to_answer(model: GPT, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> float:
+    """Of the clean held-out recalls where ``model`` puts the noise token on top, the share where it puts the answer on
+    top once layer 2's MLP is zeroed: the prediction changed from the bigram to the in-context answer."""
+    with torch.no_grad():
+        full = model(inputs)[mask].argmax(-1)
+        ablated = without_mlp(model, 1)(inputs)[mask].argmax(-1)
+    on_noise = full == noise_token
+    if not bool(on_noise.any()):
+        return math.nan
+    return float((ablated[on_noise] == answers[mask][on_noise]).double().mean())
+
+
+def recall_curves(model: GPT, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> list[float]:
+    """What each evaluation reads (:data:`CURVE_READS`): the noise token's and the answer's mean probability at the
+    recall positions, with layer 2's MLP and without it, so that the MLP's own share is seen as it forms."""
+    full = recall_reads(model, inputs, answers, mask, noise_token)[:2]
+    return full + recall_reads(without_mlp(model, 1), inputs, answers, mask, noise_token)[:2]
 
 
 def noisy_schedule(config: dict[str, Any]) -> TrainConfig:
-    """AdamW at a constant step size, no weight decay, an evaluation every ``noisy_every`` steps (fine enough to see
-    the noise token learned in the first few)."""
+    """AdamW at a constant step size, no weight decay; an evaluation after each of the first :data:`NOISY_EARLY`
+    updates (the noise token's association forms within them) and every ``noisy_every`` steps after."""
     return TrainConfig(
         steps=config["noisy_steps"],
         batch_size=config["noisy_batch"],
@@ -717,22 +744,25 @@ def noisy_schedule(config: dict[str, Any]) -> TrainConfig:
         schedule="constant",
         eval_every=config["noisy_every"],
         eval_size=NOISY_LOSS_SIZE,
+        eval_first=NOISY_EARLY,
     )
 
 
 def distributional(config: dict[str, Any], ctx: RunContext) -> DistributionalData:
     """Chen et al.'s two-layer transformers trained on noisy in-context recall, one ensemble per vocabulary size:
     along training, the probability they give the noise token and the sequence's answer where a trigger comes back
-    (clean held-out sequences); at the end, the same with either layer's MLP zeroed."""
+    (clean held-out sequences), with and without layer 2's MLP; at the end, the same with either layer's MLP zeroed."""
     data: DistributionalData = {
         "tokens": int_list(config["noisy_tokens"]),
         "noise_p": config["noisy_p"],
         "noise_token": [],
         "recall_positions": [],
+        "recalls_per_sequence": [],
         "eval_steps": [],
         "batch": config["noisy_batch"],
         "curves": [],
         "ablations": {name: [] for name in MLP_ABLATIONS},
+        "flipped": [],
         "still_descending": [],
     }
     for tokens in data["tokens"]:
@@ -755,11 +785,13 @@ def distributional(config: dict[str, Any], ctx: RunContext) -> DistributionalDat
         curves = np.asarray(run.probes)
         data["noise_token"].append(noise_token)
         data["recall_positions"].append(int(mask.sum()))
-        data["eval_steps"] = run.eval_steps
+        data["recalls_per_sequence"].append(recalls_per_sequence(task))
+        data["eval_steps"] = run.eval_steps.tolist()
         data["curves"].append(curves.tolist())
         for name, block in MLP_ABLATIONS.items():
             data["ablations"][name].append(
                 [recall_reads(without_mlp(model, block), inputs, answers, mask, noise_token) for model in run.models]
             )
+        data["flipped"].append([flipped_to_answer(model, inputs, answers, mask, noise_token) for model in run.models])
         data["still_descending"].append(still_descending(run, LOSS_NOISE, curve=-curves[..., 1]).tolist())
     return data

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...theory.memories import growth_exponent, learned_steps
+from ...theory.memories import growth_exponent, recall_samples
 from .judge import (
     fact_exponent,
     facts_per_parameter,
@@ -86,25 +86,27 @@ def hallucination_vs_paper(run: HallucinationData) -> list[tuple[str, str, str]]
 
 def distributional_vs_paper(run: DistributionalData) -> list[tuple[str, str, str]]:
     """Noisy in-context recall as Chen, Bruna and Bietti's code runs it and the talk states it, beside the run."""
-    learned = learned_steps(run) * run["batch"]
+    samples = recall_samples(run)
     full, cut = (np.asarray(run["ablations"][name], dtype=float) for name in ("full", "no_mlp_2"))
 
     def exponent(k: int) -> str:
-        if np.isnan(learned[..., k]).any() or len(set(run["tokens"])) < 2:
+        if np.isnan(samples[..., k]).any() or len(set(run["tokens"])) < 2:
             return "not measured (a run did not learn it, or one N)"
-        return f"N^{growth_exponent(run['tokens'], learned[..., k]):.2f}"
+        return f"N^{growth_exponent(run['tokens'], samples[..., k]):.2f} (scored recalls seen)"
 
     return [
         (
             "setting",
-            "65 characters (Shakespeare's bigram), one trigger (the most frequent), noise token with probability "
-            "0.5, T = 256; two layers, d = 256, embeddings and output fixed, SGD (momentum 0.9, step 0.03), "
-            "batch 512, 5000 steps; loss on the trigger's second and later occurrences",
-            f"N = {', '.join(map(str, run['tokens']))} (a Zipf-shaped random bigram), noise probability "
-            f"{run['noise_p']:g}, the same loss; AdamW, batch {run['batch']}",
+            "65 characters (Shakespeare's bigram), one trigger (the most frequent), a rare noise token ('!') with "
+            "probability 0.5, T = 256; two layers, d = 256, embeddings and output fixed (PyTorch's default "
+            "initialisations), SGD (momentum 0.9, step 0.03, weight decay 1e-4), batch 512, 5000 steps; loss on the "
+            "trigger's second and later occurrences",
+            f"N = {', '.join(map(str, run['tokens']))} (a Zipf-shaped random bigram, its rarest token the noise), "
+            f"noise probability {run['noise_p']:g}, the same loss; embeddings N(0, 1/d), AdamW without decay, batch "
+            f"{run['batch']}",
         ),
-        ("samples to the noise token", "O(1) (informal theorem)", exponent(0)),
-        ("samples to the answer", "O(N) (informal theorem)", exponent(1)),
+        ("samples for the feed-forward layer's bigram", "O(1) (informal theorem)", exponent(0)),
+        ("samples for attention's in-context answer", "O(N) (informal theorem)", exponent(1)),
         (
             "layer 2's MLP zeroed",
             "the prediction moves from the global bigram to the in-context answer (their truncation; Pythia-1B in "
