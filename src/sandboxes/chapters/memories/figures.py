@@ -205,6 +205,8 @@ def distributional(data: DistributionalData) -> Figure:
             centre = np.exp(np.mean(np.log(tokens)))
             laws.plot(grid, anchor * (grid / centre) ** slope, "-", color=color, label=f"fit: N^{slope:.2f}")
     laws.set(xscale="log", yscale="log", xlabel="vocabulary size N", ylabel="scored recalls seen to learn it")
+    laws.set_xticks(tokens, [str(n) for n in tokens])
+    laws.xaxis.set_minor_locator(plt.NullLocator())
     laws.legend(fontsize=7)
     names = {"full": "full", "no_mlp_1": "no MLP 1", "no_mlp_2": "no MLP 2"}
     place = np.arange(len(names))
