@@ -200,8 +200,8 @@ PARAMS = (
         "probability that the noise token follows the trigger instead of its answer (Chen et al.: 0.5)",
         Interval(0.2, 0.8),
     ),
-    Param("noisy_T", int, 32, 256, "tokens per sequence of the noisy recall task (Chen et al.: 256)", in_range(8, 512)),
-    Param("noisy_d", int, 32, 256, "width of the two-layer transformers (Chen et al.: 256)", in_range(8, 1024)),
+    Param("noisy_T", int, 32, 256, "tokens per sequence of the noisy recall task (Chen et al.: 256)", at_least(8)),
+    Param("noisy_d", int, 32, 256, "width of the two-layer transformers (Chen et al.: 256)", at_least(8)),
     Param("noisy_batch", int, 32, 512, "sequences per step (Chen et al.: 512)", at_least(1)),
     Param("noisy_steps", int, 900, 5000, "AdamW steps of each run (Chen et al.: 5000 SGD steps)", at_least(1)),
     Param(

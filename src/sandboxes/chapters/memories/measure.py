@@ -644,7 +644,8 @@ class DistributionalData(TypedDict):
 CURVE_READS = ("noise", "answer", "noise_without_mlp_2", "answer_without_mlp_2")  # mean p at the recalls
 ABLATION_READS = ("noise", "answer", "answer_on_top")  # mean p of the noise token, of the answer; share answered
 MLP_ABLATIONS = {"full": None, "no_mlp_1": 0, "no_mlp_2": 1}  # which block's MLP is zeroed (Chen et al. truncate it)
-NOISY_HELD_OUT = 128  # clean held-out sequences per N (a thousand or more recall positions at the chapter's sizes)
+NOISY_HELD_OUT_TOKENS = 4096  # tokens of clean held-out sequences per N (128 sequences at T = 32: a thousand or more
+# recall positions at the chapter's sizes, since they grow with T), so that an evaluation costs about as much at any T
 NOISY_LOSS_SIZE = 32  # sequences of the trainer's own held-out loss, which no row reads: the probes on the clean
 # sequences are what is judged, and an evaluation every few steps should cost little beside them
 NOISY_EARLY = 32  # updates evaluated one by one: the noise token's association forms within them in every pilot
@@ -768,7 +769,7 @@ def distributional(config: dict[str, Any], ctx: RunContext) -> DistributionalDat
     for tokens in data["tokens"]:
         task = noisy_task(config, tokens)
         held_out = torch.Generator().manual_seed(member_seed("noisy recall held out", tokens, config["seed"]))
-        seq = task.draw(NOISY_HELD_OUT, held_out, noisy=False)[0]
+        seq = task.draw(max(1, NOISY_HELD_OUT_TOKENS // config["noisy_T"]), held_out, noisy=False)[0]
         inputs, answers = seq[:, :-1], seq[:, 1:]
         mask = torch.from_numpy(task.recall_positions(seq.numpy()))
         noise_token = task.noise_token
