@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
 from ...sections import Chapter, Section
@@ -38,6 +37,7 @@ from .measure import (
     hallucination,
     mlp_capacity,
     noisy_task,
+    recalls_per_sequence,
     search_start,
 )
 from .paper import distributional_vs_paper, fact_capacity_vs_paper, hallucination_vs_paper, mlp_capacity_vs_paper
@@ -108,8 +108,7 @@ NOISY_TOKENS = Custom(
 SHAPES = Custom(_check_shapes, "comma-separated alpha:beta pairs, each in (0, 8]", _draw_shapes)
 AUTHORS_SHAPES = ",".join(f"{a:g}:{b:g}" for a in (4, 2, 1, 0.5, 0.25) for b in (4, 2, 1, 0.5, 0.25))
 ACCURACY = Interval(0.5, 1.0)  # a share of associations right; below one half a search could grow without end
-NOISY_RETURNS = 3  # times the trigger comes, on average, in a noisy recall sequence at least: two and more recalls
-NOISY_CHECKED = 32  # noisy sequences drawn to count them before any work
+NOISY_RECALLS = 2  # scored recalls (the trigger's second and later occurrences) a noisy sequence holds on average
 MOST_ASSOCIATIONS = 40000  # the widest search's first bracket end (full profile: about 32000); its logits are N^2
 
 PARAMS = (
@@ -273,13 +272,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
             f"{MOST_FACT_SEQUENCES}"
         )
     for tokens in int_list(config["noisy_tokens"]):
-        task = noisy_task(config, tokens)
-        seq = task.draw(NOISY_CHECKED, torch.Generator().manual_seed(0))[0][:, :-1]
-        returns = float((seq == int(task.triggers[0])).sum()) / NOISY_CHECKED
-        if returns < NOISY_RETURNS:
+        recalls = recalls_per_sequence(noisy_task(config, tokens))
+        if recalls < NOISY_RECALLS:
             raise ValueError(
-                f"at N = {tokens} the trigger comes {returns:.1f} times in noisy_T = {config['noisy_T']} tokens on "
-                f"average, fewer than {NOISY_RETURNS}: too few recalls to learn from; a longer noisy_T"
+                f"at N = {tokens} the trigger comes back {recalls:.1f} times in noisy_T = {config['noisy_T']} tokens "
+                f"on average, fewer than {NOISY_RECALLS}: too few recalls to learn from; a longer noisy_T"
             )
     largest = max(int_list(config["mlp_dims"])) ** 2 * max(int_list(config["mlp_ratios"]))
     if 2 * search_start(largest) > MOST_ASSOCIATIONS:

@@ -634,15 +634,15 @@ class DistributionalData(TypedDict):
     recalls_per_sequence: list[float]  # per N: the scored recalls in a training sequence, on average
     eval_steps: list[int]  # the trainer's step index of each evaluation: after eval_steps + 1 updates
     batch: int  # sequences per step
-    curves: list[list[list[list[float]]]]  # N x seed x evaluation x CURVE_READS, held out
-    ablations: dict[str, list[list[list[float]]]]  # "full" / "no_mlp_1" / "no_mlp_2" -> N x seed x ABLATION_READS
+    curves: list[list[list[list[float]]]]  # N x seed x evaluation x (p of the noise token, of the answer; the same
+    # with layer 2's MLP zeroed), held out
+    ablations: dict[str, list[list[list[float]]]]  # "full" / "no_mlp_1" / "no_mlp_2" -> N x seed x (p of the noise
+    # token, p of the answer, share of recalls with the answer on top)
     flipped: list[list[float]]  # N x seed: of the recalls where the full model puts the noise token on top, the share
     # where the answer is on top with layer 2's MLP zeroed (NaN: no such recall)
     still_descending: list[list[bool]]  # N x seed: the answer's probability still rising when the budget ran out
 
 
-CURVE_READS = ("noise", "answer", "noise_without_mlp_2", "answer_without_mlp_2")  # mean p at the recalls
-ABLATION_READS = ("noise", "answer", "answer_on_top")  # mean p of the noise token, of the answer; share answered
 MLP_ABLATIONS = {"full": None, "no_mlp_1": 0, "no_mlp_2": 1}  # which block's MLP is zeroed (Chen et al. truncate it)
 NOISY_HELD_OUT_TOKENS = 4096  # tokens of clean held-out sequences per N (128 sequences at T = 32: a thousand or more
 # recall positions at the chapter's sizes, since they grow with T), so that an evaluation costs about as much at any T
@@ -728,7 +728,7 @@ def flipped_to_answer(model: GPT, inputs: Tensor, answers: Tensor, mask: Tensor,
 
 
 def recall_curves(model: GPT, inputs: Tensor, answers: Tensor, mask: Tensor, noise_token: int) -> list[float]:
-    """What each evaluation reads (:data:`CURVE_READS`): the noise token's and the answer's mean probability at the
+    """What each evaluation reads: the noise token's and the answer's mean probability at the
     recall positions, with layer 2's MLP and without it, so that the MLP's own share is seen as it forms."""
     full = recall_reads(model, inputs, answers, mask, noise_token)[:2]
     return full + recall_reads(without_mlp(model, 1), inputs, answers, mask, noise_token)[:2]
