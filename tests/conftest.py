@@ -19,14 +19,16 @@ TINY: dict[str, dict[str, object]] = {chapter.name: dict(chapter.unit_scale) for
 FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shrunk) for chapter in all_chapters()}
 
 
-# The pages, costliest first (under nbval on the default kernel path, one thread, 2-core AMD EPYC at 38343bb, the
-# cells' sum: induction about 620 s, dilution 230, shortcuts 205, markov 165, onelayer 65, memories 55, hmm 30).
-BY_COST = ("induction", "dilution", "shortcuts", "markov", "onelayer", "memories", "hmm")
+# The pages in the order the two workers of make test's second step take them, each the next free page: the cells' sum
+# under nbval on the default kernel path, one thread, two pages at a time on a 2-core AMD EPYC at ef1b218, is markov
+# about 210 s, induction 165, memories 160 (about 125 since), shortcuts 110, onelayer 80, hmm 70, dilution 35; this
+# order deals markov, shortcuts and onelayer to one worker and the rest to the other.
+BY_COST = ("markov", "induction", "memories", "shortcuts", "hmm", "onelayer", "dilution")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The pages first, costliest first, so that the two workers of make test's second step end about together; a
-    test that reads ``tiny_result`` marked slow (make check leaves it out)."""
+    """The pages first, in the order of ``BY_COST``, so that the two workers of make test's second step end about
+    together; a test that reads ``tiny_result`` marked slow (make check leaves it out)."""
 
     def rank(item: pytest.Item) -> int:
         page = item.path.stem if item.path.suffix == ".ipynb" else None

@@ -211,7 +211,7 @@ PARAMS = (
         "AdamW's constant step size (at most 0.02: pilots learned at 3e-3 and 1e-2)",
         Interval(0.0, 0.02, open_low=True),
     ),
-    Param("noisy_every", int, 6, 5, "steps between evaluations (Chen et al.: 5)", at_least(1)),
+    Param("noisy_every", int, 12, 5, "steps between evaluations (Chen et al.: 5)", at_least(1)),
     Param("noisy_seeds", int, 2, 5, "seeds (initialisation and data) per vocabulary size", at_least(1)),
 )
 # Reference: dimensions up to 512 and 20 draws each (at d = 1024 one recall check of N* associations takes about 10 s,
@@ -292,7 +292,7 @@ UNIT_SCALE = {
     "fact_steps": 64,
     "fact_batch": 64,
     "mlp_dims": "8,10",
-    "mlp_seeds": 2,
+    "mlp_seeds": 1,
     "mlp_steps": 256,
     "facts_dims": "8,16",
     "facts_seeds": 2,
@@ -332,7 +332,7 @@ CHAPTER = Chapter(
     "memories",
     "Associative memories and factual recall",
     PARAMS,
-    seeds={"quick": 3, "reference": 10, "full": 10},
+    seeds={"quick": 2, "reference": 10, "full": 10},
     sections=(
         Section("gradient", "Gradients are memories", gradient, rows=gradient_rows, figures=("one_step",)),
         Section(
