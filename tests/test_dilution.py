@@ -381,7 +381,7 @@ def test_the_training_section_and_the_second_phases_share_a_first_phase_of_as_ma
 
 def test_every_row_but_the_trained_ones_holds_even_at_unit_test_scale(tiny_result):
     claims = tiny_result("dilution")["claims"]
-    trained = ("training", "second_phases", "sharpening", "sharpened_training", "tail_length", "wrong_write")
+    trained = ("training", "second_phases", "sharpening", "sharpened_training", "tail_length", "scaling", "wrong_write")
     assert [c["name"] for c in claims if c["section"] not in trained and not c["holds"]] == []
 
 
@@ -560,6 +560,16 @@ COUNTERFACTUALS = {
     # wrong theory: one error rate in and out of distribution, no tail at the thesis's length
     "at T = 512: transformer seeds whose error rate on sparse strings": lambda: _tail_rows(_uniform_rate_counts()),
     "at T = 512: transformer seeds whose error rate on dense strings": lambda: _tail_rows(_uniform_rate_counts()),
+    # wrong theory: more steps leave more wrong sparse reads and fewer dense ones (the budgets' order turned round)
+    "R5, steps, width 64: wrong sparse": lambda: _scaling_rows(_steps_reversed(R5_SWEEP)),
+    "R5, steps, width 64: wrong dense": lambda: _scaling_rows(_steps_reversed(R5_SWEEP)),
+    # wrong theory: the wrong reads fall with the width in every seed
+    "R5, size: no discernible monotonic relation between the width and the wrong sparse": lambda: _scaling_rows(
+        _ordered_by_width(R5_SWEEP, "sparse")
+    ),
+    "R5, size: no discernible monotonic relation between the width and the wrong dense": lambda: _scaling_rows(
+        _ordered_by_width(R5_SWEEP, "dense")
+    ),
     # broken model: a plain seed at p_noop 0.5 settled with wrong states
     "plain heads simulate the automaton, p_noop = 0.5": lambda: _wrong_write_rows(plain_errors=0.01),
     "plain heads simulate the automaton, p_noop = 0.9": lambda: _wrong_write_rows(plain_errors=0.01),
@@ -595,6 +605,58 @@ def test_the_tail_rows_come_at_the_thesis_s_length_only_and_wait_while_runs_desc
     assert claims == [] and "3 of 3 seeds glitch on sparse strings (120 wrong reads)" in silent[0]
     assert [c.holds for c in _tail_rows(GLITCHING)] == [True, True]
     assert [c.holds for c in _tail_rows(_uniform_rate_counts(), moving=1)] == [None, None]
+
+
+def _cell(in_distribution: list[int], sparse: list[int], dense: list[int]) -> dict:
+    """One (width, budget) cell of the scaling sweep: each seed's wrong reads of 30000 per test set."""
+    return {name: [(w, 30000) for w in wrong] for name, wrong in zip(FLIPFLOP_SETS, (in_distribution, sparse, dense))}
+
+
+FLIPFLOP_SETS = ("in-distribution", "sparse", "dense")
+# R5 as the thesis reports it: more steps, fewer wrong sparse reads and more dense ones at every width; the width
+# orders neither (seeds' wrong reads at the longest budget unordered in it)
+R5_SWEEP = [
+    [_cell([0] * 4, [900, 40, 300, 7], [5, 0, 2, 1]), _cell([0] * 4, [30, 2, 80, 0], [40, 12, 9, 30])],
+    [_cell([0] * 4, [700, 90, 20, 400], [1, 3, 0, 0]), _cell([0] * 4, [1, 60, 0, 9], [60, 2, 11, 25])],
+    [_cell([0] * 4, [50, 600, 800, 30], [0, 2, 4, 0]), _cell([0] * 4, [0, 25, 40, 3], [8, 70, 1, 20])],
+]
+
+
+def _scaling_rows(counts: list, T: int = 512) -> list:
+    data = {"widths": [64, 128, 256], "budgets": [1000, 3000], "counts": counts}
+    return judge.scaling_rows({"T": T}, data | {"still_descending": [[0, 0]] * 3, "final_loss": [[[0.0] * 4] * 2] * 3})[
+        0
+    ]
+
+
+def _steps_reversed(counts: list) -> list:
+    """The budgets' order turned round: fewer steps leave fewer wrong sparse reads and more dense ones."""
+    return [cells[::-1] for cells in counts]
+
+
+def _ordered_by_width(counts: list, name: str) -> list:
+    """The longest budget's ``name`` reads made to fall with the width in every seed (a monotonic law of size)."""
+    return [
+        [cells[0], {**cells[1], name: [(100 * (len(counts) - k) + s, 30000) for s in range(4)]}]
+        for k, cells in enumerate(counts)
+    ]
+
+
+def test_r5_rows_hold_on_the_thesis_s_findings_and_come_at_its_length_only():
+    assert [c.holds for c in _scaling_rows(R5_SWEEP)] == [True] * 8
+    data = {"widths": [64, 128, 256], "budgets": [1000, 3000], "counts": R5_SWEEP}
+    claims, silent = judge.scaling_rows({"T": 128}, data)
+    assert claims == [] and "width 64: sparse 1247 -> 112, dense 8 -> 91" in silent[0]
+
+
+def test_r5_makes_no_row_without_errors_to_compare_or_widths_to_order():
+    quiet = [[_cell([0] * 4, [0] * 4, [3, 0, 0, 0]), _cell([0] * 4, [0] * 4, [5, 0, 0, 0])]] * 2
+    data = {"widths": [64, 128], "budgets": [1000, 3000], "counts": quiet}
+    claims, silent = judge.scaling_rows({"T": 512}, data)
+    assert [c.name.split(":")[1] for c in claims] == [
+        " wrong dense reads of all seeds after 3000 steps minus after 1000"
+    ] * 2
+    assert any("no wrong sparse read at either budget" in s for s in silent) and "2 widths" in silent[-1]
 
 
 WRONG_WRITE_CONFIG = {"drift_length": 64, "automaton_T": 16}

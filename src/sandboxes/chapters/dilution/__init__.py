@@ -29,6 +29,7 @@ from ...sections import Chapter, Section
 from .judge import (
     bound_rows,
     construction_rows,
+    scaling_rows,
     second_phase_rows,
     sharpened_training_rows,
     sharpening_rows,
@@ -42,6 +43,7 @@ from .measure import (
     CASE2_DELTA,
     bound,
     construction,
+    scaling,
     second_phases,
     sharpened_training,
     sharpening,
@@ -52,6 +54,7 @@ from .measure import (
 )
 from .paper import (
     premise_attempts,
+    scaling_vs_paper,
     second_phases_vs_paper,
     sharpened_training_vs_paper,
     sharpening_findings,
@@ -202,6 +205,23 @@ PARAMS = (
     ),
     Param("tail_steps", int, 300, 10_000, "training steps of each length's transformers", at_least(1)),
     Param("tail_seeds", int, 2, 10, "seeds per length of the tail's trend", at_least(1)),
+    Param(
+        "scale_widths",
+        str,
+        "16,32",
+        "256,512,1024",
+        "widths d_model of R5's sweep, the training section's transformers otherwise",
+        each(at_least(1)),
+    ),
+    Param(
+        "scale_steps",
+        str,
+        "300,1000",
+        "5000,10000,20000",
+        "training budgets of R5's sweep, each a run of its own (warm-up, then linear decay to zero at its end)",
+        each(at_least(1)),
+    ),
+    Param("scale_seeds", int, 2, 25, "seeds per width and budget of R5's sweep (the thesis: 25)", at_least(1)),
     Param("automaton_T", int, 32, 500, "training length of the 1-layer simulators (the thesis's: 500)", at_least(3)),
     Param(
         "automaton_p_noop",
@@ -278,6 +298,9 @@ PARAMS = with_reference(
         "tail_lengths": "64,128,256",
         "tail_steps": 3000,
         "tail_seeds": 4,
+        "scale_widths": "32,64,128",
+        "scale_steps": "1000,3000",
+        "scale_seeds": 3,
         "automaton_T": 128,
         "automaton_steps": 3000,
         "n_automaton": 1024,
@@ -287,8 +310,10 @@ PARAMS = with_reference(
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
-    """d_model divisible by n_head (the heads split the width); checked before any section runs."""
-    check_heads(config["d_model"], config["n_head"])
+    """d_model and every width of R5's sweep divisible by n_head (the heads split the width); checked before any
+    section runs."""
+    for width in (config["d_model"], *int_list(config["scale_widths"])):
+        check_heads(width, config["n_head"])
 
 
 # quick: four seeds, since each CPU draws afresh which seeds glitch (results/README.md, "Sizing notes").
@@ -307,6 +332,8 @@ UNIT_SCALE = {
     "n_construction": 4,
     "tail_lengths": "8,12",
     "tail_steps": 2,
+    "scale_widths": "8",
+    "scale_steps": "2,3",
     "sharpen_start_seeds": 2,
     "automaton_T": 8,
     "automaton_steps": 2,
@@ -329,6 +356,9 @@ FULL_SHRUNK = {
     "tail_lengths": "16,512",
     "tail_steps": 2,
     "tail_seeds": 2,
+    "scale_widths": "8,16,24",
+    "scale_steps": "2,3",
+    "scale_seeds": 2,
     "sharpen_start_seeds": 2,
     "automaton_T": 16,
     "automaton_steps": 2,
@@ -418,6 +448,17 @@ CHAPTER = Chapter(
             paper=tail_length_vs_paper,
         ),
         Section(
+            "scaling",
+            "More steps, more width: R5's sweep at this scale",
+            scaling,
+            trains=True,
+            by_seed=False,  # its seeds are its own parameter, scale_seeds, not the run's
+            rows=scaling_rows,
+            figures=("scaling",),
+            reference=True,
+            paper=scaling_vs_paper,
+        ),
+        Section(
             "wrong_write",
             "Trained one-head simulators: sharpened attention on the wrong write",
             wrong_write,
@@ -439,6 +480,7 @@ CHAPTER = Chapter(
         "sharpening",
         "sharpened_training",
         "tail_length",
+        "scaling",
         "wrong_write",
     ),
     # their reference runs' R6 rows are undecided (runs still descending) or fail (dense strings, from the first

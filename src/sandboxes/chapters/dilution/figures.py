@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .measure import (
         BoundData,
         ConstructionData,
+        ScalingData,
         SecondPhaseData,
         SharpenedTrainingData,
         SharpeningData,
@@ -370,6 +371,31 @@ def tail_lengths(data: TailLengthData) -> Figure:
         ax.set(title=f"{name} (reads a seed: {reads})", xlabel="training length T")
         ax.title.set_fontsize(9)
         ax.set_xticks(x, [str(T) for T in lengths])
+    axes[0].set_ylabel("log10(1 + wrong reads)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def scaling(data: ScalingData) -> Figure:
+    """Per budget, each seed's wrong reads on in-distribution, sparse and dense strings (dots, one colour a width)
+    and all seeds' together (lines), log10(1 + count): R5's sweep at this scale."""
+    budgets, widths = data["budgets"], data["widths"]
+    x = np.arange(len(budgets))
+    colours = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(widths)))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+    for ax, name in zip(axes, ("in-distribution", "sparse", "dense")):
+        for k, (width, cells, colour) in enumerate(zip(widths, data["counts"], colours)):
+            wrong = [np.array([w for w, _ in runs[name]], dtype=float) for runs in cells]
+            offset = 0.25 * (k - (len(widths) - 1) / 2) / max(1, len(widths) - 1)
+            for b, seeds in enumerate(wrong):
+                jitter = np.linspace(-0.04, 0.04, len(seeds))
+                ax.plot(b + offset + jitter, np.log10(1 + seeds), "o", ms=3.5, color=colour)
+            ax.plot(x + offset, [np.log10(1 + s.sum()) for s in wrong], "-", color=colour, lw=1, label=f"width {width}")
+        reads = data["counts"][0][0][name][0][1]
+        ax.set(title=f"{name} ({reads} reads a seed)", xlabel="training steps")
+        ax.title.set_fontsize(9)
+        ax.set_xticks(x, [str(b) for b in budgets])
     axes[0].set_ylabel("log10(1 + wrong reads)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()

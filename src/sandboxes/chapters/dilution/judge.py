@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import binom, spearmanr
 
 from ...claims import Claim
 from ...curves import budget_ran_out
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .measure import (
         BoundData,
         ConstructionData,
+        ScalingData,
         SecondPhaseData,
         SharpenedTrainingData,
         SharpeningData,
@@ -666,3 +667,85 @@ def tail_length_rows(config: dict[str, Any], data: TailLengthData) -> tuple[list
                 ).eventually(*budget_ran_out(moving, "runs were still descending", "tail_steps"))
             )
     return claims, tuple(silent)
+
+
+# ---------------------------------------------------------------- resource scaling (R5)
+SIZE_LEVEL = 0.05  # Spearman's two-sided test: a monotonic relation with the width is discernible below this p
+
+
+def pooled_wrong(runs: Mapping[str, list[tuple[int, int]]], name: str) -> int:
+    """Wrong reads of all seeds together on test set ``name``."""
+    return sum(wrong for wrong, _ in runs[name])
+
+
+def scaling_rows(config: dict[str, Any], data: ScalingData) -> tuple[list[Claim], tuple[str, ...]]:
+    """R5 at the thesis's length or longer, sparse and dense apart: from the shortest budget to the longest, fewer
+    wrong sparse reads and more wrong dense ones at every width, and at the longest budget no monotonic relation
+    between the width and either set's wrong reads. Below that length the sweep's shape is measured, no row made."""
+    widths, budgets, counts = data["widths"], data["budgets"], data["counts"]
+    short, long = int(np.argmin(budgets)), int(np.argmax(budgets))
+    trend = "; ".join(
+        f"width {w}: "
+        + ", ".join(
+            f"{rare} {pooled_wrong(cells[short], rare)} -> {pooled_wrong(cells[long], rare)}" for rare in RARE_SETS
+        )
+        for w, cells in zip(widths, counts)
+    )
+    if config["T"] < SPARSE_TAIL_T:
+        return [], (
+            f"R5 at T = {config['T']}: the thesis reports resource scaling in its runs at T = {SPARSE_TAIL_T}, and "
+            f"this section measures the sweep's shape below it, no row (wrong reads of all seeds, "
+            f"{budgets[short]} -> {budgets[long]} steps: {trend})",
+        )
+    claims: list[Claim] = []
+    silent: list[str] = []
+    if short == long:
+        silent.append("R5, steps: one budget in scale_steps, nothing to compare")
+    else:
+        for width, cells in zip(widths, counts):
+            claims += _steps_claims(width, cells[short], cells[long], budgets[short], budgets[long], silent)
+    if len(set(widths)) < 3:
+        silent.append(f"R5, size: {len(set(widths))} widths; a monotonic relation needs at least 3 to be told apart")
+        return claims, tuple(silent)
+    for rare in RARE_SETS:
+        wrong = [[w for w, _ in cells[long][rare]] for cells in counts]
+        x = np.repeat(widths, [len(seeds) for seeds in wrong])
+        y = np.concatenate(wrong)
+        if np.ptp(y) == 0:
+            silent.append(f"R5, size: every run makes {y[0]} wrong {rare} reads after {budgets[long]} steps")
+            continue
+        rho, p = spearmanr(x, y)
+        claims.append(
+            Claim.at_least(
+                f"R5, size: no discernible monotonic relation between the width and the wrong {rare} reads after "
+                f"{budgets[long]} steps (Spearman's test over {len(y)} runs, p)",
+                SIZE_LEVEL,
+                float(p),
+                f"reported (R5): no discernible monotonic relationship between the architecture's size parameters "
+                f"and extrapolation; a two-sided test at {SIZE_LEVEL:g} (rho = {rho:.2f})",
+                digits=3,
+            )
+        )
+    return claims, tuple(silent)
+
+
+def _steps_claims(
+    width: int, before: Mapping[str, Any], after: Mapping[str, Any], short: int, long: int, silent: list[str]
+) -> list[Claim]:
+    """R5's steps rows at one width: fewer wrong sparse reads after ``long`` steps than after ``short``, more dense
+    ones (all seeds together); a set without a wrong read at either budget makes no row, said in ``silent``."""
+    reason = (
+        "reported (R5, Fig. 3.30): more training steps improve sparse-sequence performance at the expense of "
+        "dense-sequence performance; the thesis gives no size for either effect beyond 'orders of magnitude smaller "
+        "than' rare-string training's (R4), so the row asks for the direction, all seeds' wrong reads together"
+    )
+    claims = []
+    for rare in RARE_SETS:
+        was, now = pooled_wrong(before, rare), pooled_wrong(after, rare)
+        if was == now == 0:
+            silent.append(f"R5, steps, width {width}: no wrong {rare} read at either budget, nothing to compare")
+            continue
+        name = f"R5, steps, width {width}: wrong {rare} reads of all seeds after {long} steps minus after {short}"
+        make = Claim.at_most if rare == "sparse" else Claim.at_least
+        claims.append(make(name, -1 if rare == "sparse" else 1, now - was, f"{reason}: {now} against {was}", digits=8))
+    return claims

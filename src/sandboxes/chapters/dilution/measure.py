@@ -633,6 +633,57 @@ def tail_length(config: dict[str, Any], ctx: RunContext) -> TailLengthData:
     return data  # type: ignore[return-value]
 
 
+# ---------------------------------------------------------------- resource scaling (R5's sweep shape)
+class ScalingData(TypedDict):
+    widths: list[int]
+    budgets: list[int]  # training steps, each a run of its own (its schedule decays to zero at its end)
+    # width -> budget -> test set -> per seed (wrong reads, reads)
+    counts: list[list[dict[str, list[tuple[int, int]]]]]
+    still_descending: list[list[int]]  # width -> budget -> runs whose loss had not settled at the end
+    final_loss: list[list[list[float]]]  # width -> budget -> per seed: held-out loss on the reads at the end
+
+
+def scaling(config: dict[str, Any], ctx: RunContext) -> ScalingData:
+    """The training section's transformers at each width of ``scale_widths``, trained for each budget of
+    ``scale_steps`` (``scale_seeds`` seeds a cell, each budget a run of its own whose schedule ends at it), each
+    counted on the in-distribution, sparse and dense strings: R5's error against size and steps."""
+    widths, budgets = int_list(config["scale_widths"]), int_list(config["scale_steps"])
+    seeds = list(range(config["scale_seeds"]))
+    task = FlipFlop.with_ignore(config["T"], config["p_i"])
+    requests = [
+        TrainRequest(
+            partial(GPT, _gpt_config({**config, "d_model": width})),
+            task,
+            _schedule(steps, config["batch_size"], config["lr"], config["weight_decay"], config["warmup"]),
+            seeds,
+            ctx.device,
+            config["batched_seeds"],
+        )
+        for width in widths
+        for steps in budgets
+    ]
+    runs = iter(train_each(requests, ctx.workers, ctx.progress))
+    tests = _test_sets(config)
+    data: dict[str, list] = {
+        "widths": widths,
+        "budgets": budgets,
+        "counts": [],
+        "still_descending": [],
+        "final_loss": [],
+    }
+    for width in widths:
+        cells = [next(runs) for _ in budgets]
+        data["counts"].append(
+            [
+                _count(run.models, tests, ctx.device, f"width {width}, {steps} steps", ctx.progress)
+                for run, steps in zip(cells, budgets)
+            ]
+        )
+        data["still_descending"].append([int(still_descending(run, LOSS_NOISE).sum()) for run in cells])
+        data["final_loss"].append([run.eval_loss[:, -1].tolist() for run in cells])
+    return data  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------- trained simulators (R8, Figs. 3.33 and 3.34)
 EXAMPLE_STRING = (1, 2, 0, 2, 2, 0, 1, 2, 2, 2, 1, 2, 0, 2, 2, 2)  # the attention maps' input (writes and noops)
 

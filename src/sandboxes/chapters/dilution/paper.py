@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ...results import Result
     from .measure import (
         FirstWrong,
+        ScalingData,
         SecondPhaseData,
         SharpenedTrainingData,
         SharpeningData,
@@ -316,3 +317,28 @@ def tail_length_vs_paper(data: TailLengthData) -> list[tuple[str, str, str]]:
             )
         )
     return rows
+
+
+def scaling_vs_paper(data: ScalingData) -> list[tuple[str, str, str]]:
+    """R5 beside the sweep: per test set, all seeds' wrong reads at each width and budget."""
+    from .judge import RARE_SETS, pooled_wrong
+
+    said = {
+        "in-distribution": "not reported per budget",
+        "sparse": "more steps and more data help (R5, Fig. 3.30), by orders of magnitude less than rare-string "
+        "training (R4); no discernible monotonic relationship with layers, width or heads",
+        "dense": "more steps and more data at their expense (R5's tradeoff); no discernible monotonic relationship "
+        "with layers, width or heads",
+    }
+    return [
+        (
+            f"{name} strings: wrong reads of all seeds per width, by budget ({', '.join(map(str, data['budgets']))} "
+            f"steps)",
+            said[name],
+            "; ".join(
+                f"width {w}: {', '.join(str(pooled_wrong(runs, name)) for runs in cells)}"
+                for w, cells in zip(data["widths"], data["counts"])
+            ),
+        )
+        for name in ("in-distribution", *RARE_SETS)
+    ]
