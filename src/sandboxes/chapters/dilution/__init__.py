@@ -298,7 +298,7 @@ PARAMS = with_reference(
         "tail_lengths": "64,128,256",
         "tail_steps": 3000,
         "tail_seeds": 4,
-        "scale_widths": "32,64,128",
+        "scale_widths": "16,32,64",
         "scale_steps": "1000,3000",
         "scale_seeds": 3,
         "automaton_T": 128,
