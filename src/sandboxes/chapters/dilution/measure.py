@@ -531,21 +531,10 @@ def sharpening(config: dict[str, Any], ctx: RunContext) -> SharpeningData:
         )
         for weight in coefficients[1:]
     ]
-    models = [[getattr(m, "gpt", m) for m in phase.models] for phase in phases]
     tests = _test_sets(config)
     rare = {name: tests[name] for name in RARE_SETS}
-    counted = [_count(ms, rare, ctx.device, f"sharpen {c:g}", ctx.progress) for c, ms in zip(coefficients, models)]
-    sample = tests["in-distribution"][:64]
-    data: SharpeningData = {
-        "coefficients": coefficients,
-        "counts": {name: [counts[name] for counts in counted] for name in RARE_SETS},
-        "read_entropy": [
-            [read_entropy(s) for s in calibrated_map(lambda m: _sharpness(m, sample, ctx.device), ms)] for ms in models
-        ],
-        "final_loss": [phase.eval_loss[:, -1].tolist() for phase in phases],
-        "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=True).sum()) for phase in phases],
-    }
-    return data
+    data = _penalty_runs(coefficients, phases, rare, tests["in-distribution"][:64], ctx, "sharpen", continued=True)
+    return data  # type: ignore[return-value]
 
 
 class SharpenedTrainingData(TypedDict):
@@ -579,22 +568,34 @@ def sharpened_training(config: dict[str, Any], ctx: RunContext) -> SharpenedTrai
         for w in coefficients
     ]
     phases = train_each(requests, ctx.workers, ctx.progress)
-    models = [[getattr(m, "gpt", m) for m in phase.models] for phase in phases]
     tests = _test_sets(config)
-    counted = [
-        _count(ms, tests, ctx.device, f"from the start {c:g}", ctx.progress) for c, ms in zip(coefficients, models)
-    ]
-    sample = tests["in-distribution"][:64]
-    data: SharpenedTrainingData = {
+    data = _penalty_runs(coefficients, phases, tests, tests["in-distribution"][:64], ctx, "from the start")
+    return data  # type: ignore[return-value]
+
+
+def _penalty_runs(
+    coefficients: list[float],
+    phases: list[TrainResult],
+    tests: dict[str, Tensor],
+    sample: Tensor,
+    ctx: RunContext,
+    label: str,
+    continued: bool = False,
+) -> dict[str, Any]:
+    """What both R6 sections keep of runs trained at each of the penalty's ``coefficients`` (0, the plain twin,
+    first): wrong reads on ``tests``, the last layer's read entropy on ``sample``, the final held-out loss and the
+    runs still descending (a second phase read as ``continued``)."""
+    models = [[getattr(m, "gpt", m) for m in phase.models] for phase in phases]
+    counted = [_count(ms, tests, ctx.device, f"{label} {c:g}", ctx.progress) for c, ms in zip(coefficients, models)]
+    return {
         "coefficients": coefficients,
         "counts": {name: [counts[name] for counts in counted] for name in tests},
         "read_entropy": [
             [read_entropy(s) for s in calibrated_map(lambda m: _sharpness(m, sample, ctx.device), ms)] for ms in models
         ],
         "final_loss": [phase.eval_loss[:, -1].tolist() for phase in phases],
-        "still_descending": [int(still_descending(phase, LOSS_NOISE).sum()) for phase in phases],
+        "still_descending": [int(still_descending(phase, LOSS_NOISE, continued=continued).sum()) for phase in phases],
     }
-    return data
 
 
 # ---------------------------------------------------------------- the sparse tail against the length (R1's trend)
