@@ -310,10 +310,14 @@ PARAMS = with_reference(
 
 
 def check(config: dict[str, Any], n_seeds: int) -> None:
-    """d_model and every width of R5's sweep divisible by n_head (the heads split the width); checked before any
-    section runs."""
+    """d_model and every width of R5's sweep divisible by n_head (the heads split the width), and no width or budget
+    of the sweep listed twice (two cells of one name); checked before any section runs."""
     for width in (config["d_model"], *int_list(config["scale_widths"])):
         check_heads(width, config["n_head"])
+    for name in ("scale_widths", "scale_steps"):
+        values = int_list(config[name])
+        if len(set(values)) < len(values):
+            raise ValueError(f"{name} repeats a value: {config[name]}")
 
 
 # quick: four seeds, since each CPU draws afresh which seeds glitch (results/README.md, "Sizing notes").

@@ -379,7 +379,7 @@ def tail_lengths(data: TailLengthData) -> Figure:
 
 def scaling(data: ScalingData) -> Figure:
     """Per budget, each seed's wrong reads on in-distribution, sparse and dense strings (dots, one colour a width)
-    and all seeds' together (lines), log10(1 + count): R5's sweep at this scale."""
+    and their median (lines), log10(1 + count): R5's sweep at this scale, seeds as the thesis's violins show them."""
     budgets, widths = data["budgets"], data["widths"]
     x = np.arange(len(budgets))
     colours = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(widths)))
@@ -391,7 +391,9 @@ def scaling(data: ScalingData) -> Figure:
             for b, seeds in enumerate(wrong):
                 jitter = np.linspace(-0.04, 0.04, len(seeds))
                 ax.plot(b + offset + jitter, np.log10(1 + seeds), "o", ms=3.5, color=colour)
-            ax.plot(x + offset, [np.log10(1 + s.sum()) for s in wrong], "-", color=colour, lw=1, label=f"width {width}")
+            ax.plot(
+                x + offset, [np.log10(1 + np.median(s)) for s in wrong], "-", color=colour, lw=1, label=f"width {width}"
+            )
         reads = data["counts"][0][0][name][0][1]
         ax.set(title=f"{name} ({reads} reads a seed)", xlabel="training steps")
         ax.title.set_fontsize(9)
