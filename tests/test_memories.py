@@ -787,3 +787,23 @@ def test_noisy_recall_rows_on_a_run_that_diverged_are_undecided_not_failed():
     rows = {c.name.split(":")[0]: c for c in judge.distributional_rows({}, data)[0]}
     ablation = [c for name, c in rows.items() if "holds the bigram" in name or "changes from the bigram" in name]
     assert len(ablation) == 2 and all(c.holds is None and "diverged" in c.reason for c in ablation)
+
+
+@pytest.mark.parametrize("optimizer, lr, refused", [("adamw", 0.03, True), ("sgd", 0.03, False), ("sgd", 0.2, True)])
+def test_the_check_caps_the_noisy_recall_step_by_its_optimiser(optimizer, lr, refused):
+    values = {"noisy_optimizer": optimizer, "noisy_lr": str(lr)}
+    if refused:
+        with pytest.raises(ValueError, match="above|must be"):  # the optimiser's cap, or the domain's
+            CHAPTER.start("quick", values, 1, "cpu")
+    else:
+        assert CHAPTER.start("quick", values, 1, "cpu").done == {}
+
+
+def test_the_noisy_recall_takes_chen_et_al_s_momentum_under_sgd():
+    from sandboxes.chapters.memories.measure import noisy_schedule
+    from sandboxes.profiles import resolve
+
+    config = resolve(CHAPTER.params, "quick", {"noisy_optimizer": "sgd", "noisy_lr": "0.03"})
+    schedule = noisy_schedule(config)
+    assert (schedule.optimizer, schedule.momentum, schedule.lr, schedule.weight_decay) == ("sgd", 0.9, 0.03, 0.0)
+    assert noisy_schedule(resolve(CHAPTER.params, "quick", {})).optimizer == "adamw"

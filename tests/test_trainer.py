@@ -143,6 +143,30 @@ def test_plain_gradient_descent_takes_the_step_minus_lr_times_the_gradient():
         assert torch.allclose(trained, start - 0.5 * start.grad, atol=1e-6), name
 
 
+def test_momentum_takes_the_heavy_ball_steps_and_a_batched_member_takes_its_own():
+    config = TrainConfig(
+        steps=2, batch_size=4, lr=0.5, schedule="constant", optimizer="sgd", momentum=0.9, eval_every=1, eval_size=16
+    )
+    result = train(make_model, TASK, config, seeds=[0], batched=False)
+    seed_everything(0)
+    model = make_model()
+    velocity = [torch.zeros_like(p) for p in model.parameters()]
+    stream = torch.Generator().manual_seed(0)
+    for _ in range(2):  # v <- 0.9 v + g, w <- w - lr v (PyTorch's SGD; the first v is g)
+        model.zero_grad()
+        x, y = TASK.sample(4, stream)
+        TASK.loss(model(x), y).backward()
+        with torch.no_grad():
+            for v, p in zip(velocity, model.parameters()):
+                v.mul_(0.9).add_(p.grad)
+                p.sub_(0.5 * v)
+    for trained, (name, want) in zip(result.models[0].parameters(), model.named_parameters()):
+        assert torch.allclose(trained, want, atol=1e-5), name
+    batched = train(make_model, TASK, config, seeds=[1, 0], batched=True)
+    for a, b in zip(batched.models[1].parameters(), result.models[0].parameters()):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_different_seeds_give_different_runs():
     result = train(make_model, TASK, CONFIG, seeds=[0, 1], batched=False)
     assert not np.array_equal(result.train_loss[0], result.train_loss[1])

@@ -84,8 +84,9 @@ class TrainConfig:
     eval_every: int = 10
     eval_size: int = 256
     eval_first: int = 0  # also evaluate after each of the first this many steps: a phase over in a few steps, resolved
-    optimizer: Literal["adamw", "sgd"] = "adamw"  # "sgd": plain gradient steps (no momentum, no decay), as theorems
-    # about gradient descent take them
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # "sgd": gradient steps without decay, as theorems about gradient
+    # descent take them (plain unless ``momentum``)
+    momentum: float = 0.0  # the SGD's heavy-ball momentum (0: plain steps); AdamW has its betas
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``lr`` at ``step``: linear warm-up, then the chosen decay."""
@@ -208,9 +209,10 @@ def _decay_groups(module: nn.Module, weight_decay: float, member_axis: bool) -> 
 
 
 def _optimizer(runner: nn.Module, config: TrainConfig, batched: bool) -> torch.optim.Optimizer:
-    """AdamW with GPT-2's decay groups, or plain gradient descent: each member's parameters get their own steps."""
+    """AdamW with GPT-2's decay groups, or gradient descent (with heavy-ball momentum if asked): each member's
+    parameters get their own steps, and momentum buffers, elementwise."""
     if config.optimizer == "sgd":
-        return torch.optim.SGD(runner.parameters(), lr=config.lr)
+        return torch.optim.SGD(runner.parameters(), lr=config.lr, momentum=config.momentum)
     return torch.optim.AdamW(
         _decay_groups(runner, config.weight_decay, member_axis=batched), lr=config.lr, betas=config.betas
     )

@@ -12,7 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from ...profiles import Custom, Interval, Param, at_least, each, in_range, int_list, positive, with_reference
+from ...profiles import (
+    Choice,
+    Custom,
+    Interval,
+    Param,
+    at_least,
+    each,
+    in_range,
+    int_list,
+    positive,
+    with_reference,
+)
 from ...sections import Chapter, Section
 from .judge import (
     MLP_SMALLEST_DIM,
@@ -100,6 +111,13 @@ def _draw_shapes(rng: np.random.Generator, near: str) -> str:
     return ",".join(sorted(picks))
 
 
+NOISY_OPTIMIZER = Choice(
+    {
+        "adamw": "AdamW, no weight decay (ours)",
+        "sgd": "SGD with momentum 0.9, no weight decay (Chen et al.'s, whose decay is 1e-4)",
+    }
+)
+NOISY_LR_CAP = {"adamw": 0.02, "sgd": 0.1}  # the largest constant step of each optimiser the check accepts
 NOISY_TOKENS = Custom(
     each(in_range(8, 512)).check,
     "comma-separated vocabulary sizes from 8 to 512",
@@ -202,14 +220,16 @@ PARAMS = (
     Param("noisy_T", int, 32, 256, "tokens per sequence of the noisy recall task (Chen et al.: 256)", at_least(8)),
     Param("noisy_d", int, 32, 256, "width of the two-layer transformers (Chen et al.: 256)", at_least(8)),
     Param("noisy_batch", int, 32, 512, "sequences per step (Chen et al.: 512)", at_least(1)),
-    Param("noisy_steps", int, 900, 5000, "AdamW steps of each run (Chen et al.: 5000 SGD steps)", at_least(1)),
+    Param("noisy_steps", int, 900, 5000, "steps of each run (Chen et al.: 5000)", at_least(1)),
+    Param("noisy_optimizer", str, "adamw", "adamw", "optimiser of the noisy recall runs", NOISY_OPTIMIZER),
     Param(
         "noisy_lr",
         float,
         1e-2,
         3e-3,
-        "AdamW's constant step size (at most 0.02: pilots learned at 3e-3 and 1e-2)",
-        Interval(0.0, 0.02, open_low=True),
+        f"constant step size (AdamW at most {NOISY_LR_CAP['adamw']:g}: pilots learned at 3e-3 and 1e-2; SGD with "
+        f"momentum at most {NOISY_LR_CAP['sgd']:g}: Chen et al.'s 0.03)",
+        Interval(0.0, max(NOISY_LR_CAP.values()), open_low=True),
     ),
     Param("noisy_every", int, 12, 5, "steps between evaluations (Chen et al.: 5)", at_least(1)),
     Param("noisy_seeds", int, 2, 5, "seeds (initialisation and data) per vocabulary size", at_least(1)),
@@ -256,8 +276,8 @@ PARAMS = with_reference(
 def check(config: dict[str, Any], n_seeds: int) -> None:
     """Refuse, before any work, sizes or shapes listed twice (two runs of one name) and searches whose first bracket
     would hold more associations than :data:`MOST_ASSOCIATIONS` (their N^2 logits would not fit in memory) or a layer
-    set by hand that would read more than :data:`MOST_FACT_SEQUENCES` sequences; the transformers' domains keep their
-    searches within about 1400 subjects."""
+    set by hand that would read more than :data:`MOST_FACT_SEQUENCES` sequences, and a noisy recall step above its
+    optimiser's :data:`NOISY_LR_CAP`; the transformers' domains keep their searches within about 1400 subjects."""
     for name in ("mlp_dims", "mlp_ratios", "facts_dims", "noisy_tokens"):
         values = int_list(config[name])
         if len(set(values)) < len(values):
@@ -270,6 +290,11 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
         raise ValueError(
             f"the layer set by hand would read {sequences} sequences (subjects x relations x build_draws), more than "
             f"{MOST_FACT_SEQUENCES}"
+        )
+    cap = NOISY_LR_CAP[config["noisy_optimizer"]]
+    if config["noisy_lr"] > cap:
+        raise ValueError(
+            f"noisy_lr = {config['noisy_lr']:g} is above {cap:g}, the largest {config['noisy_optimizer']} step"
         )
     for tokens in int_list(config["noisy_tokens"]):
         recalls = recalls_per_sequence(noisy_task(config, tokens))

@@ -734,9 +734,14 @@ def recall_curves(model: GPT, inputs: Tensor, answers: Tensor, mask: Tensor, noi
     return full + recall_reads(without_mlp(model, 1), inputs, answers, mask, noise_token)[:2]
 
 
+NOISY_MOMENTUM = 0.9  # Chen et al.'s SGD momentum
+
+
 def noisy_schedule(config: dict[str, Any]) -> TrainConfig:
-    """AdamW at a constant step size, no weight decay; an evaluation after each of the first :data:`NOISY_EARLY`
-    updates (the noise token's association forms within them) and every ``noisy_every`` steps after."""
+    """AdamW or SGD with momentum (``noisy_optimizer``) at a constant step size, no weight decay; an evaluation after
+    each of the first :data:`NOISY_EARLY` updates (the noise token's association forms within them) and every
+    ``noisy_every`` steps after."""
+    sgd = config["noisy_optimizer"] == "sgd"
     return TrainConfig(
         steps=config["noisy_steps"],
         batch_size=config["noisy_batch"],
@@ -746,6 +751,8 @@ def noisy_schedule(config: dict[str, Any]) -> TrainConfig:
         eval_every=config["noisy_every"],
         eval_size=NOISY_LOSS_SIZE,
         eval_first=NOISY_EARLY,
+        optimizer="sgd" if sgd else "adamw",
+        momentum=NOISY_MOMENTUM if sgd else 0.0,
     )
 
 
