@@ -23,8 +23,9 @@ from conftest import TINY
 # Where a unit-test value would make a random draw needlessly slow, the scale to draw around instead.
 DRAW_NEAR: dict[str, dict[str, Any]] = {
     "dilution": {"base": 16, "lstm_hidden": 16, "n_layer": 1},
-    "memories": {"mlp_steps": 64, "facts_steps": 16, "mlp_seeds": 1, "facts_seeds": 1},  # each capacity search trains
-    # tens of models (175 s at unit); one seed of each near the unit scale
+    "memories": {"mlp_steps": 64, "facts_steps": 16, "mlp_seeds": 1, "facts_seeds": 1, "noisy_steps": 20},  # each
+    # capacity search trains tens of models (175 s at unit); one seed of each near the unit scale, and the noisy
+    # recall's steps near half the unit scale's
 }
 
 
