@@ -670,6 +670,30 @@ def test_r5_steps_rows_wait_for_runs_still_descending_and_for_seeds_that_disagre
     assert "sparse" in sparse.name and sparse.holds is None and "neither direction" in sparse.reason
 
 
+def _unlearned(cell: dict, rate: float = 0.1) -> dict:
+    """``cell`` with each run wrong on ``rate`` of its in-distribution reads: models that have not learned the task."""
+    return {**cell, "in-distribution": [(int(rate * reads), reads) for _, reads in cell["in-distribution"]]}
+
+
+def test_r5_rows_wait_for_models_that_learned_the_task():
+    short_unlearned = [[_unlearned(cells[0]), cells[1]] for cells in R5_SWEEP]
+    rows = {c.name: c for c in _scaling_rows(short_unlearned)}
+    assert {c.holds for name, c in rows.items() if name.startswith("R5, steps")} == {None}
+    assert all("in-distribution reads" in c.reason for name, c in rows.items() if name.startswith("R5, steps"))
+    assert {c.holds for name, c in rows.items() if name.startswith("R5, size")} == {True}
+    long_unlearned = [[cells[0], _unlearned(cells[1], judge.LEARNED_RATE * 1.5)] for cells in R5_SWEEP]
+    rows = {c.name: c for c in _scaling_rows(long_unlearned)}
+    assert {c.holds for name, c in rows.items() if name.startswith("R5, size")} == {None}
+    assert {c.holds for name, c in rows.items() if name.startswith("R5, steps")} == {True}
+
+
+def test_r5_size_row_asks_for_the_fewest_runs_whose_interval_can_lie_within_its_bound():
+    def widest_at_zero(runs: int) -> float:
+        return math.tanh(1.959964 * math.sqrt(1.06 / (runs - 3)))
+
+    assert widest_at_zero(judge.SIZE_RUNS) <= judge.SIZE_NEGLIGIBLE < widest_at_zero(judge.SIZE_RUNS - 1)
+
+
 def test_r5_makes_no_row_without_errors_to_compare_or_runs_to_order():
     quiet = [[_cell(np.zeros(4, int), np.array([3, 0, 0, 0])), _cell(np.zeros(4, int), np.array([5, 0, 0, 0]))]] * 2
     data = {"widths": [64, 128], "budgets": [1000, 3000], "counts": quiet, "still_descending": [[0, 0]] * 2}

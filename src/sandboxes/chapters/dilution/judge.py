@@ -672,7 +672,9 @@ def tail_length_rows(config: dict[str, Any], data: TailLengthData) -> tuple[list
 # ---------------------------------------------------------------- resource scaling (R5)
 SCALE_LEVEL = 0.05  # one-sided level of R5's per-seed steps test and two-sided level of its width test
 SIZE_NEGLIGIBLE = 0.5  # |Spearman's rho| below which the width's relation counts as not discernible (our reading)
-SIZE_RUNS = 10  # the fewest runs for the width row: with fewer, rho's interval spans almost any relation
+SIZE_RUNS = 3 + math.ceil(1.06 * (norm.ppf(1 - SCALE_LEVEL / 2) / math.atanh(SIZE_NEGLIGIBLE)) ** 2)  # the fewest
+# runs whose 95% interval around rho = 0 lies within +-SIZE_NEGLIGIBLE (17): with fewer the width row could only fail
+LEARNED_RATE = 1e-2  # in-distribution read error of a run that learned the task (99% right; unlearned runs: 16-32%)
 
 
 def pooled_wrong(runs: Mapping[str, list[tuple[int, int]]], name: str) -> int:
@@ -712,10 +714,33 @@ def scaling_rows(config: dict[str, Any], data: ScalingData) -> tuple[list[Claim]
         for width, cells, moving in zip(widths, counts, data["still_descending"]):
             settled = budget_ran_out(moving[short] + moving[long], "runs were still descending", "scale_steps")
             for rare in judged:
-                claims += _steps_claim(width, rare, cells[short][rare], cells[long][rare], budgets, settled, silent)
+                claims += _learned(
+                    _steps_claim(width, rare, cells[short][rare], cells[long][rare], budgets, settled, silent),
+                    cells[short],
+                    f"width {width} after {budgets[short]} steps",
+                )
     for rare in judged:
-        claims += _size_claim(rare, widths, [cells[long][rare] for cells in counts], budgets[long], silent)
+        size = _size_claim(rare, widths, [cells[long][rare] for cells in counts], budgets[long], silent)
+        claims += _learned(size, _merged([cells[long] for cells in counts]), f"after {budgets[long]} steps")
     return claims, tuple(silent)
+
+
+def _merged(cells: list[dict[str, list[tuple[int, int]]]]) -> dict[str, list[tuple[int, int]]]:
+    """Several cells' runs as one cell: each test set's (wrong, reads) pairs of all of them."""
+    return {name: [run for cell in cells for run in cell[name]] for name in cells[0]}
+
+
+def _learned(claims: list[Claim], cell: dict[str, list[tuple[int, int]]], where: str) -> list[Claim]:
+    """R5's premise (the thesis compares models trained on the task): ``claims`` undecided where a run of ``cell``
+    errs on more than :data:`LEARNED_RATE` of its in-distribution reads, comparing models that have not learned."""
+    worst = max(wrong / reads for wrong, reads in cell["in-distribution"])
+    if worst <= LEARNED_RATE:
+        return claims
+    why = (
+        f"a run at {where} errs on {worst:.3g} of its in-distribution reads (a learned run: at most "
+        f"{LEARNED_RATE:g}); longer budgets (--set scale_steps=...) decide it"
+    )
+    return [claim.undecided(why) for claim in claims]
 
 
 def _steps_claim(
