@@ -488,11 +488,11 @@ CHAPTER = Chapter(
         "wrong_write",
     ),
     # their reference runs' R6 rows are undecided (runs still descending) or fail (dense strings, from the first
-    # step), and R5's undecided (its shortest budget had not learned the task), so they are attempts, not reference
-    # results
+    # step), and R5's dense row fails at width 32 (the dense reads fall with the steps), so they are attempts, not
+    # reference results
     quick_page_attempts={
         "sharpening": "dilution-reference-sharpening-500-step-phases-undecided.json",
         "sharpened_training": "dilution-reference-sharpened-training-dense-fails.json",
-        "scaling": "dilution-reference-scaling-short-budget-unlearned.json",
+        "scaling": "dilution-reference-scaling-dense-falls-at-width-32.json",
     },
 )

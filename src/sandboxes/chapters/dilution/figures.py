@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -351,53 +352,52 @@ def wrong_write_maps(data: WrongWriteData) -> Figure:
 def tail_lengths(data: TailLengthData) -> Figure:
     """Per training length, each seed's wrong reads on in-distribution, sparse and dense strings (dots) and all
     seeds' together (line), log10(1 + count)."""
-    lengths = data["lengths"]
-    x = np.arange(len(lengths))
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
-    for ax, name in zip(axes, ("in-distribution", "sparse", "dense")):
-        wrong = [np.array([w for w, _ in runs[name]], dtype=float) for runs in data["counts"]]
-        for k, seeds in enumerate(wrong):
-            jitter = np.linspace(-0.12, 0.12, len(seeds))
-            ax.plot(k + jitter, np.log10(1 + seeds), "o", ms=4, color=KINDS["transformer"])
-        ax.plot(
-            x,
-            [np.log10(1 + seeds.sum()) for seeds in wrong],
-            "-",
-            color=COLORS["theory"],
-            lw=1,
-            label="all seeds together",
-        )
-        reads = ", ".join(str(runs[name][0][1]) for runs in data["counts"])
-        ax.set(title=f"{name} (reads a seed: {reads})", xlabel="training length T")
-        ax.title.set_fontsize(9)
-        ax.set_xticks(x, [str(T) for T in lengths])
-    axes[0].set_ylabel("log10(1 + wrong reads)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    counts = data["counts"]
+    return _wrong_read_panels(
+        [str(T) for T in data["lengths"]],
+        "training length T",
+        [("all seeds together", counts, KINDS["transformer"], COLORS["theory"])],
+        np.sum,
+        lambda name: "reads a seed: " + ", ".join(str(runs[name][0][1]) for runs in counts),
+    )
 
 
 def scaling(data: ScalingData) -> Figure:
     """Per budget, each seed's wrong reads on in-distribution, sparse and dense strings (dots, one colour a width)
     and their median (lines), log10(1 + count): R5's sweep at this scale, seeds as the thesis's violins show them."""
-    budgets, widths = data["budgets"], data["widths"]
-    x = np.arange(len(budgets))
+    widths, counts = data["widths"], data["counts"]
     colours = plt.get_cmap("viridis")(np.linspace(0.1, 0.85, len(widths)))
+    return _wrong_read_panels(
+        [str(b) for b in data["budgets"]],
+        "training steps",
+        [(f"width {w}", cells, colour, colour) for w, cells, colour in zip(widths, counts, colours)],
+        np.median,
+        lambda name: f"{counts[0][0][name][0][1]} reads a seed",
+    )
+
+
+def _wrong_read_panels(
+    ticks: list[str],
+    xlabel: str,
+    groups: list[tuple[str, list[dict[str, list[tuple[int, int]]]], Any, Any]],
+    summary: Callable[[np.ndarray], float],
+    reads: Callable[[str], str],
+) -> Figure:
+    """One panel per test set (in-distribution, sparse, dense): at each tick each group's seeds' wrong reads (dots)
+    and ``summary`` of them (a line per group, labelled), groups side by side, log10(1 + count)."""
+    x = np.arange(len(ticks))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
     for ax, name in zip(axes, ("in-distribution", "sparse", "dense")):
-        for k, (width, cells, colour) in enumerate(zip(widths, data["counts"], colours)):
+        for k, (label, cells, dots, line) in enumerate(groups):
             wrong = [np.array([w for w, _ in runs[name]], dtype=float) for runs in cells]
-            offset = 0.25 * (k - (len(widths) - 1) / 2) / max(1, len(widths) - 1)
-            for b, seeds in enumerate(wrong):
-                jitter = np.linspace(-0.04, 0.04, len(seeds))
-                ax.plot(b + offset + jitter, np.log10(1 + seeds), "o", ms=3.5, color=colour)
-            ax.plot(
-                x + offset, [np.log10(1 + np.median(s)) for s in wrong], "-", color=colour, lw=1, label=f"width {width}"
-            )
-        reads = data["counts"][0][0][name][0][1]
-        ax.set(title=f"{name} ({reads} reads a seed)", xlabel="training steps")
+            offset = 0.25 * (k - (len(groups) - 1) / 2) / max(1, len(groups) - 1)
+            for tick, seeds in enumerate(wrong):
+                jitter = np.linspace(-0.12, 0.12, len(seeds)) / len(groups)
+                ax.plot(tick + offset + jitter, np.log10(1 + seeds), "o", ms=3.5, color=dots)
+            ax.plot(x + offset, [np.log10(1 + summary(s)) for s in wrong], "-", color=line, lw=1, label=label)
+        ax.set(title=f"{name} ({reads(name)})", xlabel=xlabel)
         ax.title.set_fontsize(9)
-        ax.set_xticks(x, [str(b) for b in budgets])
+        ax.set_xticks(x, ticks)
     axes[0].set_ylabel("log10(1 + wrong reads)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
