@@ -20,10 +20,11 @@ FULL_SHRUNK: dict[str, dict[str, object]] = {chapter.name: dict(chapter.full_shr
 
 
 # The pages in the order the two workers of make test's second step take them, each the next free page: the cells' sum
-# under nbval on the default kernel path, one thread, two pages at a time on a 2-core AMD EPYC at ef1b218, is markov
-# about 210 s, induction 165, memories 160 (about 125 since), shortcuts 110, onelayer 80, hmm 70, dilution 35; this
-# order deals markov, shortcuts and onelayer to one worker and the rest to the other.
-BY_COST = ("markov", "induction", "memories", "shortcuts", "hmm", "onelayer", "dilution")
+# under nbval on the default kernel path, one thread, two pages at a time on a 2-core AMD EPYC at ef1b218, is induction
+# about 165 s, shortcuts 110, onelayer 80, hmm 70, dilution 35; markov about 100 and memories 50 alone since their
+# depth and noisy recall sections come from the reference run on the quick page (2026-12-07). This order deals
+# induction, onelayer and memories to one worker and the rest to the other.
+BY_COST = ("induction", "shortcuts", "markov", "onelayer", "hmm", "memories", "dilution")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
