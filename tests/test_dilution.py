@@ -682,9 +682,17 @@ def test_r5_rows_wait_for_models_that_learned_the_task():
     assert all("in-distribution reads" in c.reason for name, c in rows.items() if name.startswith("R5, steps"))
     assert {c.holds for name, c in rows.items() if name.startswith("R5, size")} == {True}
     long_unlearned = [[cells[0], _unlearned(cells[1], judge.LEARNED_RATE * 1.5)] for cells in R5_SWEEP]
-    rows = {c.name: c for c in _scaling_rows(long_unlearned)}
-    assert {c.holds for name, c in rows.items() if name.startswith("R5, size")} == {None}
-    assert {c.holds for name, c in rows.items() if name.startswith("R5, steps")} == {True}
+    assert {c.holds for c in _scaling_rows(long_unlearned)} == {None}
+
+
+def test_r5_makes_no_steps_row_where_its_seeds_cannot_reach_the_level():
+    two = [[{name: runs[:2] for name, runs in cell.items()} for cell in cells] for cells in R5_SWEEP]
+    data = {"widths": [64, 128, 256], "budgets": [1000, 3000], "counts": two, "still_descending": [[0, 0]] * 3}
+    claims, silent = judge.scaling_rows({"T": 512}, data)
+    assert not any(c.name.startswith("R5, steps") for c in claims)
+    assert any("smallest p-value with 2 a side, 0.167" in s for s in silent)
+    three = [[{name: runs[:3] for name, runs in cell.items()} for cell in cells] for cells in R5_SWEEP]
+    assert any(c.name.startswith("R5, steps") for c in judge.scaling_rows({"T": 512}, data | {"counts": three})[0])
 
 
 def test_r5_size_row_asks_for_the_fewest_runs_whose_interval_can_lie_within_its_bound():

@@ -326,9 +326,11 @@ def scaling_vs_paper(data: ScalingData) -> list[tuple[str, str, str]]:
     said = {
         "in-distribution": "not reported per budget",
         "sparse": "more steps and more data help (R5, Fig. 3.30), by orders of magnitude less than rare-string "
-        "training (R4); no discernible monotonic relationship with layers, width or heads",
-        "dense": "more steps and more data at their expense (R5's tradeoff); no discernible monotonic relationship "
-        "with layers, width or heads",
+        "training (R4); 'mixed effects on rare-sequence performance' (Fig. 3.30's caption); no discernible monotonic "
+        "relationship with layers, width or heads",
+        "dense": "more steps and more data at their expense (R5's tradeoff), though the benefit 'is not clear, "
+        "especially on dense sequences' (its appendix); no discernible monotonic relationship with layers, width or "
+        "heads",
     }
     return [
         (
