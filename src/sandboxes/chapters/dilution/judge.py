@@ -712,10 +712,10 @@ def scaling_rows(config: dict[str, Any], data: ScalingData) -> tuple[list[Claim]
     seeds = min(len(cell["in-distribution"]) for cells in counts for cell in cells)
     if short == long:
         silent.append("R5, steps: every budget of scale_steps is the same, nothing to compare")
-    elif 1 / math.comb(2 * seeds, seeds) > SCALE_LEVEL:
+    elif (least := 1 / math.comb(2 * seeds, seeds)) > SCALE_LEVEL:
         silent.append(
             f"R5, steps: {seeds} seeds a cell; the one-sided rank test's smallest p-value with {seeds} a side, "
-            f"{1 / math.comb(2 * seeds, seeds):.3g}, is above {SCALE_LEVEL:g}, so no row (scale_seeds of 3 or more)"
+            f"{least:.3g}, is above {SCALE_LEVEL:g}, so no row (scale_seeds of 3 or more)"
         )
     else:
         for width, cells, moving in zip(widths, counts, data["still_descending"]):
@@ -723,24 +723,21 @@ def scaling_rows(config: dict[str, Any], data: ScalingData) -> tuple[list[Claim]
             for rare in judged:
                 claims += _learned(
                     _steps_claim(width, rare, cells[short][rare], cells[long][rare], budgets, settled, silent),
-                    _merged([cells[short], cells[long]]),
+                    cells[short]["in-distribution"] + cells[long]["in-distribution"],
                     f"width {width}",
                 )
     for rare in judged:
         size = _size_claim(rare, widths, [cells[long][rare] for cells in counts], budgets[long], silent)
-        claims += _learned(size, _merged([cells[long] for cells in counts]), f"after {budgets[long]} steps")
+        runs = [run for cells in counts for run in cells[long]["in-distribution"]]
+        claims += _learned(size, runs, f"after {budgets[long]} steps")
     return claims, tuple(silent)
 
 
-def _merged(cells: list[dict[str, list[tuple[int, int]]]]) -> dict[str, list[tuple[int, int]]]:
-    """Several cells' runs as one cell: each test set's (wrong, reads) pairs of all of them."""
-    return {name: [run for cell in cells for run in cell[name]] for name in cells[0]}
-
-
-def _learned(claims: list[Claim], cell: dict[str, list[tuple[int, int]]], where: str) -> list[Claim]:
-    """R5's premise (the thesis compares models trained on the task): ``claims`` undecided where a run of ``cell``
-    errs on more than :data:`LEARNED_RATE` of its in-distribution reads, comparing models that have not learned."""
-    worst = max(wrong / reads for wrong, reads in cell["in-distribution"])
+def _learned(claims: list[Claim], runs: list[tuple[int, int]], where: str) -> list[Claim]:
+    """R5's premise (the thesis compares models trained on the task): ``claims`` undecided where one of ``runs``
+    (in-distribution wrong reads, reads) errs on more than :data:`LEARNED_RATE`, comparing models that have not
+    learned."""
+    worst = max(wrong / reads for wrong, reads in runs)
     if worst <= LEARNED_RATE:
         return claims
     why = (

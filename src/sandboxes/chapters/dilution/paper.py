@@ -84,13 +84,12 @@ def training_vs_paper(data: TrainingData) -> list[tuple[str, str, str]]:
 def _against_twin(counts: dict[str, dict[str, list[tuple[int, int]]]], kind: str) -> str:
     """Per test set: the seeds at which ``kind`` made more wrong reads than its plain twin, and both kinds' wrong
     reads summed over the seeds."""
-
-    def pooled(name: str, of: str) -> int:
-        return sum(errors for errors, _ in counts[of][name])
+    from .judge import pooled_wrong
 
     return "; ".join(
         f"{name}: more in {sum(a[0] > b[0] for a, b in zip(counts[kind][name], counts['plain'][name]))} of "
-        f"{len(counts[kind][name])} seeds, {pooled(name, 'plain')} wrong reads in all -> {pooled(name, kind)}"
+        f"{len(counts[kind][name])} seeds, {pooled_wrong(counts['plain'], name)} wrong reads in all -> "
+        f"{pooled_wrong(counts[kind], name)}"
         for name in ("in-distribution", "sparse", "dense")
     )
 
