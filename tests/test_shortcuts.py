@@ -689,16 +689,16 @@ def _balance_data(
 ) -> dict:
     """Planted balance data at length 28, tested at 400 to 500: each training's long accuracies and violations per
     seed; every model right in distribution and settled unless ``accuracy`` and ``moving`` say otherwise."""
-    seeds = len(long["standard"])
+    seeds, arms = len(long["standard"]), list(long)
     return {
-        "arms": list(judge.BALANCE_ARMS),
+        "arms": arms,
         "T": 28,
         "long": [400, 500],
-        "accuracy": accuracy or {arm: [1.0] * seeds for arm in judge.BALANCE_ARMS},
+        "accuracy": accuracy or {arm: [1.0] * seeds for arm in arms},
         "long_accuracy": long,
         "violation": violation,
         "untrained_violation": [0.7] * seeds,
-        "still_descending": moving or {arm: [False] * seeds for arm in judge.BALANCE_ARMS},
+        "still_descending": moving or {arm: [False] * seeds for arm in arms},
     }
 
 
@@ -716,12 +716,15 @@ def _balance(
     term halves the violation and lifts the long accuracy to ``contrastive``) unless told otherwise."""
     spread = np.linspace(-0.02, 0.02, 10)
     planted = _balance_data(
-        {"standard": (standard + slope * spread).tolist(), "contrastive": [contrastive] * 10},
-        {"standard": (0.2 + spread).tolist(), "contrastive": (beta + spread / 4).tolist()},
-        {"standard": [standard_accuracy] + [1.0] * 9, "contrastive": [accuracy] * 9 + [1.0]},
-        {"standard": [False] * 10, "contrastive": [moving] * 10},
+        {"standard": (standard + slope * spread).tolist(), ARM: [contrastive] * 10},
+        {"standard": (0.2 + spread).tolist(), ARM: (beta + spread / 4).tolist()},
+        {"standard": [standard_accuracy] + [1.0] * 9, ARM: [accuracy] * 9 + [1.0]},
+        {"standard": [False] * 10, ARM: [moving] * 10},
     )
     return judge.balance_rows({"gap": 0.05}, planted)[0]
+
+
+ARM = judge.contrastive_arm(0.3)  # the planted contrastive training
 
 
 COUNTERFACTUALS = [
@@ -852,7 +855,7 @@ COUNTERFACTUALS = [
         lambda: _dyck(stack=0.9),
     ),
     (
-        r"^Dyck, minimal first layer, contrastive training, every seed: held-out",
+        r"^Dyck, minimal first layer, contrastive training( \(weight [\d.]+\))?, every seed: held-out",
         "a contrastive weight so large the models no longer learn Dyck (0.9)",
         lambda: _balance(accuracy=0.9),
     ),
@@ -872,12 +875,12 @@ COUNTERFACTUALS = [
         lambda: _balance(slope=1.0),
     ),
     (
-        r"^Dyck, minimal first layer: balance violation beta, contrastive over standard",
+        r"^Dyck, minimal first layer: balance violation beta, contrastive (training \(weight [\d.]+\) )?over standard",
         "a contrastive term that leaves the violation where it was",
         lambda: _balance(beta=0.2),
     ),
     (
-        r"^Dyck, minimal first layer: closing brackets right on prefixes of \d+ to \d+, contrastive minus",
+        r"^Dyck, minimal first layer: closing brackets right on prefixes of \d+ to \d+, contrastive( training)?",
         "a contrastive term that does not help at the long lengths",
         lambda: _balance(contrastive=0.81),
     ),
@@ -1364,14 +1367,40 @@ def test_the_balance_rows_wait_for_moving_runs_and_need_room_at_the_long_lengths
     assert [c.holds for c in waiting] == [True, True, True, None, None, True]
     near_perfect = _balance(standard=0.97, contrastive=0.99)  # within gap of perfect: no loss to recover, and the
     assert [c.holds for c in near_perfect if "standard training: closing" in c.name] == [False]  # premise fails
-    assert not any("contrastive minus" in c.name for c in near_perfect)
+    assert not any("minus standard" in c.name for c in near_perfect)
+
+
+def test_a_sweep_of_weights_judges_each_violation_and_the_lift_at_the_lowest_violation():
+    """Two weights: a violation row each; the lift is read at the weight whose median violation is lowest, whatever
+    the other weight's accuracy, and waits for every training's runs (the choice depends on all of them)."""
+    low, high = judge.contrastive_arm(1), judge.contrastive_arm(0.1)
+
+    def rows(long_low: float, long_high: float, moving_high: bool = False) -> list:
+        spread = np.linspace(-0.02, 0.02, 10)
+        planted = _balance_data(
+            {"standard": (0.8 - spread).tolist(), high: [long_high] * 10, low: [long_low] * 10},
+            {"standard": (0.2 + spread).tolist(), high: [0.15] * 10, low: [0.02] * 10},
+            moving={"standard": [False] * 10, high: [moving_high] * 10, low: [False] * 10},
+        )
+        return judge.balance_rows({"gap": 0.05}, planted)[0]
+
+    claims = rows(long_low=0.95, long_high=0.8)
+    ratios = [c for c in claims if "balance violation beta" in c.name]
+    assert [c.holds for c in ratios] == [False, True]  # 0.15 / 0.2 is short of the third asked; 0.02 / 0.2 is not
+    (lift,) = [c for c in claims if "minus standard" in c.name]
+    assert "(weight 1), the lowest median beta of 2 weights" in lift.name and lift.holds
+    (lift,) = [c for c in rows(long_low=0.8, long_high=0.95) if "minus standard" in c.name]
+    assert "(weight 1)" in lift.name and lift.holds is False  # not the weight whose accuracy happens to be best
+    waiting = rows(long_low=0.95, long_high=0.8, moving_high=True)
+    assert [c.holds for c in waiting if "balance violation beta" in c.name] == [None, True]
+    assert [c.holds for c in waiting if "minus standard" in c.name] == [None]
 
 
 def test_the_balance_comparisons_need_ten_seeds_a_training_and_the_correlation_five():
     def planted(n: int) -> dict:
         return _balance_data(
-            {"standard": np.linspace(0.9, 0.7, n).tolist(), "contrastive": [0.95] * n},
-            {"standard": np.linspace(0.1, 0.3, n).tolist(), "contrastive": [0.05] * n},
+            {"standard": np.linspace(0.9, 0.7, n).tolist(), ARM: [0.95] * n},
+            {"standard": np.linspace(0.1, 0.3, n).tolist(), ARM: [0.05] * n},
         )
 
     claims, silent = judge.balance_rows({"gap": 0.05}, planted(3))
@@ -1403,7 +1432,7 @@ def test_a_width_of_one_leaves_the_balance_violation_undefined_and_its_rows_unma
     model = measure._balance_gpt({**BALANCE_UNIT, "dyck_d": 1}, task)()
     assert math.isnan(measure.balance_violation(model, task))
     planted = _balance_data(
-        {arm: [0.8] * 10 for arm in judge.BALANCE_ARMS}, {arm: [float("nan")] * 10 for arm in judge.BALANCE_ARMS}
+        {arm: [0.8] * 10 for arm in ("standard", ARM)}, {arm: [float("nan")] * 10 for arm in ("standard", ARM)}
     )
     planted["untrained_violation"] = [float("nan")] * 10
     claims, silent = judge.balance_rows({"gap": 0.05}, planted)

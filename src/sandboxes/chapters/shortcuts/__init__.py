@@ -259,12 +259,13 @@ PARAMS = (
     Param("bal_seeds", int, 2, 40, "random initialisations per training of the balance section", at_least(1)),
     Param("bal_steps", int, 700, 6000, "Adam steps of the minimal-first-layer models (balance section)", at_least(1)),
     Param(
-        "bal_weight",
-        float,
-        0.03,
-        0.03,
-        "weight of the contrastive term (the thesis's Eq. 3.40) in their loss (the thesis does not state its own)",
-        positive,
+        "bal_weights",
+        str,
+        "0.03",
+        "0.03,0.1,0.3,1",
+        "weights of the contrastive term (the thesis's Eq. 3.40) in their loss, one training each beside the standard "
+        "one (the thesis does not state its own)",
+        each(positive),
     ),
     Param("bal_from", int, 400, 400, "shortest prefix of their length test (the thesis: 400)", at_least(2)),
     Param("bal_to", int, 500, 500, "longest prefix of their length test (the thesis: 500)", at_least(2)),
@@ -351,8 +352,9 @@ PARAMS = with_reference(
         "lg_T": 40,
         "lg_lengths": ",".join(str(8 * k) for k in range(1, 17)),
         "lg_steps": 6000,
-        "bal_seeds": 20,
-        "bal_steps": 4000,
+        "bal_seeds": 16,
+        "bal_steps": 6000,
+        "bal_weights": "0.03,0.1,0.3",
     },
 )
 

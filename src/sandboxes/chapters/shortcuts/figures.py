@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
@@ -359,14 +360,14 @@ def length_generalisation(data: EncodingsData) -> Figure:
     return fig
 
 
-BALANCE_SERIES = {"standard": COLORS["untied"], "contrastive": COLORS["depth2"]}
+BALANCE_SERIES = (COLORS["untied"], COLORS["depth2"], COLORS["full"], COLORS["lstm"], COLORS["tied"])  # by arm
 
 
 def balance(data: BalanceData) -> Figure:
-    """Accuracy on long prefixes against the balance violation, one dot per seed, each training its colour (the
-    thesis's Fig. 3.40); the untrained models' violations dotted."""
+    """Accuracy on long prefixes against the balance violation, one dot per seed, each training (standard, and the
+    contrastive term at each weight) its colour (the thesis's Fig. 3.40); the untrained models' violations dotted."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    for arm, color in BALANCE_SERIES.items():
+    for arm, color in zip(data["arms"], itertools.cycle(BALANCE_SERIES)):
         ax.plot(data["violation"][arm], data["long_accuracy"][arm], "o", color=color, label=f"{arm} training")
     for i, beta in enumerate(b for b in data["untrained_violation"] if np.isfinite(b)):
         ax.axvline(beta, color=COLORS["theory"], linestyle=":", linewidth=0.8, label="untrained" if i == 0 else None)

@@ -49,10 +49,11 @@ from ...theory import shortcuts as theory
 from ...trainer import Task, TrainConfig, TrainResult, train
 from ...workers import TrainRequest, train_each
 from .judge import (
-    BALANCE_ARMS,
     PAPER_BEST,
     PAPER_MEDIAN,
+    STANDARD_ARM,
     automaton_names,
+    contrastive_arm,
 )
 
 LOSS_NOISE = 0.005  # held-out sampling noise of an evaluated loss (nats): a smaller descent has hardly started
@@ -967,7 +968,7 @@ def _encoding_runs(
 
 # ---------------------------------------------------------------- Dyck: regularising for balance
 class BalanceData(TypedDict):
-    arms: list[str]  # BALANCE_ARMS
+    arms: list[str]  # "standard", then "contrastive <weight>" per weight of the sweep (an older run: "contrastive")
     T: int  # training length
     long: list[int]  # the prefix lengths of the length-generalisation test, lowest and highest
     accuracy: dict[str, list[float]]  # arm -> seed: closing brackets right on held-out prefixes of length T
@@ -1070,28 +1071,29 @@ def _typed_closing_accuracy(model: GPT, task: TypedDyck, tokens: Tensor, first: 
 
 def balance(config: dict[str, Any], ctx: RunContext) -> BalanceData:
     """The thesis's Fig. 3.40 (Sec. 3.6.3.2): `bal_seeds` models of :func:`_balance_gpt` trained on Dyck prefixes of
-    `dyck_T` brackets, plainly and with the contrastive term at weight `bal_weight`, the same seeds (initial weights)
-    in both; each scored on held-out prefixes of `dyck_T` and of lengths `bal_from` to `bal_to` (the thesis: 400 to
-    500, about 16 times the training length) and its balance violation read from its weights."""
+    `dyck_T` brackets, plainly and with the contrastive term at each weight of `bal_weights` (the thesis does not
+    state its own), the same seeds (initial weights) in every training; each scored on held-out prefixes of `dyck_T`
+    and of lengths `bal_from` to `bal_to` (the thesis: 400 to 500, about 16 times the training length) and its balance
+    violation read from its weights."""
     dyck = Dyck(config["dyck_k"], config["dyck_depth"], config["dyck_q"], config["dyck_T"])
     task = TypedDyck(dyck)
     lo, hi = config["bal_from"], config["bal_to"]
     schedule = _schedule(config["bal_steps"], config["batch_size"], config["dyck_lr"], weight_decay=0.0)
     seeds = [member_seed("balance", s) for s in range(config["bal_seeds"])]
-    make, contrastive = _balance_gpt(config, task), ContrastiveDyck(task, config["bal_weight"])
-    requests = [  # in BALANCE_ARMS order
-        TrainRequest(make, task, schedule, seeds, ctx.device),
-        TrainRequest(_balance_gpt(config, task, paired=True), contrastive, schedule, seeds, ctx.device),
-    ]
+    make, paired, weights = _balance_gpt(config, task), _balance_gpt(config, task, paired=True), config["bal_weights"]
+    arms = [STANDARD_ARM, *(contrastive_arm(w) for w in float_list(weights))]
+    requests = [TrainRequest(make, task, schedule, seeds, ctx.device)]  # in the order of arms
+    for weight in float_list(weights):
+        requests.append(TrainRequest(paired, ContrastiveDyck(task, weight), schedule, seeds, ctx.device))
     untrained = []
     for seed in seeds:
         seed_everything(seed)  # as the trainer seeds before it builds a member: the weights both arms start from
         untrained.append(make())
     short = dyck.sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
     long = replace(dyck, length=hi).sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
-    out: dict[str, Any] = {"arms": list(BALANCE_ARMS), "T": dyck.length, "long": [lo, hi]}
+    out: dict[str, Any] = {"arms": arms, "T": dyck.length, "long": [lo, hi]}
     out |= {key: {} for key in ("accuracy", "long_accuracy", "violation", "still_descending")}
-    for arm, run in zip(BALANCE_ARMS, train_each(requests, ctx.workers, ctx.progress)):
+    for arm, run in zip(arms, train_each(requests, ctx.workers, ctx.progress)):
         models = [(m.model if isinstance(m, Paired) else m).eval() for m in run.models]
         out["accuracy"][arm] = [_typed_closing_accuracy(m, task, short, 0) for m in models]
         out["long_accuracy"][arm] = [_typed_closing_accuracy(m, task, long, lo - 1) for m in models]
