@@ -366,6 +366,9 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     """d_model divisible by n_head (the heads split the width), and enough states revealed per batch that no batch of
     the incomplete-supervision runs hides them all (its mean loss would be NaN); checked before any section runs."""
     check_heads(config["d_model"], config["n_head"])
+    weights = float_list(config["bal_weights"])
+    if len(set(weights)) < len(weights):
+        raise ValueError(f"bal_weights names a weight twice: {config['bal_weights']}")
     if not config["dyck_T"] < config["bal_from"] <= config["bal_to"]:
         raise ValueError(
             f"the balance section's length test needs dyck_T < bal_from <= bal_to, got {config['dyck_T']}, "

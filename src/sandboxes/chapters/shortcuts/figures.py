@@ -368,7 +368,7 @@ def balance(data: BalanceData) -> Figure:
     contrastive term at each weight) its colour (the thesis's Fig. 3.40); the untrained models' violations dotted."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     for arm, color in zip(data["arms"], itertools.cycle(BALANCE_SERIES)):
-        ax.plot(data["violation"][arm], data["long_accuracy"][arm], "o", color=color, label=f"{arm} training")
+        ax.plot(data["violation"][arm], data["long_accuracy"][arm], "o", color=color, label=arm)
     for i, beta in enumerate(b for b in data["untrained_violation"] if np.isfinite(b)):
         ax.axvline(beta, color=COLORS["theory"], linestyle=":", linewidth=0.8, label="untrained" if i == 0 else None)
     lo, hi = data["long"]

@@ -974,7 +974,7 @@ class BalanceData(TypedDict):
     accuracy: dict[str, list[float]]  # arm -> seed: closing brackets right on held-out prefixes of length T
     long_accuracy: dict[str, list[float]]  # arm -> seed: the same on prefixes of the `long` lengths
     violation: dict[str, list[float]]  # arm -> seed: the balance violation beta of the trained weights
-    untrained_violation: list[float]  # seed: beta at the initialisation both arms share
+    untrained_violation: list[float]  # seed: beta at the initialisation every training shares
     still_descending: dict[str, list[bool]]
 
 
@@ -1087,7 +1087,7 @@ def balance(config: dict[str, Any], ctx: RunContext) -> BalanceData:
         requests.append(TrainRequest(paired, ContrastiveDyck(task, weight), schedule, seeds, ctx.device))
     untrained = []
     for seed in seeds:
-        seed_everything(seed)  # as the trainer seeds before it builds a member: the weights both arms start from
+        seed_everything(seed)  # as the trainer seeds before it builds a member: the weights every training starts from
         untrained.append(make())
     short = dyck.sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))
     long = replace(dyck, length=hi).sequences(config["eval_size"], heldout.generator(heldout.DYCK_EVAL))

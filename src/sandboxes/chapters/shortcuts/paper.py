@@ -9,7 +9,7 @@ import numpy as np
 import scipy.stats
 
 from ...theory import shortcuts as theory
-from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, STANDARD_ARM, length_gaps, training
+from .judge import LENGTH_LABELS, REPORTED_ENCODINGS, STANDARD_ARM, compared_arm, length_gaps, training
 
 if TYPE_CHECKING:
     from .measure import BalanceData, DyckData, EncodingsData, HardData, LengthsData, SupervisionData, SweepData
@@ -296,10 +296,14 @@ def lengths_vs_paper(data: LengthsData) -> list[tuple[str, str, str]]:
     return rows
 
 
-BALANCE_REPORTS = {  # what Fig. 3.40 shows of each training, keyed by "is the standard one"
-    True: "high violations, which correlate negatively with accuracy at 400 to 500 (Fig. 3.40)",
-    False: "lower violations and better accuracy at 400 to 500 (Fig. 3.40, at a weight the thesis does not state)",
-}
+def _balance_report(data: BalanceData, arm: str) -> str:
+    """What the thesis's Fig. 3.40 shows of ``arm``: the standard training, the one contrastive training (at a weight
+    the thesis does not state; here the one the comparisons read), or nothing (a further weight of the sweep)."""
+    if arm == STANDARD_ARM:
+        return "high violations, which correlate negatively with accuracy at 400 to 500 (Fig. 3.40)"
+    if arm == compared_arm(data):
+        return "lower violations and better accuracy at 400 to 500 (Fig. 3.40, at a weight it does not state)"
+    return "not shown (Fig. 3.40 has one contrastive training)"
 
 
 def balance_vs_paper(data: BalanceData) -> list[tuple[str, str, str]]:
@@ -314,7 +318,7 @@ def balance_vs_paper(data: BalanceData) -> list[tuple[str, str, str]]:
         (
             f"{training(arm)}: balance violation beta; closing brackets right at length {data['T']}; at {lo} to {hi} "
             f"(median seed, range)",
-            BALANCE_REPORTS[arm == STANDARD_ARM],
+            _balance_report(data, arm),
             f"{spread(data['violation'][arm], '.3g')}; {spread(data['accuracy'][arm], '.3f')}; "
             f"{spread(data['long_accuracy'][arm], '.3f')}",
         )
