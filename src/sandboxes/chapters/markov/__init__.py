@@ -212,6 +212,8 @@ CHAPTER = Chapter(
     unit_scale=UNIT_SCALE,
     full_shrunk=FULL_SHRUNK,
     # the depth figure as the paper drew it (T = 512, depths 1 to 8) where the quick run draws depths 1 and 2 at
-    # T = 64: its training was 80 to 89 s of the quick page's 210 s under nbval (ATen's default path, one thread)
-    quick_page_from_reference=("depth",),
+    # T = 64: its training was 80 to 89 s of the quick page's 210 s under nbval (ATen's default path, one thread);
+    # the phase diagram on the reference's finer grid and the basin at ten seeds a scale, their quick trainings 29 and
+    # 22 s of the page's 90 s (2026-12-07)
+    quick_page_from_reference=("phase_diagram", "basin", "depth"),
 )
