@@ -139,7 +139,7 @@ class _Stopped(Exception):
     """The submitting command ended (killed, logged out) right after its jobs were submitted."""
 
 
-def test_a_rerun_waits_for_jobs_still_running_instead_of_submitting_them_again(tmp_path, capsys):
+def test_a_rerun_waits_for_jobs_still_running_instead_of_submitting_them_again(tmp_path, capsys, monkeypatch):
     plan = tiny_plan("hmm")
     held = []
 
@@ -158,7 +158,13 @@ def test_a_rerun_waits_for_jobs_still_running_instead_of_submitting_them_again(t
         rerun = ["run", "hmm", *flags]
         assert main([*rerun, "--no-wait"]) == 3
         assert f"job {held[0]}: learning, PENDING" in capsys.readouterr().out
-        subprocess.run(["scontrol", "release", held[0]], check=True)
+        waiting = cluster._wait
+
+        def release_then_wait(running, say):  # released once the rerun has seen it held: it cannot end unseen first
+            subprocess.run(["scontrol", "release", held[0]], check=True)
+            return waiting(running, say)
+
+        monkeypatch.setattr(cluster, "_wait", release_then_wait)
         assert main(rerun) == 0
         told = capsys.readouterr().out
         assert f"job {held[0]}: learning, PENDING since an earlier command" in told
