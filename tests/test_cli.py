@@ -133,7 +133,7 @@ def test_progress_bars_can_be_asked_for_when_stderr_is_a_file(flag, shown, capsy
         (["run", "markov", "--section", "nope"], "unknown section 'nope' of markov"),
         (["run", "shortcuts", "--set", "automaton=Z9"], "automaton"),
         (["run", "shortcuts", "--set", "depths=1,x"], "integers"),
-        (["run", "shortcuts", "--set", "bal_weights=0.1,0.1"], "bal_weights names a weight twice"),
+        (["run", "shortcuts", "--set", "bal_weights=0.1,0.1"], "bad value for bal_weights: repeats a value"),
         (["run", "dilution", "--set", "T=7"], "even number"),
         (["run", "dilution", "--set", "p_i=1"], "strictly between 0 and 1"),
         (["run", "hmm", "--set", "k=2"], "3..8"),

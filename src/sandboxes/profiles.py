@@ -106,10 +106,12 @@ class Flag:
 
 @dataclass(frozen=True)
 class ListOf:
-    """A comma-separated list, each entry in ``item``, with at least ``min_length`` entries."""
+    """A comma-separated list, each entry in ``item``, with at least ``min_length`` entries; ``distinct``: no entry
+    twice (a list whose entries name runs or rows)."""
 
     item: Interval
     min_length: int = 1
+    distinct: bool = False
 
     def entries(self, text: str) -> list:
         """The entries of ``text``, converted; a clear error for a bad one."""
@@ -121,9 +123,12 @@ class ListOf:
             raise ValueError(f"give at least {self.min_length} comma-separated values, got {text!r}")
         for value in values:
             self.item.check(value)
+        if self.distinct and len(set(values)) < len(values):
+            raise ValueError(f"repeats a value: {text}")
 
     def describe(self) -> str:
-        return f"{self.min_length} or more comma-separated values, each {self.item.describe()}"
+        once = ", none twice" if self.distinct else ""
+        return f"{self.min_length} or more comma-separated values, each {self.item.describe()}{once}"
 
     def draw(self, rng: np.random.Generator, near: str) -> str:
         scale = self.entries(near)
@@ -224,9 +229,9 @@ def in_range(low: int, high: int) -> Interval:
     return Interval(low, high, integer=True)
 
 
-def each(item: Interval, min_length: int = 1) -> ListOf:
-    """A comma-separated list whose entries lie in ``item``."""
-    return ListOf(item, min_length)
+def each(item: Interval, min_length: int = 1, distinct: bool = False) -> ListOf:
+    """A comma-separated list whose entries lie in ``item`` (each once where ``distinct``)."""
+    return ListOf(item, min_length, distinct)
 
 
 positive_ints = ListOf(at_least(1))

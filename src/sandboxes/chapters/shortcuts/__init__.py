@@ -265,7 +265,7 @@ PARAMS = (
         "0.03,0.1,0.3,1",
         "weights of the contrastive term (the thesis's Eq. 3.40) in their loss, one training each beside the standard "
         "one (the thesis does not state its own)",
-        each(positive),
+        each(positive, distinct=True),
     ),
     Param("bal_from", int, 400, 400, "shortest prefix of their length test (the thesis: 400)", at_least(2)),
     Param("bal_to", int, 500, 500, "longest prefix of their length test (the thesis: 500)", at_least(2)),
@@ -366,9 +366,6 @@ def check(config: dict[str, Any], n_seeds: int) -> None:
     """d_model divisible by n_head (the heads split the width), and enough states revealed per batch that no batch of
     the incomplete-supervision runs hides them all (its mean loss would be NaN); checked before any section runs."""
     check_heads(config["d_model"], config["n_head"])
-    weights = float_list(config["bal_weights"])
-    if len(set(weights)) < len(weights):
-        raise ValueError(f"bal_weights names a weight twice: {config['bal_weights']}")
     if not config["dyck_T"] < config["bal_from"] <= config["bal_to"]:
         raise ValueError(
             f"the balance section's length test needs dyck_T < bal_from <= bal_to, got {config['dyck_T']}, "

@@ -797,13 +797,12 @@ def _contrast_rows(
     """The rows of :func:`balance_rows` that compare the median seeds of one contrastive training, :func:`compared_arm`,
     with the standard one: the violation's fall, and the long accuracy's rise (the second only where the standard
     models leave `gap` of room); every training's runs settled, since the choice reads them all."""
-    gap, (lo, hi), arms = config["gap"], data["long"], data["arms"]
+    gap, (lo, hi), arms, learnt = config["gap"], data["long"], data["arms"], learnt_arms(data)
     silent = [
         f"{training(arm)}: worst seed {min(data['accuracy'][arm]):.4f} in distribution, below {DYCK_SOLVED}, so the "
-        f"comparisons "
-        f"leave it out ({int(moving[arm].sum())} of its runs still descending; bal_steps, bal_weights)"
+        f"comparisons leave it out ({int(moving[arm].sum())} of its runs still descending; bal_steps, bal_weights)"
         for arm in arms[1:]
-        if arm not in learnt_arms(data)
+        if arm not in learnt
     ]
     chosen = compared_arm(data)
     if chosen is None:
@@ -811,7 +810,7 @@ def _contrast_rows(
     beta = {arm: _median(data, "violation", arm) for arm in (STANDARD_ARM, chosen)}
     long = {arm: _median(data, "long_accuracy", arm) for arm in (STANDARD_ARM, chosen)}
     settled = budget_ran_out(int(sum(m.sum() for m in moving.values())), "runs were still descending", "bal_steps")
-    which = f", the lowest median beta of {len(arms) - 1} weights" if len(arms) > 2 else ""
+    which = f", the lowest median beta of {len(learnt)} weights" if len(learnt) > 1 else ""
     chosen_by = (
         " The weight is read where the violation is lowest: Theorem 1 makes beta = 0 necessary for perfect length "
         "generalisation, and the choice reads the violation, not the accuracy judged"
